@@ -1,0 +1,128 @@
+// Package inventory owns devata's declarative inventory: the v1alpha1 schema,
+// strict decoding with source positions, defaulting and validation. It does not
+// render Talos configs (bootstrap does) and never talks to a machine.
+package inventory
+
+// APIVersion and Kind identify an inventory document.
+const (
+	APIVersion = "devata.dev/v1alpha1"
+	Kind       = "Inventory"
+)
+
+// Roles a machine can have.
+const (
+	RoleControlPlane = "controlplane"
+	RoleWorker       = "worker"
+)
+
+// Inventory is the spec of a cluster: only the user writes it.
+type Inventory struct {
+	APIVersion string    `required:"true" yaml:"apiVersion" json:"apiVersion" doc:"Always devata.dev/v1alpha1."`
+	Kind       string    `required:"true" yaml:"kind" json:"kind" doc:"Always Inventory."`
+	Cluster    Cluster   `required:"true" yaml:"cluster" json:"cluster" doc:"Cluster-wide settings."`
+	Machines   []Machine `required:"true" yaml:"machines" json:"machines" doc:"Every machine of the cluster."`
+
+	// Path is the file the inventory was loaded from; patch paths are relative to its directory.
+	Path string `yaml:"-" json:"-"`
+	// Warnings are findings that do not make the inventory invalid.
+	Warnings []string `yaml:"-" json:"-"`
+}
+
+// Cluster holds the settings shared by every machine.
+type Cluster struct {
+	Name              string      `required:"true" yaml:"name" json:"name" doc:"Cluster name (DNS-1123 label)."`
+	Endpoint          string      `required:"true" yaml:"endpoint" json:"endpoint" doc:"Kubernetes API endpoint, an https URL with a port."`
+	TalosVersion      string      `yaml:"talosVersion" json:"talosVersion" doc:"Talos version vX.Y.Z; selects the config contract and the install image. Default v1.11.0."`
+	KubernetesVersion string      `yaml:"kubernetesVersion" json:"kubernetesVersion" doc:"Kubernetes version vX.Y.Z. Default v1.34.1."`
+	InstallImage      string      `yaml:"installImage" json:"installImage" doc:"Installer image. Default ghcr.io/siderolabs/installer:<talosVersion>."`
+	Secrets           string      `yaml:"secrets" json:"secrets" doc:"Path of the secrets bundle (talosctl gen secrets format), relative to the inventory. Default secrets.yaml."`
+	Network           Network     `yaml:"network" json:"network" doc:"Cluster networking."`
+	Cilium            Cilium      `yaml:"cilium" json:"cilium" doc:"What Cilium is expected to run with."`
+	Patches           []string    `yaml:"patches" json:"patches" doc:"Config patch files applied to every machine, in order."`
+	ControlPlane      RoleOptions `yaml:"controlPlane" json:"controlPlane" doc:"Settings for control-plane machines."`
+	Workers           RoleOptions `yaml:"workers" json:"workers" doc:"Settings for worker machines."`
+}
+
+// Network describes the cluster network as Talos configures it.
+type Network struct {
+	CNI            string   `yaml:"cni" json:"cni" enum:"none,flannel" doc:"CNI Talos installs: none (Cilium installed separately) or flannel. Default none."`
+	KubeProxy      *bool    `yaml:"kubeProxy" json:"kubeProxy" doc:"Whether Talos deploys kube-proxy. Default false."`
+	PodSubnets     []string `yaml:"podSubnets" json:"podSubnets" doc:"Pod CIDRs. Default [10.244.0.0/16]."`
+	ServiceSubnets []string `yaml:"serviceSubnets" json:"serviceSubnets" doc:"Service CIDRs. Default [10.96.0.0/12]."`
+	DNSDomain      string   `yaml:"dnsDomain" json:"dnsDomain" doc:"Cluster DNS domain. Default cluster.local."`
+}
+
+// Cilium is what the Cilium agents are expected to run with.
+type Cilium struct {
+	KubeProxyReplacement *bool  `yaml:"kubeProxyReplacement" json:"kubeProxyReplacement" doc:"Cilium replaces kube-proxy. Default true."`
+	K8sServiceHost       string `yaml:"k8sServiceHost" json:"k8sServiceHost" doc:"API server host the agents use. Default localhost (KubePrism)."`
+	K8sServicePort       int    `yaml:"k8sServicePort" json:"k8sServicePort" doc:"API server port the agents use. Default 7445 (KubePrism)."`
+}
+
+// RoleOptions are settings for all machines of one role.
+type RoleOptions struct {
+	Patches []string `yaml:"patches" json:"patches" doc:"Config patch files applied to every machine of this role, after the cluster patches."`
+}
+
+// Machine is one Talos machine.
+type Machine struct {
+	Name                string               `required:"true" yaml:"name" json:"name" doc:"Machine name (DNS-1123 label); also its hostname and Kubernetes node name."`
+	Role                string               `required:"true" yaml:"role" json:"role" enum:"controlplane,worker" doc:"controlplane or worker."`
+	Address             string               `required:"true" yaml:"address" json:"address" doc:"Talos API address: an IP or DNS name, optionally with :port."`
+	Port                int                  `yaml:"port" json:"port" doc:"Talos API port. Default 50000, or the port given in address."`
+	InstallDisk         string               `yaml:"installDisk" json:"installDisk" doc:"Install disk device path, e.g. /dev/nvme0n1. Exactly one of installDisk and installDiskSelector."`
+	InstallDiskSelector *InstallDiskSelector `yaml:"installDiskSelector" json:"installDiskSelector" doc:"Select the install disk by its properties instead of a path."`
+	Patches             []string             `yaml:"patches" json:"patches" doc:"Config patch files for this machine, applied last."`
+	Labels              map[string]string    `yaml:"labels" json:"labels" doc:"Kubernetes node labels."`
+	Volumes             []Volume             `yaml:"volumes" json:"volumes" doc:"User volumes, rendered as UserVolumeConfig and expected at /var/mnt/<name>."`
+}
+
+// InstallDiskSelector mirrors Talos' machine.install.diskSelector.
+type InstallDiskSelector struct {
+	Size     string `yaml:"size" json:"size" doc:"Size match, e.g. '>= 500GB' or '1TB'."`
+	Name     string `yaml:"name" json:"name" doc:"Disk name, e.g. nvme0n1."`
+	Model    string `yaml:"model" json:"model" doc:"Disk model (glob)."`
+	Serial   string `yaml:"serial" json:"serial" doc:"Disk serial number (glob)."`
+	Modalias string `yaml:"modalias" json:"modalias" doc:"Disk modalias (glob)."`
+	UUID     string `yaml:"uuid" json:"uuid" doc:"Disk UUID (glob)."`
+	WWID     string `yaml:"wwid" json:"wwid" doc:"Disk WWID (glob)."`
+	Type     string `yaml:"type" json:"type" enum:",ssd,hdd,nvme,sd" doc:"Disk type: ssd, hdd, nvme or sd."`
+	BusPath  string `yaml:"busPath" json:"busPath" doc:"Disk bus path (glob)."`
+}
+
+// Volume is a user volume Talos provisions and mounts at /var/mnt/<name>.
+type Volume struct {
+	Name         string `required:"true" yaml:"name" json:"name" doc:"Volume name (DNS-1123 label); Talos calls it u-<name>."`
+	MinSize      string `required:"true" yaml:"minSize" json:"minSize" doc:"Minimum size, e.g. 100GiB."`
+	MaxSize      string `yaml:"maxSize" json:"maxSize" doc:"Maximum size, e.g. 1TiB. Default: grow to fill the disk."`
+	Filesystem   string `yaml:"filesystem" json:"filesystem" enum:"xfs,ext4" doc:"Filesystem: xfs or ext4. Default xfs."`
+	DiskSelector string `required:"true" yaml:"diskSelector" json:"diskSelector" doc:"CEL expression selecting the disk, e.g. '!system_disk'."`
+	KubeletMount string `yaml:"kubeletMount" json:"kubeletMount" enum:",rw,ro" doc:"Mount the volume into the kubelet: rw or ro (bind, rshared). Default: not mounted."`
+}
+
+// IsControlPlane reports whether m is a control-plane machine.
+func (m *Machine) IsControlPlane() bool { return m.Role == RoleControlPlane }
+
+// Endpoint is the machine's Talos API address as host:port.
+func (m *Machine) Endpoint() string { return joinHostPort(m.Address, m.Port) }
+
+// ControlPlanes returns the control-plane machines in inventory order.
+func (inv *Inventory) ControlPlanes() []*Machine {
+	var out []*Machine
+	for i := range inv.Machines {
+		if inv.Machines[i].IsControlPlane() {
+			out = append(out, &inv.Machines[i])
+		}
+	}
+	return out
+}
+
+// Machine returns the machine with the given name, or nil.
+func (inv *Inventory) Machine(name string) *Machine {
+	for i := range inv.Machines {
+		if inv.Machines[i].Name == name {
+			return &inv.Machines[i]
+		}
+	}
+	return nil
+}

@@ -1,0 +1,392 @@
+package inventory
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/siderolabs/talos/pkg/machinery/cel"
+	"github.com/siderolabs/talos/pkg/machinery/cel/celenv"
+	"github.com/siderolabs/talos/pkg/machinery/config"
+	"github.com/siderolabs/talos/pkg/machinery/config/configpatcher"
+	"github.com/siderolabs/talos/pkg/machinery/config/types/block"
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+var (
+	versionRE    = regexp.MustCompile(`^v(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)$`)
+	looksNumeric = regexp.MustCompile(`^[0-9.]+$`)
+	volumeNameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]*[a-z0-9])?$`)
+)
+
+// validator collects every finding of one inventory; it never stops at the first.
+type validator struct {
+	inv   *Inventory
+	dir   string
+	d     *decoder
+	errs  []*FieldError
+	warns []string
+}
+
+func (v *validator) errorf(path, format string, args ...any) {
+	if v.d.bad[path] {
+		return // the decoder already said what is wrong here
+	}
+	v.errs = append(v.errs, &FieldError{File: v.d.file, Pos: v.position(path), Field: path, Msg: fmt.Sprintf(format, args...)})
+}
+
+func (v *validator) warnf(path, format string, args ...any) {
+	e := &FieldError{File: v.d.file, Pos: v.position(path), Field: path, Msg: fmt.Sprintf(format, args...)}
+	v.warns = append(v.warns, e.Error())
+}
+
+// position finds where path was written, or where its closest written parent was.
+func (v *validator) position(path string) Pos {
+	for p := path; p != ""; p = parentPath(p) {
+		if pos, ok := v.d.pos[p]; ok {
+			return pos
+		}
+	}
+	return Pos{Line: 1, Column: 1}
+}
+
+func parentPath(p string) string {
+	i := strings.LastIndexAny(p, ".[")
+	if i < 0 {
+		return ""
+	}
+	return p[:i]
+}
+
+func (v *validator) validate() {
+	inv := v.inv
+	if inv.APIVersion != APIVersion {
+		v.errorf("apiVersion", "must be %q, got %q", APIVersion, inv.APIVersion)
+	}
+	if inv.Kind != Kind {
+		v.errorf("kind", "must be %q, got %q", Kind, inv.Kind)
+	}
+	v.validateCluster(&inv.Cluster)
+	v.validateMachines()
+}
+
+func (v *validator) validateCluster(c *Cluster) {
+	v.dns1123Label("cluster.name", c.Name)
+	v.validateEndpoint("cluster.endpoint", c.Endpoint)
+	if v.version("cluster.talosVersion", c.TalosVersion) {
+		if _, err := config.ParseContractFromVersion(c.TalosVersion); err != nil {
+			v.errorf("cluster.talosVersion", "not a Talos version machinery knows: %v", err)
+		}
+	}
+	v.version("cluster.kubernetesVersion", c.KubernetesVersion)
+	if strings.ContainsAny(c.InstallImage, " \t") || !strings.Contains(c.InstallImage, ":") && !strings.Contains(c.InstallImage, "@") {
+		v.errorf("cluster.installImage", "%q is not an image reference with a tag or digest, e.g. %s:%s", c.InstallImage, installerImage, c.TalosVersion)
+	}
+
+	n := &c.Network
+	if n.CNI != "none" && n.CNI != "flannel" {
+		v.errorf("cluster.network.cni", "must be none or flannel, got %q", n.CNI)
+	}
+	var prefixes []namedPrefix
+	prefixes = append(prefixes, v.cidrs("cluster.network.podSubnets", n.PodSubnets)...)
+	prefixes = append(prefixes, v.cidrs("cluster.network.serviceSubnets", n.ServiceSubnets)...)
+	for i := range prefixes {
+		for j := i + 1; j < len(prefixes); j++ {
+			if prefixes[i].p.Overlaps(prefixes[j].p) {
+				v.errorf(prefixes[j].path, "%s overlaps %s (%s): pod and service subnets must not overlap", prefixes[j].p, prefixes[i].path, prefixes[i].p)
+			}
+		}
+	}
+	if len(validation.IsDNS1123Subdomain(n.DNSDomain)) > 0 {
+		v.errorf("cluster.network.dnsDomain", "%q is not a DNS domain", n.DNSDomain)
+	}
+
+	cl := &c.Cilium
+	if *cl.KubeProxyReplacement {
+		if *n.KubeProxy {
+			v.errorf("cluster.network.kubeProxy", "kube-proxy is enabled while cilium.kubeProxyReplacement is true: set kubeProxy: false (or kubeProxyReplacement: false)")
+		}
+		if n.CNI != "none" {
+			v.errorf("cluster.cilium.kubeProxyReplacement", "Cilium replaces kube-proxy only as the CNI: set cluster.network.cni: none")
+		}
+	}
+	if cl.K8sServicePort < 1 || cl.K8sServicePort > 65535 {
+		v.errorf("cluster.cilium.k8sServicePort", "port %d out of range 1-65535", cl.K8sServicePort)
+	}
+	if cl.K8sServiceHost != "localhost" && !validHost(cl.K8sServiceHost) {
+		v.errorf("cluster.cilium.k8sServiceHost", "%q is not a host name or IP address", cl.K8sServiceHost)
+	}
+
+	v.patches("cluster.patches", c.Patches)
+	v.patches("cluster.controlPlane.patches", c.ControlPlane.Patches)
+	v.patches("cluster.workers.patches", c.Workers.Patches)
+}
+
+func (v *validator) validateMachines() {
+	inv := v.inv
+	if len(inv.Machines) == 0 {
+		v.errorf("machines", "no machines: list at least one control-plane machine")
+		return
+	}
+	names := map[string]string{}
+	endpoints := map[string]string{}
+	controlPlanes := 0
+	for i := range inv.Machines {
+		m := &inv.Machines[i]
+		p := fmt.Sprintf("machines[%d]", i)
+		if v.dns1123Label(p+".name", m.Name) {
+			if first, dup := names[m.Name]; dup {
+				v.errorf(p+".name", "duplicate machine name %q (also %s)", m.Name, first)
+			}
+			names[m.Name] = p
+		}
+		switch m.Role {
+		case RoleControlPlane:
+			controlPlanes++
+		case RoleWorker:
+		case "":
+			v.errorf(p+".role", "required: controlplane or worker")
+		default:
+			v.errorf(p+".role", "must be controlplane or worker, got %q", m.Role)
+		}
+		v.validateAddress(p, m)
+		if m.Address != "" {
+			if first, dup := endpoints[m.Endpoint()]; dup {
+				v.errorf(p+".address", "address %s is already used by %s", m.Endpoint(), first)
+			}
+			endpoints[m.Endpoint()] = p
+		}
+		v.validateInstallDisk(p, m)
+		v.patches(p+".patches", m.Patches)
+		for k, val := range m.Labels {
+			lp := fmt.Sprintf("%s.labels[%q]", p, k)
+			for _, msg := range validation.IsQualifiedName(k) {
+				v.errorf(lp, "invalid label key: %s", msg)
+			}
+			for _, msg := range validation.IsValidLabelValue(val) {
+				v.errorf(lp, "invalid label value %q: %s", val, msg)
+			}
+		}
+		v.validateVolumes(p, m.Volumes)
+	}
+	switch {
+	case controlPlanes == 0:
+		v.errorf("machines", "no control-plane machine: give at least one machine role: controlplane")
+	case controlPlanes%2 == 0:
+		v.warnf("machines", "%d control planes: an even count tolerates no more etcd failures than %d; use an odd number", controlPlanes, controlPlanes-1)
+	}
+}
+
+func (v *validator) validateAddress(p string, m *Machine) {
+	switch {
+	case m.Address == "":
+		v.errorf(p+".address", "required: the machine's Talos API address (IP or DNS name)")
+	case strings.Contains(m.Address, "://"):
+		v.errorf(p+".address", "%q is a URL: give only the host, e.g. 10.20.0.11 or 10.20.0.11:50000", m.Address)
+	default:
+		if _, port, err := net.SplitHostPort(m.Address); err == nil {
+			v.errorf(p+".address", "address carries port %s but port is %d: give the port once", port, m.Port)
+		} else if !validHost(m.Address) {
+			v.errorf(p+".address", "%q is neither an IP address nor a DNS name", m.Address)
+		}
+	}
+	if m.Port < 1 || m.Port > 65535 {
+		v.errorf(p+".port", "port %d out of range 1-65535", m.Port)
+	}
+}
+
+func (v *validator) validateInstallDisk(p string, m *Machine) {
+	switch {
+	case m.InstallDisk != "" && m.InstallDiskSelector != nil:
+		v.errorf(p+".installDiskSelector", "set installDisk or installDiskSelector, not both")
+	case m.InstallDisk == "" && m.InstallDiskSelector == nil:
+		v.errorf(p+".installDisk", "required: the disk Talos installs to (e.g. /dev/nvme0n1), or an installDiskSelector; devata never guesses a disk to wipe")
+	case m.InstallDisk != "":
+		if !strings.HasPrefix(m.InstallDisk, "/dev/") || strings.ContainsAny(m.InstallDisk, " \t") {
+			v.errorf(p+".installDisk", "%q is not a device path under /dev/", m.InstallDisk)
+		}
+	default:
+		if *m.InstallDiskSelector == (InstallDiskSelector{}) {
+			v.errorf(p+".installDiskSelector", "empty selector would match any disk: set at least one of size, name, model, serial, modalias, uuid, wwid, type, busPath")
+		}
+		switch m.InstallDiskSelector.Type {
+		case "", "ssd", "hdd", "nvme", "sd":
+		default:
+			v.errorf(p+".installDiskSelector.type", "must be ssd, hdd, nvme or sd, got %q", m.InstallDiskSelector.Type)
+		}
+	}
+}
+
+func (v *validator) validateVolumes(p string, vols []Volume) {
+	seen := map[string]string{}
+	for j := range vols {
+		vol := &vols[j]
+		vp := fmt.Sprintf("%s.volumes[%d]", p, j)
+		switch {
+		case vol.Name == "":
+			v.errorf(vp+".name", "required")
+		case len(vol.Name) > 34 || !volumeNameRE.MatchString(vol.Name):
+			v.errorf(vp+".name", "%q: Talos volume names are 1-34 lowercase letters, digits and '-'", vol.Name)
+		default:
+			if first, dup := seen[vol.Name]; dup {
+				v.errorf(vp+".name", "duplicate volume %q (also %s)", vol.Name, first)
+			}
+			seen[vol.Name] = vp
+		}
+		var minSize, maxSize uint64
+		if vol.MinSize == "" {
+			v.errorf(vp+".minSize", "required: the smallest size the volume may have, e.g. 100GiB")
+		} else {
+			minSize = v.byteSize(vp+".minSize", vol.MinSize)
+		}
+		if vol.MaxSize != "" {
+			maxSize = v.byteSize(vp+".maxSize", vol.MaxSize)
+			if minSize > 0 && maxSize > 0 && maxSize < minSize {
+				v.errorf(vp+".maxSize", "%s is smaller than minSize %s", vol.MaxSize, vol.MinSize)
+			}
+		}
+		if vol.Filesystem != "xfs" && vol.Filesystem != "ext4" {
+			v.errorf(vp+".filesystem", "must be xfs or ext4, got %q", vol.Filesystem)
+		}
+		if strings.TrimSpace(vol.DiskSelector) == "" {
+			v.errorf(vp+".diskSelector", "required: a CEL expression choosing the disk, e.g. '!system_disk'")
+		} else if _, err := cel.ParseBooleanExpression(vol.DiskSelector, celenv.DiskLocator()); err != nil {
+			v.errorf(vp+".diskSelector", "invalid CEL expression: %s", oneLine(err.Error()))
+		}
+		switch vol.KubeletMount {
+		case "", "rw", "ro":
+		default:
+			v.errorf(vp+".kubeletMount", "must be rw or ro (or omitted), got %q", vol.KubeletMount)
+		}
+	}
+}
+
+func (v *validator) byteSize(path, s string) uint64 {
+	var bs block.ByteSize
+	if err := bs.UnmarshalText([]byte(s)); err != nil || bs.Value() == 0 {
+		v.errorf(path, "%q is not a size: use a number with a unit, e.g. 100GiB or 500GB", s)
+		return 0
+	}
+	return bs.Value()
+}
+
+// patches checks that every patch file exists and loads with machinery's configpatcher.
+func (v *validator) patches(path string, files []string) {
+	for i, f := range files {
+		pp := fmt.Sprintf("%s[%d]", path, i)
+		if f == "" {
+			v.errorf(pp, "empty patch path")
+			continue
+		}
+		data, err := os.ReadFile(ResolvePath(v.dir, f))
+		if err != nil {
+			v.errorf(pp, "cannot read patch %s: %v", f, unwrapPathError(err))
+			continue
+		}
+		if _, err := configpatcher.LoadPatch(data); err != nil {
+			v.errorf(pp, "patch %s does not load as a Talos config patch: %s", f, oneLine(err.Error()))
+		}
+	}
+}
+
+// ResolvePath makes a path from the inventory relative to the inventory's directory.
+func ResolvePath(dir, p string) string {
+	if filepath.IsAbs(p) {
+		return p
+	}
+	return filepath.Join(dir, p)
+}
+
+func unwrapPathError(err error) error {
+	if pe, ok := err.(*os.PathError); ok {
+		return pe.Err
+	}
+	return err
+}
+
+func (v *validator) dns1123Label(path, s string) bool {
+	if s == "" {
+		v.errorf(path, "required")
+		return false
+	}
+	if len(validation.IsDNS1123Label(s)) > 0 {
+		v.errorf(path, "%q is not a DNS-1123 label: use at most 63 lowercase letters, digits and '-', starting and ending with a letter or digit", s)
+		return false
+	}
+	return true
+}
+
+func (v *validator) version(path, s string) bool {
+	if !versionRE.MatchString(s) {
+		v.errorf(path, "%q is not a version of the form vX.Y.Z", s)
+		return false
+	}
+	return true
+}
+
+func (v *validator) validateEndpoint(path, s string) {
+	if s == "" {
+		v.errorf(path, "required: the Kubernetes API URL, e.g. https://10.20.0.10:6443")
+		return
+	}
+	u, err := url.Parse(s)
+	switch {
+	case err != nil:
+		v.errorf(path, "%q is not a URL: %v", s, err)
+	case u.Scheme != "https":
+		v.errorf(path, "%q: scheme must be https", s)
+	case u.Port() == "":
+		v.errorf(path, "%q has no port: add one, e.g. :6443", s)
+	case !validHost(u.Hostname()):
+		v.errorf(path, "%q: %q is not a host name or IP address", s, u.Hostname())
+	case u.Path != "" && u.Path != "/" || u.RawQuery != "" || u.User != nil:
+		v.errorf(path, "%q: give only scheme, host and port", s)
+	default:
+		if p, _ := strconv.Atoi(u.Port()); p < 1 || p > 65535 {
+			v.errorf(path, "%q: port out of range 1-65535", s)
+		}
+	}
+}
+
+type namedPrefix struct {
+	path string
+	p    netip.Prefix
+}
+
+func (v *validator) cidrs(path string, list []string) []namedPrefix {
+	var out []namedPrefix
+	for i, s := range list {
+		ip := fmt.Sprintf("%s[%d]", path, i)
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			v.errorf(ip, "%q is not a CIDR, e.g. 10.244.0.0/16", s)
+			continue
+		}
+		if p.Masked() != p {
+			v.errorf(ip, "%q has host bits set: use %s", s, p.Masked())
+			continue
+		}
+		out = append(out, namedPrefix{ip, p})
+	}
+	return out
+}
+
+func validHost(h string) bool {
+	if _, err := netip.ParseAddr(h); err == nil {
+		return true
+	}
+	if looksNumeric.MatchString(h) {
+		return false // meant as an IPv4 address, and not a valid one
+	}
+	return len(validation.IsDNS1123Subdomain(h)) == 0
+}
+
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(s), " ")
+}
