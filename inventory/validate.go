@@ -16,6 +16,8 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/config"
 	"github.com/siderolabs/talos/pkg/machinery/config/configpatcher"
 	"github.com/siderolabs/talos/pkg/machinery/config/types/block"
+	"github.com/siderolabs/talos/pkg/machinery/config/types/v1alpha1"
+	"gopkg.in/yaml.v3"
 	"k8s.io/apimachinery/pkg/util/validation"
 )
 
@@ -214,6 +216,12 @@ func (v *validator) validateInstallDisk(p string, m *Machine) {
 	default:
 		if *m.InstallDiskSelector == (InstallDiskSelector{}) {
 			v.errorf(p+".installDiskSelector", "empty selector would match any disk: set at least one of size, name, model, serial, modalias, uuid, wwid, type, busPath")
+		}
+		if size := m.InstallDiskSelector.Size; size != "" {
+			var matcher v1alpha1.InstallDiskSizeMatcher
+			if err := yaml.Unmarshal([]byte(strconv.Quote(size)), &matcher); err != nil {
+				v.errorf(p+".installDiskSelector.size", "%q: %s; use e.g. '>= 500GB'", size, oneLine(strings.TrimPrefix(err.Error(), "yaml: ")))
+			}
 		}
 		switch m.InstallDiskSelector.Type {
 		case "", "ssd", "hdd", "nvme", "sd":

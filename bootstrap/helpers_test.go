@@ -1,0 +1,34 @@
+package bootstrap_test
+
+import (
+	"testing"
+
+	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
+	"github.com/siderolabs/talos/pkg/machinery/config/configpatcher"
+	"github.com/siderolabs/talos/pkg/machinery/config/encoder"
+)
+
+func patchBytes(t *testing.T, cfg []byte, patch string) []byte {
+	t.Helper()
+	p, err := configpatcher.LoadPatch([]byte(patch))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := configloader.NewFromBytes(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := configpatcher.Apply(configpatcher.WithConfig(c), []configpatcher.Patch{p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc, err := out.Config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := pc.EncodeBytes(encoder.WithComments(encoder.CommentsDisabled))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}

@@ -1,0 +1,345 @@
+package bootstrap
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+
+	"github.com/hashicorp/go-multierror"
+	"github.com/siderolabs/go-pointer"
+	coreconfig "github.com/siderolabs/talos/pkg/machinery/config"
+	"github.com/siderolabs/talos/pkg/machinery/config/config"
+	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
+	"github.com/siderolabs/talos/pkg/machinery/config/configpatcher"
+	"github.com/siderolabs/talos/pkg/machinery/config/container"
+	"github.com/siderolabs/talos/pkg/machinery/config/encoder"
+	"github.com/siderolabs/talos/pkg/machinery/config/generate"
+	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
+	"github.com/siderolabs/talos/pkg/machinery/config/machine"
+	"github.com/siderolabs/talos/pkg/machinery/config/types/block"
+	"github.com/siderolabs/talos/pkg/machinery/config/types/v1alpha1"
+	"github.com/siderolabs/talos/pkg/machinery/config/validation"
+	"github.com/siderolabs/talos/pkg/machinery/role"
+	"gopkg.in/yaml.v3"
+
+	"devata.dev/devata/inventory"
+)
+
+// Rendered is one machine's desired Talos config.
+type Rendered struct {
+	Machine string
+	Role    string
+	// Config is the machine config as sent to Talos: multi-document YAML, no comments.
+	Config []byte
+	// Patches lists the patch files applied, in order (cluster, role, machine).
+	Patches []string
+}
+
+// Renderer renders machine configs for one inventory and secrets bundle. The
+// generated base config and the cluster and role patches are applied once per
+// role; per machine only the machine's own fields and patches are applied.
+type Renderer struct {
+	inv   *inventory.Inventory
+	input *generate.Input
+	base  map[string]coreconfig.Provider // role -> base with cluster and role patches
+	// patches applied to the base of each role, for reporting
+	rolePatches map[string][]string
+	loaded      map[string]configpatcher.Patch
+}
+
+// NewRenderer prepares rendering: it generates the base configs from the
+// cluster section and loads every patch file once.
+func NewRenderer(inv *inventory.Inventory, bundle *secrets.Bundle) (*Renderer, error) {
+	c := &inv.Cluster
+	contract, err := coreconfig.ParseContractFromVersion(c.TalosVersion)
+	if err != nil {
+		return nil, fmt.Errorf("cluster.talosVersion %s: %w", c.TalosVersion, err)
+	}
+	opts := []generate.Option{
+		generate.WithSecretsBundle(bundle),
+		generate.WithVersionContract(contract),
+		generate.WithInstallImage(c.InstallImage),
+		generate.WithDNSDomain(c.Network.DNSDomain),
+		generate.WithClusterCNIConfig(&v1alpha1.CNIConfig{CNIName: c.Network.CNI}),
+		generate.WithEndpointList(controlPlaneAddresses(inv)),
+		generate.WithRoles(role.MakeSet(role.Admin)),
+	}
+	if c.Cilium.K8sServiceHost == "localhost" {
+		// Cilium reaches the API server through KubePrism on every node.
+		opts = append(opts, generate.WithKubePrismPort(c.Cilium.K8sServicePort))
+	}
+	input, err := generate.NewInput(c.Name, c.Endpoint, trimV(c.KubernetesVersion), opts...)
+	if err != nil {
+		return nil, fmt.Errorf("generate input: %w", err)
+	}
+	input.PodNet = slices.Clone(c.Network.PodSubnets)
+	input.ServiceNet = slices.Clone(c.Network.ServiceSubnets)
+
+	r := &Renderer{inv: inv, input: input, base: map[string]coreconfig.Provider{}, rolePatches: map[string][]string{}, loaded: map[string]configpatcher.Patch{}}
+	for _, rl := range []struct {
+		name    string
+		typ     machine.Type
+		patches []string
+	}{
+		{inventory.RoleControlPlane, machine.TypeControlPlane, c.ControlPlane.Patches},
+		{inventory.RoleWorker, machine.TypeWorker, c.Workers.Patches},
+	} {
+		cfg, err := input.Config(rl.typ)
+		if err != nil {
+			return nil, fmt.Errorf("generate %s config: %w", rl.name, err)
+		}
+		cfg, err = cfg.PatchV1Alpha1(func(cfg *v1alpha1.Config) error {
+			cfg.ClusterConfig.ProxyConfig = &v1alpha1.ProxyConfig{Disabled: pointer.To(!*c.Network.KubeProxy)}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		files := append(slices.Clone(c.Patches), rl.patches...)
+		cfg, err = r.applyPatches(cfg, files)
+		if err != nil {
+			return nil, fmt.Errorf("%s patches: %w", rl.name, err)
+		}
+		r.base[rl.name] = cfg
+		r.rolePatches[rl.name] = files
+	}
+	return r, nil
+}
+
+func (r *Renderer) applyPatches(cfg coreconfig.Provider, files []string) (coreconfig.Provider, error) {
+	if len(files) == 0 {
+		return cfg, nil
+	}
+	patches := make([]configpatcher.Patch, 0, len(files))
+	for _, f := range files {
+		p, err := r.patch(f)
+		if err != nil {
+			return nil, err
+		}
+		patches = append(patches, p)
+	}
+	out, err := configpatcher.Apply(configpatcher.WithConfig(cfg), patches)
+	if err != nil {
+		return nil, fmt.Errorf("apply patches %v: %w", files, err)
+	}
+	return out.Config()
+}
+
+func (r *Renderer) patch(file string) (configpatcher.Patch, error) {
+	if p, ok := r.loaded[file]; ok {
+		return p, nil
+	}
+	data, err := os.ReadFile(inventory.ResolvePath(filepath.Dir(r.inv.Path), file))
+	if err != nil {
+		return nil, fmt.Errorf("read patch: %w", err)
+	}
+	p, err := configpatcher.LoadPatch(data)
+	if err != nil {
+		return nil, fmt.Errorf("load patch %s: %w", file, err)
+	}
+	r.loaded[file] = p
+	return p, nil
+}
+
+// Render renders one machine: the role's base, then the machine's inventory
+// fields (hostname, install disk, labels, volumes, kubelet mounts), then the
+// machine's own patches, which may override anything before them.
+func (r *Renderer) Render(m *inventory.Machine) (*Rendered, error) {
+	cfg, err := r.Provider(m)
+	if err != nil {
+		return nil, err
+	}
+	data, err := cfg.EncodeBytes(encoder.WithComments(encoder.CommentsDisabled))
+	if err != nil {
+		return nil, fmt.Errorf("%s: encode config: %w", m.Name, err)
+	}
+	return &Rendered{
+		Machine: m.Name,
+		Role:    m.Role,
+		Config:  data,
+		Patches: append(slices.Clone(r.rolePatches[m.Role]), m.Patches...),
+	}, nil
+}
+
+// Provider renders one machine as a machinery config provider.
+func (r *Renderer) Provider(m *inventory.Machine) (coreconfig.Provider, error) {
+	base, ok := r.base[m.Role]
+	if !ok {
+		return nil, fmt.Errorf("%s: unknown role %q", m.Name, m.Role)
+	}
+	cfg, err := base.PatchV1Alpha1(func(cfg *v1alpha1.Config) error {
+		return applyMachineFields(cfg, m)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", m.Name, err)
+	}
+	if len(m.Volumes) > 0 {
+		docs := slices.Clone(cfg.Documents())
+		for _, vol := range m.Volumes {
+			doc, err := userVolume(vol)
+			if err != nil {
+				return nil, fmt.Errorf("%s: volume %s: %w", m.Name, vol.Name, err)
+			}
+			docs = append(docs, doc)
+		}
+		if cfg, err = container.New(docs...); err != nil {
+			return nil, fmt.Errorf("%s: %w", m.Name, err)
+		}
+	}
+	if cfg, err = r.applyPatches(cfg, m.Patches); err != nil {
+		return nil, fmt.Errorf("%s: %w", m.Name, err)
+	}
+	return cfg, nil
+}
+
+func applyMachineFields(cfg *v1alpha1.Config, m *inventory.Machine) error {
+	mc := cfg.MachineConfig
+	if mc.MachineNetwork == nil {
+		mc.MachineNetwork = &v1alpha1.NetworkConfig{}
+	}
+	mc.MachineNetwork.NetworkHostname = m.Name
+	if mc.MachineInstall == nil {
+		mc.MachineInstall = &v1alpha1.InstallConfig{}
+	}
+	if m.InstallDisk != "" {
+		mc.MachineInstall.InstallDisk = m.InstallDisk
+		mc.MachineInstall.InstallDiskSelector = nil
+	} else if s := m.InstallDiskSelector; s != nil {
+		sel := &v1alpha1.InstallDiskSelector{
+			Name: s.Name, Model: s.Model, Serial: s.Serial, Modalias: s.Modalias,
+			UUID: s.UUID, WWID: s.WWID, Type: v1alpha1.InstallDiskType(s.Type), BusPath: s.BusPath,
+		}
+		if s.Size != "" {
+			sel.Size = &v1alpha1.InstallDiskSizeMatcher{}
+			if err := yaml.Unmarshal([]byte(strconv.Quote(s.Size)), sel.Size); err != nil {
+				return fmt.Errorf("installDiskSelector.size: %w", err)
+			}
+		}
+		mc.MachineInstall.InstallDisk = ""
+		mc.MachineInstall.InstallDiskSelector = sel
+	}
+	if len(m.Labels) > 0 {
+		labels := make(map[string]string, len(mc.MachineNodeLabels)+len(m.Labels))
+		for k, v := range mc.MachineNodeLabels {
+			labels[k] = v
+		}
+		for k, v := range m.Labels {
+			labels[k] = v
+		}
+		mc.MachineNodeLabels = labels
+	}
+	for _, vol := range m.Volumes {
+		if vol.KubeletMount == "" {
+			continue
+		}
+		if mc.MachineKubelet == nil {
+			mc.MachineKubelet = &v1alpha1.KubeletConfig{}
+		}
+		path := VolumeMountPath(vol.Name)
+		mc.MachineKubelet.KubeletExtraMounts = append(mc.MachineKubelet.KubeletExtraMounts, v1alpha1.ExtraMount{
+			Destination: path,
+			Type:        "bind",
+			Source:      path,
+			Options:     []string{"bind", "rshared", vol.KubeletMount},
+		})
+	}
+	return nil
+}
+
+// VolumeMountPath is where Talos mounts a user volume.
+func VolumeMountPath(name string) string { return "/var/mnt/" + name }
+
+func userVolume(vol inventory.Volume) (config.Document, error) {
+	doc := block.NewUserVolumeConfigV1Alpha1()
+	doc.MetaName = vol.Name
+	if err := doc.ProvisioningSpec.DiskSelectorSpec.Match.UnmarshalText([]byte(vol.DiskSelector)); err != nil {
+		return nil, fmt.Errorf("diskSelector: %w", err)
+	}
+	if err := doc.ProvisioningSpec.ProvisioningMinSize.UnmarshalText([]byte(vol.MinSize)); err != nil {
+		return nil, fmt.Errorf("minSize: %w", err)
+	}
+	if vol.MaxSize != "" {
+		if err := doc.ProvisioningSpec.ProvisioningMaxSize.UnmarshalText([]byte(vol.MaxSize)); err != nil {
+			return nil, fmt.Errorf("maxSize: %w", err)
+		}
+	} else {
+		doc.ProvisioningSpec.ProvisioningGrow = pointer.To(true)
+	}
+	if err := doc.FilesystemSpec.FilesystemType.UnmarshalText([]byte(vol.Filesystem)); err != nil {
+		return nil, fmt.Errorf("filesystem: %w", err)
+	}
+	return doc, nil
+}
+
+// Render renders every machine of the inventory. Per-machine failures are
+// collected, so one bad machine patch does not hide the others.
+func Render(inv *inventory.Inventory, bundle *secrets.Bundle) ([]*Rendered, error) {
+	r, err := NewRenderer(inv, bundle)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*Rendered, 0, len(inv.Machines))
+	var errs *multierror.Error
+	for i := range inv.Machines {
+		rd, err := r.Render(&inv.Machines[i])
+		if err != nil {
+			errs = multierror.Append(errs, err)
+			continue
+		}
+		out = append(out, rd)
+	}
+	return out, errs.ErrorOrNil()
+}
+
+// Talosconfig returns a talosctl client config for the cluster with an os:admin
+// client certificate, endpoints set to the control planes and nodes to every machine.
+func (r *Renderer) Talosconfig() ([]byte, error) {
+	tc, err := r.input.Talosconfig()
+	if err != nil {
+		return nil, err
+	}
+	ctx := tc.Contexts[tc.Context]
+	ctx.Nodes = nil
+	for i := range r.inv.Machines {
+		ctx.Nodes = append(ctx.Nodes, r.inv.Machines[i].Address)
+	}
+	return tc.Bytes()
+}
+
+// Validate validates a rendered config as Talos would on a bare-metal machine
+// that installs to disk. It returns machinery's warnings.
+func Validate(data []byte) ([]string, error) {
+	cfg, err := configloader.NewFromBytes(data)
+	if err != nil {
+		return nil, err
+	}
+	return cfg.Validate(metalMode{}, validation.WithLocal())
+}
+
+// metalMode is Talos' runtime mode for a bare-metal machine.
+type metalMode struct{}
+
+func (metalMode) String() string        { return "metal" }
+func (metalMode) RequiresInstall() bool { return true }
+func (metalMode) InContainer() bool     { return false }
+
+func controlPlaneAddresses(inv *inventory.Inventory) []string {
+	var out []string
+	for _, m := range inv.ControlPlanes() {
+		if m.Port == inventory.DefaultTalosAPIPort {
+			out = append(out, m.Address)
+		} else {
+			out = append(out, m.Endpoint())
+		}
+	}
+	return out
+}
+
+func trimV(v string) string {
+	if len(v) > 0 && v[0] == 'v' {
+		return v[1:]
+	}
+	return v
+}

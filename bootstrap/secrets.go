@@ -1,0 +1,124 @@
+// Package bootstrap owns the first build of a cluster: the secrets bundle
+// (talosctl-compatible), rendering each machine's desired Talos config from the
+// inventory, and the bootstrap sequence. It never decides drift; checks do.
+package bootstrap
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/siderolabs/talos/pkg/machinery/config"
+	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
+	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
+	"gopkg.in/yaml.v3"
+)
+
+// SecretsFileMode is the mode every secret file devata writes gets.
+const SecretsFileMode fs.FileMode = 0o600
+
+// ErrExists is returned when a write would replace an existing file without force.
+var ErrExists = errors.New("file exists")
+
+// NewSecrets creates a new secrets bundle for the given Talos version, as
+// `talosctl gen secrets` does (about 1-2 s: it makes an RSA-4096 key).
+func NewSecrets(talosVersion string) (*secrets.Bundle, error) {
+	contract, err := config.ParseContractFromVersion(talosVersion)
+	if err != nil {
+		return nil, fmt.Errorf("talos version %s: %w", talosVersion, err)
+	}
+	return secrets.NewBundle(secrets.NewFixedClock(time.Now()), contract)
+}
+
+// SecretsFromConfig recovers the secrets bundle from a control-plane machine
+// config, for reconstruction when the bundle itself is lost.
+func SecretsFromConfig(path string) (*secrets.Bundle, error) {
+	cfg, err := configloader.NewFromFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("load machine config %s: %w", path, err)
+	}
+	if !cfg.Machine().Type().IsControlPlane() {
+		return nil, fmt.Errorf("%s is a %s config: the bundle can only be recovered from a control-plane config, which carries the CA keys", path, cfg.Machine().Type())
+	}
+	b := secrets.NewBundleFromConfig(secrets.NewFixedClock(time.Now()), cfg)
+	if err := b.Validate(); err != nil {
+		return nil, fmt.Errorf("recovered bundle from %s is incomplete: %w", path, err)
+	}
+	return b, nil
+}
+
+// LoadSecrets reads a talosctl-format secrets bundle.
+func LoadSecrets(path string) (*secrets.Bundle, error) {
+	b, err := secrets.LoadBundle(path)
+	if err != nil {
+		return nil, fmt.Errorf("load secrets bundle %s: %w (create one with `devata gen secrets`, or recover it with `devata gen secrets --from-controlplane-config`)", path, err)
+	}
+	if err := b.Validate(); err != nil {
+		return nil, fmt.Errorf("secrets bundle %s is invalid: %w", path, err)
+	}
+	return b, nil
+}
+
+// MarshalSecrets encodes a bundle exactly as `talosctl gen secrets` writes it.
+func MarshalSecrets(b *secrets.Bundle) ([]byte, error) {
+	return yaml.Marshal(b)
+}
+
+// WriteSecrets writes a bundle with mode 0600; it refuses to replace an
+// existing file unless force is set.
+func WriteSecrets(path string, b *secrets.Bundle, force bool) error {
+	data, err := MarshalSecrets(b)
+	if err != nil {
+		return fmt.Errorf("encode secrets bundle: %w", err)
+	}
+	return WriteSecretFile(path, data, force)
+}
+
+// WriteSecretFile writes data atomically with mode 0600: to a temporary file in
+// the same directory, then renamed over path. Without force an existing path is
+// left alone and ErrExists returned.
+func WriteSecretFile(path string, data []byte, force bool) error {
+	if !force {
+		if _, err := os.Lstat(path); err == nil {
+			return fmt.Errorf("%s: %w (pass --force to replace it; keep a copy first, it may be the only key to a running cluster)", path, ErrExists)
+		}
+	}
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name()) //nolint:errcheck // gone after a successful rename
+	if err := tmp.Chmod(SecretsFileMode); err != nil {
+		tmp.Close()
+		return err
+	}
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if !force {
+		// Link fails if path appeared meanwhile: never clobber a bundle created concurrently.
+		if err := os.Link(tmp.Name(), path); err != nil {
+			if errors.Is(err, fs.ErrExist) {
+				return fmt.Errorf("%s: %w (pass --force to replace it)", path, ErrExists)
+			}
+			return err
+		}
+		return nil
+	}
+	return os.Rename(tmp.Name(), path)
+}

@@ -1,0 +1,107 @@
+package bootstrap_test
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
+
+	"devata.dev/devata/bootstrap"
+)
+
+func TestSecretsRoundTripThroughMachinery(t *testing.T) {
+	_, b := loadFixture(t)
+	path := filepath.Join(t.TempDir(), "secrets.yaml")
+	if err := bootstrap.WriteSecrets(path, b, false); err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Mode().Perm() != 0o600 {
+		t.Errorf("secrets file mode %v, want 0600", st.Mode().Perm())
+	}
+	// machinery's own loader, the one talosctl uses for --with-secrets.
+	back, err := secrets.LoadBundle(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := bootstrap.MarshalSecrets(b)
+	c, _ := bootstrap.MarshalSecrets(back)
+	if !bytes.Equal(a, c) {
+		t.Errorf("bundle changed through write and machinery reload")
+	}
+	if back.Certs.OS.Key == nil || !bytes.Equal(back.Certs.OS.Key, b.Certs.OS.Key) || back.Secrets.BootstrapToken != b.Secrets.BootstrapToken {
+		t.Errorf("reloaded bundle lost secrets")
+	}
+}
+
+func TestWriteSecretsNeverOverwritesWithoutForce(t *testing.T) {
+	_, b := loadFixture(t)
+	path := filepath.Join(t.TempDir(), "secrets.yaml")
+	if err := os.WriteFile(path, []byte("precious"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err := bootstrap.WriteSecrets(path, b, false)
+	if !errors.Is(err, bootstrap.ErrExists) {
+		t.Fatalf("WriteSecrets over an existing file: %v, want ErrExists", err)
+	}
+	if data, _ := os.ReadFile(path); string(data) != "precious" {
+		t.Fatalf("existing file was changed")
+	}
+	if err := bootstrap.WriteSecrets(path, b, true); err != nil {
+		t.Fatalf("with force: %v", err)
+	}
+	if _, err := bootstrap.LoadSecrets(path); err != nil {
+		t.Fatalf("forced write does not load: %v", err)
+	}
+	left, _ := filepath.Glob(filepath.Join(filepath.Dir(path), ".*tmp*"))
+	if len(left) > 0 {
+		t.Errorf("temporary files left behind: %v", left)
+	}
+}
+
+func TestLoadSecretsErrorSaysWhatToDo(t *testing.T) {
+	_, err := bootstrap.LoadSecrets(filepath.Join(t.TempDir(), "missing.yaml"))
+	if err == nil || !bytes.Contains([]byte(err.Error()), []byte("devata gen secrets")) {
+		t.Errorf("error %v does not say how to create a bundle", err)
+	}
+}
+
+// A bundle recovered from a rendered control-plane config renders the same configs.
+func TestSecretsFromControlPlaneConfig(t *testing.T) {
+	inv, b := loadFixture(t)
+	orig, err := bootstrap.Render(inv, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	cpPath := filepath.Join(dir, "cp-1.yaml")
+	if err := os.WriteFile(cpPath, orig[0].Config, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	recovered, err := bootstrap.SecretsFromConfig(cpPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := bootstrap.Render(inv, recovered)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range orig {
+		if !bytes.Equal(orig[i].Config, again[i].Config) {
+			t.Errorf("%s: config rendered from the recovered bundle differs", orig[i].Machine)
+		}
+	}
+	wPath := filepath.Join(dir, "worker.yaml")
+	if err := os.WriteFile(wPath, orig[len(orig)-1].Config, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bootstrap.SecretsFromConfig(wPath); err == nil {
+		t.Errorf("recovering from a worker config succeeded; it lacks the CA keys")
+	}
+}
