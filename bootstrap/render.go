@@ -35,6 +35,8 @@ type Rendered struct {
 	Config []byte
 	// Patches lists the patch files applied, in order (cluster, role, machine).
 	Patches []string
+	// Warnings are machinery's validation warnings, when validated.
+	Warnings []string
 }
 
 // Renderer renders machine configs for one inventory and secrets bundle. The
@@ -342,4 +344,23 @@ func trimV(v string) string {
 		return v[1:]
 	}
 	return v
+}
+
+// RenderValidated renders every machine and validates each config with
+// machinery in metal mode. Machinery's warnings are kept on each Rendered; every
+// machine whose config fails is named in the aggregated error.
+func RenderValidated(inv *inventory.Inventory, bundle *secrets.Bundle) ([]*Rendered, error) {
+	out, err := Render(inv, bundle)
+	errs, _ := err.(*multierror.Error)
+	if err != nil && errs == nil {
+		return nil, err
+	}
+	for _, r := range out {
+		warnings, verr := Validate(r.Config)
+		r.Warnings = warnings
+		if verr != nil {
+			errs = multierror.Append(errs, fmt.Errorf("%s: rendered config is invalid for Talos: %w (check the patches applied to it: %v)", r.Machine, verr, r.Patches))
+		}
+	}
+	return out, errs.ErrorOrNil()
 }

@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"time"
 
 	"github.com/siderolabs/talos/pkg/machinery/config"
@@ -54,12 +55,26 @@ func SecretsFromConfig(path string) (*secrets.Bundle, error) {
 func LoadSecrets(path string) (*secrets.Bundle, error) {
 	b, err := secrets.LoadBundle(path)
 	if err != nil {
+		var pe *fs.PathError
+		if !errors.As(err, &pe) {
+			// Decode errors quote the offending value, which may be a key: keep only the line.
+			err = fmt.Errorf("not a talosctl secrets bundle%s", yamlErrorLine(err))
+		}
 		return nil, fmt.Errorf("load secrets bundle %s: %w (create one with `devata gen secrets`, or recover it with `devata gen secrets --from-controlplane-config`)", path, err)
 	}
 	if err := b.Validate(); err != nil {
-		return nil, fmt.Errorf("secrets bundle %s is invalid: %w", path, err)
+		return nil, fmt.Errorf("secrets bundle %s is incomplete or damaged: %w (restore it from your backup, or recover it with `devata gen secrets --from-controlplane-config`)", path, err)
 	}
 	return b, nil
+}
+
+var yamlLineRE = regexp.MustCompile(`line (\d+)`)
+
+func yamlErrorLine(err error) string {
+	if m := yamlLineRE.FindStringSubmatch(err.Error()); m != nil {
+		return " (YAML error at line " + m[1] + ")"
+	}
+	return ""
 }
 
 // MarshalSecrets encodes a bundle exactly as `talosctl gen secrets` writes it.

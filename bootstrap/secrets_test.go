@@ -105,3 +105,19 @@ func TestSecretsFromControlPlaneConfig(t *testing.T) {
 		t.Errorf("recovering from a worker config succeeded; it lacks the CA keys")
 	}
 }
+
+func TestLoadSecretsErrorsNeverQuoteTheFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "secrets.yaml")
+	const secret = "c2VjcmV0LWtleS1tYXRlcmlhbC10aGF0LW11c3Qtbm90LWxlYWs="
+	if err := os.WriteFile(path, []byte("cluster:\n  id: x\ncerts: "+secret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := bootstrap.LoadSecrets(path)
+	if err == nil {
+		t.Fatal("a damaged bundle loaded")
+	}
+	// yaml.v3 quotes the first 7 characters of a value it cannot decode.
+	if bytes.Contains([]byte(err.Error()), []byte(secret[:7])) {
+		t.Fatalf("error quotes the secret: %v", err)
+	}
+}

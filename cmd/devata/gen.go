@@ -1,0 +1,189 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
+	"github.com/spf13/cobra"
+
+	"devata.dev/devata/bootstrap"
+	"devata.dev/devata/inventory"
+)
+
+func (a *app) newGenCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "gen",
+		Short: "Generate the secrets bundle or the rendered machine configs",
+	}
+	cmd.AddCommand(a.newGenSecretsCommand(), a.newGenConfigCommand())
+	return cmd
+}
+
+func (a *app) newGenSecretsCommand() *cobra.Command {
+	var flags struct {
+		output, talosVersion, fromConfig string
+		force                            bool
+	}
+	cmd := &cobra.Command{
+		Use:   "secrets",
+		Short: "Write a talosctl-compatible secrets bundle (mode 0600)",
+		Long: `gen secrets writes a new secrets bundle in the format of talosctl gen secrets,
+with mode 0600. It never replaces an existing file unless --force is given.
+
+With --from-controlplane-config it recovers the bundle from a control-plane
+machine config instead (for reconstruction when the bundle is lost).
+
+The output path defaults to the inventory's cluster.secrets when the inventory
+exists, else ./secrets.yaml.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			out, version := flags.output, flags.talosVersion
+			if inv, err := inventory.Load(a.settings.Inventory); err == nil {
+				if out == "" {
+					out = inventory.ResolvePath(filepath.Dir(inv.Path), inv.Cluster.Secrets)
+				}
+				if version == "" {
+					version = inv.Cluster.TalosVersion
+				}
+			} else if !errors.Is(err, os.ErrNotExist) && cmd.Flags().Changed("inventory") {
+				return exitWith(exitTrouble, fmt.Errorf("%w\n(gen secrets reads the inventory for its secrets path and Talos version)", err))
+			}
+			if out == "" {
+				out = "secrets.yaml"
+			}
+			if version == "" {
+				version = inventory.DefaultTalosVersion
+			}
+			if !flags.force {
+				if _, err := os.Lstat(out); err == nil {
+					return exitWith(exitTrouble, fmt.Errorf("%s exists: not replacing a secrets bundle (it may be the only key to a running cluster); pass --force after keeping a copy", out))
+				}
+			}
+			var (
+				b   *secrets.Bundle
+				err error
+			)
+			if flags.fromConfig != "" {
+				b, err = bootstrap.SecretsFromConfig(flags.fromConfig)
+			} else {
+				fmt.Fprintf(a.streams.Err, "generating secrets for Talos %s (a few seconds: RSA-4096)…\n", version)
+				b, err = bootstrap.NewSecrets(version)
+			}
+			if err != nil {
+				return exitWith(exitTrouble, err)
+			}
+			if err := bootstrap.WriteSecrets(out, b, flags.force); err != nil {
+				return exitWith(exitTrouble, err)
+			}
+			how := "new"
+			if flags.fromConfig != "" {
+				how = "recovered from " + flags.fromConfig
+			}
+			fmt.Fprintf(a.streams.Out, "wrote %s secrets bundle %s (mode 0600): keep it safe and backed up; it holds every CA key of the cluster\n", how, out)
+			return nil
+		},
+	}
+	cmd.Flags().StringVarP(&flags.output, "output", "o", "", "bundle path (default: the inventory's cluster.secrets, else secrets.yaml)")
+	cmd.Flags().StringVar(&flags.talosVersion, "talos-version", "", "Talos version whose contract the bundle follows (default: the inventory's, else "+inventory.DefaultTalosVersion+")")
+	cmd.Flags().StringVar(&flags.fromConfig, "from-controlplane-config", "", "recover the bundle from this control-plane machine config")
+	cmd.Flags().BoolVar(&flags.force, "force", false, "replace an existing bundle")
+	return cmd
+}
+
+func (a *app) newGenConfigCommand() *cobra.Command {
+	var flags struct {
+		dir   string
+		force bool
+	}
+	cmd := &cobra.Command{
+		Use:   "config",
+		Short: "Write each machine's rendered config and a talosconfig (mode 0600)",
+		Long: `gen config renders every machine's Talos config from the inventory and the
+secrets bundle, validates it, and writes DIR/<machine>.yaml plus DIR/talosconfig
+(an os:admin client config; endpoints are the control planes, nodes every
+machine), all mode 0600 since they hold cluster secrets.
+
+A file whose content would not change is left alone; one that would change is
+only replaced with --force. An existing talosconfig is kept unless --force.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			inv, err := inventory.Load(a.settings.Inventory)
+			if err != nil {
+				return a.invalid(err)
+			}
+			a.printWarnings(inv)
+			b, err := bootstrap.LoadSecrets(inventory.ResolvePath(filepath.Dir(inv.Path), inv.Cluster.Secrets))
+			if err != nil {
+				return exitWith(exitTrouble, err)
+			}
+			rendered, err := bootstrap.RenderValidated(inv, b)
+			if err != nil {
+				return a.invalid(err)
+			}
+			if err := os.MkdirAll(flags.dir, 0o700); err != nil {
+				return exitWith(exitTrouble, err)
+			}
+			var problems []error
+			for _, r := range rendered {
+				path := filepath.Join(flags.dir, r.Machine+".yaml")
+				status, err := writeRendered(path, r.Config, flags.force)
+				if err != nil {
+					problems = append(problems, err)
+					continue
+				}
+				fmt.Fprintf(a.streams.Out, "%-9s %s\n", status, path)
+			}
+			tcPath := filepath.Join(flags.dir, "talosconfig")
+			if _, err := os.Lstat(tcPath); err == nil && !flags.force {
+				fmt.Fprintf(a.streams.Out, "%-9s %s (exists; --force makes a new client certificate)\n", "kept", tcPath)
+			} else {
+				r, err := bootstrap.NewRenderer(inv, b)
+				if err != nil {
+					return exitWith(exitTrouble, err)
+				}
+				tc, err := r.Talosconfig()
+				if err != nil {
+					return exitWith(exitTrouble, err)
+				}
+				if err := bootstrap.WriteSecretFile(tcPath, tc, true); err != nil {
+					return exitWith(exitTrouble, err)
+				}
+				fmt.Fprintf(a.streams.Out, "%-9s %s\n", "wrote", tcPath)
+			}
+			if len(problems) > 0 {
+				for _, p := range problems {
+					fmt.Fprintln(a.streams.Err, p)
+				}
+				return exitWith(exitTrouble, fmt.Errorf("%d %s not written", len(problems), plural(len(problems), "file", "files")))
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVarP(&flags.dir, "output", "o", ".", "directory to write into")
+	cmd.Flags().BoolVar(&flags.force, "force", false, "replace files whose content changed, and the talosconfig")
+	return cmd
+}
+
+// writeRendered writes a config 0600 unless it is already there unchanged.
+func writeRendered(path string, data []byte, force bool) (string, error) {
+	old, err := os.ReadFile(path)
+	switch {
+	case err == nil && bytes.Equal(old, data):
+		return "unchanged", nil
+	case err == nil && !force:
+		return "", fmt.Errorf("%s exists with other content: not replacing it (pass --force)", path)
+	case err != nil && !errors.Is(err, os.ErrNotExist):
+		return "", err
+	}
+	if err := bootstrap.WriteSecretFile(path, data, true); err != nil {
+		return "", err
+	}
+	if old != nil {
+		return "replaced", nil
+	}
+	return "wrote", nil
+}

@@ -1,0 +1,125 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/dustin/go-humanize"
+	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
+	"github.com/spf13/cobra"
+
+	"devata.dev/devata/bootstrap"
+	"devata.dev/devata/inventory"
+)
+
+func (a *app) newValidateCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "validate",
+		Short: "Decode, default and validate the inventory, render every config and validate it with Talos machinery",
+		Long: `validate checks the inventory strictly (unknown fields, wrong types, duplicate
+keys), applies defaults, validates every field, renders each machine's Talos
+config and validates it as Talos would on bare metal. Nothing is sent to any
+machine and nothing is written.
+
+Exit 0 valid, 1 invalid.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			inv, err := inventory.Load(a.settings.Inventory)
+			if err != nil {
+				return a.invalid(err)
+			}
+			a.printWarnings(inv)
+			bundle, throwaway, err := a.secretsForRender(inv)
+			if err != nil {
+				return exitWith(exitFailed, err)
+			}
+			rendered, err := bootstrap.RenderValidated(inv, bundle)
+			printRendered(a.streams.Out, inv, rendered)
+			if err != nil {
+				return a.invalid(err)
+			}
+			summary := fmt.Sprintf("%s is valid: %s", inv.Path, describeFleet(inv))
+			if throwaway {
+				summary += " (rendered with a throwaway secrets bundle)"
+			}
+			fmt.Fprintln(a.streams.Out, summary)
+			return nil
+		},
+	}
+}
+
+// invalid prints every error of an invalid inventory and exits 1.
+func (a *app) invalid(err error) error {
+	fmt.Fprintln(a.streams.Err, err)
+	n := len(inventory.FieldErrors(err))
+	if n == 0 {
+		n = 1
+		if me, ok := err.(interface{ WrappedErrors() []error }); ok {
+			n = len(me.WrappedErrors())
+		}
+	}
+	return exitWith(exitFailed, fmt.Errorf("%s is invalid: %d %s; fix them and run devata validate again", a.settings.Inventory, n, plural(n, "error", "errors")))
+}
+
+func (a *app) printWarnings(inv *inventory.Inventory) {
+	for _, w := range inv.Warnings {
+		fmt.Fprintf(a.streams.Err, "warning: %s\n", w)
+	}
+}
+
+// secretsForRender loads the inventory's secrets bundle, or makes a throwaway
+// one in memory when none exists yet, so an inventory validates before any
+// secret is created. Nothing is written.
+func (a *app) secretsForRender(inv *inventory.Inventory) (*secrets.Bundle, bool, error) {
+	path := inventory.ResolvePath(filepath.Dir(inv.Path), inv.Cluster.Secrets)
+	b, err := bootstrap.LoadSecrets(path)
+	if err == nil {
+		return b, false, nil
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return nil, false, err
+	}
+	fmt.Fprintf(a.streams.Err, "note: no secrets bundle at %s yet; rendering with a throwaway one (create the real one with: devata gen secrets)\n", path)
+	b, err = bootstrap.NewSecrets(inv.Cluster.TalosVersion)
+	return b, true, err
+}
+
+func printRendered(w interface{ Write([]byte) (int, error) }, inv *inventory.Inventory, rendered []*bootstrap.Rendered) {
+	if len(rendered) == 0 {
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "MACHINE\tROLE\tADDRESS\tCONFIG\tPATCHES")
+	for _, r := range rendered {
+		m := inv.Machine(r.Machine)
+		patches := strings.Join(r.Patches, ", ")
+		if patches == "" {
+			patches = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.Machine, r.Role, m.Endpoint(), humanize.IBytes(uint64(len(r.Config))), patches)
+	}
+	tw.Flush()
+	for _, r := range rendered {
+		for _, warn := range r.Warnings {
+			fmt.Fprintf(w, "warning: %s: %s\n", r.Machine, warn)
+		}
+	}
+}
+
+func describeFleet(inv *inventory.Inventory) string {
+	cps := len(inv.ControlPlanes())
+	workers := len(inv.Machines) - cps
+	return fmt.Sprintf("%d %s (%d control %s, %d %s)", len(inv.Machines), plural(len(inv.Machines), "machine", "machines"),
+		cps, plural(cps, "plane", "planes"), workers, plural(workers, "worker", "workers"))
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}

@@ -1,0 +1,240 @@
+// Package config resolves devata's own settings: command-line flags over
+// DEVATA_* environment variables over a settings file over defaults. Only
+// cmd/devata uses it; every other package receives plain values.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/go-viper/mapstructure/v2"
+	"github.com/spf13/pflag"
+	"github.com/spf13/viper"
+)
+
+// Settings are devata's own settings, as opposed to the inventory (the cluster's spec).
+type Settings struct {
+	Inventory   string        `mapstructure:"inventory"`
+	Talosconfig string        `mapstructure:"talosconfig"`
+	Kubeconfig  string        `mapstructure:"kubeconfig"`
+	Concurrency int           `mapstructure:"concurrency"`
+	Timeout     time.Duration `mapstructure:"timeout"`
+	Output      string        `mapstructure:"output"`
+	LogFormat   string        `mapstructure:"log-format"`
+	Verbose     int           `mapstructure:"verbose"`
+	// Dial overrides where a machine's Talos API is reached: machine name → host:port.
+	// `devata sim` writes these so the inventory's real addresses stay untouched.
+	Dial map[string]string `mapstructure:"dial"`
+
+	// File is the settings file that was read, if any.
+	File string `mapstructure:"-"`
+}
+
+// Defaults for settings nobody set.
+const (
+	DefaultInventory   = "inventory.yaml"
+	DefaultConcurrency = 32
+	DefaultTimeout     = 30 * time.Second
+	DefaultOutput      = "table"
+	DefaultLogFormat   = "text"
+)
+
+// Outputs are the report formats; LogFormats the log encodings.
+var (
+	Outputs    = []string{"table", "json", "junit", "prom"}
+	LogFormats = []string{"text", "json"}
+)
+
+// env names besides DEVATA_<KEY>, as the tools they belong to spell them.
+var extraEnv = map[string]string{"talosconfig": "TALOSCONFIG", "kubeconfig": "KUBECONFIG"}
+
+// pathKeys are resolved against the settings file's directory when they come from it.
+var pathKeys = []string{"inventory", "talosconfig", "kubeconfig"}
+
+// RegisterFlags adds the global flags to flags. Their defaults are shown in help
+// but only flags the user set take precedence over env and file.
+func RegisterFlags(flags *pflag.FlagSet) {
+	flags.StringP("inventory", "i", DefaultInventory, "inventory file (env DEVATA_INVENTORY)")
+	flags.String("talosconfig", "", "talosctl client config (env TALOSCONFIG; default ~/.talos/config)")
+	flags.String("kubeconfig", "", "kubeconfig for Kubernetes-side checks (env KUBECONFIG)")
+	flags.Int("concurrency", DefaultConcurrency, "machines worked on at once (env DEVATA_CONCURRENCY)")
+	flags.Duration("timeout", DefaultTimeout, "timeout per machine (env DEVATA_TIMEOUT)")
+	flags.CountP("verbose", "v", "more log detail; repeat for more (env DEVATA_VERBOSE)")
+	flags.String("log-format", DefaultLogFormat, "log encoding on stderr: text or json (env DEVATA_LOG_FORMAT)")
+	flags.String("config", "", "devata settings file (env DEVATA_CONFIG; default <user config dir>/devata/config.yaml if present)")
+}
+
+// outputAnnotation marks the -o flag that selects a report format, so that
+// commands whose -o names a file or directory do not set the output setting.
+const outputAnnotation = "devata.dev/output-format"
+
+// AddOutputFlag adds -o/--output for commands that render a report.
+func AddOutputFlag(flags *pflag.FlagSet) {
+	flags.StringP("output", "o", DefaultOutput, "report format: "+strings.Join(Outputs, ", ")+" (env DEVATA_OUTPUT)")
+	_ = flags.SetAnnotation("output", outputAnnotation, []string{"true"})
+}
+
+// Load resolves settings from flags, the environment (getenv) and
+// the settings file, in that order of precedence.
+func Load(flags *pflag.FlagSet, getenv func(string) string) (Settings, error) {
+	v := viper.New()
+	v.SetDefault("inventory", DefaultInventory)
+	v.SetDefault("concurrency", DefaultConcurrency)
+	v.SetDefault("timeout", DefaultTimeout)
+	v.SetDefault("output", DefaultOutput)
+	v.SetDefault("log-format", DefaultLogFormat)
+	v.SetDefault("verbose", 0)
+	v.SetDefault("talosconfig", "")
+	v.SetDefault("kubeconfig", "")
+
+	// Environment: read through getenv so tests and callers control it.
+	envSet := map[string]bool{}
+	for _, key := range []string{"inventory", "talosconfig", "kubeconfig", "concurrency", "timeout", "output", "log-format", "verbose"} {
+		names := []string{"DEVATA_" + strings.ToUpper(strings.ReplaceAll(key, "-", "_"))}
+		if extra, ok := extraEnv[key]; ok {
+			names = append(names, extra)
+		}
+		for _, name := range names {
+			if val := getenv(name); val != "" {
+				v.Set(key, val) // overridden below by flags the user set
+				envSet[key] = true
+				break
+			}
+		}
+	}
+
+	file, explicit := "", false
+	if flags != nil {
+		if f := flags.Lookup("config"); f != nil && f.Changed {
+			file, explicit = f.Value.String(), true
+		}
+	}
+	if file == "" {
+		if env := getenv("DEVATA_CONFIG"); env != "" {
+			file, explicit = env, true
+		} else if dir, err := os.UserConfigDir(); err == nil {
+			file = filepath.Join(dir, "devata", "config.yaml")
+		}
+	}
+	fileSettings := viper.New()
+	s := Settings{}
+	if file != "" {
+		fileSettings.SetConfigFile(file)
+		fileSettings.SetConfigType("yaml")
+		if err := fileSettings.ReadInConfig(); err != nil {
+			if explicit || !errors.Is(err, fs.ErrNotExist) {
+				return Settings{}, fmt.Errorf("settings file %s: %w (fix or remove it, or point --config elsewhere)", file, err)
+			}
+		} else {
+			s.File = file
+			if err := checkKeys(fileSettings, file); err != nil {
+				return Settings{}, err
+			}
+			for _, key := range fileSettings.AllKeys() {
+				top, _, _ := strings.Cut(key, ".")
+				if !envSet[top] {
+					v.Set(key, fileSettings.Get(key))
+				}
+			}
+			if dial := fileSettings.GetStringMapString("dial"); len(dial) > 0 {
+				v.Set("dial", dial)
+			}
+		}
+	}
+	if flags != nil {
+		for _, key := range []string{"inventory", "talosconfig", "kubeconfig", "concurrency", "timeout", "output", "log-format", "verbose"} {
+			f := flags.Lookup(key)
+			if f == nil || !f.Changed || key == "output" && f.Annotations[outputAnnotation] == nil {
+				continue
+			}
+			v.Set(key, f.Value.String())
+		}
+	}
+
+	if err := v.Unmarshal(&s, func(c *mapstructure.DecoderConfig) {
+		c.DecodeHook = mapstructure.ComposeDecodeHookFunc(mapstructure.StringToTimeDurationHookFunc())
+		c.WeaklyTypedInput = true
+	}); err != nil {
+		return Settings{}, fmt.Errorf("settings: %w", err)
+	}
+	if s.File != "" {
+		dir := filepath.Dir(s.File)
+		for _, key := range pathKeys {
+			fromFlag := flags != nil && flags.Lookup(key) != nil && flags.Lookup(key).Changed
+			if fileSettings.IsSet(key) && !envSet[key] && !fromFlag {
+				p := fieldPtr(&s, key)
+				if *p != "" && !filepath.IsAbs(*p) {
+					*p = filepath.Join(dir, *p)
+				}
+			}
+		}
+	}
+	return s, s.Validate()
+}
+
+func fieldPtr(s *Settings, key string) *string {
+	switch key {
+	case "inventory":
+		return &s.Inventory
+	case "talosconfig":
+		return &s.Talosconfig
+	default:
+		return &s.Kubeconfig
+	}
+}
+
+var knownKeys = map[string]bool{"inventory": true, "talosconfig": true, "kubeconfig": true, "concurrency": true, "timeout": true, "output": true, "log-format": true, "verbose": true, "dial": true}
+
+func checkKeys(v *viper.Viper, file string) error {
+	var bad []string
+	for _, key := range v.AllKeys() {
+		top, _, _ := strings.Cut(key, ".")
+		if !knownKeys[top] {
+			bad = append(bad, top)
+		}
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("settings file %s: unknown setting %q (known: inventory, talosconfig, kubeconfig, concurrency, timeout, output, log-format, verbose, dial)", file, bad[0])
+	}
+	return nil
+}
+
+// Validate checks value ranges and enumerations.
+func (s Settings) Validate() error {
+	var errs []string
+	if s.Concurrency < 1 {
+		errs = append(errs, fmt.Sprintf("concurrency must be at least 1, got %d", s.Concurrency))
+	}
+	if s.Timeout <= 0 {
+		errs = append(errs, fmt.Sprintf("timeout must be positive, got %s", s.Timeout))
+	}
+	if !contains(Outputs, s.Output) {
+		errs = append(errs, fmt.Sprintf("output must be one of %s, got %q", strings.Join(Outputs, ", "), s.Output))
+	}
+	if !contains(LogFormats, s.LogFormat) {
+		errs = append(errs, fmt.Sprintf("log-format must be text or json, got %q", s.LogFormat))
+	}
+	for name, addr := range s.Dial {
+		if !strings.Contains(addr, ":") {
+			errs = append(errs, fmt.Sprintf("dial.%s: %q is not host:port", name, addr))
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("settings: %s (set them with flags, DEVATA_* variables or the settings file)", strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,180 @@
+package config_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"devata.dev/devata/config"
+)
+
+func flags(t *testing.T, args ...string) *pflag.FlagSet {
+	t.Helper()
+	fs := pflag.NewFlagSet("devata", pflag.ContinueOnError)
+	config.RegisterFlags(fs)
+	config.AddOutputFlag(fs)
+	if err := fs.Parse(args); err != nil {
+		t.Fatal(err)
+	}
+	return fs
+}
+
+func envOf(kv map[string]string) func(string) string {
+	return func(k string) string { return kv[k] }
+}
+
+func writeFile(t *testing.T, dir, name, content string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestPrecedence(t *testing.T) {
+	dir := t.TempDir()
+	file := writeFile(t, dir, "devata.yaml", `
+inventory: fleet.yaml
+concurrency: 8
+timeout: 10s
+log-format: json
+talosconfig: /abs/talosconfig
+dial:
+  cp-1: 127.0.0.1:50001
+  worker-1: 127.0.0.1:50002
+`)
+	tests := []struct {
+		name  string
+		args  []string
+		env   map[string]string
+		check func(t *testing.T, s config.Settings)
+	}{
+		{"file", []string{"--config", file}, nil, func(t *testing.T, s config.Settings) {
+			eq(t, "inventory (relative to the file)", s.Inventory, filepath.Join(dir, "fleet.yaml"))
+			eq(t, "concurrency", s.Concurrency, 8)
+			eq(t, "timeout", s.Timeout, 10*time.Second)
+			eq(t, "log-format", s.LogFormat, "json")
+			eq(t, "talosconfig", s.Talosconfig, "/abs/talosconfig")
+			eq(t, "dial cp-1", s.Dial["cp-1"], "127.0.0.1:50001")
+			eq(t, "dial entries", len(s.Dial), 2)
+			eq(t, "file", s.File, file)
+		}},
+		{"env over file", []string{"--config", file}, map[string]string{"DEVATA_CONCURRENCY": "4", "TALOSCONFIG": "/env/talosconfig", "DEVATA_INVENTORY": "env.yaml"}, func(t *testing.T, s config.Settings) {
+			eq(t, "concurrency", s.Concurrency, 4)
+			eq(t, "talosconfig", s.Talosconfig, "/env/talosconfig")
+			eq(t, "inventory (env is not file-relative)", s.Inventory, "env.yaml")
+			eq(t, "timeout still from file", s.Timeout, 10*time.Second)
+		}},
+		{"flags over env", []string{"--config", file, "--concurrency", "2", "-i", "flag.yaml", "-o", "json", "-vv"}, map[string]string{"DEVATA_CONCURRENCY": "4"}, func(t *testing.T, s config.Settings) {
+			eq(t, "concurrency", s.Concurrency, 2)
+			eq(t, "inventory", s.Inventory, "flag.yaml")
+			eq(t, "output", s.Output, "json")
+			eq(t, "verbose", s.Verbose, 2)
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			env := tt.env
+			if env == nil {
+				env = map[string]string{}
+			}
+			s, err := config.Load(flags(t, tt.args...), envOf(env))
+			if err != nil {
+				t.Fatal(err)
+			}
+			tt.check(t, s)
+		})
+	}
+}
+
+func TestOutputFlagOfOtherMeaningIsNotTheOutputSetting(t *testing.T) {
+	fs := pflag.NewFlagSet("gen", pflag.ContinueOnError)
+	config.RegisterFlags(fs)
+	fs.StringP("output", "o", ".", "a directory")
+	if err := fs.Parse([]string{"-o", "/tmp/out"}); err != nil {
+		t.Fatal(err)
+	}
+	s, err := config.Load(fs, envOf(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eq(t, "output", s.Output, config.DefaultOutput)
+}
+
+func TestExplicitSettingsFileMustExist(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "none.yaml")
+	for _, c := range []struct {
+		args []string
+		env  map[string]string
+	}{{[]string{"--config", missing}, nil}, {nil, map[string]string{"DEVATA_CONFIG": missing}}} {
+		if _, err := config.Load(flags(t, c.args...), envOf(c.env)); err == nil || !strings.Contains(err.Error(), missing) {
+			t.Errorf("settings file named but missing: error %v, want one naming it", err)
+		}
+	}
+}
+
+func TestDefaultsWithoutAnySettingsFile(t *testing.T) {
+	t.Setenv("XDG_CONFIG_HOME", t.TempDir()) // no devata/config.yaml there
+	s, err := config.Load(flags(t), envOf(map[string]string{"DEVATA_KUBECONFIG": "/a", "KUBECONFIG": "/b"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eq(t, "inventory", s.Inventory, config.DefaultInventory)
+	eq(t, "concurrency", s.Concurrency, config.DefaultConcurrency)
+	eq(t, "timeout", s.Timeout, config.DefaultTimeout)
+	eq(t, "output", s.Output, "table")
+	eq(t, "kubeconfig: DEVATA_ first", s.Kubeconfig, "/a")
+	eq(t, "file", s.File, "")
+}
+
+func TestUserConfigDirFileIsRead(t *testing.T) {
+	home := t.TempDir()
+	t.Setenv("XDG_CONFIG_HOME", home)
+	if err := os.MkdirAll(filepath.Join(home, "devata"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(home, "devata"), "config.yaml", "concurrency: 3\n")
+	s, err := config.Load(flags(t), envOf(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eq(t, "concurrency", s.Concurrency, 3)
+}
+
+func TestInvalidSettings(t *testing.T) {
+	dir := t.TempDir()
+	tests := []struct {
+		name, file string
+		args       []string
+		env        map[string]string
+		want       string
+	}{
+		{"unknown key", "concurency: 3\n", nil, nil, `unknown setting "concurency"`},
+		{"bad yaml", "concurrency: [\n", nil, nil, "devata.yaml"},
+		{"zero concurrency", "", []string{"--concurrency", "0"}, nil, "concurrency must be at least 1"},
+		{"bad output", "output: xml\n", nil, nil, `output must be one of table, json, junit, prom, got "xml"`},
+		{"bad env duration", "", nil, map[string]string{"DEVATA_TIMEOUT": "soon"}, "timeout"},
+		{"bad dial", "dial: {cp-1: nowhere}\n", nil, nil, `dial.cp-1: "nowhere" is not host:port`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			file := writeFile(t, dir, "devata.yaml", tt.file)
+			_, err := config.Load(flags(t, append([]string{"--config", file}, tt.args...)...), envOf(tt.env))
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("error %v, want it to contain %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func eq[T comparable](t *testing.T, what string, got, want T) {
+	t.Helper()
+	if got != want {
+		t.Errorf("%s = %v, want %v", what, got, want)
+	}
+}
