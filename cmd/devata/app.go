@@ -86,7 +86,7 @@ func (a *app) newRootCommand() *cobra.Command {
 		Long: `devata renders each machine's Talos config from one inventory file, applies it
 over the Talos API, verifies the node layer and reports desired-vs-actual drift.
 
-Start with:  devata demo          (the whole story on an embedded simulated fleet)
+Start with:  devata demo          (runs on the embedded example; touches no machine)
              devata validate -i inventory.yaml`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
