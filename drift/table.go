@@ -1,0 +1,223 @@
+package drift
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"golang.org/x/term"
+)
+
+// TableOptions tune the human table.
+type TableOptions struct {
+	// Color paints statuses with ANSI colors. Set it only when writing to a
+	// terminal (see AutoColor); it is off by default.
+	Color bool
+}
+
+// AutoColor reports whether output to w may be colored: w is a terminal,
+// NO_COLOR is unset and TERM is not "dumb". getenv is os.Getenv outside tests.
+func AutoColor(w io.Writer, getenv func(string) string) bool {
+	f, ok := w.(*os.File)
+	if !ok || getenv("NO_COLOR") != "" || getenv("TERM") == "dumb" {
+		return false
+	}
+	// A character device is not enough: /dev/null is one.
+	return term.IsTerminal(int(f.Fd()))
+}
+
+const simulatedNotice = "SIMULATED: these results come from devata's simulated fleet, not from real machines."
+
+// WriteTable writes the report for humans: one line per machine, then the
+// details of every result that is not InSync grouped by machine, then the
+// errors and a summary line. Text observed on machines is escaped so that it
+// cannot drive the terminal.
+func WriteTable(w io.Writer, r *Report, opts TableOptions) error {
+	r = r.finishedView()
+	bw := bufio.NewWriter(w)
+	p := func(format string, a ...any) { fmt.Fprintf(bw, format, a...) }
+	paint := func(s Status, text string) string {
+		if !opts.Color {
+			return text
+		}
+		code := map[Status]string{StatusInSync: "32", StatusDrifted: "33"}[s]
+		if code == "" {
+			code = "31"
+		}
+		return "\x1b[" + code + "m" + text + "\x1b[0m"
+	}
+
+	if r.Simulated {
+		p("%s\n\n", simulatedNotice)
+	}
+
+	// The machine table. Columns are padded by hand rather than with tabwriter
+	// so that color escapes do not count towards a column's width.
+	rows := [][]string{{"NAME", "ROLE", "ADDRESS", "STATUS", "CHECKS"}}
+	for _, m := range r.Machines {
+		rows = append(rows, []string{
+			clean(m.Name), clean(m.Role), clean(m.Address), string(m.Status),
+			fmt.Sprintf("%d/%d in sync", m.Counts.InSync, m.Counts.Total()),
+		})
+	}
+	widths := make([]int, len(rows[0]))
+	for _, row := range rows {
+		for i, cell := range row {
+			widths[i] = max(widths[i], utf8.RuneCountInString(cell))
+		}
+	}
+	for n, row := range rows {
+		var line strings.Builder
+		for i, cell := range row {
+			pad := ""
+			if i < len(row)-1 {
+				pad = strings.Repeat(" ", widths[i]-utf8.RuneCountInString(cell)+2)
+			}
+			if i == 3 && n > 0 {
+				cell = paint(Status(cell), cell)
+			}
+			line.WriteString(cell + pad)
+		}
+		p("%s\n", strings.TrimRight(line.String(), " "))
+	}
+
+	// Details: every result that is not InSync, and machines nothing was seen of.
+	// Results are sorted by machine, so one pass groups them.
+	machine := map[string]MachineSummary{}
+	for _, m := range r.Machines {
+		machine[m.Name] = m
+	}
+	current := ""
+	header := func(name string) {
+		if name == current {
+			return
+		}
+		current = name
+		m := machine[name]
+		about := strings.Join(nonEmpty(clean(m.Role), clean(m.Address)), ", ")
+		if about != "" {
+			about = " (" + about + ")"
+		}
+		p("\n%s%s: %s, %d/%d in sync\n", clean(name), about, paint(m.Status, string(m.Status)), m.Counts.InSync, m.Counts.Total())
+	}
+	for _, res := range r.Results {
+		if res.Status == StatusInSync {
+			continue
+		}
+		header(res.Machine)
+		status := paint(res.Status, string(res.Status))
+		if res.Blocks() {
+			status += ", fail-closed: blocks a rollout"
+		}
+		p("  %s (%s): %s\n", clean(res.Check), clean(string(res.Rung)), status)
+		field := func(name, value string) {
+			if value != "" {
+				p("    %-9s %s\n", name+":", clean(value))
+			}
+		}
+		field("reason", res.Reason)
+		field("desired", res.Desired)
+		field("actual", res.Actual)
+		if res.Diff != "" {
+			p("    diff:\n")
+			for line := range strings.Lines(strings.TrimRight(res.Diff, "\n")) {
+				p("      %s\n", cleanKeepTabs(strings.TrimRight(line, "\r\n")))
+			}
+		}
+		for _, e := range res.Evidence {
+			field("evidence", e)
+		}
+		field("next", res.Next)
+	}
+	for _, m := range r.Machines {
+		if m.Counts.Total() == 0 {
+			header(m.Name)
+			p("  no check produced a result: nothing was observed\n")
+		}
+	}
+
+	if len(r.Errors) > 0 {
+		p("\nErrors that stopped part of the run:\n")
+		for _, e := range r.Errors {
+			for i, line := range strings.Split(e, "\n") {
+				lead := "  - "
+				if i > 0 {
+					lead = "    "
+				}
+				p("%s%s\n", lead, cleanKeepTabs(strings.TrimRight(line, "\r")))
+			}
+		}
+	}
+
+	s := r.Summary
+	p("\n%d in sync, %d drifted, %d unknown", s.Machines.InSync, s.Machines.Drifted, s.Machines.Unknown)
+	if len(r.Errors) > 0 {
+		p(", %d %s", len(r.Errors), plural(len(r.Errors), "error", "errors"))
+	}
+	p(" (%d %s, %d %s) — exit %d\n", s.Machines.Total(), plural(s.Machines.Total(), "machine", "machines"),
+		s.Results.Total(), plural(s.Results.Total(), "result", "results"), s.ExitCode)
+	if r.Simulated {
+		p("%s\n", simulatedNotice)
+	}
+	return bw.Flush()
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
+func nonEmpty(ss ...string) []string {
+	var out []string
+	for _, s := range ss {
+		if s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// clean escapes control characters, bidirectional overrides and invalid UTF-8,
+// so that a value read from a machine prints as text and nothing else.
+func clean(s string) string { return escape(s, false) }
+
+// cleanKeepTabs is clean for diff lines, where tabs are content.
+func cleanKeepTabs(s string) string { return escape(s, true) }
+
+func escape(s string, keepTabs bool) string {
+	ok := func(r rune) bool {
+		return (keepTabs && r == '\t') || !(unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r))
+	}
+	clean := true
+	for _, r := range s {
+		if r == utf8.RuneError || !ok(r) {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size <= 1:
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case ok(r):
+			b.WriteRune(r)
+		case r < 0x100:
+			fmt.Fprintf(&b, `\x%02x`, r)
+		default:
+			fmt.Fprintf(&b, `\u%04x`, r)
+		}
+		i += size
+	}
+	return b.String()
+}
