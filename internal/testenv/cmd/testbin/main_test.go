@@ -1,0 +1,49 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestRun(t *testing.T) {
+	// A directory that already holds both binaries: run reports it and
+	// builds nothing.
+	full := t.TempDir()
+	for _, name := range []string{"etcd", "kube-apiserver"} {
+		if err := os.WriteFile(filepath.Join(full, name), []byte("#!/bin/sh\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	tests := []struct {
+		name       string
+		args       []string
+		env        string
+		wantCode   int
+		wantStdout string
+		wantStderr string
+	}{
+		{name: "dir flag", args: []string{"-dir", full}, wantStdout: full + "\n"},
+		{name: "env", env: full, wantStdout: full + "\n"},
+		{name: "extra argument", args: []string{"build"}, wantCode: 2, wantStderr: "unexpected arguments"},
+		{name: "unknown flag", args: []string{"-force"}, wantCode: 2, wantStderr: "flag provided but not defined"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Setenv("DEVATA_TESTBIN_DIR", tt.env)
+			var stdout, stderr strings.Builder
+			code := run(t.Context(), tt.args, &stdout, &stderr)
+			if code != tt.wantCode {
+				t.Errorf("exit code = %d, want %d (stderr %q)", code, tt.wantCode, stderr.String())
+			}
+			if stdout.String() != tt.wantStdout {
+				t.Errorf("stdout = %q, want %q", stdout.String(), tt.wantStdout)
+			}
+			if !strings.Contains(stderr.String(), tt.wantStderr) {
+				t.Errorf("stderr = %q, want it to contain %q", stderr.String(), tt.wantStderr)
+			}
+		})
+	}
+}

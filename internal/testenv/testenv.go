@@ -1,0 +1,122 @@
+// Package testenv runs a real Kubernetes API server with etcd for tests, through
+// controller-runtime's envtest, from binaries it builds once with the go command
+// into a cache directory. It owns that build and cache; it runs no kubelet,
+// scheduler or controllers, so nothing reconciles what a test creates.
+package testenv
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+)
+
+// startTimeout bounds each component's start. envtest's 20 s default is
+// tight for a cold start on a loaded two-core machine.
+const startTimeout = 90 * time.Second
+
+// Env is a running API server.
+type Env struct {
+	// Config authenticates as a member of system:masters.
+	Config *rest.Config
+	// Kubeconfig is the path of a kubeconfig file (mode 0600) holding the
+	// same credentials, for code that loads one.
+	Kubeconfig string
+}
+
+// Start starts etcd and kube-apiserver and stops them when the test ends.
+// If the binaries are missing it builds them first, which takes minutes
+// once per machine; run `go run ./internal/testenv/cmd/testbin` beforehand
+// to keep that out of test timeouts.
+func Start(t testing.TB) *Env {
+	t.Helper()
+	ctx := t.Context()
+
+	dir, err := DefaultDir()
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	if !complete(dir) {
+		t.Logf("testenv: test binaries missing in %s: building them (minutes, once per machine)", dir)
+		if d, ok := t.(interface{ Deadline() (time.Time, bool) }); ok {
+			if deadline, ok := d.Deadline(); ok && time.Until(deadline) < 30*time.Minute {
+				t.Logf("testenv: the test times out in %s; if the build does not fit, run `go run ./internal/testenv/cmd/testbin` first or raise -timeout", time.Until(deadline).Round(time.Second))
+			}
+		}
+	}
+	if err := Install(ctx, dir, logWriter{t}); err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+
+	out := &tail{max: 16 << 10}
+	env := &envtest.Environment{
+		UseExistingCluster:       new(false),
+		ControlPlaneStartTimeout: startTimeout,
+		ControlPlaneStopTimeout:  30 * time.Second,
+	}
+	env.ControlPlane.APIServer = &envtest.APIServer{Path: filepath.Join(dir, "kube-apiserver")}
+	env.ControlPlane.Etcd = &envtest.Etcd{Path: filepath.Join(dir, "etcd")}
+	// envtest attaches the output to stdout when asked through its own
+	// variable; otherwise keep the end of it for a failed start.
+	if os.Getenv("KUBEBUILDER_ATTACH_CONTROL_PLANE_OUTPUT") != "true" {
+		env.ControlPlane.APIServer.Out, env.ControlPlane.APIServer.Err = out, out
+		env.ControlPlane.Etcd.Out, env.ControlPlane.Etcd.Err = out, out
+	}
+
+	begin := time.Now()
+	cfg, err := env.Start()
+	if err != nil {
+		// A half-started control plane still has processes and temp dirs.
+		_ = env.Stop()
+		t.Fatalf("testenv: start kube-apiserver %s: %v\n--- control plane output (end) ---\n%s", KubernetesVersion, err, out.String())
+	}
+	t.Cleanup(func() {
+		if err := env.Stop(); err != nil {
+			t.Errorf("testenv: stop control plane: %v", err)
+		}
+	})
+	t.Logf("testenv: kube-apiserver %s up at %s in %s", KubernetesVersion, cfg.Host, time.Since(begin).Round(time.Millisecond))
+
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(kubeconfig, env.KubeConfig, 0o600); err != nil {
+		t.Fatalf("testenv: write kubeconfig: %v", err)
+	}
+	return &Env{Config: cfg, Kubeconfig: kubeconfig}
+}
+
+// logWriter turns build progress into test log lines.
+type logWriter struct{ t testing.TB }
+
+func (w logWriter) Write(p []byte) (int, error) {
+	w.t.Log(string(bytes.TrimRight(p, "\n")))
+	return len(p), nil
+}
+
+// tail keeps the last max bytes written to it; the processes write from
+// their own goroutines.
+type tail struct {
+	mu  sync.Mutex
+	max int
+	buf []byte
+}
+
+func (b *tail) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.buf = append(b.buf, p...)
+	if over := len(b.buf) - b.max; over > 0 {
+		b.buf = append(b.buf[:0], b.buf[over:]...)
+	}
+	return len(p), nil
+}
+
+func (b *tail) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return string(b.buf)
+}
