@@ -1,0 +1,327 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"time"
+
+	"github.com/siderolabs/talos/pkg/machinery/api/machine"
+	"github.com/siderolabs/talos/pkg/machinery/config"
+	"github.com/siderolabs/talos/pkg/machinery/config/configdiff"
+	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
+	"github.com/siderolabs/talos/pkg/machinery/config/container"
+	"github.com/siderolabs/talos/pkg/machinery/constants"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// metalMode is the runtime mode configs are validated in: bare metal,
+// installed once configured.
+type metalMode struct{ requiresInstall bool }
+
+func (metalMode) String() string          { return "metal" }
+func (m metalMode) RequiresInstall() bool { return m.requiresInstall }
+func (metalMode) InContainer() bool       { return false }
+
+// ApplyConfiguration applies a config in one of Talos' modes. The config is
+// loaded and validated before anything else, a dry run included.
+//
+//nolint:gocyclo,cyclop // one switch per mode, as machined has it
+func (a *machineAPI) ApplyConfiguration(ctx context.Context, in *machine.ApplyConfigurationRequest) (*machine.ApplyConfigurationResponse, error) {
+	t, s := target(ctx)
+
+	if !s.configured() {
+		return a.applyMaintenance(ctx, t, s, in)
+	}
+
+	if in.Mode != machine.ApplyConfigurationRequest_TRY {
+		t.cancelTry()
+	}
+
+	cfg, err := configloader.NewFromBytes(in.GetData())
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+
+	if cfg.RawV1Alpha1() == nil {
+		return nil, status.Error(codes.InvalidArgument, "the applied machine configuration doesn't contain v1alpha1 config, did you mean to patch the machine config instead?")
+	}
+
+	warnings, err := cfg.Validate(metalMode{})
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+
+	mode := in.Mode
+	details := "Applied configuration with a reboot"
+	why := ""
+
+	switch mode { //nolint:exhaustive // REBOOT keeps the defaults
+	case machine.ApplyConfigurationRequest_TRY, machine.ApplyConfigurationRequest_NO_REBOOT:
+		if err = canApplyImmediate(s.active, cfg); err != nil {
+			return nil, status.Error(codes.InvalidArgument, err.Error())
+		}
+
+		details = "Applied configuration without a reboot"
+	case machine.ApplyConfigurationRequest_STAGED:
+		details = "Staged configuration to be applied after the next reboot"
+	case machine.ApplyConfigurationRequest_AUTO:
+		if err = canApplyImmediate(s.active, cfg); err != nil {
+			mode = machine.ApplyConfigurationRequest_REBOOT
+			why = ": " + err.Error()
+		} else {
+			mode = machine.ApplyConfigurationRequest_NO_REBOOT
+			details = "Applied configuration without a reboot"
+		}
+	}
+
+	if in.DryRun {
+		diff, err := configdiff.DiffToString(s.active, cfg)
+		if err != nil {
+			return nil, fmt.Errorf("failed to generate diff: %w", err)
+		}
+
+		if diff == "" {
+			diff = "No changes."
+		}
+
+		return &machine.ApplyConfigurationResponse{Messages: []*machine.ApplyConfiguration{{
+			Mode:        mode,
+			ModeDetails: fmt.Sprintf("Dry run summary:\n%s (skipped in dry-run).\n%s", details, "Config diff:\n\n"+diff),
+		}}}, nil
+	}
+
+	if t.rebootDuringApply(cfg) {
+		return nil, interrupted(ctx, t)
+	}
+
+	switch mode { //nolint:exhaustive // AUTO was resolved above
+	case machine.ApplyConfigurationRequest_TRY:
+		timeout := constants.ConfigTryTimeout
+		if in.TryModeTimeout != nil {
+			timeout = in.TryModeTimeout.AsDuration()
+		}
+
+		details += fmt.Sprintf("\nThe config is applied in 'try' mode and will be automatically reverted back in %s", timeout)
+
+		t.try(cfg, timeout)
+	case machine.ApplyConfigurationRequest_NO_REBOOT:
+		t.setConfig(cfg, true, true)
+	case machine.ApplyConfigurationRequest_STAGED:
+		t.setConfig(cfg, false, true)
+	case machine.ApplyConfigurationRequest_REBOOT:
+		t.setConfig(cfg, false, true)
+		t.reboot(true)
+	default:
+		return nil, fmt.Errorf("incorrect mode '%s' specified for the apply config call", in.Mode)
+	}
+
+	a.fleet.log.Info("sim: config applied", "machine", t.name, "mode", strings.ToLower(mode.String()))
+
+	return &machine.ApplyConfigurationResponse{Messages: []*machine.ApplyConfiguration{{
+		Mode:        mode,
+		Warnings:    warnings,
+		ModeDetails: details + why,
+	}}}, nil
+}
+
+// applyMaintenance is the maintenance service's apply: install the config
+// and reboot into it.
+func (a *machineAPI) applyMaintenance(ctx context.Context, t *Machine, _ snapshot, in *machine.ApplyConfigurationRequest) (*machine.ApplyConfigurationResponse, error) {
+	switch in.Mode { //nolint:exhaustive // the rest are refused
+	case machine.ApplyConfigurationRequest_TRY, machine.ApplyConfigurationRequest_REBOOT, machine.ApplyConfigurationRequest_AUTO:
+	default:
+		return nil, status.Errorf(codes.Unimplemented, "apply configuration --mode='%s' is not supported in maintenance mode",
+			strings.ReplaceAll(strings.ToLower(in.Mode.String()), "_", "-"))
+	}
+
+	cfg, err := configloader.NewFromBytes(in.GetData())
+	if err != nil {
+		return nil, fmt.Errorf("failed to parse config: %w", err)
+	}
+
+	warnings, err := cfg.Validate(metalMode{requiresInstall: true})
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "configuration validation failed: %s", err)
+	}
+
+	reply := &machine.ApplyConfigurationResponse{Messages: []*machine.ApplyConfiguration{{Warnings: warnings}}}
+
+	if in.DryRun {
+		reply.Messages[0].ModeDetails = "Dry run summary:\nNode is running in maintenance mode and does not have a config yet."
+
+		return reply, nil
+	}
+
+	if t.rebootDuringApply(cfg) {
+		return nil, interrupted(ctx, t)
+	}
+
+	t.setConfig(cfg, false, true)
+	t.reboot(true)
+
+	a.fleet.log.Info("sim: config installed from maintenance", "machine", t.name)
+
+	return reply, nil
+}
+
+// rebootDuringApply fires the RebootDuringApply fault: the config is
+// persisted, then the node goes down before it can reply.
+func (m *Machine) rebootDuringApply(cfg config.Provider) bool {
+	m.mu.Lock()
+	fire := m.faults.RebootDuringApply
+	m.faults.RebootDuringApply = false
+
+	if fire {
+		m.persisted = cfg
+	}
+	m.mu.Unlock()
+
+	if fire {
+		m.fleet.log.Info("sim: rebooting in the middle of an apply", "machine", m.name)
+		m.reboot(false)
+	}
+
+	return fire
+}
+
+// interrupted is what the caller sees when the node went down mid-call:
+// its own connection drops, or apid's to the routed node does.
+func interrupted(ctx context.Context, t *Machine) error {
+	if callFrom(ctx).endpoint == t {
+		waitGone(ctx)
+	}
+
+	return status.Error(codes.Unavailable, "error reading from server: EOF")
+}
+
+func (m *Machine) setConfig(cfg config.Provider, active, persisted bool) {
+	m.mu.Lock()
+	if active {
+		m.active = cfg
+	}
+
+	if persisted {
+		m.persisted = cfg
+	}
+	m.mu.Unlock()
+
+	m.sync()
+}
+
+// try makes cfg active without persisting it, and brings back the config
+// that was active before once the timeout passes, as machined does.
+func (m *Machine) try(cfg config.Provider, timeout time.Duration) {
+	m.mu.Lock()
+	if m.tryTimer != nil {
+		m.tryTimer.Stop()
+	}
+
+	previous := m.active
+	m.active = cfg
+	gen := m.bootGen
+
+	var timer *time.Timer
+
+	timer = time.AfterFunc(timeout, func() {
+		m.mu.Lock()
+		if m.tryTimer != timer || gen != m.bootGen {
+			m.mu.Unlock()
+
+			return
+		}
+
+		m.tryTimer = nil
+		m.active = previous
+		m.mu.Unlock()
+
+		m.fleet.log.Info("sim: try mode config rolled back", "machine", m.name)
+		m.sync()
+	})
+	m.tryTimer = timer
+	m.mu.Unlock()
+
+	m.sync()
+}
+
+// cancelTry keeps a tried config the way machined does when another apply
+// arrives: the rollback timer is dropped, the active config stays.
+func (m *Machine) cancelTry() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+
+	if m.tryTimer != nil {
+		m.tryTimer.Stop()
+		m.tryTimer = nil
+	}
+}
+
+// liveMachineFields are the v1alpha1 machine fields machined applies without
+// a reboot (Runtime.CanApplyImmediate in Talos v1.11); every other machine
+// field needs one. The whole cluster section and debug apply live too, and
+// so do documents other than v1alpha1 (volumes, network documents, …).
+var liveMachineFields = []string{
+	"MachineCA", "MachineAcceptedCAs", "MachineTime", "MachineCertSANs", "MachineInstall",
+	"MachineNetwork", "MachineSysfs", "MachineSysctls", "MachineLogging", "MachineControlPlane",
+	"MachineKubelet", "MachineKernel", "MachineRegistries", "MachinePods", "MachineSeccompProfiles",
+	"MachineNodeAnnotations", "MachineNodeLabels", "MachineNodeTaints",
+}
+
+var liveFeatureFields = []string{
+	"KubernetesTalosAPIAccessConfig", "KubePrismSupport", "HostDNSSupport", "ImageCacheSupport",
+	"FeatureNodeAddressSortAlgorithm",
+}
+
+// canApplyImmediate says whether cfg can replace current without a reboot:
+// it can when the two differ only in live fields.
+func canApplyImmediate(current, cfg config.Provider) error {
+	cur := current.RawV1Alpha1()
+	if cur == nil {
+		return errors.New("current config is not v1alpha1")
+	}
+
+	next := cfg.RawV1Alpha1()
+	if next == nil {
+		return errors.New("new config is not v1alpha1")
+	}
+
+	next = next.DeepCopy()
+	next.ConfigDebug = cur.ConfigDebug
+	next.ClusterConfig = cur.ClusterConfig
+
+	if next.MachineConfig != nil && cur.MachineConfig != nil {
+		copyFields(next.MachineConfig, cur.MachineConfig, liveMachineFields)
+
+		if next.MachineConfig.MachineFeatures != nil && cur.MachineConfig.MachineFeatures != nil {
+			copyFields(next.MachineConfig.MachineFeatures, cur.MachineConfig.MachineFeatures, liveFeatureFields)
+		}
+	}
+
+	if reflect.DeepEqual(cur, next) {
+		return nil
+	}
+
+	diff, err := configdiff.DiffToString(container.NewV1Alpha1(cur), container.NewV1Alpha1(next))
+	if err != nil {
+		return fmt.Errorf("error calculating diff: %w", err)
+	}
+
+	return fmt.Errorf("this config change can't be applied in immediate mode\ndiff:\n%s", diff)
+}
+
+// copyFields sets the named fields of *dst to those of *src.
+func copyFields[T any](dst, src *T, fields []string) {
+	d, s := reflect.ValueOf(dst).Elem(), reflect.ValueOf(src).Elem()
+
+	for _, name := range fields {
+		f := d.FieldByName(name)
+		if !f.IsValid() {
+			panic("sim: v1alpha1 has no field " + name)
+		}
+
+		f.Set(s.FieldByName(name))
+	}
+}

@@ -1,0 +1,91 @@
+// Package sim serves a simulated fleet of Talos Linux machines over real gRPC
+// and real mTLS, for devata's tests, `devata sim` and `devata demo`.
+//
+// It owns no devata logic and knows nothing about inventories: callers hand it
+// a secrets bundle and machine configs, then talk to it with machinery's own
+// client, as they would to Talos v1.11.
+//
+// # What a machine does
+//
+// Each machine has its own listener, open from Start to Close; one gRPC
+// server (machinery's MachineService and COSI's State service) serves them
+// all, and every call serves the machine it was routed to. While a machine is
+// down (rebooting, unreachable) its listener closes every connection at once,
+// so a reboot never hands its port to anybody else.
+//
+//   - TLS: a configured machine presents an Ed25519 certificate from the
+//     bundle's OS CA (its address as IP SAN, DigitalSignature, ServerAuth) and
+//     requires a client certificate from that CA whose only extended key
+//     usage is ClientAuth. Roles come from the certificate's Organization and
+//     are checked per method as machined's authorizer does (unknown methods
+//     need os:admin): PermissionDenied "not authorized".
+//   - Maintenance mode (no config): a self-signed certificate, no client
+//     certificate, every caller is os:reader. ApplyConfiguration in AUTO,
+//     REBOOT or TRY mode installs the config and reboots into mTLS on the
+//     same address; NO_REBOOT and STAGED are Unimplemented, as in Talos.
+//     Version answers Unimplemented "API is not implemented in maintenance
+//     mode" (Talos only answers SideroLink peers), COSI reads work for
+//     non-sensitive types, Bootstrap is FailedPrecondition, the rest
+//     Unimplemented.
+//   - apid routing: `node` metadata sends the call to one machine and returns
+//     its plain reply; `nodes` fans out, stamps every message with
+//     metadata.hostname = the target as typed and turns a failed target into
+//     an error-only message (Metadata{Hostname, Error, Status}); streamed
+//     replies are stamped the same way. `nodes` on COSI is InvalidArgument.
+//     Targets are machine addresses (host:port, which real apid does not
+//     take: loopback machines differ by port), names, or a host that only one
+//     machine listens on. Unreachable, rebooting and maintenance targets fail
+//     with Unavailable, as apid's dial would.
+//   - ApplyConfiguration: the config is loaded and validated (metal mode)
+//     before anything else. AUTO resolves to NO_REBOOT when the change is
+//     live, else REBOOT; NO_REBOOT and TRY refuse changes that need a reboot
+//     (InvalidArgument); STAGED writes only the persistent config; TRY reverts
+//     after its timeout (default one minute); REBOOT replies, then takes the
+//     node away for RebootDelay and boots it with the persisted config. A dry
+//     run answers machined's text: "Dry run summary:\n<mode details> (skipped
+//     in dry-run).\nConfig diff:\n\n<configdiff>" or "No changes.".
+//     Live changes follow Talos v1.11's CanApplyImmediate: in the v1alpha1
+//     document, debug, the whole cluster section and the machine fields ca,
+//     acceptedCAs, time, certSANs, install, network, sysfs, sysctls, logging,
+//     controlPlane, kubelet, kernel, registries, pods, seccompProfiles,
+//     nodeAnnotations, nodeLabels, nodeTaints and the features
+//     kubernetesTalosAPIAccess, kubePrism, hostDNS, imageCache and
+//     nodeAddressSortAlgorithm; every other v1alpha1 change needs a reboot.
+//     Other documents (UserVolumeConfig, …) always apply live. Runtime
+//     validation against the node's resources is not simulated.
+//   - Bootstrap: FailedPrecondition on an unconfigured node or a worker,
+//     AlreadyExists once the node holds etcd data. The fleet has one etcd
+//     cluster: the first bootstrapped control plane, then every configured
+//     control plane, which joins as soon as the cluster exists (at once if it
+//     is up, else when it boots). EtcdMemberList and EtcdStatus answer on
+//     members, Unavailable on a control plane without etcd data,
+//     Unimplemented on workers.
+//   - Other calls: Version (machinery's version reply with the machine's tag),
+//     ServiceList (apid, containerd, cri, kubelet, machined, …, etcd and
+//     trustd on control planes; etcd stays Preparing until the node has etcd
+//     data; events carry boot timestamps), Mounts (the mount source is a
+//     device), Kubeconfig (a .tar.gz chunk with an admin kubeconfig from the
+//     config's Kubernetes CA), Reboot.
+//   - COSI: a state per machine over cosi-project/runtime's in-memory store,
+//     with the namespaces and resource definitions machined registers (one
+//     shared `meta` namespace for the whole process), behind machined's
+//     access policy: reads only, known types and namespaces only, Sensitive
+//     types (MachineConfig) for os:admin only. Resources follow the machine's
+//     state: MachineConfig `v1alpha1` and `persistent`, MachineStatus,
+//     Service, Disk, DiscoveredVolume, VolumeStatus (STATE, EPHEMERAL and
+//     `u-<name>` per UserVolumeConfig, mounted at /var/mnt/<name>),
+//     runtime MountStatus, NodeAddress, KubeletSpec (extraMounts from the
+//     config), KubePrismStatuses (when KubePrism is on) and, on control
+//     planes with etcd data, ManifestStatus (10-kube-proxy unless
+//     cluster.proxy.disabled).
+//
+// Faults (see Faults) are set per machine from Go at any time; Crash drops a
+// machine's connections and reboots it.
+//
+// # Scale
+//
+// A machine costs one goroutine (gRPC's accept loop for its listener) and
+// about 30 KiB of heap, mostly its COSI resources and parsed config; server
+// certificates are issued on the first mTLS handshake. Timers, not
+// goroutines, drive reboots and TRY rollbacks.
+package sim

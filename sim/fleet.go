@@ -1,0 +1,358 @@
+package sim
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	cosiv1alpha1 "github.com/cosi-project/runtime/api/v1alpha1"
+	"github.com/cosi-project/runtime/pkg/state"
+	"github.com/cosi-project/runtime/pkg/state/protobuf/server"
+	"github.com/siderolabs/talos/pkg/machinery/api/machine"
+	"github.com/siderolabs/talos/pkg/machinery/config"
+	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
+	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
+	"google.golang.org/grpc"
+)
+
+// Options describe a fleet to serve.
+type Options struct {
+	// Bundle is the cluster's secrets bundle: its OS CA signs the machines'
+	// server certificates and verifies client certificates.
+	Bundle *secrets.Bundle
+	// Machines to serve, in order.
+	Machines []MachineSpec
+	// RebootDelay is how long a reboot or crash takes a machine away (default 2s).
+	RebootDelay time.Duration
+	// Logger receives the fleet's own log lines (default: discarded).
+	Logger *slog.Logger
+}
+
+// MachineSpec describes one simulated machine.
+type MachineSpec struct {
+	// Name identifies the machine (a `node` target may name it); it is the
+	// machine's hostname unless its config sets machine.network.hostname.
+	Name string
+	// Role is "controlplane" or "worker" (the default). Once a config is
+	// applied its machine.type wins; Role only matters while the machine has
+	// no config.
+	Role string
+	// Address to listen on, host:port (default "127.0.0.1:0").
+	Address string
+	// Config is the applied machine config (multi-document YAML); nil starts
+	// the machine in maintenance mode.
+	Config []byte
+	// TalosVersion is what Version reports (default "v1.11.0").
+	TalosVersion string
+}
+
+// Fleet is a running set of simulated machines.
+type Fleet struct {
+	log            *slog.Logger
+	rebootDelay    time.Duration
+	ca             *authority
+	grpc           *grpc.Server    // serves every machine's listeners
+	maintenanceTLS *tls.Config     // shared: one self-signed certificate
+	configuredTLS  *tls.Config     // shared: picks the machine's own certificate
+	meta           state.CoreState // the `meta` namespace, shared by every machine
+
+	mu       sync.Mutex
+	machines []*Machine
+	byName   map[string]*Machine
+	byAddr   map[string]*Machine
+	byHost   map[string][]*Machine
+	etcd     *etcdCluster
+	closed   bool
+}
+
+// Start serves every machine of opts and returns once all of them listen.
+func Start(ctx context.Context, opts Options) (*Fleet, error) {
+	if opts.Bundle == nil || opts.Bundle.Certs == nil || opts.Bundle.Certs.OS == nil {
+		return nil, errors.New("sim: options need a secrets bundle with an OS CA")
+	}
+
+	if opts.RebootDelay <= 0 {
+		opts.RebootDelay = 2 * time.Second
+	}
+
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+
+	ca, err := newAuthority(opts.Bundle.Certs.OS.Crt, opts.Bundle.Certs.OS.Key)
+	if err != nil {
+		return nil, fmt.Errorf("sim: %w", err)
+	}
+
+	meta, err := sharedMeta(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("sim: %w", err)
+	}
+
+	f := &Fleet{
+		log:         log,
+		rebootDelay: opts.RebootDelay,
+		ca:          ca,
+		meta:        meta,
+		byName:      map[string]*Machine{},
+		byAddr:      map[string]*Machine{},
+		byHost:      map[string][]*Machine{},
+	}
+	f.maintenanceTLS = ca.maintenanceTLS()
+	f.configuredTLS = ca.configuredTLS()
+	f.grpc = grpc.NewServer(
+		grpc.Creds(fleetCreds{}),
+		grpc.ChainUnaryInterceptor(f.unaryInterceptor()),
+		grpc.ChainStreamInterceptor(f.streamInterceptor()),
+	)
+	machine.RegisterMachineServiceServer(f.grpc, &machineAPI{fleet: f})
+	cosiv1alpha1.RegisterStateServer(f.grpc, &cosiDispatcher{})
+
+	// machines started with the same config share its parsed form
+	loaded := map[[sha256.Size]byte]config.Provider{}
+
+	for _, spec := range opts.Machines {
+		m, err := f.add(spec, loaded)
+		if err != nil {
+			f.Close() //nolint:errcheck // the first error is the one to report
+
+			return nil, fmt.Errorf("sim: machine %q: %w", spec.Name, err)
+		}
+
+		f.log.Debug("sim: machine listening", "machine", m.name, "address", m.Addr(), "maintenance", m.persisted == nil)
+	}
+
+	f.log.Info("sim: fleet listening", "machines", len(f.machines))
+
+	return f, nil
+}
+
+func (f *Fleet) add(spec MachineSpec, loaded map[[sha256.Size]byte]config.Provider) (*Machine, error) {
+	if spec.Name == "" {
+		return nil, errors.New("name is empty")
+	}
+
+	if _, dup := f.byName[spec.Name]; dup {
+		return nil, errors.New("name is not unique")
+	}
+
+	switch spec.Role {
+	case "controlplane", "worker":
+	case "":
+		spec.Role = "worker"
+	default:
+		return nil, fmt.Errorf("role %q is neither controlplane nor worker", spec.Role)
+	}
+
+	if spec.Address == "" {
+		spec.Address = "127.0.0.1:0"
+	}
+
+	if spec.TalosVersion == "" {
+		spec.TalosVersion = "v1.11.0"
+	}
+
+	m := &Machine{
+		fleet:   f,
+		name:    spec.Name,
+		role:    spec.Role,
+		version: spec.TalosVersion,
+		addr:    spec.Address,
+		calls:   map[string]int{},
+		booted:  time.Now(),
+	}
+
+	if spec.Config != nil {
+		sum := sha256.Sum256(spec.Config)
+
+		cfg, ok := loaded[sum]
+		if !ok {
+			var err error
+
+			if cfg, err = configloader.NewFromBytes(spec.Config); err != nil {
+				return nil, fmt.Errorf("load config: %w", err)
+			}
+
+			loaded[sum] = cfg
+		}
+
+		m.active, m.persisted = cfg, cfg
+	}
+
+	m.st = newMachineState(f.meta)
+	m.cosi = server.NewState(state.WrapCore(state.Filter(m.st, accessPolicy(m.st))))
+
+	// listen first, so the machine's resources can carry its real address
+	ln, err := net.Listen("tcp", m.addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen: %w", err)
+	}
+
+	m.addr = ln.Addr().String()
+	m.host, _, _ = net.SplitHostPort(m.addr) //nolint:errcheck // a listener's address always splits
+	m.ln = &machineListener{Listener: ln, m: m}
+
+	f.mu.Lock()
+	f.machines = append(f.machines, m)
+	f.byName[m.name] = m
+	f.byAddr[m.addr] = m
+	f.byHost[m.host] = append(f.byHost[m.host], m)
+	f.mu.Unlock()
+
+	m.sync()
+
+	m.mu.Lock()
+	m.openLocked()
+	m.mu.Unlock()
+
+	go f.grpc.Serve(m.ln) //nolint:errcheck // Serve returns when the listener closes
+
+	return m, nil
+}
+
+// Machines returns every machine, in the order given to Start.
+func (f *Fleet) Machines() []*Machine {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+
+	return append([]*Machine(nil), f.machines...)
+}
+
+// Machine returns the named machine, or nil.
+func (f *Fleet) Machine(name string) *Machine {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+
+	return f.byName[name]
+}
+
+// Close stops every machine. It is safe to call twice.
+func (f *Fleet) Close() error {
+	f.mu.Lock()
+	if f.closed {
+		f.mu.Unlock()
+
+		return nil
+	}
+
+	f.closed = true
+	machines := append([]*Machine(nil), f.machines...)
+	f.mu.Unlock()
+
+	var wg sync.WaitGroup
+
+	for _, m := range machines {
+		wg.Go(m.close)
+	}
+
+	wg.Wait()
+	f.grpc.Stop()
+
+	return nil
+}
+
+// resolve finds the machine a `node`/`nodes` target names: its address
+// (host:port), its name, or its host when only one machine listens there.
+// Real apid only takes bare hosts; a loopback fleet needs ports to tell
+// machines apart.
+func (f *Fleet) resolve(target string) *Machine {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+
+	if m, ok := f.byAddr[target]; ok {
+		return m
+	}
+
+	if m, ok := f.byName[target]; ok {
+		return m
+	}
+
+	if ms := f.byHost[target]; len(ms) == 1 {
+		return ms[0]
+	}
+
+	return nil
+}
+
+// etcdCluster is the fleet's one etcd cluster: the control plane that was
+// bootstrapped, then every control plane that joined after it.
+type etcdCluster struct {
+	members []*Machine
+	nextID  uint64
+}
+
+// bootstrapEtcd creates the cluster on m, or reports that m has etcd data.
+func (f *Fleet) bootstrapEtcd(m *Machine) (created bool) {
+	f.mu.Lock()
+
+	if m.etcdMemberID() != 0 {
+		f.mu.Unlock()
+
+		return false
+	}
+
+	if f.etcd == nil {
+		f.etcd = &etcdCluster{nextID: 0x5a1d0c3e7f2b9a01}
+	}
+
+	f.joinLocked(m)
+
+	// control planes waiting for a cluster join it as soon as it exists
+	var joined []*Machine
+
+	for _, other := range f.machines {
+		if other != m && other.isReadyControlPlane() && other.etcdMemberID() == 0 {
+			f.joinLocked(other)
+			joined = append(joined, other)
+		}
+	}
+
+	f.mu.Unlock()
+
+	for _, other := range append(joined, m) {
+		other.sync()
+	}
+
+	return true
+}
+
+// joinEtcd adds a booted control plane to an existing cluster.
+func (f *Fleet) joinEtcd(m *Machine) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+
+	if f.etcd != nil && m.isReadyControlPlane() && m.etcdMemberID() == 0 {
+		f.joinLocked(m)
+	}
+}
+
+func (f *Fleet) joinLocked(m *Machine) {
+	id := f.etcd.nextID
+	f.etcd.nextID += 0x1f3c5a7
+
+	m.mu.Lock()
+	m.etcdID = id
+	m.mu.Unlock()
+
+	f.etcd.members = append(f.etcd.members, m)
+}
+
+// etcdMembers returns the cluster's members, leader first.
+func (f *Fleet) etcdMembers() []*Machine {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+
+	if f.etcd == nil {
+		return nil
+	}
+
+	return append([]*Machine(nil), f.etcd.members...)
+}

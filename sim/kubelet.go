@@ -1,0 +1,178 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"strings"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+)
+
+const nodeLeaseNamespace = "kube-node-lease"
+
+// RunKubelets plays every configured machine's kubelet towards a Kubernetes
+// API server until ctx ends: each machine registers its Node (name from the
+// config's hostname, labels from machine.nodeLabels, kubelet version from the
+// kubelet image, InternalIP) and keeps its Ready condition and node Lease
+// current every interval. A machine with the KubeletUnhealthy fault reports
+// Ready=False; one that is down or unreachable stops posting and, as the node
+// lifecycle controller would, its Node goes Ready=Unknown. Unconfigured
+// machines have no kubelet and register nothing.
+func (f *Fleet) RunKubelets(ctx context.Context, kc kubernetes.Interface, interval time.Duration) {
+	f.SyncKubelets(ctx, kc)
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			f.SyncKubelets(ctx, kc)
+		}
+	}
+}
+
+// SyncKubelets does one round of RunKubelets and returns the first error of
+// each machine that failed to post, by machine name.
+func (f *Fleet) SyncKubelets(ctx context.Context, kc kubernetes.Interface) map[string]error {
+	errs := map[string]error{}
+	for _, m := range f.Machines() {
+		if err := m.syncKubelet(ctx, kc); err != nil {
+			errs[m.name] = err
+			f.log.Debug("sim kubelet", "machine", m.name, "error", err)
+		}
+	}
+	return errs
+}
+
+func (m *Machine) syncKubelet(ctx context.Context, kc kubernetes.Interface) error {
+	s := m.snap()
+	if !s.configured() {
+		return nil
+	}
+	nodeName := s.name
+	if h := s.active.Machine().Network().Hostname(); h != "" {
+		nodeName = h
+	}
+	posting := !s.down && !s.faults.Unreachable
+	labels := map[string]string{
+		"kubernetes.io/hostname": nodeName,
+		"kubernetes.io/os":       "linux",
+		"kubernetes.io/arch":     "amd64",
+	}
+	if s.controlPlane() {
+		labels["node-role.kubernetes.io/control-plane"] = ""
+	}
+	maps.Copy(labels, s.active.Machine().NodeLabels())
+
+	nodes := kc.CoreV1().Nodes()
+	node, err := nodes.Get(ctx, nodeName, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		if !posting {
+			return nil
+		}
+		node, err = nodes.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName, Labels: labels}}, metav1.CreateOptions{})
+		if err != nil {
+			return fmt.Errorf("register node: %w", err)
+		}
+	case err != nil:
+		return err
+	case posting && !maps.Equal(node.Labels, labels):
+		// Talos applies machine.nodeLabels itself; labels set by others stay.
+		merged := maps.Clone(node.Labels)
+		if merged == nil {
+			merged = map[string]string{}
+		}
+		maps.Copy(merged, labels)
+		if !maps.Equal(node.Labels, merged) {
+			node.Labels = merged
+			if node, err = nodes.Update(ctx, node, metav1.UpdateOptions{}); err != nil {
+				return fmt.Errorf("update node labels: %w", err)
+			}
+		}
+	}
+
+	now := metav1.Now()
+	ready := corev1.NodeCondition{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady", Message: "kubelet is posting ready status", LastHeartbeatTime: now}
+	switch {
+	case !posting:
+		ready.Status, ready.Reason, ready.Message = corev1.ConditionUnknown, "NodeStatusUnknown", "Kubelet stopped posting node status."
+	case s.faults.KubeletUnhealthy:
+		ready.Status, ready.Reason, ready.Message = corev1.ConditionFalse, "KubeletNotReady", "container runtime network not ready"
+	}
+	if prev := findCondition(node, corev1.NodeReady); prev != nil && prev.Status == ready.Status {
+		ready.LastTransitionTime = prev.LastTransitionTime
+	} else {
+		ready.LastTransitionTime = now
+	}
+	node.Status.Conditions = []corev1.NodeCondition{ready}
+	if posting {
+		node.Status.NodeInfo.KubeletVersion = kubeletVersion(s.active.Machine().Kubelet().Image())
+		node.Status.NodeInfo.OSImage = "Talos (" + s.version + ")"
+		node.Status.NodeInfo.OperatingSystem, node.Status.NodeInfo.Architecture = "linux", "amd64"
+		node.Status.NodeInfo.ContainerRuntimeVersion = "containerd://2.1.4"
+		node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: s.host}, {Type: corev1.NodeHostName, Address: nodeName}}
+	}
+	if _, err := nodes.UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("update node status: %w", err)
+	}
+	if !posting {
+		return nil
+	}
+	return renewLease(ctx, kc, node)
+}
+
+func renewLease(ctx context.Context, kc kubernetes.Interface, node *corev1.Node) error {
+	leases := kc.CoordinationV1().Leases(nodeLeaseNamespace)
+	now := metav1.NewMicroTime(time.Now())
+	lease, err := leases.Get(ctx, node.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		if _, err := kc.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: nodeLeaseNamespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("create namespace %s: %w", nodeLeaseNamespace, err)
+		}
+		holder, duration := node.Name, int32(40)
+		_, err = leases.Create(ctx, &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{
+				Name:            node.Name,
+				OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: node.Name, UID: node.UID}},
+			},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: &duration, RenewTime: &now},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			return fmt.Errorf("create node lease: %w", err)
+		}
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	lease.Spec.RenewTime = &now
+	if _, err := leases.Update(ctx, lease, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("renew node lease: %w", err)
+	}
+	return nil
+}
+
+func findCondition(n *corev1.Node, t corev1.NodeConditionType) *corev1.NodeCondition {
+	for i := range n.Status.Conditions {
+		if n.Status.Conditions[i].Type == t {
+			return &n.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+// kubeletVersion is the tag of the kubelet image, as the kubelet reports it.
+func kubeletVersion(image string) string {
+	if i := strings.LastIndex(image, ":"); i >= 0 && !strings.Contains(image[i:], "/") {
+		return image[i+1:]
+	}
+	return "unknown"
+}

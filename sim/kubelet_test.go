@@ -1,0 +1,78 @@
+package sim_test
+
+import (
+	"context"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"devata.dev/devata/internal/simtest"
+	"devata.dev/devata/internal/testenv"
+	"devata.dev/devata/sim"
+)
+
+// The sim plays each node's kubelet towards a real kube-apiserver; the Node
+// objects are read back through client-go.
+func TestKubeletsRegisterNodesInARealAPIServer(t *testing.T) {
+	env := testenv.Start(t)
+	kc, err := kubernetes.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := simtest.Start(t, simtest.Options{Maintenance: []string{"worker-2"}})
+	ctx := context.Background()
+	if errs := f.Sim.SyncKubelets(ctx, kc); len(errs) > 0 {
+		t.Fatalf("kubelets failed to post: %v", errs)
+	}
+	nodes, err := kc.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string]corev1.Node{}
+	for _, n := range nodes.Items {
+		byName[n.Name] = n
+	}
+	if len(byName) != 4 {
+		t.Fatalf("%d Nodes, want 4 (worker-2 is in maintenance mode, no kubelet)", len(byName))
+	}
+	w1 := byName["worker-1"]
+	if ready(w1) != corev1.ConditionTrue || w1.Status.NodeInfo.KubeletVersion != "v1.34.1" {
+		t.Errorf("worker-1: ready %s kubelet %q", ready(w1), w1.Status.NodeInfo.KubeletVersion)
+	}
+	if w1.Labels["topology.kubernetes.io/zone"] != "rack-a" || w1.Labels["storage.devata.dev/longhorn"] != "true" {
+		t.Errorf("worker-1 lacks its inventory labels: %v", w1.Labels)
+	}
+	if _, ok := byName["cp-1"].Labels["node-role.kubernetes.io/control-plane"]; !ok {
+		t.Errorf("cp-1 lacks the control-plane role label")
+	}
+	if len(w1.Status.Addresses) == 0 || w1.Status.Addresses[0].Type != corev1.NodeInternalIP {
+		t.Errorf("worker-1 addresses %v", w1.Status.Addresses)
+	}
+	if _, err := kc.CoordinationV1().Leases("kube-node-lease").Get(ctx, "cp-2", metav1.GetOptions{}); err != nil {
+		t.Errorf("cp-2 node lease: %v", err)
+	}
+
+	f.Sim.Machine("worker-1").SetFaults(sim.Faults{KubeletUnhealthy: true})
+	f.Sim.Machine("cp-3").SetFaults(sim.Faults{Unreachable: true})
+	f.Sim.SyncKubelets(ctx, kc)
+	for name, want := range map[string]corev1.ConditionStatus{"worker-1": corev1.ConditionFalse, "cp-3": corev1.ConditionUnknown, "cp-1": corev1.ConditionTrue} {
+		n, err := kc.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := ready(*n); got != want {
+			t.Errorf("%s Ready=%s, want %s", name, got, want)
+		}
+	}
+}
+
+func ready(n corev1.Node) corev1.ConditionStatus {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status
+		}
+	}
+	return ""
+}

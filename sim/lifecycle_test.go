@@ -1,0 +1,208 @@
+package sim_test
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cosi-project/runtime/pkg/safe"
+	"github.com/siderolabs/talos/pkg/machinery/api/machine"
+	"github.com/siderolabs/talos/pkg/machinery/client"
+	"github.com/siderolabs/talos/pkg/machinery/resources/config"
+	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
+	"google.golang.org/grpc/codes"
+
+	"devata.dev/devata/sim"
+)
+
+func TestMaintenanceApply(t *testing.T) {
+	t.Parallel()
+
+	cp, _ := baseConfigs(t)
+	f := start(t, sim.MachineSpec{Name: "cp-1", Role: "controlplane"})
+	m := f.Machine("cp-1")
+	addr := m.Addr()
+
+	c := insecure(t, addr)
+
+	t.Run("refuses mTLS-only calls", func(t *testing.T) {
+		if _, err := c.Version(t.Context()); client.StatusCode(err) != codes.Unimplemented {
+			t.Errorf("version: %v, want Unimplemented", err)
+		}
+
+		if _, err := c.ServiceList(t.Context()); client.StatusCode(err) != codes.Unimplemented {
+			t.Errorf("service list: %v, want Unimplemented", err)
+		}
+
+		_, err := safe.StateGet[*config.MachineConfig](t.Context(), c.COSI, config.NewMachineConfigWithID(nil, config.ActiveID).Metadata())
+		if client.StatusCode(err) != codes.PermissionDenied {
+			t.Errorf("get MachineConfig: %v, want PermissionDenied", err)
+		}
+
+		ms, err := safe.StateGet[*runtime.MachineStatus](t.Context(), c.COSI, runtime.NewMachineStatus().Metadata())
+		if err != nil {
+			t.Fatalf("get MachineStatus: %v", err)
+		}
+
+		if ms.TypedSpec().Stage != runtime.MachineStageMaintenance {
+			t.Errorf("stage = %s, want maintenance", ms.TypedSpec().Stage)
+		}
+	})
+
+	t.Run("refuses modes", func(t *testing.T) {
+		for _, mode := range []machine.ApplyConfigurationRequest_Mode{machine.ApplyConfigurationRequest_NO_REBOOT, machine.ApplyConfigurationRequest_STAGED} {
+			_, err := c.ApplyConfiguration(t.Context(), &machine.ApplyConfigurationRequest{Data: cp, Mode: mode})
+			if client.StatusCode(err) != codes.Unimplemented || !strings.Contains(err.Error(), "is not supported in maintenance mode") {
+				t.Errorf("apply %s: %v, want Unimplemented", mode, err)
+			}
+		}
+	})
+
+	t.Run("validates", func(t *testing.T) {
+		_, err := c.ApplyConfiguration(t.Context(), &machine.ApplyConfigurationRequest{Data: []byte("version: v1alpha1\nmachine: {}\n"), Mode: machine.ApplyConfigurationRequest_AUTO})
+		if client.StatusCode(err) != codes.InvalidArgument {
+			t.Errorf("apply invalid config: %v, want InvalidArgument", err)
+		}
+	})
+
+	t.Run("dry run", func(t *testing.T) {
+		resp, err := c.ApplyConfiguration(t.Context(), &machine.ApplyConfigurationRequest{Data: cp, Mode: machine.ApplyConfigurationRequest_AUTO, DryRun: true})
+		if err != nil {
+			t.Fatalf("dry run: %v", err)
+		}
+
+		want := "Dry run summary:\nNode is running in maintenance mode and does not have a config yet."
+		if got := resp.Messages[0].ModeDetails; got != want {
+			t.Errorf("details = %q, want %q", got, want)
+		}
+	})
+
+	if _, err := c.ApplyConfiguration(t.Context(), &machine.ApplyConfigurationRequest{Data: cp, Mode: machine.ApplyConfigurationRequest_AUTO}); err != nil {
+		t.Fatalf("apply: %v", err)
+	}
+
+	// the node reboots into mTLS on the same address
+	a := admin(t, addr)
+
+	eventually(t, "configured node answers Version over mTLS", func() error {
+		_, err := a.Version(ctxTimeout(t, time.Second))
+
+		return err
+	})
+
+	if m.Addr() != addr {
+		t.Errorf("address changed from %s to %s", addr, m.Addr())
+	}
+
+	mc, err := safe.StateGet[*config.MachineConfig](t.Context(), a.COSI, config.NewMachineConfigWithID(nil, config.ActiveID).Metadata())
+	if err != nil {
+		t.Fatalf("get MachineConfig: %v", err)
+	}
+
+	if mc.Provider().Cluster().Name() != "sim" {
+		t.Errorf("active config cluster = %q", mc.Provider().Cluster().Name())
+	}
+
+	// and no longer speaks to clients without a certificate
+	if _, err := insecure(t, addr).Version(ctxTimeout(t, 2*time.Second)); err == nil {
+		t.Error("configured node answered a client without a certificate")
+	}
+}
+
+func TestBootstrap(t *testing.T) {
+	t.Parallel()
+
+	cp, wk := baseConfigs(t)
+	f := start(t,
+		sim.MachineSpec{Name: "cp-1", Role: "controlplane", Config: cp},
+		sim.MachineSpec{Name: "cp-2", Role: "controlplane", Config: cp},
+		sim.MachineSpec{Name: "w-1", Role: "worker", Config: wk},
+		sim.MachineSpec{Name: "cp-3", Role: "controlplane"},
+	)
+
+	bootstrap := func(name string) error {
+		if name == "cp-3" && f.Machine(name).Calls("ApplyConfiguration") == 0 {
+			return insecure(t, f.Machine(name).Addr()).Bootstrap(t.Context(), &machine.BootstrapRequest{})
+		}
+
+		return admin(t, f.Machine(name).Addr()).Bootstrap(t.Context(), &machine.BootstrapRequest{})
+	}
+
+	members := func(name string) ([]string, error) {
+		resp, err := admin(t, f.Machine(name).Addr()).EtcdMemberList(t.Context(), &machine.EtcdMemberListRequest{})
+		if err != nil {
+			return nil, err
+		}
+
+		var names []string
+		for _, m := range resp.Messages[0].Members {
+			names = append(names, m.Hostname)
+		}
+
+		slices.Sort(names)
+
+		return names, nil
+	}
+
+	if _, err := members("cp-1"); client.StatusCode(err) != codes.Unavailable {
+		t.Errorf("member list before bootstrap: %v, want Unavailable", err)
+	}
+
+	for _, tc := range []struct {
+		machine string
+		want    codes.Code
+	}{
+		{"w-1", codes.FailedPrecondition},
+		{"cp-3", codes.FailedPrecondition}, // unconfigured
+		{"cp-1", codes.OK},
+		{"cp-1", codes.AlreadyExists},
+		{"cp-2", codes.AlreadyExists}, // joined the cluster cp-1 made
+	} {
+		if err := bootstrap(tc.machine); client.StatusCode(err) != tc.want {
+			t.Errorf("bootstrap %s: %v, want %s", tc.machine, err, tc.want)
+		}
+	}
+
+	if got, err := members("cp-2"); err != nil || !slices.Equal(got, []string{"cp-1", "cp-2"}) {
+		t.Errorf("members = %v, %v; want cp-1, cp-2", got, err)
+	}
+
+	if _, err := admin(t, f.Machine("w-1").Addr()).EtcdMemberList(t.Context(), &machine.EtcdMemberListRequest{}); client.StatusCode(err) != codes.Unimplemented {
+		t.Errorf("member list on a worker: %v, want Unimplemented", err)
+	}
+
+	status, err := admin(t, f.Machine("cp-1").Addr()).EtcdStatus(t.Context())
+	if err != nil || status.Messages[0].MemberStatus.MemberId == 0 {
+		t.Errorf("etcd status = %v, %v", status, err)
+	}
+
+	// a control plane configured later joins on boot
+	if _, err := insecure(t, f.Machine("cp-3").Addr()).ApplyConfiguration(t.Context(), &machine.ApplyConfigurationRequest{Data: cp, Mode: machine.ApplyConfigurationRequest_REBOOT}); err != nil {
+		t.Fatalf("apply cp-3: %v", err)
+	}
+
+	eventually(t, "cp-3 joins", func() error {
+		got, err := members("cp-1")
+		if err != nil {
+			return err
+		}
+
+		if !slices.Equal(got, []string{"cp-1", "cp-2", "cp-3"}) {
+			return fmt.Errorf("members %v", got)
+		}
+
+		return nil
+	})
+
+	if err := bootstrap("cp-3"); client.StatusCode(err) != codes.AlreadyExists {
+		t.Errorf("bootstrap cp-3 after joining: %v, want AlreadyExists", err)
+	}
+
+	// etcd shows as running on members only
+	svcs, err := admin(t, f.Machine("cp-1").Addr()).ServiceInfo(t.Context(), "etcd")
+	if err != nil || len(svcs) != 1 || svcs[0].Service.State != "Running" {
+		t.Errorf("etcd service = %v, %v; want Running", svcs, err)
+	}
+}

@@ -1,0 +1,496 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/siderolabs/talos/pkg/machinery/api/common"
+	"github.com/siderolabs/talos/pkg/machinery/api/machine"
+	"github.com/siderolabs/talos/pkg/machinery/role"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+)
+
+// call is what a handler learns about the request it serves.
+type call struct {
+	endpoint *Machine // the machine the client connected to
+	target   *Machine // the machine that serves the call
+	roles    role.Set
+}
+
+type callKey struct{}
+
+func callFrom(ctx context.Context) *call {
+	c, _ := ctx.Value(callKey{}).(*call) //nolint:errcheck // handlers only run behind the interceptors
+
+	return c
+}
+
+var errNotAuthorized = status.Error(codes.PermissionDenied, "not authorized")
+
+var (
+	allRoles   = role.MakeSet(role.Admin, role.Operator, role.Reader)
+	adminRole  = role.MakeSet(role.Admin)
+	operatorUp = role.MakeSet(role.Admin, role.Operator)
+	etcdRead   = role.MakeSet(role.Admin, role.Operator, role.Reader, role.EtcdBackup)
+)
+
+// rules mirror machined's authorizer for the methods the sim serves; any
+// other method needs os:admin.
+var rules = map[string]role.Set{
+	"/machine.MachineService/ApplyConfiguration": adminRole,
+	"/machine.MachineService/Bootstrap":          adminRole,
+	"/machine.MachineService/EtcdMemberList":     etcdRead,
+	"/machine.MachineService/EtcdStatus":         etcdRead,
+	"/machine.MachineService/Hostname":           allRoles,
+	"/machine.MachineService/Kubeconfig":         adminRole,
+	"/machine.MachineService/Mounts":             allRoles,
+	"/machine.MachineService/Reboot":             operatorUp,
+	"/machine.MachineService/ServiceList":        allRoles,
+	"/machine.MachineService/Version":            allRoles,
+
+	// per-type authorization is the access policy's job
+	"/cosi.resource.State/Create":  adminRole,
+	"/cosi.resource.State/Destroy": adminRole,
+	"/cosi.resource.State/Get":     allRoles,
+	"/cosi.resource.State/List":    allRoles,
+	"/cosi.resource.State/Update":  adminRole,
+	"/cosi.resource.State/Watch":   allRoles,
+}
+
+func authorize(fullMethod string, roles role.Set) error {
+	allowed, ok := rules[fullMethod]
+	if !ok {
+		allowed = adminRole
+	}
+
+	if !allowed.IncludesAny(roles) {
+		return errNotAuthorized
+	}
+
+	return nil
+}
+
+// maintenanceMethods are the ones a node without config answers; the rest
+// are unimplemented there, as in Talos' maintenance service.
+var maintenanceMethods = map[string]bool{
+	"ApplyConfiguration": true,
+	"Version":            true,
+	"Bootstrap":          true,
+}
+
+// connection tells which machine a call reached, in which mode, and the
+// caller's roles the way the authz injector reads them: from the client
+// certificate's Organization, or reader-only in maintenance mode.
+func connection(ctx context.Context) (endpoint *Machine, maintenance bool, roles role.Set, err error) {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return nil, false, role.Set{}, status.Error(codes.Internal, "sim: no peer")
+	}
+
+	info, ok := p.AuthInfo.(authInfo)
+	if !ok {
+		return nil, false, role.Set{}, status.Error(codes.Internal, "sim: connection without sim credentials")
+	}
+
+	if info.maintenance {
+		return info.endpoint, true, role.MakeSet(role.Reader), nil
+	}
+
+	if len(info.State.PeerCertificates) == 0 {
+		return nil, false, role.Set{}, status.Error(codes.Unauthenticated, "no client certificate")
+	}
+
+	roles, _ = role.Parse(info.State.PeerCertificates[0].Subject.Organization)
+
+	return info.endpoint, false, roles, nil
+}
+
+func shortMethod(full string) string {
+	return full[strings.LastIndex(full, "/")+1:]
+}
+
+// route reads apid's routing metadata: the targets, and whether the call
+// fans out (nodes) or goes to one machine (node, or none: the endpoint).
+func route(ctx context.Context, fullMethod string) (targets []string, many bool, err error) {
+	md, ok := metadata.FromIncomingContext(ctx)
+	if !ok {
+		return nil, false, nil
+	}
+
+	nodes, okNodes := md["nodes"]
+	node, okNode := md["node"]
+
+	if okNode && len(node) != 1 {
+		return nil, false, status.Error(codes.InvalidArgument, "node metadata must be single-valued")
+	}
+
+	switch {
+	case okNodes:
+		if strings.HasPrefix(fullMethod, "/cosi.") {
+			return nil, false, status.Error(codes.InvalidArgument, "one-2-many proxying is not supported for COSI methods")
+		}
+
+		return nodes, true, nil
+	case okNode:
+		return node, false, nil
+	default:
+		return nil, false, nil
+	}
+}
+
+// dial finds a routed target the way apid's backend would reach it.
+func (f *Fleet) dial(endpoint *Machine, target string) (*Machine, error) {
+	t := f.resolve(target)
+	if t == nil {
+		return nil, status.Errorf(codes.Unavailable, "connection error: desc = \"transport: Error while dialing: dial tcp: lookup %s: no such host\"", target)
+	}
+
+	if t == endpoint {
+		return t, nil
+	}
+
+	s := t.snap()
+
+	switch {
+	case s.down || s.faults.Unreachable:
+		return nil, status.Errorf(codes.Unavailable, "connection error: desc = \"transport: Error while dialing: dial tcp %s: connect: connection refused\"", s.addr)
+	case !s.configured():
+		// apid speaks mTLS to the maintenance service's self-signed certificate
+		return nil, status.Error(codes.Unavailable, "connection error: desc = \"transport: authentication handshake failed: tls: failed to verify certificate: x509: certificate signed by unknown authority\"")
+	}
+
+	return t, nil
+}
+
+// enter runs the checks a machine makes before its handler: injected
+// latency and errors, maintenance limits, authorization. It returns the
+// context the handler runs in.
+func (f *Fleet) enter(ctx context.Context, endpoint, target *Machine, roles role.Set, fullMethod string, req any) (context.Context, error) {
+	s := target.snap()
+	method := shortMethod(fullMethod)
+
+	if s.faults.Latency > 0 {
+		t := time.NewTimer(s.faults.Latency)
+
+		select {
+		case <-ctx.Done():
+			t.Stop()
+
+			return nil, status.FromContextError(ctx.Err()).Err()
+		case <-t.C:
+		}
+	}
+
+	for _, name := range []string{method, fullMethod} {
+		if code, ok := s.faults.ErrorCodes[name]; ok && code != codes.OK {
+			return nil, status.Errorf(code, "sim: injected %s on %s", code, method)
+		}
+	}
+
+	target.count(method)
+	target.count(fullMethod)
+
+	if apply, ok := req.(*machine.ApplyConfigurationRequest); ok && apply.DryRun {
+		target.count("ApplyConfiguration(dry-run)")
+	}
+
+	if !s.configured() {
+		if !maintenanceMethods[method] && !strings.HasPrefix(fullMethod, "/cosi.") {
+			return nil, status.Errorf(codes.Unimplemented, "method %s not implemented", method)
+		}
+	} else if err := authorize(fullMethod, roles); err != nil {
+		return nil, err
+	}
+
+	return context.WithValue(ctx, callKey{}, &call{endpoint: endpoint, target: target, roles: roles}), nil
+}
+
+// fanOut bounds the goroutines one `nodes` call runs its targets on.
+const fanOut = 32
+
+func (f *Fleet) unaryInterceptor() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		m, maintenance, roles, err := connection(ctx)
+		if err != nil {
+			return nil, err
+		}
+
+		m.inflight.Add(1)
+		defer m.inflight.Add(-1)
+
+		one := func(target string) (any, error) {
+			t := m
+
+			if target != "" {
+				var err error
+
+				if t, err = f.dial(m, target); err != nil {
+					return nil, err
+				}
+			}
+
+			hctx, err := f.enter(ctx, m, t, roles, info.FullMethod, req)
+			if err != nil {
+				return nil, err
+			}
+
+			return handler(hctx, req)
+		}
+
+		// the maintenance service has no apid in front of it
+		if maintenance {
+			return one("")
+		}
+
+		targets, many, err := route(ctx, info.FullMethod)
+		if err != nil {
+			return nil, err
+		}
+
+		if !many {
+			if len(targets) == 0 {
+				return one("")
+			}
+
+			return one(targets[0])
+		}
+
+		agg, err := newResponse(info.FullMethod)
+		if err != nil {
+			return nil, err
+		}
+
+		// targets run side by side, as apid's backends do; replies keep the
+		// order the targets were given in
+		type reply struct {
+			resp any
+			err  error
+		}
+
+		replies := make([]reply, len(targets))
+		sem := make(chan struct{}, fanOut)
+
+		var wg sync.WaitGroup
+
+		for i, target := range targets {
+			sem <- struct{}{}
+
+			wg.Go(func() {
+				defer func() { <-sem }()
+
+				replies[i].resp, replies[i].err = one(target)
+			})
+		}
+
+		wg.Wait()
+
+		for i, target := range targets {
+			if replies[i].err != nil {
+				appendError(agg, target, replies[i].err)
+
+				continue
+			}
+
+			appendMessages(agg, replies[i].resp.(proto.Message), target) //nolint:forcetypeassert // gRPC replies are protobuf
+		}
+
+		return agg, nil
+	}
+}
+
+func (f *Fleet) streamInterceptor() grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		ctx := ss.Context()
+
+		m, maintenance, roles, err := connection(ctx)
+		if err != nil {
+			return err
+		}
+
+		m.inflight.Add(1)
+		defer m.inflight.Add(-1)
+
+		one := func(target string, out grpc.ServerStream) error {
+			t := m
+
+			if target != "" {
+				var err error
+
+				if t, err = f.dial(m, target); err != nil {
+					return err
+				}
+			}
+
+			hctx, err := f.enter(ctx, m, t, roles, info.FullMethod, nil)
+			if err != nil {
+				return err
+			}
+
+			return handler(srv, &ctxStream{ServerStream: out, ctx: hctx})
+		}
+
+		if maintenance {
+			return one("", ss)
+		}
+
+		targets, many, err := route(ctx, info.FullMethod)
+		if err != nil {
+			return err
+		}
+
+		if !many {
+			if len(targets) == 0 {
+				return one("", ss)
+			}
+
+			return one(targets[0], ss)
+		}
+
+		// streams from several targets go one after the other: a stream
+		// cannot be written from two goroutines
+		for _, target := range targets {
+			if err := one(target, &hostnameStream{ServerStream: ss, host: target}); err != nil {
+				if sendErr := ss.SendMsg(errorMessage(target, err)); sendErr != nil {
+					return sendErr
+				}
+			}
+		}
+
+		return nil
+	}
+}
+
+type ctxStream struct {
+	grpc.ServerStream
+
+	ctx context.Context //nolint:containedctx // a stream carries its context
+}
+
+func (s *ctxStream) Context() context.Context { return s.ctx }
+
+// hostnameStream stamps every streamed message with its node, as apid does
+// for one-to-many streams.
+type hostnameStream struct {
+	grpc.ServerStream
+
+	host string
+}
+
+func (s *hostnameStream) SendMsg(m any) error {
+	if msg, ok := m.(proto.Message); ok {
+		msg = proto.Clone(msg)
+		withMetadata(msg.ProtoReflect(), func(md *common.Metadata) { md.Hostname = s.host })
+		m = msg
+	}
+
+	return s.ServerStream.SendMsg(m)
+}
+
+// newResponse makes an empty reply of the method's output type.
+func newResponse(fullMethod string) (proto.Message, error) {
+	parts := strings.Split(strings.TrimPrefix(fullMethod, "/"), "/")
+	if len(parts) != 2 {
+		return nil, status.Errorf(codes.Internal, "bad method %q", fullMethod)
+	}
+
+	d, err := protoregistry.GlobalFiles.FindDescriptorByName(protoreflect.FullName(parts[0]))
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "service %q: %v", parts[0], err)
+	}
+
+	sd, ok := d.(protoreflect.ServiceDescriptor)
+	if !ok {
+		return nil, status.Errorf(codes.Internal, "%q is not a service", parts[0])
+	}
+
+	md := sd.Methods().ByName(protoreflect.Name(parts[1]))
+	if md == nil {
+		return nil, status.Errorf(codes.Unimplemented, "method %s not implemented", parts[1])
+	}
+
+	mt, err := protoregistry.GlobalTypes.FindMessageByName(md.Output().FullName())
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "reply type of %s: %v", parts[1], err)
+	}
+
+	return mt.New().Interface(), nil
+}
+
+func messagesField(msg protoreflect.Message) protoreflect.FieldDescriptor {
+	fd := msg.Descriptor().Fields().ByName("messages")
+	if fd == nil || !fd.IsList() || fd.Message() == nil {
+		return nil
+	}
+
+	return fd
+}
+
+// appendMessages moves src's messages into dst, each stamped with host.
+func appendMessages(dst, src proto.Message, host string) {
+	d, s := dst.ProtoReflect(), src.ProtoReflect()
+
+	fd := messagesField(d)
+	if fd == nil {
+		return
+	}
+
+	dl, sl := d.Mutable(fd).List(), s.Get(fd).List()
+
+	for i := range sl.Len() {
+		el := sl.Get(i).Message()
+		withMetadata(el, func(md *common.Metadata) { md.Hostname = host })
+		dl.Append(protoreflect.ValueOfMessage(el))
+	}
+}
+
+// appendError adds the error-only message apid makes for a failed node.
+func appendError(dst proto.Message, host string, err error) {
+	d := dst.ProtoReflect()
+
+	fd := messagesField(d)
+	if fd == nil {
+		return
+	}
+
+	dl := d.Mutable(fd).List()
+	el := dl.NewElement()
+	withMetadata(el.Message(), func(md *common.Metadata) { fillError(md, host, err) })
+	dl.Append(el)
+}
+
+func errorMessage(host string, err error) *common.Empty {
+	md := &common.Metadata{}
+	fillError(md, host, err)
+
+	return &common.Empty{Metadata: md}
+}
+
+func fillError(md *common.Metadata, host string, err error) {
+	md.Hostname = host
+	md.Error = err.Error()
+	md.Status = status.Convert(err).Proto()
+}
+
+func withMetadata(msg protoreflect.Message, edit func(*common.Metadata)) {
+	fd := msg.Descriptor().Fields().ByName("metadata")
+	if fd == nil || fd.Message() == nil || fd.Message().FullName() != "common.Metadata" {
+		return
+	}
+
+	md, ok := msg.Mutable(fd).Message().Interface().(*common.Metadata)
+	if !ok {
+		panic(fmt.Sprintf("metadata of %s is %T", msg.Descriptor().FullName(), msg.Mutable(fd).Message().Interface()))
+	}
+
+	edit(md)
+}
