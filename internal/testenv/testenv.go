@@ -6,6 +6,9 @@ package testenv
 
 import (
 	"bytes"
+	"context"
+	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sync"
@@ -53,6 +56,34 @@ func Start(t testing.TB) *Env {
 		t.Fatalf("testenv: %v", err)
 	}
 
+	env, stop, err := run(dir)
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := stop(); err != nil {
+			t.Errorf("testenv: stop control plane: %v", err)
+		}
+	})
+	t.Logf("testenv: kube-apiserver %s up at %s", KubernetesVersion, env.Config.Host)
+	return env
+}
+
+// Run starts etcd and kube-apiserver outside a test (devata demo), building
+// the binaries first if they are missing, with progress on the given writer.
+// stop ends both and removes the kubeconfig.
+func Run(ctx context.Context, progress io.Writer) (env *Env, stop func() error, err error) {
+	dir, err := DefaultDir()
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := Install(ctx, dir, progress); err != nil {
+		return nil, nil, err
+	}
+	return run(dir)
+}
+
+func run(dir string) (*Env, func() error, error) {
 	out := &tail{max: 16 << 10}
 	env := &envtest.Environment{
 		UseExistingCluster:       new(false),
@@ -67,26 +98,28 @@ func Start(t testing.TB) *Env {
 		env.ControlPlane.APIServer.Out, env.ControlPlane.APIServer.Err = out, out
 		env.ControlPlane.Etcd.Out, env.ControlPlane.Etcd.Err = out, out
 	}
-
-	begin := time.Now()
 	cfg, err := env.Start()
 	if err != nil {
 		// A half-started control plane still has processes and temp dirs.
 		_ = env.Stop()
-		t.Fatalf("testenv: start kube-apiserver %s: %v\n--- control plane output (end) ---\n%s", KubernetesVersion, err, out.String())
+		return nil, nil, fmt.Errorf("start kube-apiserver %s: %w\n--- control plane output (end) ---\n%s", KubernetesVersion, err, out.String())
 	}
-	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Errorf("testenv: stop control plane: %v", err)
-		}
-	})
-	t.Logf("testenv: kube-apiserver %s up at %s in %s", KubernetesVersion, cfg.Host, time.Since(begin).Round(time.Millisecond))
-
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	kdir, err := os.MkdirTemp("", "devata-testenv-")
+	if err != nil {
+		_ = env.Stop()
+		return nil, nil, err
+	}
+	kubeconfig := filepath.Join(kdir, "kubeconfig")
 	if err := os.WriteFile(kubeconfig, env.KubeConfig, 0o600); err != nil {
-		t.Fatalf("testenv: write kubeconfig: %v", err)
+		_ = env.Stop()
+		os.RemoveAll(kdir)
+		return nil, nil, fmt.Errorf("write kubeconfig: %w", err)
 	}
-	return &Env{Config: cfg, Kubeconfig: kubeconfig}
+	stop := func() error {
+		defer os.RemoveAll(kdir)
+		return env.Stop()
+	}
+	return &Env{Config: cfg, Kubeconfig: kubeconfig}, stop, nil
 }
 
 // logWriter turns build progress into test log lines.

@@ -1,0 +1,179 @@
+// Package simtest starts the homelab example on devata's simulated fleet for
+// tests: the inventory, its rendered configs, the fleet and a dialer that
+// reaches it. It is test support only; production code never imports it.
+package simtest
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/siderolabs/talos/pkg/machinery/api/machine"
+	clientconfig "github.com/siderolabs/talos/pkg/machinery/client/config"
+	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
+
+	"devata.dev/devata/bootstrap"
+	"devata.dev/devata/examples"
+	"devata.dev/devata/inventory"
+	"devata.dev/devata/machines"
+	"devata.dev/devata/sim"
+)
+
+// Fleet is the homelab example served by the sim.
+type Fleet struct {
+	Dir       string // holds inventory.yaml, patches/ and secrets.yaml
+	Inventory *inventory.Inventory
+	Bundle    *secrets.Bundle
+	Renderer  *bootstrap.Renderer
+	Desired   map[string][]byte
+	Sim       *sim.Fleet
+	Dialer    *machines.Dialer
+	// Overrides maps machine names to their simulated addresses.
+	Overrides map[string]string
+}
+
+// Options choose how the fleet starts.
+type Options struct {
+	// Maintenance names machines that start unconfigured.
+	Maintenance []string
+	// Bootstrap bootstraps etcd on cp-1 and waits for every control plane to join.
+	Bootstrap bool
+}
+
+// FixtureSecrets is the path of the committed test bundle (a fake cluster's).
+func FixtureSecrets() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..", "bootstrap", "testdata", "secrets.yaml")
+}
+
+// Start serves the homelab example with the fixture bundle; everything stops
+// when the test ends.
+func Start(t testing.TB, opts Options) *Fleet {
+	t.Helper()
+	dir := t.TempDir()
+	invPath, err := examples.WriteHomelab(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(FixtureSecrets())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "secrets.yaml"), data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f := &Fleet{Dir: dir, Desired: map[string][]byte{}, Overrides: map[string]string{}}
+	if f.Inventory, err = inventory.Load(invPath); err != nil {
+		t.Fatal(err)
+	}
+	if f.Bundle, err = bootstrap.LoadSecrets(filepath.Join(dir, "secrets.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	if f.Renderer, err = bootstrap.NewRenderer(f.Inventory, f.Bundle); err != nil {
+		t.Fatal(err)
+	}
+	var specs []sim.MachineSpec
+	for i := range f.Inventory.Machines {
+		m := &f.Inventory.Machines[i]
+		rd, err := f.Renderer.Render(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Desired[m.Name] = rd.Config
+		spec := sim.MachineSpec{Name: m.Name, Role: m.Role, Config: rd.Config}
+		for _, name := range opts.Maintenance {
+			if name == m.Name {
+				spec.Config = nil
+			}
+		}
+		specs = append(specs, spec)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	if f.Sim, err = sim.Start(ctx, sim.Options{Bundle: f.Bundle, Machines: specs, RebootDelay: 50 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Sim.Close() })
+	for _, m := range f.Sim.Machines() {
+		f.Overrides[m.Name()] = m.Addr()
+	}
+	if f.Dialer, err = machines.NewDialer(f.Talosconfig(t), f.Overrides); err != nil {
+		t.Fatal(err)
+	}
+	if opts.Bootstrap {
+		f.BootstrapEtcd(t)
+	}
+	return f
+}
+
+// Talosconfig is an os:admin talosconfig for the fleet.
+func (f *Fleet) Talosconfig(t testing.TB) *clientconfig.Config {
+	t.Helper()
+	b, err := f.Renderer.Talosconfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc, err := clientconfig.FromBytes(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tc
+}
+
+// BootstrapEtcd bootstraps etcd on cp-1 and waits until every control plane
+// reports the full membership.
+func (f *Fleet) BootstrapEtcd(t testing.TB) {
+	t.Helper()
+	ctx := context.Background()
+	c, err := f.Dialer.Client(ctx, f.Inventory.Machine("cp-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.Bootstrap(ctx, &machine.BootstrapRequest{}); err != nil {
+		t.Fatalf("bootstrap cp-1: %v", err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ok := true
+		for _, m := range f.Inventory.ControlPlanes() {
+			o := machines.Observe(ctx, f.Dialer, m)
+			if o.Etcd == nil || len(o.Etcd.Members) != len(f.Inventory.ControlPlanes()) {
+				ok = false
+			}
+		}
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("etcd did not reach full membership")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Drift replaces a machine's applied config behind devata's back with its
+// desired config edited by old → new.
+func (f *Fleet) Drift(t testing.TB, machine, old, new string) []byte {
+	t.Helper()
+	cfg := []byte(replaceOnce(t, string(f.Desired[machine]), old, new))
+	m := f.Sim.Machine(machine)
+	faults := m.Faults()
+	faults.DriftedConfig = cfg
+	m.SetFaults(faults)
+	return cfg
+}
+
+func replaceOnce(t testing.TB, s, old, new string) string {
+	t.Helper()
+	for i := 0; i+len(old) <= len(s); i++ {
+		if s[i:i+len(old)] == old {
+			return s[:i] + new + s[i+len(old):]
+		}
+	}
+	t.Fatalf("%q not found in config", old)
+	return ""
+}

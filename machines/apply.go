@@ -1,0 +1,108 @@
+package machines
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/siderolabs/talos/pkg/machinery/api/machine"
+	"github.com/siderolabs/talos/pkg/machinery/client"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+// Mode is an apply mode as devata's CLI names it.
+type Mode string
+
+// Apply modes (devata apply --mode).
+const (
+	ModeAuto     Mode = "auto"
+	ModeNoReboot Mode = "no-reboot"
+	ModeReboot   Mode = "reboot"
+	ModeStaged   Mode = "staged"
+	ModeTry      Mode = "try"
+)
+
+// Modes lists every apply mode.
+var Modes = []Mode{ModeAuto, ModeNoReboot, ModeReboot, ModeStaged, ModeTry}
+
+// ParseMode parses a CLI mode name.
+func ParseMode(s string) (Mode, error) {
+	for _, m := range Modes {
+		if string(m) == s {
+			return m, nil
+		}
+	}
+	return "", fmt.Errorf("unknown apply mode %q: use one of auto, no-reboot, reboot, staged, try", s)
+}
+
+// proto maps a mode to the API's enum. The enum's zero value is REBOOT, so
+// every request sets it explicitly.
+func (m Mode) proto() machine.ApplyConfigurationRequest_Mode {
+	switch m {
+	case ModeNoReboot:
+		return machine.ApplyConfigurationRequest_NO_REBOOT
+	case ModeReboot:
+		return machine.ApplyConfigurationRequest_REBOOT
+	case ModeStaged:
+		return machine.ApplyConfigurationRequest_STAGED
+	case ModeTry:
+		return machine.ApplyConfigurationRequest_TRY
+	default:
+		return machine.ApplyConfigurationRequest_AUTO
+	}
+}
+
+func fromProto(m machine.ApplyConfigurationRequest_Mode) Mode {
+	switch m {
+	case machine.ApplyConfigurationRequest_NO_REBOOT:
+		return ModeNoReboot
+	case machine.ApplyConfigurationRequest_REBOOT:
+		return ModeReboot
+	case machine.ApplyConfigurationRequest_STAGED:
+		return ModeStaged
+	case machine.ApplyConfigurationRequest_TRY:
+		return ModeTry
+	}
+	return ModeAuto
+}
+
+// ApplyOutcome is what Talos said about an apply or a dry run. The server's own
+// mode details carry an unredacted diff, so they are never kept.
+type ApplyOutcome struct {
+	// Mode is the mode Talos resolved: auto becomes no-reboot or reboot.
+	Mode     Mode
+	Warnings []string
+}
+
+// Reboots reports whether the apply takes the machine away.
+func (o ApplyOutcome) Reboots() bool { return o.Mode == ModeReboot }
+
+// DryRun asks the machine what applying config in mode would do, changing nothing.
+func DryRun(ctx context.Context, c *client.Client, config []byte, mode Mode) (ApplyOutcome, error) {
+	return apply(ctx, c, config, mode, true, 0)
+}
+
+// Apply sends config in mode. tryTimeout applies to mode try only.
+func Apply(ctx context.Context, c *client.Client, config []byte, mode Mode, tryTimeout time.Duration) (ApplyOutcome, error) {
+	return apply(ctx, c, config, mode, false, tryTimeout)
+}
+
+func apply(ctx context.Context, c *client.Client, config []byte, mode Mode, dryRun bool, tryTimeout time.Duration) (ApplyOutcome, error) {
+	req := &machine.ApplyConfigurationRequest{Data: config, Mode: mode.proto(), DryRun: dryRun}
+	if mode == ModeTry && tryTimeout > 0 {
+		req.TryModeTimeout = durationpb.New(tryTimeout)
+	}
+	resp, err := c.ApplyConfiguration(ctx, req)
+	if err != nil {
+		return ApplyOutcome{}, plainError(err)
+	}
+	out := ApplyOutcome{Mode: mode}
+	for _, msg := range resp.GetMessages() {
+		out.Mode = fromProto(msg.GetMode())
+		for _, w := range msg.GetWarnings() {
+			out.Warnings = append(out.Warnings, strings.TrimSpace(w))
+		}
+	}
+	return out, nil
+}

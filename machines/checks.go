@@ -1,0 +1,266 @@
+package machines
+
+import (
+	"context"
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/siderolabs/talos/pkg/machinery/client"
+	"google.golang.org/grpc/codes"
+
+	"devata.dev/devata/drift"
+	"devata.dev/devata/inventory"
+)
+
+// Check names, as `devata drift --checks` takes them.
+const (
+	CheckConfig       = "config"
+	CheckTalosVersion = "talos-version"
+	CheckMachineStage = "machine-stage"
+	CheckKubelet      = "kubelet"
+	CheckEtcd         = "etcd"
+)
+
+// Target is everything a machine check needs: the desired state and what
+// one pass observed.
+type Target struct {
+	Machine *inventory.Machine
+	// Desired is the rendered machine config.
+	Desired           []byte
+	TalosVersion      string
+	KubernetesVersion string
+	// ControlPlanes are the names of the inventory's control planes: the etcd members there should be.
+	ControlPlanes []string
+	Obs           *Observation
+	// Nodes is the Kubernetes side; nil means Kubernetes was not consulted.
+	Nodes *Nodes
+}
+
+func (t *Target) addr() string { return t.Machine.Address }
+
+// Checks returns the machine checks in ladder order.
+func Checks() []drift.Check[*Target] {
+	return []drift.Check[*Target]{
+		{Name: CheckConfig, Rung: drift.RungReconciliation, FailClosed: true, Run: checkConfig},
+		{Name: CheckTalosVersion, Rung: drift.RungReconciliation, FailClosed: false, Run: checkTalosVersion},
+		{Name: CheckMachineStage, Rung: drift.RungResources, FailClosed: true, Run: checkMachineStage},
+		{Name: CheckKubelet, Rung: drift.RungResources, FailClosed: true, Run: checkKubelet},
+		{Name: CheckEtcd, Rung: drift.RungResources, FailClosed: true, Run: checkEtcd},
+	}
+}
+
+// AppliesTo reports whether a check is meaningful for a machine: etcd runs on control planes only.
+func AppliesTo(check string, m *inventory.Machine) bool {
+	return check != CheckEtcd || m.IsControlPlane()
+}
+
+// unreachable turns a machine-level observation failure into this check's
+// result: Unknown when the machine did not answer, Drifted when it answered
+// from maintenance mode (observed: not configured at all).
+func unreachable(t *Target, check string, rung drift.Rung) (drift.Result, bool) {
+	o := t.Obs
+	if o.Err == nil {
+		return drift.Result{}, false
+	}
+	name := t.Machine.Name
+	if o.Maintenance {
+		return drift.Drifted(name, check, rung, "machine is in maintenance mode: no config applied", "configured", "maintenance mode").
+			WithEvidence("Talos API " + o.Endpoint + " answers only insecurely").
+			WithNext("devata bootstrap (or: talosctl apply-config --insecure -n " + t.addr() + ")"), true
+	}
+	return drift.Unknown(name, check, rung, o.Err, "check that "+name+" is up and its Talos API reachable: talosctl -n "+t.addr()+" version"), true
+}
+
+func unknownRead(t *Target, check string, rung drift.Rung, err error) drift.Result {
+	next := "talosctl -n " + t.addr() + " get machinestatus"
+	if client.StatusCode(err) == codes.PermissionDenied {
+		next = "the talosconfig's certificate lacks the role this read needs (MachineConfig needs os:admin): use an os:admin talosconfig"
+	}
+	return drift.Unknown(t.Machine.Name, check, rung, err, next)
+}
+
+func checkConfig(_ context.Context, t *Target) []drift.Result {
+	const rung = drift.RungReconciliation
+	if r, ok := unreachable(t, CheckConfig, rung); ok {
+		return []drift.Result{r}
+	}
+	o, name := t.Obs, t.Machine.Name
+	if o.ConfigErr != nil {
+		return []drift.Result{unknownRead(t, CheckConfig, rung, o.ConfigErr)}
+	}
+	d, err := DiffConfigs(o.Active, t.Desired)
+	if err != nil {
+		return []drift.Result{drift.Unknown(name, CheckConfig, rung, fmt.Errorf("compare configs: %w", err), "talosctl -n "+t.addr()+" get machineconfig -o yaml")}
+	}
+	evidence := []string{"MachineConfig v1alpha1 sha256:" + short(o.ActiveHash)}
+	desiredHash := sumOf(t.Desired)
+	if d.Equal {
+		if o.HasPersistent && o.PersistentHash != o.ActiveHash {
+			return []drift.Result{drift.Drifted(name, CheckConfig, rung, "another config is staged for the next boot", "sha256:"+short(desiredHash), "staged sha256:"+short(o.PersistentHash)).
+				WithEvidence(append(evidence, "MachineConfig persistent sha256:"+short(o.PersistentHash))...).
+				WithNext("devata apply --machines " + name + " (re-applies the desired config, replacing the staged one)")}
+		}
+		return []drift.Result{drift.InSync(name, CheckConfig, rung, evidence...)}
+	}
+	reason := "applied config differs from the rendered one: " + d.Summary()
+	next := "devata apply --machines " + name
+	if o.HasPersistent && o.PersistentHash == desiredHash {
+		reason = "desired config is staged but not applied (it takes effect on the next reboot); applied differs: " + d.Summary()
+		next = "reboot " + name + " to apply it (talosctl -n " + t.addr() + " reboot), or devata apply --machines " + name
+	}
+	return []drift.Result{drift.Drifted(name, CheckConfig, rung, reason, "sha256:"+short(desiredHash), "sha256:"+short(o.ActiveHash)).
+		WithDiff(d.Text).WithEvidence(evidence...).WithNext(next)}
+}
+
+func checkTalosVersion(_ context.Context, t *Target) []drift.Result {
+	const rung = drift.RungReconciliation
+	if r, ok := unreachable(t, CheckTalosVersion, rung); ok {
+		return []drift.Result{r}
+	}
+	name, got := t.Machine.Name, t.Obs.Version
+	if got == t.TalosVersion {
+		return []drift.Result{drift.InSync(name, CheckTalosVersion, rung, "Version tag "+got)}
+	}
+	return []drift.Result{drift.Drifted(name, CheckTalosVersion, rung, "Talos version differs from cluster.talosVersion", t.TalosVersion, got).
+		WithEvidence("Version tag " + got).
+		WithNext("upgrade: talosctl -n " + t.addr() + " upgrade --image ghcr.io/siderolabs/installer:" + t.TalosVersion + " (or fix cluster.talosVersion)")}
+}
+
+func checkMachineStage(_ context.Context, t *Target) []drift.Result {
+	const rung = drift.RungResources
+	if r, ok := unreachable(t, CheckMachineStage, rung); ok {
+		return []drift.Result{r}
+	}
+	o, name := t.Obs, t.Machine.Name
+	if o.StatusErr != nil {
+		return []drift.Result{unknownRead(t, CheckMachineStage, rung, o.StatusErr)}
+	}
+	evidence := fmt.Sprintf("MachineStatus stage %s, ready %t", o.Stage, o.Ready)
+	if o.Stage == "running" && o.Ready {
+		return []drift.Result{drift.InSync(name, CheckMachineStage, rung, evidence)}
+	}
+	reason := "machine is " + o.Stage
+	if len(o.Unmet) > 0 {
+		reason += "; unmet: " + strings.Join(o.Unmet, "; ")
+	}
+	return []drift.Result{drift.Drifted(name, CheckMachineStage, rung, reason, "running, ready", fmt.Sprintf("%s, ready=%t", o.Stage, o.Ready)).
+		WithEvidence(evidence).WithNext("talosctl -n " + t.addr() + " get machinestatus -o yaml; talosctl -n " + t.addr() + " dmesg")}
+}
+
+// checkKubelet combines Talos' kubelet service with the Kubernetes Node: any
+// observed problem is Drifted; otherwise any part that could not be read
+// makes it Unknown.
+func checkKubelet(_ context.Context, t *Target) []drift.Result {
+	const rung = drift.RungResources
+	if r, ok := unreachable(t, CheckKubelet, rung); ok {
+		return []drift.Result{r}
+	}
+	o, name := t.Obs, t.Machine.Name
+	var problems, evidence []string
+	var unknown error
+	switch {
+	case o.KubeletErr != nil:
+		unknown = o.KubeletErr
+	case !o.Kubelet.Running:
+		problems = append(problems, "Talos service kubelet is not running")
+	case !o.Kubelet.Healthy:
+		problems = append(problems, "Talos service kubelet is running but not healthy")
+	default:
+		evidence = append(evidence, "Service kubelet running, healthy")
+	}
+	switch {
+	case t.Nodes == nil || t.Nodes.Err != nil:
+		if unknown == nil {
+			if t.Nodes == nil {
+				unknown = fmt.Errorf("the Kubernetes Node was not read")
+			} else {
+				unknown = t.Nodes.Err
+			}
+		}
+	default:
+		node, ok := t.Nodes.ByName[name]
+		switch {
+		case !ok:
+			problems = append(problems, "no Kubernetes Node "+name+" registered")
+		default:
+			evidence = append(evidence, fmt.Sprintf("Node %s Ready=%t kubelet %s", name, node.Ready, node.KubeletVersion))
+			if !node.Ready {
+				problems = append(problems, "Node "+name+" is not Ready ("+node.ReadyReason+")")
+			}
+			if node.KubeletVersion != t.KubernetesVersion {
+				problems = append(problems, fmt.Sprintf("kubelet %s, cluster.kubernetesVersion %s", node.KubeletVersion, t.KubernetesVersion))
+			}
+			var missing []string
+			for k, v := range t.Machine.Labels {
+				if got, ok := node.Labels[k]; !ok || got != v {
+					missing = append(missing, k+"="+v)
+				}
+			}
+			if len(missing) > 0 {
+				slices.Sort(missing)
+				problems = append(problems, "Node lacks labels "+strings.Join(missing, ", "))
+			}
+		}
+	}
+	switch {
+	case len(problems) > 0:
+		return []drift.Result{drift.Drifted(name, CheckKubelet, rung, strings.Join(problems, "; "), "kubelet healthy, Node Ready, "+t.KubernetesVersion, problems[0]).
+			WithEvidence(evidence...).
+			WithNext("talosctl -n " + t.addr() + " service kubelet; talosctl -n " + t.addr() + " logs kubelet; kubectl describe node " + name)}
+	case unknown != nil:
+		next := "talosctl -n " + t.addr() + " service kubelet"
+		if t.Nodes == nil || t.Nodes.Err != nil {
+			next = "pass --kubeconfig (or set KUBECONFIG) so the Node can be checked"
+		}
+		return []drift.Result{drift.Unknown(name, CheckKubelet, rung, unknown, next).WithEvidence(evidence...)}
+	}
+	return []drift.Result{drift.InSync(name, CheckKubelet, rung, evidence...)}
+}
+
+func checkEtcd(_ context.Context, t *Target) []drift.Result {
+	const rung = drift.RungResources
+	if r, ok := unreachable(t, CheckEtcd, rung); ok {
+		return []drift.Result{r}
+	}
+	o, name := t.Obs, t.Machine.Name
+	if o.EtcdErr != nil && o.Etcd == nil {
+		return []drift.Result{drift.Unknown(name, CheckEtcd, rung, o.EtcdErr, "talosctl -n "+t.addr()+" service etcd; talosctl -n "+t.addr()+" etcd members")}
+	}
+	e := o.Etcd
+	want := slices.Clone(t.ControlPlanes)
+	slices.Sort(want)
+	got := slices.Clone(e.Members)
+	slices.Sort(got)
+	evidence := []string{fmt.Sprintf("etcd members [%s], leader %x", strings.Join(got, " "), e.Leader)}
+	var problems []string
+	if !slices.Contains(e.Members, name) {
+		problems = append(problems, name+" is not an etcd member")
+	}
+	if o.EtcdErr != nil {
+		problems = append(problems, o.EtcdErr.Error())
+	}
+	if len(e.Errors) > 0 {
+		problems = append(problems, "etcd reports: "+strings.Join(e.Errors, "; "))
+	}
+	if o.EtcdErr == nil && e.Leader == 0 {
+		problems = append(problems, "no etcd leader")
+	}
+	if quorum := len(want)/2 + 1; len(got) < quorum {
+		problems = append(problems, fmt.Sprintf("%d of %d members: below quorum (%d)", len(got), len(want), quorum))
+	}
+	if !slices.Equal(got, want) {
+		problems = append(problems, fmt.Sprintf("members [%s], control planes [%s]", strings.Join(got, " "), strings.Join(want, " ")))
+	}
+	if len(e.Learners) > 0 {
+		problems = append(problems, "learners not yet promoted: "+strings.Join(e.Learners, " "))
+	}
+	if len(problems) == 0 {
+		return []drift.Result{drift.InSync(name, CheckEtcd, rung, evidence...)}
+	}
+	return []drift.Result{drift.Drifted(name, CheckEtcd, rung, strings.Join(problems, "; "), "members ["+strings.Join(want, " ")+"]", "members ["+strings.Join(got, " ")+"]").
+		WithEvidence(evidence...).WithNext("talosctl -n " + t.addr() + " etcd members; talosctl -n " + t.addr() + " etcd status")}
+}
+
+func short(h [32]byte) string { return hex.EncodeToString(h[:6]) }

@@ -1,0 +1,84 @@
+package machines_test
+
+import (
+	"strings"
+	"testing"
+
+	"devata.dev/devata/bootstrap"
+	"devata.dev/devata/inventory"
+	"devata.dev/devata/machines"
+)
+
+func renderedExample(t *testing.T) map[string][]byte {
+	t.Helper()
+	inv, err := inventory.Load("../examples/homelab/inventory.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := bootstrap.LoadSecrets("../bootstrap/testdata/secrets.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := bootstrap.Render(inv, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := map[string][]byte{}
+	for _, r := range out {
+		m[r.Machine] = r.Config
+	}
+	return m
+}
+
+func TestDiffConfigs(t *testing.T) {
+	cfgs := renderedExample(t)
+	cp1 := cfgs["cp-1"]
+	tests := []struct {
+		name           string
+		active         []byte
+		equal          bool
+		wantInText     []string
+		notInText      []string
+		changedSecrets int
+	}{
+		{"identical", cp1, true, nil, nil, 0},
+		{"drifted field", []byte(strings.Replace(string(cp1), "hostname: cp-1", "hostname: cp-one", 1)), false, []string{"-        hostname: cp-one", "+        hostname: cp-1"}, nil, 0},
+		{"rotated token only", []byte(strings.Replace(string(cp1), tokenOf(t, cp1), "abcdef.0123456789abcdef", 1)), false, nil, []string{"abcdef.0123456789abcdef"}, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d, err := machines.DiffConfigs(tt.active, cp1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Equal != tt.equal {
+				t.Fatalf("Equal = %v, want %v\n%s", d.Equal, tt.equal, d.Text)
+			}
+			for _, w := range tt.wantInText {
+				if !strings.Contains(d.Text, w) {
+					t.Errorf("diff lacks %q:\n%s", w, d.Text)
+				}
+			}
+			for _, w := range append(tt.notInText, tokenOf(t, cp1)) {
+				if strings.Contains(d.Text+d.Summary(), w) {
+					t.Errorf("diff shows secret %q", w)
+				}
+			}
+			if len(d.ChangedSecrets) != tt.changedSecrets {
+				t.Errorf("changed secrets %v, want %d", d.ChangedSecrets, tt.changedSecrets)
+			}
+		})
+	}
+}
+
+// tokenOf returns the machine token of a rendered config, a secret.
+func tokenOf(t *testing.T, cfg []byte) string {
+	t.Helper()
+	for _, line := range strings.Split(string(cfg), "\n") {
+		if strings.HasPrefix(line, "    token: ") {
+			return strings.TrimPrefix(line, "    token: ")
+		}
+	}
+	t.Fatal("no machine token in config")
+	return ""
+}

@@ -1,0 +1,118 @@
+package machines
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+
+	"devata.dev/devata/drift"
+	"devata.dev/devata/inventory"
+)
+
+// FleetCheck is one drift pass over (part of) an inventory.
+type FleetCheck struct {
+	Inventory *inventory.Inventory
+	// Desired holds each machine's rendered config by name.
+	Desired map[string][]byte
+	Dialer  *Dialer
+	// Kube is used for the Kubernetes side of the kubelet check; nil makes that side Unknown.
+	Kube kubernetes.Interface
+	// Machines and Checks restrict the pass; empty means all.
+	Machines, Checks []string
+	Concurrency      int
+	Timeout          time.Duration
+	// Done, if set, is called once per machine as it finishes (for progress lines).
+	Done func(machine string, results []drift.Result)
+}
+
+// Select returns the machines a pass covers, in inventory order, or an error
+// naming any requested machine or check that does not exist.
+func (f *FleetCheck) Select() ([]*inventory.Machine, []drift.Check[*Target], error) {
+	var ms []*inventory.Machine
+	for _, name := range f.Machines {
+		if f.Inventory.Machine(name) == nil {
+			return nil, nil, fmt.Errorf("--machines: no machine %q in %s", name, f.Inventory.Path)
+		}
+	}
+	for i := range f.Inventory.Machines {
+		m := &f.Inventory.Machines[i]
+		if len(f.Machines) == 0 || slices.Contains(f.Machines, m.Name) {
+			ms = append(ms, m)
+		}
+	}
+	all := Checks()
+	var names []string
+	for _, c := range all {
+		names = append(names, c.Name)
+	}
+	for _, name := range f.Checks {
+		if !slices.Contains(names, name) {
+			return nil, nil, fmt.Errorf("--checks: no check %q (have %s)", name, strings.Join(names, ", "))
+		}
+	}
+	var checks []drift.Check[*Target]
+	for _, c := range all {
+		if len(f.Checks) == 0 || slices.Contains(f.Checks, c.Name) {
+			checks = append(checks, c)
+		}
+	}
+	return ms, checks, nil
+}
+
+// Run observes every selected machine with bounded concurrency and adds each
+// machine's results to out as soon as it is done; the observation, whole
+// configs included, is dropped then. One machine's failure never stops the
+// others: it becomes that machine's Unknown results.
+func (f *FleetCheck) Run(ctx context.Context, out drift.Collector) error {
+	ms, checks, err := f.Select()
+	if err != nil {
+		return err
+	}
+	var nodes *Nodes
+	if f.Kube != nil || slices.ContainsFunc(checks, func(c drift.Check[*Target]) bool { return c.Name == CheckKubelet }) {
+		n := ObserveNodes(ctx, f.Kube)
+		nodes = &n
+	}
+	var cps []string
+	for _, m := range f.Inventory.ControlPlanes() {
+		cps = append(cps, m.Name)
+	}
+	var mu sync.Mutex
+	// Per-machine problems become Unknown results, so ForEach's error is only
+	// about machines never started (cancelled); it is reported, not fatal.
+	ferr := ForEach(ctx, ms, f.Concurrency, f.Timeout, func(ctx context.Context, m *inventory.Machine) error {
+		t := &Target{
+			Machine:           m,
+			Desired:           f.Desired[m.Name],
+			TalosVersion:      f.Inventory.Cluster.TalosVersion,
+			KubernetesVersion: f.Inventory.Cluster.KubernetesVersion,
+			ControlPlanes:     cps,
+			Nodes:             nodes,
+		}
+		t.Obs = Observe(ctx, f.Dialer, m)
+		var results []drift.Result
+		for _, c := range checks {
+			if AppliesTo(c.Name, m) {
+				results = append(results, c.Evaluate(ctx, m.Name, t)...)
+			}
+		}
+		mu.Lock()
+		out.Add(results...)
+		if f.Done != nil {
+			f.Done(m.Name, results)
+		}
+		mu.Unlock()
+		return nil
+	})
+	if ferr != nil {
+		mu.Lock()
+		out.AddError(ferr)
+		mu.Unlock()
+	}
+	return nil
+}

@@ -1,0 +1,71 @@
+package machines
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// NodeFacts are the small facts the kubelet check needs from a Kubernetes Node.
+type NodeFacts struct {
+	Ready          bool
+	ReadyReason    string
+	KubeletVersion string
+	Labels         map[string]string
+}
+
+// Nodes is one observation of every Node in the cluster, read with a single
+// paginated LIST per pass rather than a GET per machine.
+type Nodes struct {
+	ByName map[string]NodeFacts
+	// Err is set when the Nodes could not be listed (no kubeconfig, unreachable,
+	// forbidden): every Kubernetes-side fact is then Unknown.
+	Err error
+}
+
+// KubeClient builds a client from a kubeconfig file.
+func KubeClient(kubeconfig string) (kubernetes.Interface, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig %s: %w", kubeconfig, err)
+	}
+	cfg.QPS, cfg.Burst = 50, 100
+	return kubernetes.NewForConfig(cfg)
+}
+
+// ObserveNodes lists the cluster's Nodes. A nil client gives Err saying why.
+func ObserveNodes(ctx context.Context, kc kubernetes.Interface) Nodes {
+	if kc == nil {
+		return Nodes{Err: fmt.Errorf("no kubeconfig given: pass --kubeconfig or set KUBECONFIG to check Nodes")}
+	}
+	out := Nodes{ByName: map[string]NodeFacts{}}
+	opts := metav1.ListOptions{Limit: 500}
+	for {
+		list, err := kc.CoreV1().Nodes().List(ctx, opts)
+		if err != nil {
+			return Nodes{Err: fmt.Errorf("list Nodes: %w", err)}
+		}
+		for i := range list.Items {
+			n := &list.Items[i]
+			f := NodeFacts{KubeletVersion: n.Status.NodeInfo.KubeletVersion, Labels: n.Labels, ReadyReason: "no Ready condition"}
+			for _, c := range n.Status.Conditions {
+				if c.Type == corev1.NodeReady {
+					f.Ready = c.Status == corev1.ConditionTrue
+					f.ReadyReason = c.Reason
+					if c.Message != "" {
+						f.ReadyReason += ": " + c.Message
+					}
+				}
+			}
+			out.ByName[n.Name] = f
+		}
+		if list.Continue == "" {
+			return out
+		}
+		opts.Continue = list.Continue
+	}
+}
