@@ -1,0 +1,156 @@
+// Package reconcile owns moving actual toward desired: the planner that
+// decides the smallest set of actions from a fresh observation, the rollout
+// policy and its gates (etcd quorum and health), and, later, the loop. It does
+// not speak the Talos API itself (machines does) or render reports (drift).
+package reconcile
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"devata.dev/devata/inventory"
+	"devata.dev/devata/machines"
+)
+
+// Kind is what the planner decided for one machine.
+type Kind string
+
+// Action kinds.
+const (
+	// KindApply sends the desired config.
+	KindApply Kind = "apply"
+	// KindNone: the machine already runs the desired config.
+	KindNone Kind = "none"
+	// KindSkip: nothing can be done from here (unreachable, maintenance mode, unreadable).
+	KindSkip Kind = "skip"
+)
+
+// Action is one machine's planned step with the evidence behind it.
+type Action struct {
+	Machine *inventory.Machine
+	Kind    Kind
+	// Mode is the mode Talos resolved in the dry run (auto becomes no-reboot or reboot).
+	Mode    machines.Mode
+	Reboots bool
+	Reason  string
+	// Diff is redacted; secrets appear only as changed paths.
+	Diff     machines.ConfigDiff
+	Evidence string
+	Warnings []string
+}
+
+// Plan is the ordered list of actions: control planes first (one at a time
+// when rolled out), then workers.
+type Plan struct {
+	Actions []Action
+}
+
+// Pending returns the actions that change something.
+func (p *Plan) Pending() []Action {
+	var out []Action
+	for _, a := range p.Actions {
+		if a.Kind == KindApply {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// Skipped returns the machines that could not be planned.
+func (p *Plan) Skipped() []Action {
+	var out []Action
+	for _, a := range p.Actions {
+		if a.Kind == KindSkip {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// Reboots reports whether any pending action reboots its machine.
+func (p *Plan) Reboots() bool {
+	return slices.ContainsFunc(p.Pending(), func(a Action) bool { return a.Reboots })
+}
+
+// Planner decides, from what the machines report now, which ones need their
+// desired config and in which mode. It dry-runs only machines whose applied
+// config differs, so a fleet in sync sees no ApplyConfiguration call at all.
+type Planner struct {
+	Inventory   *inventory.Inventory
+	Desired     map[string][]byte
+	Dialer      *machines.Dialer
+	Mode        machines.Mode
+	Concurrency int
+	Timeout     time.Duration
+}
+
+// Plan observes the given machines (all when nil) and returns the plan.
+func (p *Planner) Plan(ctx context.Context, only []*inventory.Machine) (*Plan, error) {
+	ms := only
+	if ms == nil {
+		for i := range p.Inventory.Machines {
+			ms = append(ms, &p.Inventory.Machines[i])
+		}
+	}
+	actions := make([]Action, len(ms))
+	var mu sync.Mutex
+	_ = machines.ForEach(ctx, ms, p.Concurrency, p.Timeout, func(ctx context.Context, m *inventory.Machine) error {
+		a := p.planOne(ctx, m)
+		mu.Lock()
+		actions[slices.Index(ms, m)] = a
+		mu.Unlock()
+		return nil
+	})
+	for i := range actions {
+		if actions[i].Machine == nil { // never started: cancelled
+			actions[i] = Action{Machine: ms[i], Kind: KindSkip, Reason: "not observed: " + context.Cause(ctx).Error()}
+		}
+	}
+	slices.SortStableFunc(actions, func(a, b Action) int {
+		if a.Machine.IsControlPlane() != b.Machine.IsControlPlane() {
+			if a.Machine.IsControlPlane() {
+				return -1
+			}
+			return 1
+		}
+		return 0
+	})
+	return &Plan{Actions: actions}, ctx.Err()
+}
+
+func (p *Planner) planOne(ctx context.Context, m *inventory.Machine) Action {
+	o := machines.Observe(ctx, p.Dialer, m)
+	switch {
+	case o.Maintenance:
+		return Action{Machine: m, Kind: KindSkip, Reason: "in maintenance mode: not configured yet; run devata bootstrap"}
+	case o.Err != nil:
+		return Action{Machine: m, Kind: KindSkip, Reason: o.Err.Error()}
+	case o.ConfigErr != nil:
+		return Action{Machine: m, Kind: KindSkip, Reason: o.ConfigErr.Error()}
+	}
+	desired := p.Desired[m.Name]
+	d, err := machines.DiffConfigs(o.Active, desired)
+	if err != nil {
+		return Action{Machine: m, Kind: KindSkip, Reason: "compare configs: " + err.Error()}
+	}
+	evidence := fmt.Sprintf("MachineConfig v1alpha1 observed (Talos %s, stage %s)", o.Version, o.Stage)
+	if d.Equal {
+		return Action{Machine: m, Kind: KindNone, Reason: "applied config is the desired one", Evidence: evidence}
+	}
+	c, err := p.Dialer.Client(ctx, m)
+	if err != nil {
+		return Action{Machine: m, Kind: KindSkip, Reason: err.Error()}
+	}
+	defer c.Close()
+	out, err := machines.DryRun(ctx, c, desired, p.Mode)
+	if err != nil {
+		return Action{Machine: m, Kind: KindSkip, Reason: "dry run refused: " + err.Error(), Diff: d, Evidence: evidence}
+	}
+	return Action{
+		Machine: m, Kind: KindApply, Mode: out.Mode, Reboots: out.Reboots(),
+		Reason: "applied config differs: " + d.Summary(), Diff: d, Evidence: evidence, Warnings: out.Warnings,
+	}
+}

@@ -1,0 +1,302 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"devata.dev/devata/inventory"
+	"devata.dev/devata/machines"
+)
+
+// Rollout applies a plan under devata's rollout policy: control planes one at
+// a time, each gated before and after on etcd health and quorum; then workers
+// in batches of MaxUnavailable. After each change it waits until the machine
+// runs the desired config again (through its reboot, if any). It stops at the
+// first failed gate or step and says where and how to resume.
+type Rollout struct {
+	Inventory      *inventory.Inventory
+	Desired        map[string][]byte
+	Dialer         *machines.Dialer
+	MaxUnavailable int
+	// Timeout bounds one Talos API call; Wait bounds waiting for a machine or a gate.
+	Timeout, Wait time.Duration
+	TryTimeout    time.Duration
+	// Poll is how often a wait looks again (default 500ms).
+	Poll time.Duration
+	// Say prints one line of progress for people.
+	Say func(format string, args ...any)
+}
+
+// Outcome is what a rollout did.
+type Outcome struct {
+	Converged []string
+	// Failed are machines whose step failed; Untouched were never started.
+	Failed, Untouched []string
+	// Stopped says why the rollout stopped early, empty when it ran through.
+	Stopped string
+	// InFlight names the machines that were being changed when an interrupt
+	// came; they were finished (or failed) before the rollout stopped.
+	InFlight string
+}
+
+// Done reports whether every pending action converged.
+func (o *Outcome) Done() bool { return len(o.Failed) == 0 && len(o.Untouched) == 0 && o.Stopped == "" }
+
+// ErrGate is wrapped by every gate failure.
+var ErrGate = errors.New("gate failed")
+
+// Run rolls out the pending actions of plan. Cancelling ctx stops taking new
+// machines; a machine already being changed is finished (bounded by Wait) on
+// its own context, so an interrupt never leaves a change half-reported.
+func (r *Rollout) Run(ctx context.Context, plan *Plan) *Outcome {
+	if r.Poll <= 0 {
+		r.Poll = 500 * time.Millisecond
+	}
+	if r.MaxUnavailable < 1 {
+		r.MaxUnavailable = 1
+	}
+	out := &Outcome{}
+	var cps, workers []Action
+	for _, a := range plan.Pending() {
+		if a.Machine.IsControlPlane() {
+			cps = append(cps, a)
+		} else {
+			workers = append(workers, a)
+		}
+	}
+	untouched := func(rest []Action) {
+		for _, a := range rest {
+			out.Untouched = append(out.Untouched, a.Machine.Name)
+		}
+	}
+	for i, a := range cps {
+		if err := ctx.Err(); err != nil {
+			out.Stopped = "interrupted before " + a.Machine.Name
+			untouched(cps[i:])
+			untouched(workers)
+			return out
+		}
+		if err := r.etcdGate(ctx, "before "+a.Machine.Name); err != nil {
+			out.Stopped = err.Error()
+			untouched(cps[i:])
+			untouched(workers)
+			return out
+		}
+		err := r.change(context.WithoutCancel(ctx), a)
+		if ctx.Err() != nil {
+			out.InFlight = a.Machine.Name // interrupted while changing it: finished, not abandoned
+		}
+		if err != nil {
+			out.Failed = append(out.Failed, a.Machine.Name)
+			out.Stopped = err.Error()
+			untouched(cps[i+1:])
+			untouched(workers)
+			return out
+		}
+		if err := r.etcdGate(context.WithoutCancel(ctx), "after "+a.Machine.Name); err != nil {
+			out.Converged = append(out.Converged, a.Machine.Name)
+			out.Stopped = err.Error()
+			untouched(cps[i+1:])
+			untouched(workers)
+			return out
+		}
+		out.Converged = append(out.Converged, a.Machine.Name)
+	}
+	for start := 0; start < len(workers); start += r.MaxUnavailable {
+		batch := workers[start:min(start+r.MaxUnavailable, len(workers))]
+		if ctx.Err() != nil {
+			out.Stopped = "interrupted before " + names(batch)
+			untouched(workers[start:])
+			return out
+		}
+		var (
+			mu     sync.Mutex
+			failed []string
+			errs   []string
+			wg     sync.WaitGroup
+		)
+		for _, a := range batch {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				err := r.change(context.WithoutCancel(ctx), a)
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil {
+					failed = append(failed, a.Machine.Name)
+					errs = append(errs, err.Error())
+				} else {
+					out.Converged = append(out.Converged, a.Machine.Name)
+				}
+			}()
+		}
+		wg.Wait()
+		if ctx.Err() != nil {
+			out.InFlight = names(batch)
+		}
+		if len(failed) > 0 {
+			slices.Sort(failed)
+			out.Failed = append(out.Failed, failed...)
+			out.Stopped = strings.Join(errs, "; ")
+			untouched(workers[start+len(batch):])
+			return out
+		}
+	}
+	return out
+}
+
+// change applies one machine's desired config and waits until it runs it.
+func (r *Rollout) change(ctx context.Context, a Action) error {
+	m := a.Machine
+	start := time.Now()
+	r.say("==> %s: apply (%s): %s", m.Name, a.Mode, a.Diff.Summary())
+	actx, cancel := context.WithTimeout(ctx, r.Timeout)
+	c, err := r.Dialer.Client(actx, m)
+	if err == nil {
+		defer c.Close()
+		_, err = machines.Apply(actx, c, r.Desired[m.Name], a.Mode, r.TryTimeout)
+	}
+	cancel()
+	if err != nil {
+		return fmt.Errorf("%s: apply: %w", m.Name, err)
+	}
+	if a.Mode == machines.ModeStaged {
+		r.say("    %s: staged; it takes effect on the next reboot", m.Name)
+		return nil
+	}
+	if a.Reboots {
+		r.say("    %s: applied; rebooting, waiting for it to return", m.Name)
+	}
+	if err := r.waitConverged(ctx, m); err != nil {
+		return err
+	}
+	r.say("    %s: runs the desired config, stage running (%s)", m.Name, time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// waitConverged polls until the machine answers, runs the desired config and
+// is running and ready.
+func (r *Rollout) waitConverged(ctx context.Context, m *inventory.Machine) error {
+	// Each look runs to its own timeout, not the wait's, so that the error
+	// reported when the wait ends is a whole observation, not a cut-off one.
+	wctx, cancel := context.WithTimeout(ctx, r.Wait)
+	defer cancel()
+	want := r.Desired[m.Name]
+	last := "no answer yet"
+	for {
+		octx, ocancel := context.WithTimeout(ctx, r.Timeout)
+		o := machines.Observe(octx, r.Dialer, m)
+		ocancel()
+		switch {
+		case o.Err != nil:
+			last = o.Err.Error()
+		case o.ConfigErr != nil:
+			last = o.ConfigErr.Error()
+		default:
+			d, err := machines.DiffConfigs(o.Active, want)
+			switch {
+			case err != nil:
+				last = err.Error()
+			case !d.Equal:
+				last = "applied config still differs: " + d.Summary()
+			case o.Stage != "running" || !o.Ready:
+				last = fmt.Sprintf("stage %s, ready %t", o.Stage, o.Ready)
+			default:
+				return nil
+			}
+		}
+		select {
+		case <-wctx.Done():
+			return fmt.Errorf("%s did not converge within %s: %s", m.Name, r.Wait, last)
+		case <-time.After(r.Poll):
+		}
+	}
+}
+
+// etcdGate waits until every control plane answers, agrees on the members,
+// which are exactly the inventory's control planes, and reports no errors and
+// a leader. Before a change this also guarantees quorum survives losing one
+// member (with three or more).
+func (r *Rollout) etcdGate(ctx context.Context, when string) error {
+	wctx, cancel := context.WithTimeout(ctx, r.Wait)
+	defer cancel()
+	for {
+		err := EtcdHealthy(ctx, r.Inventory, r.Dialer, r.Timeout)
+		if err == nil {
+			r.say("    gate %s: etcd healthy, %d/%d members", when, len(r.Inventory.ControlPlanes()), len(r.Inventory.ControlPlanes()))
+			return nil
+		}
+		select {
+		case <-wctx.Done():
+			return fmt.Errorf("%w %s: %v", ErrGate, when, err)
+		case <-time.After(r.Poll):
+		}
+	}
+}
+
+// EtcdHealthy checks etcd from every control plane's point of view.
+func EtcdHealthy(ctx context.Context, inv *inventory.Inventory, d *machines.Dialer, timeout time.Duration) error {
+	cps := inv.ControlPlanes()
+	var want []string
+	for _, m := range cps {
+		want = append(want, m.Name)
+	}
+	slices.Sort(want)
+	var (
+		mu       sync.Mutex
+		problems []string
+		leaders  = map[uint64]bool{}
+	)
+	_ = machines.ForEach(ctx, cps, len(cps), timeout, func(ctx context.Context, m *inventory.Machine) error {
+		o := machines.Observe(ctx, d, m)
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case o.Err != nil:
+			problems = append(problems, o.Err.Error())
+		case o.Etcd == nil:
+			problems = append(problems, fmt.Sprintf("%s: %v", m.Name, o.EtcdErr))
+		default:
+			got := slices.Clone(o.Etcd.Members)
+			slices.Sort(got)
+			if !slices.Equal(got, want) {
+				problems = append(problems, fmt.Sprintf("%s sees members [%s], want [%s]", m.Name, strings.Join(got, " "), strings.Join(want, " ")))
+			}
+			if o.EtcdErr != nil {
+				problems = append(problems, fmt.Sprintf("%s: %v", m.Name, o.EtcdErr))
+			}
+			if len(o.Etcd.Errors) > 0 {
+				problems = append(problems, fmt.Sprintf("%s: etcd reports %s", m.Name, strings.Join(o.Etcd.Errors, "; ")))
+			}
+			leaders[o.Etcd.Leader] = true
+		}
+		return nil
+	})
+	if len(problems) == 0 && (len(leaders) != 1 || leaders[0]) {
+		problems = append(problems, "control planes do not agree on one etcd leader")
+	}
+	if len(problems) > 0 {
+		slices.Sort(problems)
+		return errors.New(strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+func (r *Rollout) say(format string, args ...any) {
+	if r.Say != nil {
+		r.Say(format, args...)
+	}
+}
+
+func names(as []Action) string {
+	var n []string
+	for _, a := range as {
+		n = append(n, a.Machine.Name)
+	}
+	return strings.Join(n, ", ")
+}
