@@ -105,6 +105,9 @@ Start with:  devata demo          (runs on the embedded example; touches no mach
 		a.newValidateCommand(),
 		a.newGenCommand(),
 		a.newVersionCommand(),
+		a.newDriftCommand(),
+		a.newApplyCommand(),
+		a.newSimCommand(),
 		a.newDemoCommand(),
 	)
 	return root

@@ -1,71 +1,242 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"time"
 
+	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/spf13/cobra"
+	"k8s.io/client-go/kubernetes"
 
 	"devata.dev/devata/bootstrap"
 	"devata.dev/devata/examples"
+	"devata.dev/devata/internal/testenv"
 	"devata.dev/devata/inventory"
+	"devata.dev/devata/machines"
+	"devata.dev/devata/sim"
 )
 
 func (a *app) newDemoCommand() *cobra.Command {
-	return &cobra.Command{
+	var flags struct{ kubernetes bool }
+	cmd := &cobra.Command{
 		Use:   "demo",
-		Short: "Run devata's main job on the embedded example (no real machine is touched)",
-		Long: `demo runs on the homelab example embedded in the binary: it validates the
-inventory, makes a throwaway secrets bundle in memory, renders and validates
-every machine's Talos config, and shows the result. It touches no real machine
-and writes only to a temporary directory it removes.`,
+		Short: "The whole story on an embedded simulated fleet: drift, faults, apply (no real machine is touched)",
+		Long: `demo runs devata's main job on the homelab example embedded in the binary,
+against a SIMULATED Talos fleet on loopback and a real kube-apiserver (envtest):
+
+  render the example → start the fleet → drift (clean) → inject faults (a config
+  edited behind devata's back, kubelet down on a worker, a machine unreachable)
+  → drift (each reported) → apply → drift (clean but for the unreachable one)
+
+The first run builds kube-apiserver and etcd from the Go module proxy (minutes,
+once; --kubernetes=false skips Kubernetes and the kubelet check). Everything
+is written to a temporary directory that is removed at the end.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			out := a.streams.Out
-			dir, err := os.MkdirTemp("", "devata-demo-")
-			if err != nil {
-				return exitWith(exitTrouble, err)
-			}
-			defer os.RemoveAll(dir)
-
-			step := func(name string) func(string, ...any) {
-				start := time.Now()
-				fmt.Fprintf(out, "==> %s\n", name)
-				return func(format string, args ...any) {
-					fmt.Fprintf(out, "    %s (%s)\n", fmt.Sprintf(format, args...), time.Since(start).Round(time.Millisecond))
-				}
-			}
-
-			done := step("inventory: examples/homelab/inventory.yaml (embedded)")
-			path, err := examples.WriteHomelab(dir)
-			if err != nil {
-				return exitWith(exitTrouble, err)
-			}
-			inv, err := inventory.Load(path)
-			if err != nil {
-				return exitWith(exitTrouble, fmt.Errorf("the embedded example is invalid (a devata bug): %w", err))
-			}
-			done("valid: %s", describeFleet(inv))
-
-			done = step("secrets: a throwaway bundle, in memory only")
-			b, err := bootstrap.NewSecrets(inv.Cluster.TalosVersion)
-			if err != nil {
-				return exitWith(exitTrouble, err)
-			}
-			done("generated for Talos %s", inv.Cluster.TalosVersion)
-
-			done = step("render: each machine's Talos config, validated by Talos machinery (metal mode)")
-			rendered, err := bootstrap.RenderValidated(inv, b)
-			if err != nil {
-				return exitWith(exitTrouble, err)
-			}
-			printRendered(out, inv, rendered)
-			done("%d configs rendered and valid", len(rendered))
-
-			fmt.Fprintln(out, "\nThis demo stops at rendering: the simulated Talos fleet that drift and apply run against is not built yet.")
-			fmt.Fprintln(out, "Next: devata validate -i examples/homelab/inventory.yaml, then devata gen secrets and devata gen config -o DIR.")
-			return nil
+			return a.demo(cmd.Context(), flags.kubernetes)
 		},
 	}
+	cmd.Flags().BoolVar(&flags.kubernetes, "kubernetes", true, "run a real kube-apiserver for the kubelet check (built once on first use)")
+	return cmd
+}
+
+func (a *app) demo(ctx context.Context, withKubernetes bool) error {
+	out := a.streams.Out
+	dir, err := os.MkdirTemp("", "devata-demo-")
+	if err != nil {
+		return exitWith(exitTrouble, err)
+	}
+	defer os.RemoveAll(dir)
+	fail := func(err error) error { return exitWith(exitTrouble, fmt.Errorf("demo: %w", err)) }
+	step := func(format string, args ...any) func(string, ...any) {
+		start := time.Now()
+		fmt.Fprintf(out, "\n==> %s\n", fmt.Sprintf(format, args...))
+		return func(format string, args ...any) {
+			fmt.Fprintf(out, "    %s (%s)\n", fmt.Sprintf(format, args...), time.Since(start).Round(time.Millisecond))
+		}
+	}
+	fmt.Fprintln(out, "devata demo: SIMULATED Talos machines on loopback; no real machine is touched.")
+
+	done := step("inventory: examples/homelab/inventory.yaml (embedded)")
+	invPath, err := examples.WriteHomelab(dir)
+	if err != nil {
+		return fail(err)
+	}
+	inv, err := inventory.Load(invPath)
+	if err != nil {
+		return fail(fmt.Errorf("the embedded example is invalid (a devata bug): %w", err))
+	}
+	done("valid: %s", describeFleet(inv))
+
+	done = step("secrets: a new bundle for this demo only")
+	bundle, err := bootstrap.NewSecrets(inv.Cluster.TalosVersion)
+	if err != nil {
+		return fail(err)
+	}
+	if err := bootstrap.WriteSecrets(filepath.Join(dir, inv.Cluster.Secrets), bundle, false); err != nil {
+		return fail(err)
+	}
+	done("generated for Talos %s, written 0600 into the demo's temporary directory", inv.Cluster.TalosVersion)
+
+	done = step("render: each machine's config, validated by Talos machinery (metal mode)")
+	rendered, err := bootstrap.RenderValidated(inv, bundle)
+	if err != nil {
+		return fail(err)
+	}
+	printRendered(out, inv, rendered)
+	done("%d configs", len(rendered))
+
+	var kc kubernetes.Interface
+	kubeconfig := ""
+	if withKubernetes {
+		done = step("Kubernetes: a real kube-apiserver %s and etcd (envtest)", testenv.KubernetesVersion)
+		env, stop, err := testenv.Run(ctx, a.streams.Err)
+		if err != nil {
+			return fail(err)
+		}
+		defer stop() //nolint:errcheck // best effort on the way out
+		if kc, err = kubernetes.NewForConfig(env.Config); err != nil {
+			return fail(err)
+		}
+		kubeconfig = env.Kubeconfig
+		done("API server up at %s", env.Config.Host)
+	}
+
+	done = step("fleet: %d SIMULATED Talos machines on 127.0.0.1 (real gRPC, mTLS from the bundle's CA)", len(inv.Machines))
+	specs := make([]sim.MachineSpec, 0, len(rendered))
+	for _, r := range rendered {
+		specs = append(specs, sim.MachineSpec{Name: r.Machine, Role: r.Role, Config: r.Config, TalosVersion: inv.Cluster.TalosVersion})
+	}
+	fleet, err := sim.Start(ctx, sim.Options{Bundle: bundle, Machines: specs, RebootDelay: 300 * time.Millisecond})
+	if err != nil {
+		return fail(err)
+	}
+	defer fleet.Close()
+	renderer, err := bootstrap.NewRenderer(inv, bundle)
+	if err != nil {
+		return fail(err)
+	}
+	simDir := filepath.Join(dir, "sim")
+	if err := os.MkdirAll(simDir, 0o700); err != nil {
+		return fail(err)
+	}
+	_, settings, err := writeSimFiles(simDir, inv, renderer, fleet, kubeconfig)
+	if err != nil {
+		return fail(err)
+	}
+	if err := demoBootstrapEtcd(ctx, fleet, inv, settings, a); err != nil {
+		return fail(err)
+	}
+	syncKubelets := func() {
+		if kc != nil {
+			fleet.SyncKubelets(ctx, kc)
+		}
+	}
+	syncKubelets()
+	done("configured, etcd bootstrapped on cp-1 with 3 members%s", map[bool]string{true: ", kubelets registered their Nodes", false: ""}[kc != nil])
+
+	checks := "--checks=config,talos-version,machine-stage,kubelet,etcd"
+	if kc == nil {
+		checks = "--checks=config,talos-version,machine-stage,etcd"
+	}
+	// The demo runs devata's own commands; explicit flags keep a user's
+	// DEVATA_* or TALOSCONFIG variables from pointing them elsewhere.
+	pinned := []string{"--config", settings, "-i", invPath, "--talosconfig", filepath.Join(simDir, "talosconfig"), "--kubeconfig", kubeconfig}
+	devata := func(args ...string) int {
+		fmt.Fprintf(out, "\n$ devata %s\n", joinArgs(args))
+		return run(ctx, append(args, pinned...), a.streams, a.getenv)
+	}
+
+	step("drift on the healthy fleet")
+	fmt.Fprintf(out, "    exit %d\n", devata("drift", checks))
+
+	step("faults: cp-2's config edited behind devata's back; kubelet down on worker-1; worker-2 unreachable")
+	desired := map[string][]byte{}
+	for _, r := range rendered {
+		desired[r.Machine] = r.Config
+	}
+	edited, err := editConfig(desired["cp-2"], "time.cloudflare.com", "pool.ntp.org")
+	if err != nil {
+		return fail(err)
+	}
+	fleet.Machine("cp-2").SetFaults(sim.Faults{DriftedConfig: edited})
+	fleet.Machine("worker-1").SetFaults(sim.Faults{KubeletUnhealthy: true})
+	fleet.Machine("worker-2").SetFaults(sim.Faults{Unreachable: true})
+	syncKubelets()
+
+	step("drift: each fault reported, with the next thing to do")
+	fmt.Fprintf(out, "    exit %d (2: something could not be observed)\n", devata("drift", checks))
+
+	step("apply: the plan, then a gated rollout of what drifted")
+	fleet.Machine("worker-1").SetFaults(sim.Faults{}) // the operator restarted the kubelet meanwhile
+	fmt.Fprintf(out, "    exit %d (worker-2 could not be planned: it is unreachable)\n", devata("apply", "--yes"))
+	syncKubelets()
+
+	step("drift after apply: in sync but for the unreachable machine")
+	code := devata("drift", checks)
+	fmt.Fprintf(out, "    exit %d\n", code)
+	fmt.Fprintln(out, "\nEverything above ran against SIMULATED machines. Against a real cluster: devata validate, devata gen secrets, devata gen config, then devata drift and devata apply with your talosconfig.")
+	return nil
+}
+
+// demoBootstrapEtcd bootstraps etcd on cp-1 and waits until the three control
+// planes are members (bootstrap of a configured fleet, in one RPC).
+func demoBootstrapEtcd(ctx context.Context, fleet *sim.Fleet, inv *inventory.Inventory, settings string, a *app) error {
+	tc, err := machines.LoadTalosconfig(filepath.Join(filepath.Dir(settings), "talosconfig"))
+	if err != nil {
+		return err
+	}
+	overrides := map[string]string{}
+	for _, m := range fleet.Machines() {
+		overrides[m.Name()] = m.Addr()
+	}
+	d, err := machines.NewDialer(tc, overrides)
+	if err != nil {
+		return err
+	}
+	c, err := d.Client(ctx, inv.Machine("cp-1"))
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if err := c.Bootstrap(ctx, &machine.BootstrapRequest{}); err != nil {
+		return fmt.Errorf("bootstrap etcd on cp-1: %w", err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		full := true
+		for _, m := range inv.ControlPlanes() {
+			o := machines.Observe(ctx, d, m)
+			full = full && o.Etcd != nil && len(o.Etcd.Members) == len(inv.ControlPlanes())
+		}
+		if full {
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return fmt.Errorf("etcd did not reach %d members", len(inv.ControlPlanes()))
+}
+
+func editConfig(cfg []byte, old, new string) ([]byte, error) {
+	s := string(cfg)
+	for i := 0; i+len(old) <= len(s); i++ {
+		if s[i:i+len(old)] == old {
+			return []byte(s[:i] + new + s[i+len(old):]), nil
+		}
+	}
+	return nil, fmt.Errorf("%q not in config", old)
+}
+
+func joinArgs(args []string) string {
+	s := ""
+	for i, a := range args {
+		if i > 0 {
+			s += " "
+		}
+		s += a
+	}
+	return s
 }

@@ -207,14 +207,37 @@ func TestInventoryFromEnvironment(t *testing.T) {
 	}
 }
 
-func TestVersionAndDemo(t *testing.T) {
+func TestVersion(t *testing.T) {
 	r := devata(t, nil, "version")
 	if r.code != 0 || !strings.Contains(r.stdout, "talos machinery v1.11.0") && !strings.Contains(r.stdout, "talos machinery") {
 		t.Errorf("version: exit %d: %s", r.code, r.stdout)
 	}
-	r = devata(t, nil, "demo")
-	if r.code != 0 || !strings.Contains(r.stdout, "5 configs rendered and valid") {
-		t.Errorf("demo: exit %d\n%s%s", r.code, r.stdout, r.err)
+}
+
+// The demo tells the whole story against the sim and a real kube-apiserver.
+func TestDemo(t *testing.T) {
+	r := devata(t, nil, "demo")
+	if r.code != 0 {
+		t.Fatalf("demo: exit %d\n%s%s", r.code, r.stdout, r.err)
+	}
+	drifts := strings.Split(r.stdout, "$ devata drift")
+	if len(drifts) != 4 {
+		t.Fatalf("want three drift runs, got %d:\n%s", len(drifts)-1, r.stdout)
+	}
+	clean, faulty, after := drifts[1], drifts[2], drifts[3]
+	for _, tt := range []struct{ name, text, want string }{
+		{"clean drift", clean, "5 in sync, 0 drifted, 0 unknown (5 machines, 23 results) — exit 0"},
+		{"faults: edited config", faulty, "-            - pool.ntp.org"},
+		{"faults: kubelet", faulty, "Node worker-1 is not Ready"},
+		{"faults: unreachable", faulty, "worker-2  worker        127.0.0.1"},
+		{"faults: summary", faulty, "2 in sync, 2 drifted, 1 unknown"},
+		{"apply converged cp-2", faulty, "converged: cp-2"},
+		{"after apply", after, "4 in sync, 0 drifted, 1 unknown"},
+		{"simulated", clean, "SIMULATED"},
+	} {
+		if !strings.Contains(tt.text, tt.want) {
+			t.Errorf("%s: output lacks %q", tt.name, tt.want)
+		}
 	}
 }
 

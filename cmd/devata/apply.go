@@ -1,0 +1,189 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"devata.dev/devata/inventory"
+	"devata.dev/devata/machines"
+	"devata.dev/devata/reconcile"
+)
+
+func (a *app) newApplyCommand() *cobra.Command {
+	var flags struct {
+		mode           string
+		dryRun, yes    bool
+		machines       []string
+		maxUnavailable int
+		wait           time.Duration
+	}
+	cmd := &cobra.Command{
+		Use:   "apply",
+		Short: "Roll the desired configs out to the machines that drifted",
+		Long: `apply observes every machine, dry-runs the desired config on each one whose
+applied config differs (the others get no call at all), prints the plan with
+redacted diffs, then rolls it out: control planes one at a time, each gated
+before and after on etcd health and quorum, then workers in batches of
+--max-unavailable. After each change it waits until the machine runs the
+desired config again, through its reboot if there is one. It stops at the first
+failed gate or step and says where; rerunning continues from what the machines
+report.
+
+A change that reboots a machine is confirmed at the terminal unless --yes; with
+no terminal apply refuses rather than guess.
+
+Exit 0 done (or nothing to do), 1 some machines not converged, 2 error.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			mode, err := machines.ParseMode(flags.mode)
+			if err != nil {
+				return exitWith(exitTrouble, err)
+			}
+			s, err := a.openSession()
+			if err != nil {
+				return err
+			}
+			only, err := selectMachines(s.inv, flags.machines)
+			if err != nil {
+				return exitWith(exitTrouble, err)
+			}
+			out := a.streams.Out
+			if a.settings.Simulated {
+				fmt.Fprintln(out, "SIMULATED: the machines are devata's simulated fleet.")
+			}
+			planner := &reconcile.Planner{Inventory: s.inv, Desired: s.desired, Dialer: s.dialer, Mode: mode, Concurrency: a.settings.Concurrency, Timeout: a.settings.Timeout}
+			plan, err := planner.Plan(cmd.Context(), only)
+			if err != nil {
+				return exitWith(exitTrouble, fmt.Errorf("planning interrupted: %w; nothing was applied", err))
+			}
+			printPlan(out, plan)
+			pending, skipped := plan.Pending(), plan.Skipped()
+			switch {
+			case flags.dryRun:
+				fmt.Fprintln(out, "dry run: nothing was written")
+				return planExit(pending, skipped)
+			case len(pending) == 0:
+				fmt.Fprintf(out, "nothing to apply: %d of %d machines run their desired config\n", len(plan.Actions)-len(skipped), len(plan.Actions))
+				return planExit(nil, skipped)
+			}
+			if plan.Reboots() && !flags.yes {
+				if err := a.confirmReboots(plan); err != nil {
+					return err
+				}
+			}
+			ro := &reconcile.Rollout{
+				Inventory: s.inv, Desired: s.desired, Dialer: s.dialer,
+				MaxUnavailable: flags.maxUnavailable, Timeout: a.settings.Timeout, Wait: flags.wait,
+				Say: func(format string, args ...any) { fmt.Fprintf(out, format+"\n", args...) },
+			}
+			res := ro.Run(cmd.Context(), plan)
+			fmt.Fprintf(out, "converged: %s\n", listOrNone(res.Converged))
+			if res.InFlight != "" {
+				fmt.Fprintf(out, "interrupted while changing %s: finished it before stopping; no other machine was touched\n", res.InFlight)
+			}
+			if res.Done() {
+				return planExit(nil, skipped)
+			}
+			if len(res.Failed) > 0 {
+				fmt.Fprintf(out, "failed: %s\n", strings.Join(res.Failed, ", "))
+			}
+			if len(res.Untouched) > 0 {
+				fmt.Fprintf(out, "not started: %s\n", strings.Join(res.Untouched, ", "))
+			}
+			return exitWith(exitFailed, fmt.Errorf("rollout stopped: %s\nresolve it, then run devata apply again: it continues from what the machines report", res.Stopped))
+		},
+	}
+	cmd.Flags().StringVar(&flags.mode, "mode", "auto", "apply mode: auto, no-reboot, reboot, staged, try")
+	cmd.Flags().BoolVar(&flags.dryRun, "dry-run", false, "print the plan and diffs; write nothing")
+	cmd.Flags().BoolVar(&flags.yes, "yes", false, "do not ask before changes that reboot machines")
+	cmd.Flags().StringSliceVar(&flags.machines, "machines", nil, "only these machines (comma-separated names)")
+	cmd.Flags().IntVar(&flags.maxUnavailable, "max-unavailable", 1, "workers changed at once")
+	cmd.Flags().DurationVar(&flags.wait, "wait", 10*time.Minute, "how long to wait for a machine to return and for etcd to be healthy")
+	return cmd
+}
+
+func selectMachines(inv *inventory.Inventory, names []string) ([]*inventory.Machine, error) {
+	if len(names) == 0 {
+		return nil, nil
+	}
+	var out []*inventory.Machine
+	for _, n := range names {
+		m := inv.Machine(n)
+		if m == nil {
+			return nil, fmt.Errorf("--machines: no machine %q in %s", n, inv.Path)
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+func printPlan(w io.Writer, plan *reconcile.Plan) {
+	fmt.Fprintln(w, "plan:")
+	for _, act := range plan.Actions {
+		switch act.Kind {
+		case reconcile.KindApply:
+			reboot := "no reboot"
+			if act.Reboots {
+				reboot = "REBOOTS"
+			}
+			fmt.Fprintf(w, "  %-20s apply %s (%s): %s\n", act.Machine.Name, act.Mode, reboot, act.Diff.Summary())
+			for _, line := range strings.Split(strings.TrimRight(act.Diff.Text, "\n"), "\n") {
+				if line != "" {
+					fmt.Fprintf(w, "      %s\n", line)
+				}
+			}
+			for _, warn := range act.Warnings {
+				fmt.Fprintf(w, "      warning: %s\n", warn)
+			}
+		case reconcile.KindNone:
+			fmt.Fprintf(w, "  %-20s in sync\n", act.Machine.Name)
+		default:
+			fmt.Fprintf(w, "  %-20s skipped: %s\n", act.Machine.Name, act.Reason)
+		}
+	}
+}
+
+// planExit: 2 when a machine could not be planned, 1 when changes are pending, else 0.
+func planExit(pending, skipped []reconcile.Action) error {
+	switch {
+	case len(skipped) > 0:
+		return exitWith(exitTrouble, fmt.Errorf("%d %s could not be planned (see skipped above)", len(skipped), plural(len(skipped), "machine", "machines")))
+	case len(pending) > 0:
+		return exitWith(exitFailed, nil)
+	}
+	return nil
+}
+
+// confirmReboots asks at a terminal; without one it refuses.
+func (a *app) confirmReboots(plan *reconcile.Plan) error {
+	var rebooting []string
+	for _, act := range plan.Pending() {
+		if act.Reboots {
+			rebooting = append(rebooting, act.Machine.Name)
+		}
+	}
+	f, ok := a.streams.In.(*os.File)
+	if !ok || !term.IsTerminal(int(f.Fd())) {
+		return exitWith(exitTrouble, fmt.Errorf("these changes reboot %s and there is no terminal to confirm: rerun with --yes to proceed", strings.Join(rebooting, ", ")))
+	}
+	fmt.Fprintf(a.streams.Err, "These changes reboot %s, one at a time. Continue? [y/N] ", strings.Join(rebooting, ", "))
+	line, _ := bufio.NewReader(f).ReadString('\n')
+	if ans := strings.ToLower(strings.TrimSpace(line)); ans != "y" && ans != "yes" {
+		return exitWith(exitFailed, fmt.Errorf("not confirmed: nothing was applied"))
+	}
+	return nil
+}
+
+func listOrNone(s []string) string {
+	if len(s) == 0 {
+		return "none"
+	}
+	return strings.Join(s, ", ")
+}

@@ -1,0 +1,84 @@
+package main
+
+import (
+	"github.com/spf13/cobra"
+
+	"devata.dev/devata/config"
+	"devata.dev/devata/drift"
+	"devata.dev/devata/machines"
+)
+
+func (a *app) newDriftCommand() *cobra.Command {
+	var flags struct {
+		machines, checks    []string
+		junitFile, promFile string
+	}
+	cmd := &cobra.Command{
+		Use:   "drift",
+		Short: "Observe every machine and report desired-vs-actual drift",
+		Long: `drift renders each machine's desired config from the inventory, observes every
+machine over the Talos API (and Kubernetes, with a kubeconfig) and reports,
+per machine and check, InSync, Drifted or Unknown (could not observe).
+
+One unreachable machine never stops the others: it is reported as Unknown.
+Nothing is changed anywhere.
+
+Checks: config, talos-version, machine-stage, kubelet, etcd (control planes).
+
+Exit 0 all in sync, 1 drift found, 2 could not complete (any Unknown or an error).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			format, err := drift.ParseFormat(a.settings.Output)
+			if err != nil {
+				return exitWith(exitTrouble, err)
+			}
+			s, err := a.openSession()
+			if err != nil {
+				return err
+			}
+			fc := &machines.FleetCheck{
+				Inventory: s.inv, Desired: s.desired, Dialer: s.dialer, Kube: s.kube,
+				Machines: flags.machines, Checks: flags.checks,
+				Concurrency: a.settings.Concurrency, Timeout: a.settings.Timeout,
+			}
+			ms, _, err := fc.Select()
+			if err != nil {
+				return exitWith(exitTrouble, err)
+			}
+			fc.Done = a.progress(len(ms))
+			h := s.header(a.settings.Simulated)
+			h.Machines = nil
+			for _, m := range ms {
+				h.Machines = append(h.Machines, drift.Machine{Name: m.Name, Role: m.Role, Address: s.dialer.Endpoint(m)})
+			}
+			rep := drift.NewReport(h)
+			if err := fc.Run(cmd.Context(), rep); err != nil {
+				return exitWith(exitTrouble, err)
+			}
+			rep.Finish()
+			if err := drift.Render(a.streams.Out, format, rep, drift.TableOptions{Color: drift.AutoColor(a.streams.Out, a.getenv)}); err != nil {
+				return exitWith(exitTrouble, err)
+			}
+			if flags.junitFile != "" {
+				if err := writeFileWith(flags.junitFile, func(w *fileWriter) error { return drift.WriteJUnit(w, rep) }); err != nil {
+					return exitWith(exitTrouble, err)
+				}
+			}
+			if flags.promFile != "" {
+				if err := drift.WritePromTextfile(flags.promFile, rep); err != nil {
+					return exitWith(exitTrouble, err)
+				}
+			}
+			if code := rep.ExitCode(); code != 0 {
+				return exitWith(code, nil)
+			}
+			return nil
+		},
+	}
+	config.AddOutputFlag(cmd.Flags())
+	cmd.Flags().StringSliceVar(&flags.machines, "machines", nil, "only these machines (comma-separated names)")
+	cmd.Flags().StringSliceVar(&flags.checks, "checks", nil, "only these checks (comma-separated): config, talos-version, machine-stage, kubelet, etcd")
+	cmd.Flags().StringVar(&flags.junitFile, "junit-file", "", "also write the report as JUnit XML to this file")
+	cmd.Flags().StringVar(&flags.promFile, "prom-file", "", "also write the report as a Prometheus textfile (atomically) to this path")
+	return cmd
+}

@@ -1,0 +1,192 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
+
+	"devata.dev/devata/drift"
+	"devata.dev/devata/internal/simtest"
+	"devata.dev/devata/sim"
+)
+
+// simFleet is the homelab example on the sim plus the settings file devata
+// sim would write for it.
+type simFleet struct {
+	*simtest.Fleet
+	settings string
+}
+
+func startSim(t *testing.T, opts simtest.Options) *simFleet {
+	t.Helper()
+	f := simtest.Start(t, opts)
+	simDir := filepath.Join(f.Dir, "sim")
+	if err := os.MkdirAll(simDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	_, settings, err := writeSimFiles(simDir, f.Inventory, f.Renderer, f.Sim, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &simFleet{Fleet: f, settings: settings}
+}
+
+var machineChecks = "--checks=config,talos-version,machine-stage"
+
+func TestDriftCleanFleet(t *testing.T) {
+	sf := startSim(t, simtest.Options{})
+	r := devata(t, nil, "drift", "--config", sf.settings, machineChecks)
+	if r.code != 0 {
+		t.Fatalf("exit %d\n%s%s", r.code, r.stdout, r.err)
+	}
+	if !strings.Contains(r.stdout, "SIMULATED") {
+		t.Errorf("report on the simulated fleet does not say so:\n%s", r.stdout)
+	}
+	if n := strings.Count(r.stdout, "InSync"); n < 5 {
+		t.Errorf("want a line per machine InSync:\n%s", r.stdout)
+	}
+}
+
+func TestDriftOneUnreachableOfFive(t *testing.T) {
+	sf := startSim(t, simtest.Options{})
+	sf.Sim.Machine("worker-2").SetFaults(sim.Faults{Unreachable: true})
+	r := devata(t, nil, "drift", "--config", sf.settings, machineChecks, "-o", "json")
+	if r.code != 2 {
+		t.Fatalf("exit %d, want 2\n%s", r.code, r.err)
+	}
+	var rep drift.Report
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+		t.Fatalf("JSON report: %v\n%s", err, r.stdout)
+	}
+	checked := map[string]int{}
+	for _, res := range rep.Results {
+		switch {
+		case res.Machine == "worker-2":
+			if res.Status != drift.StatusUnknown || !strings.Contains(res.Reason, sf.Sim.Machine("worker-2").Addr()) {
+				t.Errorf("worker-2/%s: %s %q; want Unknown naming the address it dialed", res.Check, res.Status, res.Reason)
+			}
+		case res.Status == drift.StatusInSync:
+			checked[res.Machine]++
+		default:
+			t.Errorf("%s/%s: %s %s", res.Machine, res.Check, res.Status, res.Reason)
+		}
+	}
+	if len(checked) != 4 {
+		t.Errorf("machines fully checked: %v, want the other 4", checked)
+	}
+}
+
+// Every byte devata prints or writes during drift with a diff is searched for
+// the bundle's secret values.
+func TestDriftNeverLeaksSecrets(t *testing.T) {
+	sf := startSim(t, simtest.Options{})
+	drifted := bytes.Replace(sf.Desired["cp-2"], []byte("time.cloudflare.com"), []byte("pool.ntp.org"), 1)
+	// A rotated token in the drifted config must show as "changed", never as a value.
+	drifted = bytes.Replace(drifted, []byte(sf.Bundle.Secrets.BootstrapToken), []byte("abcdef.0123456789abcdef"), 1)
+	sf.Sim.Machine("cp-2").SetFaults(sim.Faults{DriftedConfig: drifted})
+	dir := t.TempDir()
+	junit, prom := filepath.Join(dir, "drift.xml"), filepath.Join(dir, "drift.prom")
+	var everything bytes.Buffer
+	for _, format := range []string{"table", "json", "junit", "prom"} {
+		r := devata(t, nil, "drift", "--config", sf.settings, "-o", format, "-vv", "--log-format", "json", "--junit-file", junit, "--prom-file", prom)
+		if r.code != 1 && r.code != 2 {
+			t.Fatalf("%s: exit %d, want drift\n%s", format, r.code, r.err)
+		}
+		everything.WriteString(r.stdout + r.err)
+		for _, f := range []string{junit, prom} {
+			data, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			everything.Write(data)
+		}
+	}
+	all := everything.String()
+	if !strings.Contains(all, "pool.ntp.org") {
+		t.Fatalf("the drifted field is not in the output: the test would prove nothing")
+	}
+	if !strings.Contains(all, "cluster.token") {
+		t.Errorf("the rotated token is not reported as a changed secret path")
+	}
+	for _, s := range secretValues(sf.Bundle) {
+		if strings.Contains(all, s) {
+			t.Fatalf("output contains a secret of the bundle (%.8s…)", s)
+		}
+	}
+	if strings.Contains(all, "abcdef.0123456789abcdef") {
+		t.Fatal("output contains the drifted token's value")
+	}
+}
+
+func secretValues(b *secrets.Bundle) []string {
+	out := []string{b.Cluster.Secret, b.Secrets.BootstrapToken, b.Secrets.SecretboxEncryptionSecret, b.TrustdInfo.Token}
+	if b.Secrets.AESCBCEncryptionSecret != "" {
+		out = append(out, b.Secrets.AESCBCEncryptionSecret)
+	}
+	for _, k := range [][]byte{b.Certs.Etcd.Key, b.Certs.K8s.Key, b.Certs.K8sAggregator.Key, b.Certs.K8sServiceAccount.Key, b.Certs.OS.Key} {
+		for _, line := range strings.Split(string(k), "\n") {
+			if len(line) > 40 && !strings.HasPrefix(line, "-----") {
+				out = append(out, line)
+			}
+		}
+	}
+	return out
+}
+
+func TestApplyConvergesAndSecondApplyWritesNothing(t *testing.T) {
+	sf := startSim(t, simtest.Options{Bootstrap: true})
+	sf.Drift(t, "worker-1", "time.cloudflare.com", "pool.ntp.org")
+	sf.Drift(t, "cp-2", "time.cloudflare.com", "pool.ntp.org")
+
+	r := devata(t, nil, "apply", "--config", sf.settings, "--dry-run")
+	if r.code != 1 || !strings.Contains(r.stdout, "dry run: nothing was written") || !strings.Contains(r.stdout, "+            - time.cloudflare.com") {
+		t.Fatalf("dry run: exit %d\n%s%s", r.code, r.stdout, r.err)
+	}
+	r = devata(t, nil, "apply", "--config", sf.settings)
+	if r.code != 0 {
+		t.Fatalf("apply: exit %d\n%s%s", r.code, r.stdout, r.err)
+	}
+	if !strings.Contains(r.stdout, "converged: cp-2, worker-1") || !strings.Contains(r.stdout, "gate before cp-2: etcd healthy") {
+		t.Errorf("apply output:\n%s", r.stdout)
+	}
+	calls := func() int {
+		n := 0
+		for _, m := range sf.Sim.Machines() {
+			n += m.Calls("ApplyConfiguration")
+		}
+		return n
+	}
+	before := calls()
+	r = devata(t, nil, "apply", "--config", sf.settings)
+	if r.code != 0 || !strings.Contains(r.stdout, "nothing to apply: 5 of 5") {
+		t.Errorf("second apply: exit %d\n%s%s", r.code, r.stdout, r.err)
+	}
+	if n := calls() - before; n != 0 {
+		t.Errorf("second apply made %d ApplyConfiguration calls, want 0", n)
+	}
+	if r := devata(t, nil, "drift", "--config", sf.settings, machineChecks+",etcd"); r.code != 0 {
+		t.Errorf("drift after apply: exit %d\n%s", r.code, r.stdout)
+	}
+}
+
+func TestApplyRefusesRebootWithoutTerminal(t *testing.T) {
+	sf := startSim(t, simtest.Options{Bootstrap: true})
+	sf.Drift(t, "worker-2", "diskQuotaSupport: true", "diskQuotaSupport: false")
+	before := sf.Sim.Machine("worker-2").Calls("ApplyConfiguration")
+	r := devata(t, nil, "apply", "--config", sf.settings)
+	if r.code != 2 || !strings.Contains(r.err, "--yes") || !strings.Contains(r.err, "worker-2") {
+		t.Fatalf("exit %d, stderr %q", r.code, r.err)
+	}
+	if n := sf.Sim.Machine("worker-2").Calls("ApplyConfiguration") - before; n != 1 {
+		t.Errorf("%d ApplyConfiguration calls, want only the dry run", n)
+	}
+	r = devata(t, nil, "apply", "--config", sf.settings, "--yes")
+	if r.code != 0 || !strings.Contains(r.stdout, "rebooting, waiting for it to return") {
+		t.Errorf("--yes: exit %d\n%s%s", r.code, r.stdout, r.err)
+	}
+}

@@ -1,0 +1,96 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"golang.org/x/term"
+	"k8s.io/client-go/kubernetes"
+
+	"devata.dev/devata/bootstrap"
+	"devata.dev/devata/drift"
+	"devata.dev/devata/inventory"
+	"devata.dev/devata/machines"
+)
+
+// session is what the commands that talk to machines share: the validated
+// inventory, each machine's rendered config, a dialer and, when configured, a
+// Kubernetes client. Nothing is sent anywhere before it is complete.
+type session struct {
+	inv     *inventory.Inventory
+	desired map[string][]byte
+	dialer  *machines.Dialer
+	kube    kubernetes.Interface
+}
+
+// openSession loads and validates everything a run needs. Any failure is
+// exit 2: the run could not start.
+func (a *app) openSession() (*session, error) {
+	inv, err := inventory.Load(a.settings.Inventory)
+	if err != nil {
+		fmt.Fprintln(a.streams.Err, err)
+		return nil, exitWith(exitTrouble, fmt.Errorf("%s is invalid: nothing was sent to any machine; run devata validate", a.settings.Inventory))
+	}
+	a.printWarnings(inv)
+	bundle, err := bootstrap.LoadSecrets(inventory.ResolvePath(filepath.Dir(inv.Path), inv.Cluster.Secrets))
+	if err != nil {
+		return nil, exitWith(exitTrouble, err)
+	}
+	rendered, err := bootstrap.RenderValidated(inv, bundle)
+	if err != nil {
+		fmt.Fprintln(a.streams.Err, err)
+		return nil, exitWith(exitTrouble, fmt.Errorf("rendering failed: nothing was sent to any machine; run devata validate"))
+	}
+	s := &session{inv: inv, desired: map[string][]byte{}}
+	for _, r := range rendered {
+		s.desired[r.Machine] = r.Config
+	}
+	tc, err := machines.LoadTalosconfig(a.settings.Talosconfig)
+	if err != nil {
+		return nil, exitWith(exitTrouble, err)
+	}
+	if s.dialer, err = machines.NewDialer(tc, a.settings.Dial); err != nil {
+		return nil, exitWith(exitTrouble, err)
+	}
+	for name := range a.settings.Dial {
+		if inv.Machine(name) == nil {
+			a.log.Warn("dial override for a machine not in the inventory", "machine", name)
+		}
+	}
+	if a.settings.Kubeconfig != "" {
+		if s.kube, err = machines.KubeClient(a.settings.Kubeconfig); err != nil {
+			return nil, exitWith(exitTrouble, err)
+		}
+	}
+	return s, nil
+}
+
+func (s *session) header(simulated bool) drift.Header {
+	h := drift.Header{Cluster: s.inv.Cluster.Name, Inventory: s.inv.Path, Simulated: simulated}
+	for i := range s.inv.Machines {
+		m := &s.inv.Machines[i]
+		h.Machines = append(h.Machines, drift.Machine{Name: m.Name, Role: m.Role, Address: s.dialer.Endpoint(m)})
+	}
+	return h
+}
+
+// progress returns a per-machine progress printer for stderr, or nil when
+// stderr is not a terminal: progress is for people, never for pipes or JSON.
+func (a *app) progress(total int) func(string, []drift.Result) {
+	f, ok := a.streams.Err.(*os.File)
+	if !ok || !term.IsTerminal(int(f.Fd())) {
+		return nil
+	}
+	done := 0
+	return func(machine string, results []drift.Result) {
+		done++
+		worst := drift.StatusInSync
+		for _, r := range results {
+			if r.Status == drift.StatusUnknown || r.Status == drift.StatusDrifted && worst == drift.StatusInSync {
+				worst = r.Status
+			}
+		}
+		fmt.Fprintf(f, "[%d/%d] %-20s %s\n", done, total, machine, worst)
+	}
+}

@@ -1,0 +1,187 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	clientconfig "github.com/siderolabs/talos/pkg/machinery/client/config"
+	"github.com/spf13/cobra"
+	"gopkg.in/yaml.v3"
+	"k8s.io/client-go/kubernetes"
+
+	"devata.dev/devata/bootstrap"
+	"devata.dev/devata/internal/testenv"
+	"devata.dev/devata/inventory"
+	"devata.dev/devata/sim"
+)
+
+func (a *app) newSimCommand() *cobra.Command {
+	var flags struct {
+		dir         string
+		maintenance []string
+		rebootDelay time.Duration
+		kubernetes  bool
+	}
+	cmd := &cobra.Command{
+		Use:   "sim",
+		Short: "Serve a simulated Talos fleet for the inventory on loopback until interrupted",
+		Long: `sim serves every machine of the inventory as a simulated Talos node on
+127.0.0.1 (real gRPC and mTLS, certificates from the inventory's secrets
+bundle) and writes DIR/talosconfig and DIR/devata.yaml, a settings file whose
+dial overrides point each machine at its simulated address. It prints the
+export lines that make devata and talosctl use them, then serves until
+interrupted (Ctrl-C).
+
+Machines start configured with their rendered configs; --maintenance starts all
+of them (or the named ones) unconfigured, in maintenance mode.
+
+Nothing here is a real machine: reports made against it say SIMULATED.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			inv, err := inventory.Load(a.settings.Inventory)
+			if err != nil {
+				return a.invalid(err)
+			}
+			for _, name := range flags.maintenance {
+				if name != "all" && inv.Machine(name) == nil {
+					return exitWith(exitTrouble, fmt.Errorf("--maintenance: no machine %q in %s", name, inv.Path))
+				}
+			}
+			bundle, err := bootstrap.LoadSecrets(inventory.ResolvePath(filepath.Dir(inv.Path), inv.Cluster.Secrets))
+			if err != nil {
+				return exitWith(exitTrouble, err)
+			}
+			r, err := bootstrap.NewRenderer(inv, bundle)
+			if err != nil {
+				return exitWith(exitTrouble, err)
+			}
+			specs := make([]sim.MachineSpec, 0, len(inv.Machines))
+			for i := range inv.Machines {
+				m := &inv.Machines[i]
+				spec := sim.MachineSpec{Name: m.Name, Role: m.Role, TalosVersion: inv.Cluster.TalosVersion}
+				if !slices.Contains(flags.maintenance, "all") && !slices.Contains(flags.maintenance, m.Name) {
+					rd, err := r.Render(m)
+					if err != nil {
+						return exitWith(exitTrouble, err)
+					}
+					spec.Config = rd.Config
+				}
+				specs = append(specs, spec)
+			}
+			dir := flags.dir
+			if dir == "" {
+				if dir, err = os.MkdirTemp("", "devata-sim-"); err != nil {
+					return exitWith(exitTrouble, err)
+				}
+			}
+			if dir, err = filepath.Abs(dir); err != nil {
+				return exitWith(exitTrouble, err)
+			}
+			ctx := cmd.Context()
+			fleet, err := sim.Start(ctx, sim.Options{Bundle: bundle, Machines: specs, RebootDelay: flags.rebootDelay, Logger: a.log})
+			if err != nil {
+				return exitWith(exitTrouble, err)
+			}
+			defer fleet.Close()
+			kubeconfig := ""
+			if flags.kubernetes {
+				env, stop, err := testenv.Run(ctx, a.streams.Err)
+				if err != nil {
+					return exitWith(exitTrouble, fmt.Errorf("start kube-apiserver: %w", err))
+				}
+				defer stop() //nolint:errcheck // best effort on the way out
+				kc, err := kubernetes.NewForConfig(env.Config)
+				if err != nil {
+					return exitWith(exitTrouble, err)
+				}
+				go fleet.RunKubelets(ctx, kc, 2*time.Second)
+				kubeconfig = env.Kubeconfig
+			}
+			tcPath, cfgPath, err := writeSimFiles(dir, inv, r, fleet, kubeconfig)
+			if err != nil {
+				return exitWith(exitTrouble, err)
+			}
+			out := a.streams.Out
+			fmt.Fprintf(out, "# SIMULATED Talos fleet: %d machines of %s on loopback (not real machines)\n", len(specs), inv.Path)
+			for _, m := range fleet.Machines() {
+				state := "configured"
+				if spec := specs[slices.IndexFunc(specs, func(s sim.MachineSpec) bool { return s.Name == m.Name() })]; spec.Config == nil {
+					state = "maintenance"
+				}
+				fmt.Fprintf(out, "#   %-20s %-21s %s\n", m.Name(), m.Addr(), state)
+			}
+			if kubeconfig != "" {
+				fmt.Fprintf(out, "# a real kube-apiserver %s (envtest) holds the Nodes the simulated kubelets register\nexport KUBECONFIG=%s\n", testenv.KubernetesVersion, kubeconfig)
+			}
+			fmt.Fprintf(out, "export DEVATA_CONFIG=%s\nexport TALOSCONFIG=%s\n", cfgPath, tcPath)
+			fmt.Fprintln(out, "# serving until interrupted (Ctrl-C)")
+			<-ctx.Done()
+			fmt.Fprintln(a.streams.Err, "sim: stopped")
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&flags.dir, "dir", "", "directory for talosconfig and devata.yaml (default: a new temporary directory)")
+	cmd.Flags().StringSliceVar(&flags.maintenance, "maintenance", nil, "start these machines unconfigured (comma-separated names, or all)")
+	cmd.Flags().Lookup("maintenance").NoOptDefVal = "all"
+	cmd.Flags().BoolVar(&flags.kubernetes, "kubernetes", false, "also run a real kube-apiserver (envtest; builds it once, minutes) where the simulated kubelets register Nodes")
+	cmd.Flags().DurationVar(&flags.rebootDelay, "reboot-delay", 2*time.Second, "how long a simulated reboot takes a machine away")
+	return cmd
+}
+
+// writeSimFiles writes the talosconfig (endpoints: the control planes' simulated
+// addresses; nodes: every machine by name, which the sim routes) and the
+// settings file with one dial override per machine.
+func writeSimFiles(dir string, inv *inventory.Inventory, r *bootstrap.Renderer, fleet *sim.Fleet, kubeconfig string) (string, string, error) {
+	tcBytes, err := r.Talosconfig()
+	if err != nil {
+		return "", "", err
+	}
+	tc, err := clientconfig.FromBytes(tcBytes)
+	if err != nil {
+		return "", "", err
+	}
+	ctx := tc.Contexts[tc.Context]
+	ctx.Endpoints, ctx.Nodes = nil, nil
+	dial := map[string]string{}
+	for _, m := range fleet.Machines() {
+		dial[m.Name()] = m.Addr()
+		ctx.Nodes = append(ctx.Nodes, m.Name())
+		if im := inv.Machine(m.Name()); im != nil && im.IsControlPlane() {
+			ctx.Endpoints = append(ctx.Endpoints, m.Addr())
+		}
+	}
+	tcBytes, err = tc.Bytes()
+	if err != nil {
+		return "", "", err
+	}
+	tcPath := filepath.Join(dir, "talosconfig")
+	if err := bootstrap.WriteSecretFile(tcPath, tcBytes, true); err != nil {
+		return "", "", err
+	}
+	invPath, err := filepath.Abs(inv.Path)
+	if err != nil {
+		return "", "", err
+	}
+	values := map[string]any{
+		"inventory":   invPath,
+		"talosconfig": tcPath,
+		"dial":        dial,
+		"simulated":   true,
+	}
+	if kubeconfig != "" {
+		values["kubeconfig"] = kubeconfig
+	}
+	settings, err := yaml.Marshal(values)
+	if err != nil {
+		return "", "", err
+	}
+	cfgPath := filepath.Join(dir, "devata.yaml")
+	header := "# written by devata sim: dial overrides point the inventory's machines at a SIMULATED fleet\n"
+	if err := os.WriteFile(cfgPath, append([]byte(header), settings...), 0o600); err != nil {
+		return "", "", err
+	}
+	return tcPath, cfgPath, nil
+}
