@@ -121,3 +121,34 @@ func TestLoadSecretsErrorsNeverQuoteTheFile(t *testing.T) {
 		t.Fatalf("error quotes the secret: %v", err)
 	}
 }
+
+// talosctl-secrets.yaml was written by the real `talosctl gen secrets`
+// (v1.11.0, built from the Go module proxy): devata loads and renders with it.
+func TestTalosctlBundleLoads(t *testing.T) {
+	b, err := bootstrap.LoadSecrets("testdata/talosctl-secrets.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv, _ := loadFixture(t)
+	out, err := bootstrap.RenderValidated(inv, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out) != len(inv.Machines) {
+		t.Fatalf("rendered %d", len(out))
+	}
+	// Re-encoded by devata, the bundle reloads through machinery unchanged.
+	path := filepath.Join(t.TempDir(), "again.yaml")
+	if err := bootstrap.WriteSecrets(path, b, false); err != nil {
+		t.Fatal(err)
+	}
+	again, err := secrets.LoadBundle(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, _ := bootstrap.MarshalSecrets(b)
+	y, _ := bootstrap.MarshalSecrets(again)
+	if !bytes.Equal(x, y) {
+		t.Error("talosctl bundle changed through devata's write")
+	}
+}

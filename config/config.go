@@ -30,6 +30,9 @@ type Settings struct {
 	// Dial overrides where a machine's Talos API is reached: machine name → host:port.
 	// `devata sim` writes these so the inventory's real addresses stay untouched.
 	Dial map[string]string `mapstructure:"dial"`
+	// Simulated marks the machines as devata's simulated fleet (devata sim sets
+	// it in the settings file it writes); every report then says so.
+	Simulated bool `mapstructure:"simulated"`
 
 	// File is the settings file that was read, if any.
 	File string `mapstructure:"-"`
@@ -188,7 +191,7 @@ func fieldPtr(s *Settings, key string) *string {
 	}
 }
 
-var knownKeys = map[string]bool{"inventory": true, "talosconfig": true, "kubeconfig": true, "concurrency": true, "timeout": true, "output": true, "log-format": true, "verbose": true, "dial": true}
+var knownKeys = map[string]bool{"inventory": true, "talosconfig": true, "kubeconfig": true, "concurrency": true, "timeout": true, "output": true, "log-format": true, "verbose": true, "dial": true, "simulated": true}
 
 func checkKeys(v *viper.Viper, file string) error {
 	var bad []string
@@ -199,7 +202,7 @@ func checkKeys(v *viper.Viper, file string) error {
 		}
 	}
 	if len(bad) > 0 {
-		return fmt.Errorf("settings file %s: unknown setting %q (known: inventory, talosconfig, kubeconfig, concurrency, timeout, output, log-format, verbose, dial)", file, bad[0])
+		return fmt.Errorf("settings file %s: unknown setting %q (known: inventory, talosconfig, kubeconfig, concurrency, timeout, output, log-format, verbose, dial, simulated)", file, bad[0])
 	}
 	return nil
 }
