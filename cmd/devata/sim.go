@@ -24,6 +24,7 @@ func (a *app) newSimCommand() *cobra.Command {
 		maintenance []string
 		rebootDelay time.Duration
 		kubernetes  bool
+		faults      string
 	}
 	cmd := &cobra.Command{
 		Use:   "sim",
@@ -113,6 +114,14 @@ Nothing here is a real machine: reports made against it say SIMULATED.`,
 				}
 				fmt.Fprintf(out, "#   %-20s %-21s %s\n", m.Name(), m.Addr(), state)
 			}
+			faultsPath := flags.faults
+			if faultsPath == "" {
+				faultsPath = filepath.Join(dir, "faults.yaml")
+			}
+			go fleet.WatchFaultsFile(ctx, faultsPath, 500*time.Millisecond, func(err error) {
+				fmt.Fprintf(a.streams.Err, "sim: faults file: %v (faults unchanged)\n", err)
+			})
+			fmt.Fprintf(out, "# inject faults by writing %s, e.g.  worker-1: {kubeletUnhealthy: true}  (the file is the whole fault state)\n", faultsPath)
 			if kubeconfig != "" {
 				fmt.Fprintf(out, "# a real kube-apiserver %s (envtest) holds the Nodes the simulated kubelets register\nexport KUBECONFIG=%s\n", testenv.KubernetesVersion, kubeconfig)
 			}
@@ -126,6 +135,7 @@ Nothing here is a real machine: reports made against it say SIMULATED.`,
 	cmd.Flags().StringVar(&flags.dir, "dir", "", "directory for talosconfig and devata.yaml (default: a new temporary directory)")
 	cmd.Flags().StringSliceVar(&flags.maintenance, "maintenance", nil, "start these machines unconfigured (comma-separated names, or all)")
 	cmd.Flags().Lookup("maintenance").NoOptDefVal = "all"
+	cmd.Flags().StringVar(&flags.faults, "faults", "", "faults file watched while serving (default DIR/faults.yaml): machine name → unreachable, latency, errorCodes, talosVersion, kubeletUnhealthy, driftedConfigFile, volumeFailed, volumeMissing, rebootDuringApply")
 	cmd.Flags().BoolVar(&flags.kubernetes, "kubernetes", false, "also run a real kube-apiserver (envtest; builds it once, minutes) where the simulated kubelets register Nodes")
 	cmd.Flags().DurationVar(&flags.rebootDelay, "reboot-delay", 2*time.Second, "how long a simulated reboot takes a machine away")
 	return cmd

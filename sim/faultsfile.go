@@ -1,0 +1,151 @@
+package sim
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"gopkg.in/yaml.v3"
+)
+
+// FaultSpec is one machine's faults as a faults file spells them.
+type FaultSpec struct {
+	Unreachable      bool              `yaml:"unreachable"`
+	Latency          time.Duration     `yaml:"latency"`
+	ErrorCodes       map[string]string `yaml:"errorCodes"` // RPC method → gRPC code name, e.g. PermissionDenied
+	TalosVersion     string            `yaml:"talosVersion"`
+	KubeletUnhealthy bool              `yaml:"kubeletUnhealthy"`
+	// DriftedConfigFile names a machine config (relative to the faults file)
+	// to replace the applied one with, behind devata's back.
+	DriftedConfigFile string            `yaml:"driftedConfigFile"`
+	VolumeFailed      map[string]string `yaml:"volumeFailed"`
+	VolumeMissing     []string          `yaml:"volumeMissing"`
+	RebootDuringApply bool              `yaml:"rebootDuringApply"`
+}
+
+// LoadFaultsFile reads a faults file: a YAML map from machine name to its
+// faults. It is the whole desired fault state: machines it does not name have
+// no faults.
+func LoadFaultsFile(path string) (map[string]Faults, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var specs map[string]FaultSpec
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&specs); err != nil && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("faults file %s: %w", path, err)
+	}
+	out := map[string]Faults{}
+	for name, s := range specs {
+		f := Faults{
+			Unreachable: s.Unreachable, Latency: s.Latency, TalosVersion: s.TalosVersion,
+			KubeletUnhealthy: s.KubeletUnhealthy, VolumeFailed: s.VolumeFailed, VolumeMissing: s.VolumeMissing,
+			RebootDuringApply: s.RebootDuringApply,
+		}
+		if len(s.ErrorCodes) > 0 {
+			f.ErrorCodes = map[string]codes.Code{}
+			for method, codeName := range s.ErrorCodes {
+				c, ok := codeByName(codeName)
+				if !ok {
+					return nil, fmt.Errorf("faults file %s: %s.errorCodes.%s: unknown gRPC code %q (e.g. PermissionDenied, Unavailable)", path, name, method, codeName)
+				}
+				f.ErrorCodes[method] = c
+			}
+		}
+		if s.DriftedConfigFile != "" {
+			p := s.DriftedConfigFile
+			if !filepath.IsAbs(p) {
+				p = filepath.Join(filepath.Dir(path), p)
+			}
+			if f.DriftedConfig, err = os.ReadFile(p); err != nil {
+				return nil, fmt.Errorf("faults file %s: %s.driftedConfigFile: %w", path, name, err)
+			}
+		}
+		out[name] = f
+	}
+	return out, nil
+}
+
+func codeByName(name string) (codes.Code, bool) {
+	for c := codes.OK; c <= codes.Unauthenticated; c++ {
+		if c.String() == name {
+			return c, true
+		}
+	}
+	var c codes.Code
+	if err := c.UnmarshalJSON([]byte(`"` + name + `"`)); err == nil {
+		return c, true
+	}
+	return 0, false
+}
+
+// ApplyFaults sets every machine's faults from a faults map: named machines
+// get theirs, the others none. Unknown machine names are an error, and then
+// nothing changes.
+func (f *Fleet) ApplyFaults(all map[string]Faults) error {
+	for name := range all {
+		if f.Machine(name) == nil {
+			return fmt.Errorf("faults for unknown machine %q", name)
+		}
+	}
+	for _, m := range f.Machines() {
+		m.SetFaults(all[m.name])
+	}
+	return nil
+}
+
+// WatchFaultsFile applies a faults file now and whenever it changes, until
+// ctx ends: the way to inject faults into a running `devata sim` from outside.
+// A missing file means no faults; a bad file is reported through onErr and
+// leaves the faults as they were.
+func (f *Fleet) WatchFaultsFile(ctx context.Context, path string, every time.Duration, onErr func(error)) {
+	var last time.Time
+	var lastSize int64 = -1
+	check := func() {
+		st, err := os.Stat(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			if lastSize != -1 {
+				_ = f.ApplyFaults(nil)
+				lastSize, last = -1, time.Time{}
+			}
+			return
+		}
+		if err != nil {
+			onErr(err)
+			return
+		}
+		if st.ModTime().Equal(last) && st.Size() == lastSize {
+			return
+		}
+		last, lastSize = st.ModTime(), st.Size()
+		faults, err := LoadFaultsFile(path)
+		if err == nil {
+			err = f.ApplyFaults(faults)
+		}
+		if err != nil {
+			onErr(err)
+			return
+		}
+		f.log.Info("sim: faults applied", "file", path, "machines", len(faults))
+	}
+	check()
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			check()
+		}
+	}
+}

@@ -1,0 +1,92 @@
+package sim_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+
+	"devata.dev/devata/internal/simtest"
+)
+
+func TestFaultsFileDrivesTheFleet(t *testing.T) {
+	f := simtest.Start(t, simtest.Options{})
+	dir := t.TempDir()
+	path := filepath.Join(dir, "faults.yaml")
+	if err := os.WriteFile(filepath.Join(dir, "edited.yaml"), f.Desired["cp-2"], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	write := func(s string) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(`
+worker-1: {kubeletUnhealthy: true, errorCodes: {ApplyConfiguration: PermissionDenied}}
+cp-2: {unreachable: true, latency: 150ms, driftedConfigFile: edited.yaml, talosVersion: v1.10.6}
+`)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	errs := make(chan error, 10)
+	go f.Sim.WatchFaultsFile(ctx, path, 20*time.Millisecond, func(err error) { errs <- err })
+
+	waitUntil(t, func() bool { return f.Sim.Machine("worker-1").Faults().KubeletUnhealthy })
+	w1 := f.Sim.Machine("worker-1").Faults()
+	if w1.ErrorCodes["ApplyConfiguration"] != codes.PermissionDenied {
+		t.Errorf("worker-1 error codes %v", w1.ErrorCodes)
+	}
+	cp2 := f.Sim.Machine("cp-2").Faults()
+	if !cp2.Unreachable || cp2.Latency != 150*time.Millisecond || cp2.TalosVersion != "v1.10.6" || len(cp2.DriftedConfig) == 0 {
+		t.Errorf("cp-2 faults %+v", cp2)
+	}
+
+	// The file is the whole fault state: dropping a machine clears its faults.
+	time.Sleep(10 * time.Millisecond) // a different mtime on coarse filesystems
+	write("worker-1: {unreachable: true}\n")
+	waitUntil(t, func() bool { return !f.Sim.Machine("cp-2").Faults().Unreachable })
+	if got := f.Sim.Machine("worker-1").Faults(); !got.Unreachable || got.KubeletUnhealthy {
+		t.Errorf("worker-1 faults after edit %+v", got)
+	}
+
+	// A bad file is reported and changes nothing.
+	write("worker-9: {unreachable: true}\n")
+	select {
+	case err := <-errs:
+		if !strings.Contains(err.Error(), "worker-9") {
+			t.Errorf("error %v does not name the unknown machine", err)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("a faults file naming an unknown machine was not reported")
+	}
+	if !f.Sim.Machine("worker-1").Faults().Unreachable {
+		t.Error("a bad faults file changed the faults")
+	}
+	write("worker-1: {unreachable: yes-please}\n")
+	select {
+	case <-errs:
+	case <-time.After(2 * time.Second):
+		t.Fatal("a malformed faults file was not reported")
+	}
+
+	// Removing the file clears every fault.
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, func() bool { return !f.Sim.Machine("worker-1").Faults().Unreachable })
+}
+
+func waitUntil(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(3 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("timed out")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
