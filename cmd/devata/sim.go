@@ -128,7 +128,7 @@ Nothing here is a real machine: reports made against it say SIMULATED.`,
 			fmt.Fprintf(out, "export DEVATA_CONFIG=%s\nexport TALOSCONFIG=%s\n", cfgPath, tcPath)
 			fmt.Fprintln(out, "# serving until interrupted (Ctrl-C)")
 			<-ctx.Done()
-			fmt.Fprintln(a.streams.Err, "sim: stopped")
+			fmt.Fprintf(a.streams.Err, "sim: stopped after serving %d calls\n", fleet.TotalCalls())
 			return nil
 		},
 	}
