@@ -236,3 +236,44 @@ func build(ctx context.Context, src, dir string, b binary, progress io.Writer) e
 	fmt.Fprintf(progress, "built %s %s in %s\n", b.name, b.version, time.Since(start).Round(time.Second))
 	return nil
 }
+
+// TalosctlVersion is the talosctl the sim is checked against.
+const TalosctlVersion = "v1.11.0"
+
+var talosctl = binary{
+	name:     "talosctl",
+	module:   "talosctl",
+	pkg:      "github.com/siderolabs/talos/cmd/talosctl",
+	version:  TalosctlVersion,
+	estimate: "about 4-8 minutes",
+}
+
+// Talosctl returns the path of the real talosctl v1.11.0, building it from
+// the Go module proxy into the cache directory first if needed (locked, once).
+// Only the talosctl tests (build tag talosctl) use it.
+func Talosctl(ctx context.Context, progress io.Writer) (string, error) {
+	dir, err := DefaultDir()
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, talosctl.name)
+	if isExecutable(path) {
+		return path, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	unlock, err := lock(ctx, filepath.Join(dir, ".lock"), progress)
+	if err != nil {
+		return "", err
+	}
+	defer unlock()
+	if isExecutable(path) {
+		return path, nil
+	}
+	src, err := sourceDir()
+	if err != nil {
+		return "", err
+	}
+	return path, build(ctx, src, dir, talosctl, progress)
+}

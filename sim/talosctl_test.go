@@ -1,0 +1,124 @@
+//go:build talosctl
+
+// The real talosctl v1.11.0 against the simulated fleet. It needs talosctl
+// built from the Go module proxy (minutes, once): go tool -modfile=tools/go.mod
+// task test-talosctl, or go test -tags talosctl -run Talosctl ./sim/.
+package sim_test
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"devata.dev/devata/internal/simtest"
+	"devata.dev/devata/internal/testenv"
+)
+
+type tlog struct{ t *testing.T }
+
+func (w tlog) Write(p []byte) (int, error) { w.t.Log(strings.TrimSpace(string(p))); return len(p), nil }
+
+func TestRealTalosctl(t *testing.T) {
+	bin, err := testenv.Talosctl(context.Background(), tlog{t})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := simtest.Start(t, simtest.Options{Maintenance: []string{"worker-2"}})
+	dir := t.TempDir()
+	tc := f.Talosconfig(t)
+	ctx := tc.Contexts[tc.Context]
+	ctx.Endpoints = []string{f.Overrides["cp-1"]}
+	ctx.Nodes = []string{"cp-1"}
+	tcPath := filepath.Join(dir, "talosconfig")
+	if err := tc.Save(tcPath); err != nil {
+		t.Fatal(err)
+	}
+	talosctl := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command(bin, append([]string{"--talosconfig", tcPath}, args...)...)
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		done := make(chan error, 1)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		go func() { done <- cmd.Wait() }()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("talosctl %s: %v\n%s", strings.Join(args, " "), err, out.String())
+			}
+		case <-time.After(30 * time.Second):
+			cmd.Process.Kill()
+			t.Fatalf("talosctl %s: timed out\n%s", strings.Join(args, " "), out.String())
+		}
+		return out.String()
+	}
+	expect := func(out string, wants ...string) {
+		t.Helper()
+		for _, w := range wants {
+			if !strings.Contains(out, w) {
+				t.Errorf("output lacks %q:\n%s", w, out)
+			}
+		}
+	}
+
+	expect(talosctl("version"), "Tag:         v1.11.0", "NODE:        cp-1")
+	expect(talosctl("get", "machineconfig"), "MachineConfig", "v1alpha1")
+	expect(talosctl("get", "machinestatus"), "running", "true")
+	expect(talosctl("-n", "worker-1", "get", "volumestatus"), "u-longhorn", "ready")
+	expect(talosctl("-n", "worker-1", "get", "mountstatus"), "MountStatus")
+	expect(talosctl("service", "kubelet"), "Running", "OK")
+	expect(talosctl("-n", "worker-1", "mounts"), "/var/mnt/longhorn")
+
+	edited := bytes.Replace(f.Desired["cp-1"], []byte("time.cloudflare.com"), []byte("pool.ntp.org"), 1)
+	cfgPath := filepath.Join(dir, "cp-1.yaml")
+	if err := os.WriteFile(cfgPath, edited, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	expect(talosctl("apply-config", "--dry-run", "-f", cfgPath), "Dry run summary", "pool.ntp.org")
+	if n := f.Sim.Machine("cp-1").Calls("ApplyConfiguration") - f.Sim.Machine("cp-1").Calls("ApplyConfiguration(dry-run)"); n != 0 {
+		t.Errorf("a dry run wrote: %d applies", n)
+	}
+
+	w2 := filepath.Join(dir, "worker-2.yaml")
+	if err := os.WriteFile(w2, f.Desired["worker-2"], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	talosctl("apply-config", "--insecure", "-n", f.Overrides["worker-2"], "-e", f.Overrides["worker-2"], "-f", w2)
+
+	talosctl("bootstrap")
+	var members string
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		members = talosctl("etcd", "members")
+		if strings.Contains(members, "cp-2") && strings.Contains(members, "cp-3") || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	expect(members, "cp-1", "cp-2", "cp-3")
+	kc := filepath.Join(dir, "kubeconfig")
+	talosctl("kubeconfig", kc)
+	if data, err := os.ReadFile(kc); err != nil || !bytes.Contains(data, []byte("https://10.20.0.10:6443")) {
+		t.Errorf("kubeconfig: %v\n%s", err, data)
+	}
+	// worker-2 left maintenance mode and serves mTLS now.
+	deadline = time.Now().Add(10 * time.Second)
+	for {
+		cmd := exec.Command(bin, "--talosconfig", tcPath, "-n", "worker-2", "get", "machinestatus")
+		out, err := cmd.CombinedOutput()
+		if err == nil && bytes.Contains(out, []byte("running")) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("worker-2 after insecure apply: %v\n%s", err, out)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
