@@ -236,3 +236,25 @@ func TestKubeletCheckAgainstRealKubernetes(t *testing.T) {
 		t.Errorf("cp-2: %s %s", r.Status, r.Reason)
 	}
 }
+
+func TestStageAndEtcdDrifted(t *testing.T) {
+	f := simtest.Start(t, simtest.Options{Maintenance: []string{"cp-3"}, Bootstrap: true})
+	f.Sim.Machine("worker-1").SetFaults(sim.Faults{KubeletUnhealthy: true})
+	tf := &testFleet{Fleet: f, dialer: f.Dialer}
+	rep := tf.drift(t, machines.CheckMachineStage, machines.CheckEtcd)
+	for _, tt := range []struct {
+		machine, check string
+		status         drift.Status
+		reasonHas      string
+	}{
+		{"worker-1", machines.CheckMachineStage, drift.StatusDrifted, "unmet: services: kubelet not healthy"},
+		{"worker-2", machines.CheckMachineStage, drift.StatusInSync, ""},
+		{"cp-1", machines.CheckEtcd, drift.StatusDrifted, "members [cp-1 cp-2], control planes [cp-1 cp-2 cp-3]"},
+		{"cp-3", machines.CheckEtcd, drift.StatusDrifted, "maintenance mode"},
+	} {
+		r := statusOf(rep, tt.machine, tt.check)
+		if r.Status != tt.status || !strings.Contains(r.Reason, tt.reasonHas) {
+			t.Errorf("%s/%s: %s %q, want %s containing %q", tt.machine, tt.check, r.Status, r.Reason, tt.status, tt.reasonHas)
+		}
+	}
+}

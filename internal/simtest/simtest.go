@@ -104,7 +104,7 @@ func Start(t testing.TB, opts Options) *Fleet {
 		t.Fatal(err)
 	}
 	if opts.Bootstrap {
-		f.BootstrapEtcd(t)
+		f.BootstrapEtcd(t, len(f.Inventory.ControlPlanes())-countControlPlanes(f.Inventory, opts.Maintenance))
 	}
 	return f
 }
@@ -123,9 +123,19 @@ func (f *Fleet) Talosconfig(t testing.TB) *clientconfig.Config {
 	return tc
 }
 
-// BootstrapEtcd bootstraps etcd on cp-1 and waits until every control plane
-// reports the full membership.
-func (f *Fleet) BootstrapEtcd(t testing.TB) {
+func countControlPlanes(inv *inventory.Inventory, names []string) int {
+	n := 0
+	for _, name := range names {
+		if m := inv.Machine(name); m != nil && m.IsControlPlane() {
+			n++
+		}
+	}
+	return n
+}
+
+// BootstrapEtcd bootstraps etcd on cp-1 and waits until the configured
+// control planes report members members.
+func (f *Fleet) BootstrapEtcd(t testing.TB, members int) {
 	t.Helper()
 	ctx := context.Background()
 	c, err := f.Dialer.Client(ctx, f.Inventory.Machine("cp-1"))
@@ -141,7 +151,10 @@ func (f *Fleet) BootstrapEtcd(t testing.TB) {
 		ok := true
 		for _, m := range f.Inventory.ControlPlanes() {
 			o := machines.Observe(ctx, f.Dialer, m)
-			if o.Etcd == nil || len(o.Etcd.Members) != len(f.Inventory.ControlPlanes()) {
+			if o.Maintenance {
+				continue
+			}
+			if o.Etcd == nil || len(o.Etcd.Members) != members {
 				ok = false
 			}
 		}
