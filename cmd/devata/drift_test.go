@@ -81,10 +81,11 @@ func TestDriftOneUnreachableOfFive(t *testing.T) {
 	}
 }
 
-// Every byte devata prints or writes during drift with a diff is searched for
-// the bundle's secret values.
-func TestDriftNeverLeaksSecrets(t *testing.T) {
-	sf := startSim(t, simtest.Options{})
+// Every byte devata prints or writes during drift and apply with diffs (stdout,
+// stderr with debug logs, JSON, JUnit, the Prometheus textfile) is searched for
+// the bundle's secret values and for the drifted token's value.
+func TestDriftAndApplyNeverLeakSecrets(t *testing.T) {
+	sf := startSim(t, simtest.Options{Bootstrap: true})
 	drifted := bytes.Replace(sf.Desired["cp-2"], []byte("time.cloudflare.com"), []byte("pool.ntp.org"), 1)
 	// A rotated token in the drifted config must show as "changed", never as a value.
 	drifted = bytes.Replace(drifted, []byte(sf.Bundle.Secrets.BootstrapToken), []byte("abcdef.0123456789abcdef"), 1)
@@ -106,7 +107,15 @@ func TestDriftNeverLeaksSecrets(t *testing.T) {
 			everything.Write(data)
 		}
 	}
+	// apply prints the plan with its diffs, then rolls out; logs at full verbosity.
+	for _, args := range [][]string{{"apply", "--dry-run"}, {"apply", "--yes"}} {
+		r := devata(t, nil, append(args, "--config", sf.settings, "-vv", "--log-format", "json")...)
+		everything.WriteString(r.stdout + r.err)
+	}
 	all := everything.String()
+	if !strings.Contains(all, "apply no-reboot") {
+		t.Fatalf("apply did not plan the drifted machine: the test would prove nothing\n%s", all)
+	}
 	if !strings.Contains(all, "pool.ntp.org") {
 		t.Fatalf("the drifted field is not in the output: the test would prove nothing")
 	}
