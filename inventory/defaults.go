@@ -62,6 +62,16 @@ func Default(inv *Inventory) {
 		for j := range m.Volumes {
 			setDefault(&m.Volumes[j].Filesystem, DefaultFilesystem)
 		}
+		for j := range m.Mounts {
+			if m.Mounts[j].ReadWrite == nil {
+				m.Mounts[j].ReadWrite = ptr(true)
+			}
+		}
+		for j := range m.RawDisks {
+			if m.RawDisks[j].MinCount == 0 {
+				m.RawDisks[j].MinCount = 1
+			}
+		}
 	}
 }
 

@@ -75,6 +75,8 @@ type Machine struct {
 	Patches             []string             `yaml:"patches" json:"patches" doc:"Config patch files for this machine, applied last."`
 	Labels              map[string]string    `yaml:"labels" json:"labels" doc:"Kubernetes node labels."`
 	Volumes             []Volume             `yaml:"volumes" json:"volumes" doc:"User volumes, rendered as UserVolumeConfig and expected at /var/mnt/<name>."`
+	Mounts              []Mount              `yaml:"mounts" json:"mounts" doc:"Further mounts the machine must have (from a patch: machine.disks, an ExistingVolumeConfig, …); checked, never rendered."`
+	RawDisks            []RawDisk            `yaml:"rawDisks" json:"rawDisks" doc:"Disks that must stay blank (no partitions, no filesystem signature), e.g. for Rook-Ceph OSDs; checked, never rendered."`
 }
 
 // InstallDiskSelector mirrors Talos' machine.install.diskSelector.
@@ -98,6 +100,23 @@ type Volume struct {
 	Filesystem   string `yaml:"filesystem" json:"filesystem" enum:"xfs,ext4" doc:"Filesystem: xfs or ext4. Default xfs."`
 	DiskSelector string `required:"true" yaml:"diskSelector" json:"diskSelector" doc:"CEL expression selecting the disk, e.g. '!system_disk'."`
 	KubeletMount string `yaml:"kubeletMount" json:"kubeletMount" enum:",rw,ro" doc:"Mount the volume into the kubelet: rw or ro (bind, rshared). Default: not mounted."`
+}
+
+// Mount is a mount the machine is expected to have besides its volumes'. devata
+// renders nothing for it: it only checks that Talos reports it.
+type Mount struct {
+	Path       string `required:"true" yaml:"path" json:"path" doc:"Absolute mount point, e.g. /var/mnt/legacy."`
+	Filesystem string `yaml:"filesystem" json:"filesystem" enum:",xfs,ext4,vfat,iso9660" doc:"Expected filesystem type. Default: not checked."`
+	MinSize    string `yaml:"minSize" json:"minSize" doc:"Smallest capacity the mount may have, e.g. 50GiB. Default: not checked."`
+	ReadWrite  *bool  `yaml:"readWrite" json:"readWrite" doc:"Whether the mount must be read-write (true) or read-only (false). Default true."`
+}
+
+// RawDisk selects disks that must carry no partition table and no filesystem
+// signature, so that an owner such as Rook-Ceph can claim them whole.
+type RawDisk struct {
+	Selector        string   `required:"true" yaml:"selector" json:"selector" doc:"CEL expression over the disk, as in Talos' diskSelector, e.g. 'disk.model == \"SAMSUNG MZ7\"' or 'disk.dev_path == \"/dev/sdc\"'."`
+	MinCount        int      `yaml:"minCount" json:"minCount" doc:"How many disks the selector must match at least. Default 1."`
+	AllowSignatures []string `yaml:"allowSignatures" json:"allowSignatures" doc:"Signatures that may be on a matched disk because its owner wrote them, e.g. bluestore or lvm2-pv for Rook-Ceph. Default: none."`
 }
 
 // IsControlPlane reports whether m is a control-plane machine.

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -25,6 +26,7 @@ var (
 	versionRE    = regexp.MustCompile(`^v(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)$`)
 	looksNumeric = regexp.MustCompile(`^[0-9.]+$`)
 	volumeNameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]*[a-z0-9])?$`)
+	signatureRE  = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]*$`)
 )
 
 // validator collects every finding of one inventory; it never stops at the first.
@@ -176,6 +178,8 @@ func (v *validator) validateMachines() {
 			}
 		}
 		v.validateVolumes(p, m.Volumes)
+		v.validateMounts(p, m)
+		v.validateRawDisks(p, m.RawDisks)
 	}
 	switch {
 	case controlPlanes == 0:
@@ -271,6 +275,63 @@ func (v *validator) validateVolumes(p string, vols []Volume) {
 		case "", "rw", "ro":
 		default:
 			v.errorf(vp+".kubeletMount", "must be rw or ro (or omitted), got %q", vol.KubeletMount)
+		}
+	}
+}
+
+func (v *validator) validateMounts(p string, m *Machine) {
+	volumes := map[string]string{}
+	for j, vol := range m.Volumes {
+		volumes["/var/mnt/"+vol.Name] = fmt.Sprintf("%s.volumes[%d]", p, j)
+	}
+	seen := map[string]string{}
+	for j := range m.Mounts {
+		mnt := &m.Mounts[j]
+		mp := fmt.Sprintf("%s.mounts[%d]", p, j)
+		switch {
+		case mnt.Path == "":
+			v.errorf(mp+".path", "required: the absolute mount point, e.g. /var/mnt/legacy")
+		case !strings.HasPrefix(mnt.Path, "/") || path.Clean(mnt.Path) != mnt.Path || mnt.Path == "/" || strings.ContainsAny(mnt.Path, " \t"):
+			v.errorf(mp+".path", "%q is not a clean absolute mount point other than /, e.g. /var/mnt/legacy", mnt.Path)
+		default:
+			if vol, ok := volumes[mnt.Path]; ok {
+				v.errorf(mp+".path", "%s is already expected as the mount of %s: list it once", mnt.Path, vol)
+			} else if first, dup := seen[mnt.Path]; dup {
+				v.errorf(mp+".path", "duplicate mount %s (also %s)", mnt.Path, first)
+			}
+			seen[mnt.Path] = mp
+		}
+		switch mnt.Filesystem {
+		case "", "xfs", "ext4", "vfat", "iso9660":
+		default:
+			v.errorf(mp+".filesystem", "must be xfs, ext4, vfat or iso9660 (or omitted: not checked), got %q", mnt.Filesystem)
+		}
+		if mnt.MinSize != "" {
+			v.byteSize(mp+".minSize", mnt.MinSize)
+		}
+	}
+}
+
+func (v *validator) validateRawDisks(p string, disks []RawDisk) {
+	for j := range disks {
+		d := &disks[j]
+		dp := fmt.Sprintf("%s.rawDisks[%d]", p, j)
+		if strings.TrimSpace(d.Selector) == "" {
+			v.errorf(dp+".selector", "required: a CEL expression choosing the disks, e.g. 'disk.dev_path == \"/dev/sdc\"'")
+		} else if _, err := cel.ParseBooleanExpression(d.Selector, celenv.DiskLocator()); err != nil {
+			v.errorf(dp+".selector", "invalid CEL expression: %s", oneLine(err.Error()))
+		}
+		if d.MinCount < 1 {
+			v.errorf(dp+".minCount", "must be at least 1, got %d", d.MinCount)
+		}
+		for k, sig := range d.AllowSignatures {
+			sp := fmt.Sprintf("%s.allowSignatures[%d]", dp, k)
+			switch {
+			case !signatureRE.MatchString(sig):
+				v.errorf(sp, "%q is not a signature name as Talos reports it, e.g. bluestore or lvm2-pv", sig)
+			case sig == "gpt" || sig == "dos":
+				v.errorf(sp, "%q is a partition table: a raw disk has none; remove it", sig)
+			}
 		}
 	}
 }

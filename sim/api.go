@@ -125,7 +125,7 @@ func (a *machineAPI) Mounts(ctx context.Context, _ *emptypb.Empty) (*machine.Mou
 	}
 
 	for _, v := range volumesOf(s) {
-		if v.failed != "" {
+		if !v.mounted {
 			continue
 		}
 

@@ -72,12 +72,28 @@
 //     access policy: reads only, known types and namespaces only, Sensitive
 //     types (MachineConfig) for os:admin only. Resources follow the machine's
 //     state: MachineConfig `v1alpha1` and `persistent`, MachineStatus,
-//     Service, Disk, DiscoveredVolume, VolumeStatus (STATE, EPHEMERAL and
-//     `u-<name>` per UserVolumeConfig, mounted at /var/mnt/<name>),
-//     runtime MountStatus, NodeAddress, KubeletSpec (extraMounts from the
-//     config), KubePrismStatuses (when KubePrism is on) and, on control
+//     Service, NodeAddress, KubeletSpec (extraMounts from the config),
+//     KubePrismStatuses (when KubePrism is on) and, on control
 //     planes with etcd data, ManifestStatus (10-kube-proxy unless
 //     cluster.proxy.disabled).
+//
+// # Storage
+//
+// A machine has a system disk (its install disk, else /dev/sda), a 2 TiB data
+// disk /dev/sdb, a blank 1 TiB spare /dev/sdc and a 512 GiB disk for every
+// other device its config's machine.disks names. Each UserVolumeConfig lands
+// on the first disk its diskSelector matches, evaluated with Talos' own CEL
+// disk environment (system_disk included); with none, its VolumeStatus
+// `u-<name>` is failed after waiting, "no disks matched selector for volume",
+// as Talos' volume manager leaves it. A ready volume is mounted at
+// /var/mnt/<name>; machine.disks partitions become `<device>-<n>` volumes
+// mounted at their mount points. The node shows Disk, SystemDisk,
+// DiscoveredVolume (each disk with its signature: gpt once partitioned, blank
+// otherwise; each partition with its filesystem), VolumeStatus, block and
+// runtime MountStatus, and the Mounts API lists every mounted volume with the
+// partition as its source. The storage faults (DisksMissing, DiskSignatures,
+// VolumeFailed, VolumeMissing, VolumeFilesystem, VolumeSize, MountMissing,
+// PartitionMissing, KubeletMountMissing, KubeletMountOptions) bend all of it.
 //
 // Faults (see Faults) are set per machine from Go at any time; Crash drops a
 // machine's connections and reboots it.

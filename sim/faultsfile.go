@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/dustin/go-humanize"
 	"google.golang.org/grpc/codes"
 	"gopkg.in/yaml.v3"
 )
@@ -28,6 +29,16 @@ type FaultSpec struct {
 	VolumeFailed      map[string]string `yaml:"volumeFailed"`
 	VolumeMissing     []string          `yaml:"volumeMissing"`
 	RebootDuringApply bool              `yaml:"rebootDuringApply"`
+
+	// storage faults (see Faults); sizes take units, e.g. 50GiB
+	VolumeFilesystem    map[string]string   `yaml:"volumeFilesystem"`
+	VolumeSize          map[string]string   `yaml:"volumeSize"`
+	DisksMissing        []string            `yaml:"disksMissing"`
+	DiskSignatures      map[string]string   `yaml:"diskSignatures"`
+	MountMissing        []string            `yaml:"mountMissing"`
+	PartitionMissing    []string            `yaml:"partitionMissing"`
+	KubeletMountMissing []string            `yaml:"kubeletMountMissing"`
+	KubeletMountOptions map[string][]string `yaml:"kubeletMountOptions"`
 }
 
 // LoadFaultsFile reads a faults file: a YAML map from machine name to its
@@ -50,6 +61,19 @@ func LoadFaultsFile(path string) (map[string]Faults, error) {
 			Unreachable: s.Unreachable, Latency: s.Latency, TalosVersion: s.TalosVersion,
 			KubeletUnhealthy: s.KubeletUnhealthy, VolumeFailed: s.VolumeFailed, VolumeMissing: s.VolumeMissing,
 			RebootDuringApply: s.RebootDuringApply,
+			VolumeFilesystem:  s.VolumeFilesystem, DisksMissing: s.DisksMissing, DiskSignatures: s.DiskSignatures,
+			MountMissing: s.MountMissing, PartitionMissing: s.PartitionMissing,
+			KubeletMountMissing: s.KubeletMountMissing, KubeletMountOptions: s.KubeletMountOptions,
+		}
+		for vol, sz := range s.VolumeSize {
+			n, err := humanize.ParseBytes(sz)
+			if err != nil {
+				return nil, fmt.Errorf("faults file %s: %s.volumeSize.%s: %q is not a size, e.g. 50GiB", path, name, vol, sz)
+			}
+			if f.VolumeSize == nil {
+				f.VolumeSize = map[string]uint64{}
+			}
+			f.VolumeSize[vol] = n
 		}
 		if len(s.ErrorCodes) > 0 {
 			f.ErrorCodes = map[string]codes.Code{}
@@ -108,25 +132,37 @@ func (f *Fleet) ApplyFaults(all map[string]Faults) error {
 // A missing file means no faults; a bad file is reported through onErr and
 // leaves the faults as they were.
 func (f *Fleet) WatchFaultsFile(ctx context.Context, path string, every time.Duration, onErr func(error)) {
-	var last time.Time
-	var lastSize int64 = -1
+	type stamp struct {
+		mod  time.Time
+		size int64
+	}
+	missing := stamp{size: -1}
+	applied, seen := missing, missing
+	first := true
 	check := func() {
+		cur := missing
 		st, err := os.Stat(path)
-		if errors.Is(err, fs.ErrNotExist) {
-			if lastSize != -1 {
-				_ = f.ApplyFaults(nil)
-				lastSize, last = -1, time.Time{}
-			}
-			return
-		}
-		if err != nil {
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+		case err != nil:
 			onErr(err)
 			return
+		default:
+			cur = stamp{st.ModTime(), st.Size()}
 		}
-		if st.ModTime().Equal(last) && st.Size() == lastSize {
+		// An editor writing in place is seen mid-write as a short file: act
+		// only on a file that looked the same on two looks in a row (or on
+		// the very first look, so a file present at start applies at once).
+		stable := cur == seen || first
+		seen, first = cur, false
+		if !stable || cur == applied {
 			return
 		}
-		last, lastSize = st.ModTime(), st.Size()
+		applied = cur
+		if cur == missing {
+			_ = f.ApplyFaults(nil)
+			return
+		}
 		faults, err := LoadFaultsFile(path)
 		if err == nil {
 			err = f.ApplyFaults(faults)

@@ -46,6 +46,31 @@ type Faults struct {
 	VolumeFailed map[string]string
 	// VolumeMissing drops user volumes by name, as if never provisioned.
 	VolumeMissing []string
+	// VolumeFilesystem makes user volumes by name ready with another
+	// filesystem ("ext4", …) than their config asks for, as a disk
+	// formatted earlier by someone else would be.
+	VolumeFilesystem map[string]string
+	// VolumeSize makes user volumes by name ready with another size in bytes.
+	VolumeSize map[string]uint64
+	// DisksMissing takes disks away by device path ("/dev/sdb"), as if pulled
+	// or dead: a user volume whose selector then matches no disk fails while
+	// waiting, with Talos' "no disks matched selector for volume".
+	DisksMissing []string
+	// DiskSignatures leaves a signature ("xfs", "bluestore", …) on disks by
+	// device path, as an earlier use would: blank disks stop being blank.
+	DiskSignatures map[string]string
+	// MountMissing leaves volumes ready but unmounted: user volumes by name,
+	// machine.disks partitions by mount point.
+	MountMissing []string
+	// PartitionMissing drops machine.disks partitions by mount point, as if
+	// never provisioned.
+	PartitionMissing []string
+	// KubeletMountMissing drops kubelet extraMounts by destination from the
+	// KubeletSpec, as a kubelet started before the config had them would.
+	KubeletMountMissing []string
+	// KubeletMountOptions replaces the options of kubelet extraMounts by
+	// destination, e.g. {"/var/mnt/longhorn": {"bind", "rw"}} (not rshared).
+	KubeletMountOptions map[string][]string
 	// RebootDuringApply makes the next non-dry-run ApplyConfiguration persist
 	// the config, then drop the connection and reboot before replying. It
 	// clears itself once it fired.
@@ -56,6 +81,14 @@ func (f Faults) clone() Faults {
 	f.ErrorCodes = maps.Clone(f.ErrorCodes)
 	f.VolumeFailed = maps.Clone(f.VolumeFailed)
 	f.VolumeMissing = slices.Clone(f.VolumeMissing)
+	f.VolumeFilesystem = maps.Clone(f.VolumeFilesystem)
+	f.VolumeSize = maps.Clone(f.VolumeSize)
+	f.DisksMissing = slices.Clone(f.DisksMissing)
+	f.DiskSignatures = maps.Clone(f.DiskSignatures)
+	f.MountMissing = slices.Clone(f.MountMissing)
+	f.PartitionMissing = slices.Clone(f.PartitionMissing)
+	f.KubeletMountMissing = slices.Clone(f.KubeletMountMissing)
+	f.KubeletMountOptions = maps.Clone(f.KubeletMountOptions)
 	f.DriftedConfig = bytes.Clone(f.DriftedConfig)
 
 	return f

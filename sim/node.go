@@ -9,105 +9,12 @@ import (
 	"time"
 
 	"github.com/cosi-project/runtime/pkg/resource"
-	"github.com/siderolabs/talos/pkg/machinery/resources/block"
 	"github.com/siderolabs/talos/pkg/machinery/resources/config"
 	"github.com/siderolabs/talos/pkg/machinery/resources/k8s"
 	"github.com/siderolabs/talos/pkg/machinery/resources/network"
 	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 	"github.com/siderolabs/talos/pkg/machinery/resources/v1alpha1"
 )
-
-// The simulated hardware: a system disk Talos is installed on and a data
-// disk that user volumes are carved from.
-const (
-	systemDiskSize = 256 << 30
-	dataDisk       = "/dev/sdb"
-	dataDiskSize   = 2 << 40
-	mib            = 1 << 20
-)
-
-// volume is one volume as the node sees it.
-type volume struct {
-	id        string // VolumeStatus ID: "EPHEMERAL", "u-<name>"
-	source    string // partition device
-	parent    string // disk device
-	partIndex int
-	target    string
-	fs        block.FilesystemType
-	size      uint64
-	failed    string // error message when the volume failed
-}
-
-func systemDisk(s snapshot) string {
-	if s.active != nil && s.active.Machine() != nil {
-		if d := s.active.Machine().Install().Disk(); d != "" {
-			return d
-		}
-	}
-
-	return "/dev/sda"
-}
-
-// partition names a disk's n-th partition the way Linux does.
-func partition(disk string, n int) string {
-	last := disk[len(disk)-1]
-	if last >= '0' && last <= '9' {
-		return fmt.Sprintf("%sp%d", disk, n)
-	}
-
-	return fmt.Sprintf("%s%d", disk, n)
-}
-
-// volumesOf lists the node's volumes: the system ones once installed, and
-// one per UserVolumeConfig document, sized to its maxSize, or else an even
-// share of the data disk (never below its minSize).
-func volumesOf(s snapshot) []volume {
-	if s.active == nil {
-		return nil
-	}
-
-	sys := systemDisk(s)
-	vols := []volume{
-		{id: "STATE", source: partition(sys, 3), parent: sys, partIndex: 3, target: "/system/state", fs: block.FilesystemTypeXFS, size: 100 * mib},
-		{id: "EPHEMERAL", source: partition(sys, 4), parent: sys, partIndex: 4, target: "/var", fs: block.FilesystemTypeXFS, size: systemDiskSize - 2200*mib},
-	}
-
-	users := s.active.UserVolumeConfigs()
-
-	for i, uv := range users {
-		name := uv.Name()
-		if slices.Contains(s.faults.VolumeMissing, name) {
-			continue
-		}
-
-		size := uint64(dataDiskSize/len(users)) / mib * mib
-		if maxSize, ok := uv.Provisioning().MaxSize().Get(); ok && maxSize > 0 {
-			size = maxSize
-		}
-
-		if minSize, ok := uv.Provisioning().MinSize().Get(); ok && size < minSize {
-			size = minSize
-		}
-
-		fs := block.FilesystemTypeXFS
-		if uv.Filesystem() != nil && uv.Filesystem().Type() != block.FilesystemTypeNone {
-			fs = uv.Filesystem().Type()
-		}
-
-		vols = append(vols, volume{
-			id:        "u-" + name,
-			source:    partition(dataDisk, i+1),
-			parent:    dataDisk,
-			partIndex: i + 1,
-			target:    "/var/mnt/" + name,
-			fs:        fs,
-			size:      size,
-			failed:    s.faults.VolumeFailed[name],
-		})
-	}
-
-	return vols
-}
 
 // service is one Talos service as ServiceList and the Service resource show it.
 type service struct {
@@ -220,23 +127,7 @@ func desiredResources(s snapshot) []resource.Resource {
 	}
 
 	// hardware
-	sys := systemDisk(s)
-
-	for _, d := range []struct {
-		dev  string
-		size uint64
-	}{{sys, systemDiskSize}, {dataDisk, dataDiskSize}} {
-		disk := block.NewDisk(block.NamespaceName, strings.TrimPrefix(d.dev, "/dev/"))
-		disk.TypedSpec().DevPath = d.dev
-		disk.TypedSpec().Size = d.size
-		disk.TypedSpec().PrettySize = prettySize(d.size)
-		disk.TypedSpec().IOSize = 512
-		disk.TypedSpec().SectorSize = 512
-		disk.TypedSpec().Model = "SIM DISK"
-		disk.TypedSpec().Serial = s.name + "-" + strings.TrimPrefix(d.dev, "/dev/")
-		disk.TypedSpec().Transport = "sata"
-		out = append(out, disk)
-	}
+	out = append(out, hardwareResources(s)...)
 
 	// status
 	ms := runtime.NewMachineStatus()
@@ -262,50 +153,7 @@ func desiredResources(s snapshot) []resource.Resource {
 	)
 
 	// volumes and mounts
-	for _, v := range volumesOf(s) {
-		dv := block.NewDiscoveredVolume(block.NamespaceName, strings.TrimPrefix(v.source, "/dev/"))
-		dv.TypedSpec().DevPath = v.source
-		dv.TypedSpec().Type = "partition"
-		dv.TypedSpec().DevicePath = v.source
-		dv.TypedSpec().Parent = strings.TrimPrefix(v.parent, "/dev/")
-		dv.TypedSpec().ParentDevPath = v.parent
-		dv.TypedSpec().Size = v.size
-		dv.TypedSpec().PrettySize = prettySize(v.size)
-		dv.TypedSpec().PartitionIndex = uint(v.partIndex)
-		dv.TypedSpec().PartitionLabel = v.id
-
-		if v.failed == "" {
-			dv.TypedSpec().Name = v.fs.String()
-		}
-
-		out = append(out, dv)
-
-		vs := block.NewVolumeStatus(block.NamespaceName, v.id)
-		vs.TypedSpec().Type = block.VolumeTypePartition
-		vs.TypedSpec().Location = v.source
-		vs.TypedSpec().MountLocation = v.source
-		vs.TypedSpec().ParentLocation = v.parent
-		vs.TypedSpec().PartitionIndex = v.partIndex
-		vs.TypedSpec().SetSize(v.size)
-		vs.TypedSpec().MountSpec = block.MountSpec{TargetPath: v.target}
-
-		if v.failed != "" {
-			vs.TypedSpec().Phase = block.VolumePhaseFailed
-			vs.TypedSpec().PreFailPhase = block.VolumePhaseProvisioned
-			vs.TypedSpec().ErrorMessage = v.failed
-		} else {
-			vs.TypedSpec().Phase = block.VolumePhaseReady
-			vs.TypedSpec().Filesystem = v.fs
-
-			mount := runtime.NewMountStatus(runtime.NamespaceName, v.id)
-			mount.TypedSpec().Source = v.source
-			mount.TypedSpec().Target = v.target
-			mount.TypedSpec().FilesystemType = v.fs.String()
-			out = append(out, mount)
-		}
-
-		out = append(out, vs)
-	}
+	out = append(out, volumeResources(s)...)
 
 	// services
 	for _, svc := range servicesOf(s) {
@@ -324,7 +172,7 @@ func desiredResources(s snapshot) []resource.Resource {
 	if mc := s.active.Machine(); mc != nil {
 		ks := k8s.NewKubeletSpec(k8s.NamespaceName, k8s.KubeletID)
 		ks.TypedSpec().Image = mc.Kubelet().Image()
-		ks.TypedSpec().ExtraMounts = mc.Kubelet().ExtraMounts()
+		ks.TypedSpec().ExtraMounts = kubeletMounts(s, mc.Kubelet().ExtraMounts())
 		ks.TypedSpec().ExpectedNodename = s.hostname()
 		ks.TypedSpec().Args = []string{"--hostname-override=" + s.hostname()}
 		out = append(out, ks)

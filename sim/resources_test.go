@@ -65,8 +65,8 @@ func TestKubernetesResources(t *testing.T) {
 	}
 
 	disks, err := safe.StateListAll[*block.Disk](t.Context(), c.COSI)
-	if err != nil || disks.Len() != 2 {
-		t.Errorf("disks = %v, %v; want 2", disks, err)
+	if err != nil || disks.Len() != 3 {
+		t.Errorf("disks = %v, %v; want 3 (system, data, spare)", disks, err)
 	}
 
 	manifests := func(name string) ([]string, error) {
