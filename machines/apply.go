@@ -95,7 +95,7 @@ func apply(ctx context.Context, c *client.Client, config []byte, mode Mode, dryR
 	}
 	resp, err := c.ApplyConfiguration(ctx, req)
 	if err != nil {
-		return ApplyOutcome{}, plainError(err)
+		return ApplyOutcome{}, PlainError(err)
 	}
 	out := ApplyOutcome{Mode: mode}
 	for _, msg := range resp.GetMessages() {

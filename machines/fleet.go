@@ -8,11 +8,21 @@ import (
 	"sync"
 	"time"
 
+	"github.com/siderolabs/talos/pkg/machinery/client"
 	"k8s.io/client-go/kubernetes"
 
 	"devata.dev/devata/drift"
 	"devata.dev/devata/inventory"
 )
+
+// Extension adds checks that read more from each machine on the connection
+// the machine checks use (storagecheck, netcheck): Names are what --checks
+// takes; Run observes and evaluates the named ones of them for one machine,
+// given the machine checks' target (its Obs holds the active config).
+type Extension struct {
+	Names []string
+	Run   func(ctx context.Context, c *client.Client, t *Target, names []string) []drift.Result
+}
 
 // FleetCheck is one drift pass over (part of) an inventory.
 type FleetCheck struct {
@@ -22,6 +32,8 @@ type FleetCheck struct {
 	Dialer  *Dialer
 	// Kube is used for the Kubernetes side of the kubelet check; nil makes that side Unknown.
 	Kube kubernetes.Interface
+	// Extensions run after the machine checks, on the same connection.
+	Extensions []Extension
 	// Machines and Checks restrict the pass; empty means all.
 	Machines, Checks []string
 	Concurrency      int
@@ -49,6 +61,9 @@ func (f *FleetCheck) Select() ([]*inventory.Machine, []drift.Check[*Target], err
 	var names []string
 	for _, c := range all {
 		names = append(names, c.Name)
+	}
+	for _, e := range f.Extensions {
+		names = append(names, e.Names...)
 	}
 	for _, name := range f.Checks {
 		if !slices.Contains(names, name) {
@@ -94,11 +109,28 @@ func (f *FleetCheck) Run(ctx context.Context, out drift.Collector) error {
 			ControlPlanes:     cps,
 			Nodes:             nodes,
 		}
-		t.Obs = Observe(ctx, f.Dialer, m)
+		c, err := f.Dialer.Client(ctx, m)
+		if err != nil {
+			t.Obs = &Observation{Machine: m, Endpoint: f.Dialer.Endpoint(m), Err: fmt.Errorf("dial %s: %w", f.Dialer.Endpoint(m), err)}
+		} else {
+			defer c.Close()
+			t.Obs = ObserveWith(ctx, c, f.Dialer, m)
+		}
 		var results []drift.Result
 		for _, c := range checks {
 			if AppliesTo(c.Name, m) {
 				results = append(results, c.Evaluate(ctx, m.Name, t)...)
+			}
+		}
+		for _, e := range f.Extensions {
+			var want []string
+			for _, n := range e.Names {
+				if len(f.Checks) == 0 || slices.Contains(f.Checks, n) {
+					want = append(want, n)
+				}
+			}
+			if len(want) > 0 {
+				results = append(results, e.Run(ctx, c, t, want)...)
 			}
 		}
 		mu.Lock()

@@ -75,18 +75,23 @@ type EtcdState struct {
 // calls in flight together on one connection: the cost is one round trip plus
 // the slowest read. It never returns an error: failures are in the Observation.
 func Observe(ctx context.Context, d *Dialer, m *inventory.Machine) *Observation {
-	o := &Observation{Machine: m, Endpoint: d.Endpoint(m)}
 	c, err := d.Client(ctx, m)
 	if err != nil {
-		o.Err = fmt.Errorf("dial %s: %w", o.Endpoint, err)
-		return o
+		return &Observation{Machine: m, Endpoint: d.Endpoint(m), Err: fmt.Errorf("dial %s: %w", d.Endpoint(m), err)}
 	}
 	defer c.Close()
+	return ObserveWith(ctx, c, d, m)
+}
+
+// ObserveWith is Observe over a client the caller holds, so that other
+// checks (storage) can read on the same connection.
+func ObserveWith(ctx context.Context, c *client.Client, d *Dialer, m *inventory.Machine) *Observation {
+	o := &Observation{Machine: m, Endpoint: d.Endpoint(m)}
 
 	// Version first: it tells reachable from not, and maintenance from configured.
 	resp, err := c.Version(ctx)
 	if err != nil {
-		o.Err = fmt.Errorf("talos api %s: %w", o.Endpoint, plainError(err))
+		o.Err = fmt.Errorf("talos api %s: %w", o.Endpoint, PlainError(err))
 		if IsUnreachable(err) && detectMaintenance(ctx, d, m) {
 			o.Err = fmt.Errorf("talos api %s: the machine is in maintenance mode (not configured yet)", o.Endpoint)
 			o.Maintenance = true
@@ -105,7 +110,7 @@ func Observe(ctx context.Context, d *Dialer, m *inventory.Machine) *Observation 
 	read(func() {
 		active, err := safe.StateGet[*config.MachineConfig](ctx, c.COSI, resource.NewMetadata(config.NamespaceName, config.MachineConfigType, config.ActiveID, resource.VersionUndefined))
 		if err != nil {
-			o.ConfigErr = fmt.Errorf("read MachineConfig %s: %w", config.ActiveID, plainError(err))
+			o.ConfigErr = fmt.Errorf("read MachineConfig %s: %w", config.ActiveID, PlainError(err))
 			return
 		}
 		o.Active, err = active.Provider().Bytes()
@@ -127,7 +132,7 @@ func Observe(ctx context.Context, d *Dialer, m *inventory.Machine) *Observation 
 	read(func() {
 		ms, err := safe.StateGet[*runtime.MachineStatus](ctx, c.COSI, resource.NewMetadata(runtime.NamespaceName, runtime.MachineStatusType, runtime.MachineStatusID, resource.VersionUndefined))
 		if err != nil {
-			o.StatusErr = fmt.Errorf("read MachineStatus: %w", plainError(err))
+			o.StatusErr = fmt.Errorf("read MachineStatus: %w", PlainError(err))
 			return
 		}
 		spec := ms.TypedSpec()
@@ -139,7 +144,7 @@ func Observe(ctx context.Context, d *Dialer, m *inventory.Machine) *Observation 
 	read(func() {
 		svc, err := safe.StateGet[*v1alpha1.Service](ctx, c.COSI, resource.NewMetadata(v1alpha1.NamespaceName, v1alpha1.ServiceType, "kubelet", resource.VersionUndefined))
 		if err != nil {
-			o.KubeletErr = fmt.Errorf("read Service kubelet: %w", plainError(err))
+			o.KubeletErr = fmt.Errorf("read Service kubelet: %w", PlainError(err))
 			return
 		}
 		s := svc.TypedSpec()
@@ -167,7 +172,7 @@ func observeEtcd(ctx context.Context, c *client.Client) (*EtcdState, error) {
 	go func() { defer wg.Done(); status, stErr = c.EtcdStatus(ctx) }()
 	wg.Wait()
 	if membersErr != nil {
-		return nil, fmt.Errorf("etcd member list: %w", plainError(membersErr))
+		return nil, fmt.Errorf("etcd member list: %w", PlainError(membersErr))
 	}
 	st := &EtcdState{}
 	for _, msg := range members.GetMessages() {
@@ -180,7 +185,7 @@ func observeEtcd(ctx context.Context, c *client.Client) (*EtcdState, error) {
 		}
 	}
 	if stErr != nil {
-		return st, fmt.Errorf("etcd status: %w", plainError(stErr))
+		return st, fmt.Errorf("etcd status: %w", PlainError(stErr))
 	}
 	for _, msg := range status.GetMessages() {
 		ms := msg.GetMemberStatus()
@@ -215,13 +220,23 @@ func IsUnreachable(err error) bool {
 	return errors.Is(err, context.DeadlineExceeded)
 }
 
-// plainError shortens gRPC's "rpc error: code = X desc = Y" to "Y (X)" for
+// PlainError shortens gRPC's "rpc error: code = X desc = Y" to "Y (X)" for
 // people, keeping the original underneath for client.StatusCode and errors.Is.
-func plainError(err error) error {
+func PlainError(err error) error {
 	msg := err.Error()
 	if i := strings.Index(msg, "desc = "); strings.HasPrefix(msg, "rpc error: code = ") && i > 0 {
 		code := strings.TrimSpace(strings.TrimPrefix(msg[:i], "rpc error: code = "))
-		return &apiError{msg: fmt.Sprintf("%s (%s)", msg[i+len("desc = "):], code), err: err}
+		desc := msg[i+len("desc = "):]
+		// gRPC wraps dial failures as `connection error: desc = "transport: …: read
+		// tcp a->b: read: connection reset by peer"`: the last part is the news.
+		if inner, ok := strings.CutPrefix(desc, `connection error: desc = "`); ok {
+			inner = strings.TrimSuffix(inner, `"`)
+			if j := strings.LastIndex(inner, ": "); j >= 0 {
+				inner = inner[j+2:]
+			}
+			desc = "not reachable: " + inner
+		}
+		return &apiError{msg: fmt.Sprintf("%s (%s)", desc, code), err: err}
 	}
 	return err
 }

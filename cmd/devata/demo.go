@@ -138,9 +138,9 @@ func (a *app) demo(ctx context.Context, withKubernetes bool) error {
 	syncKubelets()
 	done("configured, etcd bootstrapped on cp-1 with 3 members%s", map[bool]string{true: ", kubelets registered their Nodes", false: ""}[kc != nil])
 
-	checks := "--checks=config,talos-version,machine-stage,kubelet,etcd"
+	checks := "--checks=config,talos-version,machine-stage,kubelet,etcd,storage-volumes,storage-mounts"
 	if kc == nil {
-		checks = "--checks=config,talos-version,machine-stage,etcd"
+		checks = "--checks=config,talos-version,machine-stage,etcd,storage-volumes,storage-mounts"
 	}
 	// The demo runs devata's own commands; explicit flags keep a user's
 	// DEVATA_* or TALOSCONFIG variables from pointing them elsewhere.
@@ -153,7 +153,7 @@ func (a *app) demo(ctx context.Context, withKubernetes bool) error {
 	step("drift on the healthy fleet")
 	fmt.Fprintf(out, "    exit %d\n", devata("drift", checks))
 
-	step("faults: cp-2's config edited behind devata's back; kubelet down on worker-1; worker-2 unreachable")
+	step("faults: cp-2's config edited behind devata's back; kubelet down and the Longhorn disk gone on worker-1; worker-2 unreachable")
 	desired := map[string][]byte{}
 	for _, r := range rendered {
 		desired[r.Machine] = r.Config
@@ -163,7 +163,7 @@ func (a *app) demo(ctx context.Context, withKubernetes bool) error {
 		return fail(err)
 	}
 	fleet.Machine("cp-2").SetFaults(sim.Faults{DriftedConfig: edited})
-	fleet.Machine("worker-1").SetFaults(sim.Faults{KubeletUnhealthy: true})
+	fleet.Machine("worker-1").SetFaults(sim.Faults{KubeletUnhealthy: true, VolumeFailed: map[string]string{"longhorn": "no disk matched the selector: disk.size >= 100GiB && !system_disk"}})
 	fleet.Machine("worker-2").SetFaults(sim.Faults{Unreachable: true})
 	syncKubelets()
 
@@ -171,7 +171,7 @@ func (a *app) demo(ctx context.Context, withKubernetes bool) error {
 	fmt.Fprintf(out, "    exit %d (2: something could not be observed)\n", devata("drift", checks))
 
 	step("apply: the plan, then a gated rollout of what drifted")
-	fleet.Machine("worker-1").SetFaults(sim.Faults{}) // the operator restarted the kubelet meanwhile
+	fleet.Machine("worker-1").SetFaults(sim.Faults{}) // meanwhile the operator restarted the kubelet and replaced the disk
 	fmt.Fprintf(out, "    exit %d (worker-2 could not be planned: it is unreachable)\n", devata("apply", "--yes"))
 	syncKubelets()
 

@@ -6,6 +6,7 @@ import (
 	"devata.dev/devata/config"
 	"devata.dev/devata/drift"
 	"devata.dev/devata/machines"
+	"devata.dev/devata/storagecheck"
 )
 
 func (a *app) newDriftCommand() *cobra.Command {
@@ -23,7 +24,9 @@ per machine and check, InSync, Drifted or Unknown (could not observe).
 One unreachable machine never stops the others: it is reported as Unknown.
 Nothing is changed anywhere.
 
-Checks: config, talos-version, machine-stage, kubelet, etcd (control planes).
+Checks: config, talos-version, machine-stage, kubelet, etcd (control planes),
+storage-declaration, storage-volumes, storage-mounts, storage-raw-disks.
+See docs/checks.md and docs/checks-storage.md.
 
 Exit 0 all in sync, 1 drift found, 2 could not complete (any Unknown or an error).`,
 		Args: cobra.NoArgs,
@@ -38,7 +41,8 @@ Exit 0 all in sync, 1 drift found, 2 could not complete (any Unknown or an error
 			}
 			fc := &machines.FleetCheck{
 				Inventory: s.inv, Desired: s.desired, Dialer: s.dialer, Kube: s.kube,
-				Machines: flags.machines, Checks: flags.checks,
+				Extensions: []machines.Extension{storagecheck.Extension()},
+				Machines:   flags.machines, Checks: flags.checks,
 				Concurrency: a.settings.Concurrency, Timeout: a.settings.Timeout,
 			}
 			ms, _, err := fc.Select()
@@ -77,7 +81,7 @@ Exit 0 all in sync, 1 drift found, 2 could not complete (any Unknown or an error
 	}
 	config.AddOutputFlag(cmd.Flags())
 	cmd.Flags().StringSliceVar(&flags.machines, "machines", nil, "only these machines (comma-separated names)")
-	cmd.Flags().StringSliceVar(&flags.checks, "checks", nil, "only these checks (comma-separated): config, talos-version, machine-stage, kubelet, etcd")
+	cmd.Flags().StringSliceVar(&flags.checks, "checks", nil, "only these checks (comma-separated): config, talos-version, machine-stage, kubelet, etcd, storage-declaration, storage-volumes, storage-mounts, storage-raw-disks")
 	cmd.Flags().StringVar(&flags.junitFile, "junit-file", "", "also write the report as JUnit XML to this file")
 	cmd.Flags().StringVar(&flags.promFile, "prom-file", "", "also write the report as a Prometheus textfile (atomically) to this path")
 	return cmd

@@ -226,10 +226,11 @@ func TestDemo(t *testing.T) {
 	}
 	clean, faulty, after := drifts[1], drifts[2], drifts[3]
 	for _, tt := range []struct{ name, text, want string }{
-		{"clean drift", clean, "5 in sync, 0 drifted, 0 unknown (5 machines, 23 results) — exit 0"},
+		{"clean drift", clean, "5 in sync, 0 drifted, 0 unknown (5 machines, 33 results) — exit 0"},
 		{"faults: edited config", faulty, "-            - pool.ntp.org"},
 		{"faults: kubelet", faulty, "Node worker-1 is not Ready"},
 		{"faults: unreachable", faulty, "worker-2  worker        127.0.0.1"},
+		{"faults: storage", faulty, "u-longhorn failed"},
 		{"faults: summary", faulty, "2 in sync, 2 drifted, 1 unknown"},
 		{"apply converged cp-2", faulty, "converged: cp-2"},
 		{"after apply", after, "4 in sync, 0 drifted, 1 unknown"},
