@@ -109,6 +109,8 @@ Start with:  devata demo          (runs on the embedded example; touches no mach
 		a.newApplyCommand(),
 		a.newSimCommand(),
 		a.newDemoCommand(),
+		a.newBootstrapCommand(),
+		a.newPlanCommand(),
 	)
 	return root
 }

@@ -1,0 +1,118 @@
+package sequence
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+)
+
+// Plan output formats (devata plan -o).
+const (
+	FormatText     = "text"
+	FormatMarkdown = "markdown"
+	FormatJSON     = "json"
+)
+
+// WritePlan renders a plan as text, markdown (a runbook) or JSON. simulated
+// marks plans made against devata's simulated fleet.
+func WritePlan(w io.Writer, format string, p *Plan, simulated bool) error {
+	switch format {
+	case FormatText:
+		return writeText(w, p, simulated)
+	case FormatMarkdown:
+		return writeMarkdown(w, p, simulated)
+	case FormatJSON:
+		v := struct {
+			APIVersion string `json:"apiVersion"`
+			Kind       string `json:"kind"`
+			Simulated  bool   `json:"simulated,omitempty"`
+			*Plan
+			Pending int `json:"pending"`
+			Blocked int `json:"blocked"`
+		}{"devata.dev/v1alpha1", "Plan", simulated, p, len(p.Pending()), len(p.Blocked())}
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(v)
+	}
+	return fmt.Errorf("unknown plan format %q: use text, markdown or json", format)
+}
+
+func title(a Action) string {
+	if a.Machine != "" {
+		return a.Step + " " + a.Machine
+	}
+	return a.Step
+}
+
+func writeText(w io.Writer, p *Plan, simulated bool) error {
+	var b strings.Builder
+	if simulated {
+		b.WriteString("SIMULATED: the machines are devata's simulated fleet.\n")
+	}
+	fmt.Fprintf(&b, "plan for cluster %s (%s): %d pending, %d blocked, %d steps\n", p.Cluster, p.Inventory, len(p.Pending()), len(p.Blocked()), len(p.Actions))
+	for _, n := range p.Notes {
+		fmt.Fprintf(&b, "note: %s\n", n)
+	}
+	for i, a := range p.Actions {
+		reboot := ""
+		if a.Reboots {
+			reboot = " [REBOOTS]"
+		}
+		fmt.Fprintf(&b, "%3d. %-8s %-24s %s%s (by devata %s)\n", i+1, a.Status, title(a), a.Summary, reboot, a.By)
+		fmt.Fprintf(&b, "     %-8s %-24s why: %s\n", "", "", a.Reason)
+		for _, e := range a.Evidence {
+			fmt.Fprintf(&b, "     %-8s %-24s evidence [%s]: %s\n", "", "", e.Rung, e.Observed)
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func writeMarkdown(w io.Writer, p *Plan, simulated bool) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# Runbook: build cluster %s\n\n", p.Cluster)
+	fmt.Fprintf(&b, "Made by `devata plan -o markdown` from `%s` and what the machines reported. ", p.Inventory)
+	b.WriteString("`devata bootstrap` takes every pending step below, in this order, and stops at the first failure; ")
+	b.WriteString("rerunning it continues from what the machines report. To do it by hand, run each step's commands. ")
+	b.WriteString("Addresses are the inventory's; `rendered/` is what `devata gen config -o rendered/` writes, and `TALOSCONFIG` points at its talosconfig.\n\n")
+	if simulated {
+		b.WriteString("> SIMULATED: the machines observed are devata's simulated fleet, not real machines.\n\n")
+	}
+	fmt.Fprintf(&b, "Status: %d pending, %d blocked, %d steps.\n\n", len(p.Pending()), len(p.Blocked()), len(p.Actions))
+	for _, n := range p.Notes {
+		fmt.Fprintf(&b, "- Note: %s\n", n)
+	}
+	if len(p.Notes) > 0 {
+		b.WriteString("\n")
+	}
+	for i, a := range p.Actions {
+		fmt.Fprintf(&b, "## %d. %s — %s\n\n", i+1, title(a), a.Status)
+		fmt.Fprintf(&b, "%s.\n\n", capitalize(a.Summary))
+		fmt.Fprintf(&b, "- Taken by: `devata %s`\n", a.By)
+		fmt.Fprintf(&b, "- Why: %s\n", a.Reason)
+		for _, e := range a.Evidence {
+			fmt.Fprintf(&b, "- Evidence (%s): %s\n", e.Rung, e.Observed)
+		}
+		if a.Reboots {
+			b.WriteString("- **Reboots the running machine.**\n")
+		}
+		if len(a.Talosctl) > 0 {
+			b.WriteString("\n```sh\n")
+			for _, c := range a.Talosctl {
+				b.WriteString(c + "\n")
+			}
+			b.WriteString("```\n")
+		}
+		b.WriteString("\n")
+	}
+	_, err := io.WriteString(w, strings.TrimRight(b.String(), "\n")+"\n")
+	return err
+}
+
+func capitalize(s string) string {
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
+}

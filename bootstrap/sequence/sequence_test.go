@@ -1,0 +1,197 @@
+package sequence_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+
+	"devata.dev/devata/bootstrap/sequence"
+	"devata.dev/devata/internal/simtest"
+	"devata.dev/devata/sim"
+)
+
+// A configured machine answers on mTLS: it is never sent an insecure apply.
+func TestApplyMaintenanceRefusesAConfiguredMachine(t *testing.T) {
+	f := simtest.Start(t, simtest.Options{})
+	m := f.Inventory.Machine("cp-2")
+	err := sequence.ApplyMaintenance(context.Background(), f.Dialer, m, f.Desired["cp-2"], 5*time.Second)
+	if !errors.Is(err, sequence.ErrRefused) || !strings.Contains(err.Error(), "cp-2 answers on mTLS") || !strings.Contains(err.Error(), "v1.11.0") {
+		t.Fatalf("err = %v; want a refusal naming cp-2 and what it answered", err)
+	}
+	if n := f.Sim.Machine("cp-2").Calls("ApplyConfiguration"); n != 0 {
+		t.Errorf("%d ApplyConfiguration calls reached cp-2, want 0", n)
+	}
+}
+
+func TestApplyMaintenanceConfiguresAMachineInMaintenance(t *testing.T) {
+	f := simtest.Start(t, simtest.Options{Maintenance: []string{"worker-1"}})
+	m := f.Inventory.Machine("worker-1")
+	if err := sequence.ApplyMaintenance(context.Background(), f.Dialer, m, f.Desired["worker-1"], 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if n := f.Sim.Machine("worker-1").Calls("ApplyConfiguration"); n != 1 {
+		t.Errorf("%d ApplyConfiguration calls, want 1", n)
+	}
+}
+
+// The sequence decides from the machines only: on a fleet simtest already
+// configured and bootstrapped, a run finds nothing to do and writes nothing.
+func TestRunOnABuiltClusterWritesNothing(t *testing.T) {
+	f := simtest.Start(t, simtest.Options{Bootstrap: true})
+	var out bytes.Buffer
+	seq := sequence.New(sequence.Options{
+		InventoryPath: f.Inventory.Path, Talosconfig: f.Talosconfig(t), Overrides: f.Overrides,
+		SkipNodes: true, Timeout: 5 * time.Second, Wait: 10 * time.Second, Poll: 50 * time.Millisecond, Out: &out,
+	})
+	if err := seq.Run(context.Background()); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	for _, m := range f.Sim.Machines() {
+		if n := m.Calls("ApplyConfiguration"); n != 0 {
+			t.Errorf("%s: %d ApplyConfiguration calls", m.Name(), n)
+		}
+		if n := m.Calls("Bootstrap"); m.Name() != "cp-1" && n != 0 || m.Name() == "cp-1" && n != 1 {
+			t.Errorf("%s: %d Bootstrap calls (simtest made cp-1's)", m.Name(), n)
+		}
+	}
+	for _, want := range []string{"nothing to configure", "nothing to bootstrap", "etcd healthy, members [cp-1 cp-2 cp-3]", "fetched from cp-1"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+// A kubeconfig that belongs to another cluster is never replaced without Force.
+func TestKubeconfigOfAnotherClusterIsKept(t *testing.T) {
+	f := simtest.Start(t, simtest.Options{Bootstrap: true})
+	path := t.TempDir() + "/kubeconfig"
+	other := []byte("apiVersion: v1\nkind: Config\nclusters:\n- cluster: {server: 'https://192.0.2.1:6443'}\n  name: other\ncontexts:\n- context: {cluster: other, user: admin}\n  name: admin@other\ncurrent-context: admin@other\nusers:\n- name: admin\n  user: {}\n")
+	if err := writeFile(path, other); err != nil {
+		t.Fatal(err)
+	}
+	opts := sequence.Options{
+		InventoryPath: f.Inventory.Path, Talosconfig: f.Talosconfig(t), Overrides: f.Overrides, KubeconfigOut: path,
+		SkipNodes: true, Timeout: 5 * time.Second, Wait: 10 * time.Second, Poll: 50 * time.Millisecond,
+	}
+	err := sequence.New(opts).Run(context.Background())
+	if !errors.Is(err, sequence.ErrRefused) || !strings.Contains(err.Error(), "server https://192.0.2.1:6443") {
+		t.Fatalf("err = %v, want a refusal saying whose kubeconfig it is", err)
+	}
+	if got := readFile(t, path); !bytes.Equal(got, other) {
+		t.Fatal("the other cluster's kubeconfig was replaced")
+	}
+	opts.Force = true
+	if err := sequence.New(opts).Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := readFile(t, path); bytes.Equal(got, other) || !bytes.Contains(got, []byte("https://10.20.0.10:6443")) {
+		t.Fatalf("with Force the kubeconfig was not replaced by this cluster's:\n%s", got)
+	}
+}
+
+// Talos refuses a bootstrap until etcd waits for one (FailedPrecondition):
+// the sequence looks again and retries instead of failing.
+func TestBootstrapRetriesWhileNotReady(t *testing.T) {
+	f := simtest.Start(t, simtest.Options{})
+	cp1 := f.Sim.Machine("cp-1")
+	cp1.SetFaults(sim.Faults{ErrorCodes: map[string]codes.Code{"Bootstrap": codes.FailedPrecondition}})
+	out := &onOutput{on: "not ready for it yet", fn: func() { cp1.SetFaults(sim.Faults{}) }}
+	seq := sequence.New(sequence.Options{
+		InventoryPath: f.Inventory.Path, Talosconfig: f.Talosconfig(t), Overrides: f.Overrides, KubeconfigOut: t.TempDir() + "/kubeconfig",
+		SkipNodes: true, Timeout: 5 * time.Second, Wait: 10 * time.Second, Poll: 50 * time.Millisecond, Out: out,
+	})
+	if err := seq.Run(context.Background()); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	if !strings.Contains(out.String(), "bootstrapped etcd on cp-1") || cp1.Calls("Bootstrap") != 1 {
+		t.Errorf("%d Bootstrap calls reached cp-1:\n%s", cp1.Calls("Bootstrap"), out.String())
+	}
+}
+
+// onOutput runs fn once when what was written first contains on.
+type onOutput struct {
+	mu    sync.Mutex
+	buf   bytes.Buffer
+	on    string
+	fn    func()
+	fired bool
+}
+
+func (w *onOutput) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf.Write(p)
+	if !w.fired && strings.Contains(w.buf.String(), w.on) {
+		w.fired = true
+		w.fn()
+	}
+	return len(p), nil
+}
+
+func (w *onOutput) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
+}
+
+// A machine added later in maintenance mode next to a running cluster is
+// configured; etcd is left alone.
+func TestRunConfiguresAWorkerAddedLater(t *testing.T) {
+	f := simtest.Start(t, simtest.Options{Maintenance: []string{"worker-2"}, Bootstrap: true})
+	var out bytes.Buffer
+	seq := sequence.New(sequence.Options{
+		InventoryPath: f.Inventory.Path, Talosconfig: f.Talosconfig(t), Overrides: f.Overrides,
+		SkipNodes: true, Timeout: 5 * time.Second, Wait: 10 * time.Second, Poll: 50 * time.Millisecond, Out: &out,
+	})
+	if err := seq.Run(context.Background()); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	if !strings.Contains(out.String(), "configured 1 machine: worker-2") || !strings.Contains(out.String(), "nothing to bootstrap") {
+		t.Errorf("output:\n%s", out.String())
+	}
+	if n := f.Sim.Machine("cp-1").Calls("Bootstrap"); n != 1 {
+		t.Errorf("%d Bootstrap calls on cp-1, want only simtest's", n)
+	}
+}
+
+// The bundle is created (0600) only when missing, and kept afterwards.
+func TestRunCreatesTheSecretsBundleOnlyWhenMissing(t *testing.T) {
+	f := simtest.Start(t, simtest.Options{Maintenance: []string{"cp-1", "cp-2", "cp-3", "worker-1", "worker-2"}})
+	path := filepath.Join(f.Dir, "secrets.yaml")
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	run := func() string {
+		var out bytes.Buffer
+		seq := sequence.New(sequence.Options{
+			InventoryPath: f.Inventory.Path, Talosconfig: f.Talosconfig(t), Overrides: f.Overrides,
+			SkipNodes: true, Timeout: 5 * time.Second, Wait: 10 * time.Second, Poll: 50 * time.Millisecond, Out: &out,
+		})
+		if err := seq.Run(context.Background()); err != nil {
+			t.Fatalf("%v\n%s", err, out.String())
+		}
+		return out.String()
+	}
+	if out := run(); !strings.Contains(out, "created secrets.yaml (mode 0600)") {
+		t.Fatalf("first run did not create the bundle:\n%s", out)
+	}
+	st, err := os.Stat(path)
+	if err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("bundle: %v, mode %v", err, st.Mode().Perm())
+	}
+	created := readFile(t, path)
+	if out := run(); !strings.Contains(out, "loaded secrets.yaml") {
+		t.Errorf("second run:\n%s", out)
+	}
+	if !bytes.Equal(readFile(t, path), created) {
+		t.Error("the second run replaced the bundle")
+	}
+}

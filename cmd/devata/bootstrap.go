@@ -1,0 +1,180 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	clientconfig "github.com/siderolabs/talos/pkg/machinery/client/config"
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+	"k8s.io/client-go/kubernetes"
+
+	"devata.dev/devata/bootstrap/sequence"
+	"devata.dev/devata/drift"
+	"devata.dev/devata/machines"
+)
+
+// sequenceFlags are the flags bootstrap and plan share.
+type sequenceFlags struct {
+	kubeconfigOut string
+	skipNodes     bool
+	wait          time.Duration
+}
+
+func (f *sequenceFlags) register(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&f.kubeconfigOut, "kubeconfig-out", "", "where the admin kubeconfig is written (default: kubeconfig next to the inventory)")
+	cmd.Flags().BoolVar(&f.skipNodes, "skip-nodes", false, "do not wait for the Kubernetes Nodes (and leave the kubelet check out of the report)")
+	cmd.Flags().DurationVar(&f.wait, "wait", 10*time.Minute, "how long each wait lasts: a machine's return, etcd health, the Nodes")
+}
+
+func (a *app) newBootstrapCommand() *cobra.Command {
+	var flags struct {
+		sequenceFlags
+		yes, force bool
+	}
+	cmd := &cobra.Command{
+		Use:   "bootstrap",
+		Short: "Build the cluster from machines in maintenance mode, resumably",
+		Long: `bootstrap takes machines from maintenance mode to a ready cluster, as named steps
+that each say what they did:
+
+  validate inventory → secrets bundle (created only when missing, 0600) → render
+  → observe every machine → configure each machine in maintenance mode (apply
+  its config, mode auto, over the insecure maintenance connection; wait until
+  it answers on mTLS) → bootstrap etcd on the first control plane by name,
+  only if no control plane has etcd data → wait until etcd is healthy with
+  exactly the configured control planes → kubeconfig (0600) → wait until every
+  Node is Ready → drift report
+
+Every decision comes from what the machines report, so an interrupted run is
+resumed by running bootstrap again; on a cluster it already built it changes
+nothing. It refuses, naming the machine and what it saw, when a control plane
+holds etcd data that is not a cluster of this inventory's control planes, and
+never sends an insecure apply to a machine that answers on mTLS. Before the
+cluster exists it also applies the desired config to configured machines
+whose config differs; a change that reboots one is confirmed at the terminal
+unless --yes (with no terminal it refuses).
+
+--kubeconfig (or KUBECONFIG) is used to watch the Nodes; by default the
+fetched kubeconfig is.
+
+Exit 0 ready and in sync, 1 ready but the drift report is not clean, 2 error or refused.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			opts, err := a.sequenceOptions(flags.sequenceFlags)
+			if err != nil {
+				return err
+			}
+			out := a.streams.Out
+			opts.Out, opts.Yes, opts.Force = out, flags.yes, flags.force
+			opts.Confirm = a.confirmBootstrapReboots
+			if a.settings.Simulated {
+				fmt.Fprintln(out, "SIMULATED: the machines are devata's simulated fleet.")
+			}
+			seq := sequence.New(opts)
+			if err := seq.Run(cmd.Context()); err != nil {
+				return exitWith(exitTrouble, err)
+			}
+			fmt.Fprintln(out, "==> drift report")
+			var kube kubernetes.Interface
+			checks := []string{machines.CheckConfig, machines.CheckTalosVersion, machines.CheckMachineStage, machines.CheckEtcd}
+			if !flags.skipNodes {
+				if kube, err = machines.KubeClient(seq.NodesKubeconfig()); err != nil {
+					return exitWith(exitTrouble, err)
+				}
+				checks = append(checks, machines.CheckKubelet)
+			}
+			code, err := a.driftReport(cmd, seq, kube, checks)
+			if err != nil {
+				return exitWith(exitTrouble, err)
+			}
+			switch code {
+			case drift.ExitInSync:
+				fmt.Fprintf(out, "bootstrap complete: cluster %s is ready and in sync\n", seq.Inventory().Cluster.Name)
+				return nil
+			case drift.ExitDrifted:
+				return exitWith(exitFailed, errors.New("the cluster is up but the drift report is not clean: see above (devata apply converges configs)"))
+			}
+			return exitWith(exitTrouble, errors.New("the cluster is up but some checks could not observe: see above"))
+		},
+	}
+	flags.register(cmd)
+	cmd.Flags().BoolVar(&flags.yes, "yes", false, "do not ask before a change that reboots a running machine")
+	cmd.Flags().BoolVar(&flags.force, "force", false, "replace an existing kubeconfig that belongs to another cluster")
+	return cmd
+}
+
+// sequenceOptions resolves what bootstrap and plan share from the settings.
+func (a *app) sequenceOptions(f sequenceFlags) (sequence.Options, error) {
+	opts := sequence.Options{
+		InventoryPath: a.settings.Inventory,
+		Overrides:     a.settings.Dial,
+		KubeconfigOut: f.kubeconfigOut,
+		Kubeconfig:    a.settings.Kubeconfig,
+		SkipNodes:     f.skipNodes,
+		Concurrency:   a.settings.Concurrency,
+		Timeout:       a.settings.Timeout,
+		Wait:          f.wait,
+	}
+	path := a.settings.Talosconfig
+	if path == "" {
+		// Without a talosconfig anywhere, the sequence derives one from the bundle.
+		if paths, err := clientconfig.GetDefaultPaths(); err == nil {
+			for _, p := range paths {
+				if _, err := os.Stat(p.Path); err == nil {
+					path = p.Path
+					break
+				}
+			}
+		}
+	}
+	if path != "" {
+		tc, err := machines.LoadTalosconfig(path)
+		if err != nil {
+			return opts, exitWith(exitTrouble, err)
+		}
+		opts.Talosconfig = tc
+	}
+	return opts, nil
+}
+
+// driftReport renders the closing drift report and returns its exit code.
+func (a *app) driftReport(cmd *cobra.Command, seq *sequence.Sequence, kube kubernetes.Interface, checks []string) (int, error) {
+	inv := seq.Inventory()
+	fc := &machines.FleetCheck{
+		Inventory: inv, Desired: seq.Desired(), Dialer: seq.Dialer(), Kube: kube, Checks: checks,
+		Concurrency: a.settings.Concurrency, Timeout: a.settings.Timeout,
+	}
+	h := drift.Header{Cluster: inv.Cluster.Name, Inventory: inv.Path, Simulated: a.settings.Simulated}
+	for i := range inv.Machines {
+		m := &inv.Machines[i]
+		h.Machines = append(h.Machines, drift.Machine{Name: m.Name, Role: m.Role, Address: seq.Dialer().Endpoint(m)})
+	}
+	rep := drift.NewReport(h)
+	if err := fc.Run(cmd.Context(), rep); err != nil {
+		return 0, err
+	}
+	rep.Finish()
+	if err := drift.Render(a.streams.Out, drift.FormatTable, rep, drift.TableOptions{Color: drift.AutoColor(a.streams.Out, a.getenv)}); err != nil {
+		return 0, err
+	}
+	return rep.ExitCode(), nil
+}
+
+// confirmBootstrapReboots asks at a terminal; without one it refuses.
+func (a *app) confirmBootstrapReboots(rebooting []string) error {
+	f, ok := a.streams.In.(*os.File)
+	if !ok || !term.IsTerminal(int(f.Fd())) {
+		return fmt.Errorf("%w: applying the desired config reboots %s and there is no terminal to confirm: rerun with --yes to proceed", sequence.ErrRefused, strings.Join(rebooting, ", "))
+	}
+	fmt.Fprintf(a.streams.Err, "Applying the desired config reboots %s. Continue? [y/N] ", strings.Join(rebooting, ", "))
+	line, _ := bufio.NewReader(f).ReadString('\n')
+	if ans := strings.ToLower(strings.TrimSpace(line)); ans != "y" && ans != "yes" {
+		return errors.New("not confirmed: nothing was applied")
+	}
+	return nil
+}

@@ -1,0 +1,322 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/siderolabs/talos/pkg/machinery/api/machine"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"devata.dev/devata/internal/simtest"
+	"devata.dev/devata/internal/testenv"
+	"devata.dev/devata/machines"
+	"devata.dev/devata/reconcile"
+	"devata.dev/devata/sim"
+)
+
+var allMachines = []string{"cp-1", "cp-2", "cp-3", "worker-1", "worker-2"}
+
+// kube is a real kube-apiserver whose Nodes the simulated kubelets register.
+type kube struct {
+	env *testenv.Env
+	kc  kubernetes.Interface
+}
+
+func startKube(t *testing.T) *kube {
+	t.Helper()
+	env := testenv.Start(t)
+	kc, err := kubernetes.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &kube{env: env, kc: kc}
+}
+
+// playKubelets runs the fleet's kubelets against k until the test ends, and
+// removes every Node first so that fleets sharing one API server do not see
+// each other's.
+func (k *kube) playKubelets(t *testing.T, f *sim.Fleet) {
+	t.Helper()
+	if err := k.kc.CoreV1().Nodes().DeleteCollection(context.Background(), metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { f.RunKubelets(ctx, k.kc, 100*time.Millisecond) })
+	t.Cleanup(func() { cancel(); wg.Wait() })
+}
+
+// trigger is stdout that runs fn once, when the output first contains on.
+type trigger struct {
+	mu    sync.Mutex
+	buf   bytes.Buffer
+	on    string
+	fn    func()
+	fired bool
+}
+
+func (w *trigger) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf.Write(p)
+	if !w.fired && w.on != "" && strings.Contains(w.buf.String(), w.on) {
+		w.fired = true
+		w.fn()
+	}
+	return len(p), nil
+}
+
+func (w *trigger) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
+}
+
+// devataCtx runs the CLI in-process with ctx and stdout given.
+func devataCtx(t *testing.T, ctx context.Context, out *trigger, args ...string) result {
+	t.Helper()
+	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
+	var errb bytes.Buffer
+	code := run(ctx, args, Streams{In: strings.NewReader(""), Out: out, Err: &errb}, func(string) string { return "" })
+	return result{code, out.String(), errb.String()}
+}
+
+// show logs a run's output when DEVATA_TEST_SHOW is set, to read what people see.
+func show(t *testing.T, r result) {
+	t.Helper()
+	if os.Getenv("DEVATA_TEST_SHOW") != "" {
+		t.Logf("exit %d\n%s%s", r.code, r.stdout, r.err)
+	}
+}
+
+// writes counts what changed machines: applies that were not dry runs, and bootstraps.
+func writes(f *sim.Fleet) (applies, bootstraps int) {
+	for _, m := range f.Machines() {
+		applies += m.Calls("ApplyConfiguration") - m.Calls("ApplyConfiguration(dry-run)")
+		bootstraps += m.Calls("Bootstrap")
+	}
+	return applies, bootstraps
+}
+
+func bootstrapArgs(sf *simFleet, k *kube, extra ...string) []string {
+	args := []string{"bootstrap", "--config", sf.settings, "--wait", "30s", "--timeout", "5s"}
+	if k != nil {
+		args = append(args, "--kubeconfig", k.env.Kubeconfig)
+	} else {
+		args = append(args, "--skip-nodes")
+	}
+	return append(args, extra...)
+}
+
+// assertBuilt checks the end state a bootstrap must leave: etcd healthy with
+// the three control planes, the kubeconfig 0600, every Node Ready, drift clean.
+func assertBuilt(t *testing.T, sf *simFleet, k *kube) {
+	t.Helper()
+	ctx := context.Background()
+	if err := reconcile.EtcdHealthy(ctx, sf.Inventory, sf.Dialer, 5*time.Second); err != nil {
+		t.Errorf("etcd: %v", err)
+	}
+	st, err := os.Stat(filepath.Join(sf.Dir, "kubeconfig"))
+	if err != nil {
+		t.Errorf("kubeconfig: %v", err)
+	} else if st.Mode().Perm() != 0o600 {
+		t.Errorf("kubeconfig mode %v, want 0600", st.Mode().Perm())
+	}
+	args := []string{"drift", "--config", sf.settings}
+	if k != nil {
+		nodes := machines.ObserveNodes(ctx, k.kc)
+		for _, name := range allMachines {
+			if n, ok := nodes.ByName[name]; !ok || !n.Ready {
+				t.Errorf("Node %s: registered %t, ready %t (%v)", name, ok, n.Ready, nodes.Err)
+			}
+		}
+		args = append(args, "--kubeconfig", k.env.Kubeconfig)
+	} else {
+		args = append(args, "--checks=config,talos-version,machine-stage,etcd")
+	}
+	if r := devata(t, nil, args...); r.code != 0 {
+		t.Errorf("drift after bootstrap: exit %d\n%s%s", r.code, r.stdout, r.err)
+	}
+}
+
+func TestBootstrapFromMaintenance(t *testing.T) {
+	k := startKube(t)
+	sf := startSim(t, simtest.Options{Maintenance: allMachines})
+	k.playKubelets(t, sf.Sim)
+
+	start := time.Now()
+	r := devata(t, nil, bootstrapArgs(sf, k)...)
+	t.Logf("first bootstrap: %s", time.Since(start).Round(time.Millisecond))
+	show(t, r)
+	if r.code != 0 {
+		t.Fatalf("bootstrap: exit %d\n%s%s", r.code, r.stdout, r.err)
+	}
+	for _, want := range []string{
+		"==> validate inventory", "==> secrets bundle", "==> render configs", "==> observe machines",
+		"==> configure machines", "==> bootstrap etcd", "==> wait for etcd", "==> kubeconfig", "==> wait for Nodes", "==> drift report",
+		"cp-2: config applied over the maintenance connection (mode auto)",
+		"bootstrapped etcd on cp-1",
+		"etcd healthy, members [cp-1 cp-2 cp-3]",
+		"5 Nodes registered and Ready",
+		"5 in sync, 0 drifted, 0 unknown",
+		"bootstrap complete",
+	} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+	if t.Failed() {
+		t.Logf("output:\n%s", r.stdout)
+	}
+	applies, bootstraps := writes(sf.Sim)
+	if applies != 5 || bootstraps != 1 {
+		t.Errorf("first bootstrap: %d applies, %d bootstraps; want 5 and 1", applies, bootstraps)
+	}
+	assertBuilt(t, sf, k)
+	kubeconfig, _ := os.ReadFile(filepath.Join(sf.Dir, "kubeconfig"))
+
+	// A second run changes nothing on any machine and keeps the kubeconfig.
+	start = time.Now()
+	r = devata(t, nil, bootstrapArgs(sf, k)...)
+	t.Logf("second bootstrap: %s", time.Since(start).Round(time.Millisecond))
+	if r.code != 0 {
+		t.Fatalf("second bootstrap: exit %d\n%s%s", r.code, r.stdout, r.err)
+	}
+	a2, b2 := writes(sf.Sim)
+	if a2 != applies || b2 != bootstraps {
+		t.Errorf("second bootstrap wrote: %d applies, %d bootstraps", a2-applies, b2-bootstraps)
+	}
+	for _, want := range []string{"nothing to configure", "nothing to bootstrap", "exists for this cluster", "kept"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("second run output lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	if again, _ := os.ReadFile(filepath.Join(sf.Dir, "kubeconfig")); !bytes.Equal(again, kubeconfig) {
+		t.Error("the second run rewrote the kubeconfig")
+	}
+
+	// The plan agrees: nothing to do.
+	r = devata(t, nil, "plan", "--config", sf.settings, "--kubeconfig", k.env.Kubeconfig)
+	if r.code != 0 || !strings.Contains(r.stdout, "0 pending, 0 blocked") {
+		t.Errorf("plan after bootstrap: exit %d\n%s%s", r.code, r.stdout, r.err)
+	}
+}
+
+// Interrupted at each step in turn, a rerun ends in the same healthy state
+// with exactly one Bootstrap call.
+func TestBootstrapResumes(t *testing.T) {
+	k := startKube(t)
+	type interrupt struct {
+		name  string
+		setup func(sf *simFleet)
+		on    string
+		// act runs when the output shows on; cancel ends the run.
+		act func(sf *simFleet, cancel context.CancelFunc)
+		// firstOK: the first run survives the interruption by itself.
+		firstOK bool
+	}
+	cases := []interrupt{
+		{name: "crash after the apply to cp-2", on: "cp-2: config applied over the maintenance connection",
+			act: func(sf *simFleet, cancel context.CancelFunc) { sf.Sim.Machine("cp-2").Crash(); cancel() }},
+		{name: "reboot in the middle of an apply, then during the etcd wait",
+			setup: func(sf *simFleet) { sf.Sim.Machine("cp-3").SetFaults(sim.Faults{RebootDuringApply: true}) },
+			on:    "==> wait for etcd", act: func(sf *simFleet, _ context.CancelFunc) { sf.Sim.Machine("cp-1").Crash() }, firstOK: true},
+		{name: "interrupt during the Bootstrap call",
+			// The Bootstrap call waits out cp-1's latency when the interrupt comes;
+			// the rerun goes without latency.
+			setup: func(sf *simFleet) { sf.Sim.Machine("cp-1").SetFaults(sim.Faults{Latency: time.Second}) },
+			on:    "bootstrapping cp-1", act: func(sf *simFleet, cancel context.CancelFunc) {
+				time.AfterFunc(100*time.Millisecond, func() { cancel(); sf.Sim.Machine("cp-1").SetFaults(sim.Faults{}) })
+			}},
+	}
+	for _, step := range []string{"validate inventory", "observe machines", "configure machines", "bootstrap etcd", "wait for etcd", "kubeconfig", "wait for Nodes"} {
+		cases = append(cases, interrupt{name: "interrupt at " + step, on: "==> " + step,
+			act: func(_ *simFleet, cancel context.CancelFunc) { cancel() }})
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			sf := startSim(t, simtest.Options{Maintenance: allMachines})
+			k.playKubelets(t, sf.Sim)
+			if tc.setup != nil {
+				tc.setup(sf)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			out := &trigger{on: tc.on, fn: func() { tc.act(sf, cancel) }}
+			r := devataCtx(t, ctx, out, bootstrapArgs(sf, k)...)
+			show(t, r)
+			if !out.fired {
+				t.Fatalf("the interruption never fired (no %q in the output):\n%s%s", tc.on, r.stdout, r.err)
+			}
+			switch {
+			case tc.firstOK && r.code != 0:
+				t.Fatalf("first run: exit %d, want 0\n%s%s", r.code, r.stdout, r.err)
+			case !tc.firstOK && r.code != 2:
+				t.Fatalf("interrupted run: exit %d, want 2\n%s%s", r.code, r.stdout, r.err)
+			}
+			r = devata(t, nil, bootstrapArgs(sf, k)...)
+			if r.code != 0 {
+				t.Fatalf("rerun: exit %d\n%s%s", r.code, r.stdout, r.err)
+			}
+			if _, bootstraps := writes(sf.Sim); bootstraps != 1 {
+				t.Errorf("%d Bootstrap calls, want exactly 1", bootstraps)
+			}
+			assertBuilt(t, sf, k)
+		})
+	}
+}
+
+func TestBootstrapRefusesEtcdDataItDidNotMake(t *testing.T) {
+	sf := startSim(t, simtest.Options{Maintenance: []string{"cp-1", "cp-3", "worker-1", "worker-2"}})
+	ctx := context.Background()
+	c, err := sf.Dialer.Client(ctx, sf.Inventory.Machine("cp-2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.Bootstrap(ctx, &machine.BootstrapRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	r := devata(t, nil, bootstrapArgs(sf, nil)...)
+	show(t, r)
+	if r.code != 2 {
+		t.Fatalf("exit %d, want 2\n%s%s", r.code, r.stdout, r.err)
+	}
+	for _, want := range []string{"refused", "cp-2 already has etcd data", "members [cp-2]", "cp-1, cp-3 are still in maintenance mode"} {
+		if !strings.Contains(r.err, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, r.err)
+		}
+	}
+	if applies, bootstraps := writes(sf.Sim); applies != 0 || bootstraps != 1 {
+		t.Errorf("%d applies and %d bootstraps; want none but the test's own bootstrap", applies, bootstraps)
+	}
+	r = devata(t, nil, "plan", "--config", sf.settings, "--skip-nodes")
+	show(t, r)
+	if r.code != 2 || !strings.Contains(r.stdout, "blocked  bootstrap-etcd cp-1") {
+		t.Errorf("plan: exit %d, want 2 with bootstrap blocked\n%s%s", r.code, r.stdout, r.err)
+	}
+}
+
+func TestBootstrapAsksBeforeRebootingARunningControlPlane(t *testing.T) {
+	sf := startSim(t, simtest.Options{Maintenance: []string{"cp-1", "cp-3", "worker-1", "worker-2"}})
+	sf.Drift(t, "cp-2", "diskQuotaSupport: true", "diskQuotaSupport: false")
+	r := devata(t, nil, bootstrapArgs(sf, nil)...)
+	if r.code != 2 || !strings.Contains(r.err, "cp-2 (running control plane)") || !strings.Contains(r.err, "--yes") {
+		t.Fatalf("exit %d, want 2 naming cp-2 and --yes\n%s%s", r.code, r.stdout, r.err)
+	}
+	if applies, _ := writes(sf.Sim); applies != 0 {
+		t.Errorf("%d applies before confirmation, want 0", applies)
+	}
+	r = devata(t, nil, bootstrapArgs(sf, nil, "--yes")...)
+	if r.code != 0 {
+		t.Fatalf("--yes: exit %d\n%s%s", r.code, r.stdout, r.err)
+	}
+	assertBuilt(t, sf, nil)
+}

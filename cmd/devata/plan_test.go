@@ -1,0 +1,104 @@
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"devata.dev/devata/internal/simtest"
+)
+
+var updatePlan = flag.Bool("update", false, "rewrite golden files under testdata/")
+
+// The runbook for a fleet that is all in maintenance mode: every step, in
+// order, with inventory addresses only, so the file does not depend on ports
+// or temporary paths.
+func TestPlanMarkdownOnMaintenanceFleet(t *testing.T) {
+	sf := startSim(t, simtest.Options{Maintenance: allMachines})
+	r := devata(t, nil, "plan", "--config", sf.settings, "-o", "markdown")
+	if r.code != 1 {
+		t.Fatalf("exit %d, want 1 (actions pending)\n%s%s", r.code, r.stdout, r.err)
+	}
+	golden := filepath.Join("testdata", "plan-maintenance.md")
+	if *updatePlan {
+		if err := os.WriteFile(golden, []byte(r.stdout), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatalf("%v (run go test -run TestPlanMarkdown ./cmd/devata/ -update to create it)", err)
+	}
+	if r.stdout != string(want) {
+		t.Errorf("plan -o markdown differs from %s (rerun with -update if intended):\n%s", golden, r.stdout)
+	}
+	for _, leak := range []string{"127.0.0.1", sf.Dir} {
+		if strings.Contains(r.stdout, leak) {
+			t.Errorf("runbook contains %q: it must use inventory addresses and relative paths", leak)
+		}
+	}
+	if applies, bootstraps := writes(sf.Sim); applies != 0 || bootstraps != 0 {
+		t.Errorf("plan wrote: %d applies, %d bootstraps", applies, bootstraps)
+	}
+}
+
+func TestPlanJSONAndText(t *testing.T) {
+	sf := startSim(t, simtest.Options{Maintenance: []string{"worker-2"}, Bootstrap: true})
+	sf.Drift(t, "cp-2", "time.cloudflare.com", "pool.ntp.org")
+	r := devata(t, nil, "plan", "--config", sf.settings, "-o", "json", "--skip-nodes")
+	show(t, r)
+	if r.code != 1 {
+		t.Fatalf("exit %d, want 1\n%s%s", r.code, r.stdout, r.err)
+	}
+	var plan struct {
+		Kind    string `json:"kind"`
+		Pending int    `json:"pending"`
+		Actions []struct {
+			Step, Machine, Status, By, Reason string
+			Evidence                          []struct{ Rung, Observed string }
+		} `json:"actions"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &plan); err != nil {
+		t.Fatalf("%v\n%s", err, r.stdout)
+	}
+	got := map[string]string{}
+	for _, a := range plan.Actions {
+		got[a.Step+" "+a.Machine] = a.Status + " by " + a.By
+	}
+	for key, want := range map[string]string{
+		"configure worker-2":  "pending by bootstrap", // maintenance: bootstrap configures it
+		"apply cp-2":          "pending by apply",     // the cluster exists: apply's job
+		"configure cp-1":      "done by bootstrap",
+		"bootstrap-etcd cp-1": "done by bootstrap",
+	} {
+		if got[key] != want {
+			t.Errorf("%s: %q, want %q (all: %v)", key, got[key], want, got)
+		}
+	}
+	r = devata(t, nil, "plan", "--config", sf.settings, "--skip-nodes")
+	show(t, r)
+	if r.code != 1 || !strings.Contains(r.stdout, "evidence [reconciliation]: MachineConfig v1alpha1 sha256:") {
+		t.Errorf("text plan: exit %d\n%s%s", r.code, r.stdout, r.err)
+	}
+	if r := devata(t, nil, "plan", "--config", sf.settings, "-o", "yaml"); r.code != 2 {
+		t.Errorf("-o yaml: exit %d, want 2", r.code)
+	}
+}
+
+// Without a bundle the plan says it would create one, and writes nothing.
+func TestPlanWithoutSecrets(t *testing.T) {
+	sf := startSim(t, simtest.Options{Maintenance: allMachines})
+	if err := os.Remove(filepath.Join(sf.Dir, "secrets.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	r := devata(t, nil, "plan", "--config", sf.settings, "--skip-nodes")
+	if r.code != 1 || !strings.Contains(r.stdout, "pending  secrets") || !strings.Contains(r.stdout, "throwaway") {
+		t.Errorf("exit %d\n%s%s", r.code, r.stdout, r.err)
+	}
+	if _, err := os.Stat(filepath.Join(sf.Dir, "secrets.yaml")); !os.IsNotExist(err) {
+		t.Errorf("plan wrote a secrets bundle")
+	}
+}
