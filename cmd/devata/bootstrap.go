@@ -16,6 +16,7 @@ import (
 	"devata.dev/devata/bootstrap/sequence"
 	"devata.dev/devata/drift"
 	"devata.dev/devata/machines"
+	"devata.dev/devata/storagecheck"
 )
 
 // sequenceFlags are the flags bootstrap and plan share.
@@ -82,6 +83,7 @@ Exit 0 ready and in sync, 1 ready but the drift report is not clean, 2 error or 
 			fmt.Fprintln(out, "==> drift report")
 			var kube kubernetes.Interface
 			checks := []string{machines.CheckConfig, machines.CheckTalosVersion, machines.CheckMachineStage, machines.CheckEtcd}
+			checks = append(checks, storagecheck.Extension().Names...)
 			if !flags.skipNodes {
 				if kube, err = machines.KubeClient(seq.NodesKubeconfig()); err != nil {
 					return exitWith(exitTrouble, err)
@@ -145,10 +147,8 @@ func (a *app) sequenceOptions(f sequenceFlags) (sequence.Options, error) {
 // driftReport renders the closing drift report and returns its exit code.
 func (a *app) driftReport(cmd *cobra.Command, seq *sequence.Sequence, kube kubernetes.Interface, checks []string) (int, error) {
 	inv := seq.Inventory()
-	fc := &machines.FleetCheck{
-		Inventory: inv, Desired: seq.Desired(), Dialer: seq.Dialer(), Kube: kube, Checks: checks,
-		Concurrency: a.settings.Concurrency, Timeout: a.settings.Timeout,
-	}
+	fc := a.fleetCheck(inv, seq.Desired(), seq.Dialer(), kube)
+	fc.Checks = checks
 	h := drift.Header{Cluster: inv.Cluster.Name, Inventory: inv.Path, Simulated: a.settings.Simulated}
 	for i := range inv.Machines {
 		m := &inv.Machines[i]

@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/kubernetes"
 
@@ -15,7 +14,6 @@ import (
 	"devata.dev/devata/examples"
 	"devata.dev/devata/internal/testenv"
 	"devata.dev/devata/inventory"
-	"devata.dev/devata/machines"
 	"devata.dev/devata/sim"
 )
 
@@ -27,7 +25,8 @@ func (a *app) newDemoCommand() *cobra.Command {
 		Long: `demo runs devata's main job on the homelab example embedded in the binary,
 against a SIMULATED Talos fleet on loopback and a real kube-apiserver (envtest):
 
-  render the example → start the fleet → drift (clean) → inject faults (a config
+  render the example → start the fleet in maintenance mode → bootstrap it →
+  drift (clean) → inject faults (a config
   edited behind devata's back, kubelet down on a worker, a machine unreachable)
   → drift (each reported) → apply → drift (clean but for the unreachable one)
 
@@ -105,10 +104,10 @@ func (a *app) demo(ctx context.Context, withKubernetes bool) error {
 		done("API server up at %s", env.Config.Host)
 	}
 
-	done = step("fleet: %d SIMULATED Talos machines on 127.0.0.1 (real gRPC, mTLS from the bundle's CA)", len(inv.Machines))
+	done = step("fleet: %d SIMULATED Talos machines on 127.0.0.1, in maintenance mode (real gRPC; mTLS from the bundle's CA once configured)", len(inv.Machines))
 	specs := make([]sim.MachineSpec, 0, len(rendered))
 	for _, r := range rendered {
-		specs = append(specs, sim.MachineSpec{Name: r.Machine, Role: r.Role, Config: r.Config, TalosVersion: inv.Cluster.TalosVersion})
+		specs = append(specs, sim.MachineSpec{Name: r.Machine, Role: r.Role, TalosVersion: inv.Cluster.TalosVersion})
 	}
 	fleet, err := sim.Start(ctx, sim.Options{Bundle: bundle, Machines: specs, RebootDelay: 300 * time.Millisecond})
 	if err != nil {
@@ -127,16 +126,17 @@ func (a *app) demo(ctx context.Context, withKubernetes bool) error {
 	if err != nil {
 		return fail(err)
 	}
-	if err := demoBootstrapEtcd(ctx, fleet, inv, settings, a); err != nil {
-		return fail(err)
-	}
 	syncKubelets := func() {
 		if kc != nil {
 			fleet.SyncKubelets(ctx, kc)
 		}
 	}
-	syncKubelets()
-	done("configured, etcd bootstrapped on cp-1 with 3 members%s", map[bool]string{true: ", kubelets registered their Nodes", false: ""}[kc != nil])
+	if kc != nil {
+		kctx, stopKubelets := context.WithCancel(ctx)
+		defer stopKubelets()
+		go fleet.RunKubelets(kctx, kc, 300*time.Millisecond)
+	}
+	done("listening; each kubelet registers its Node once its machine is configured")
 
 	checks := "--checks=config,talos-version,machine-stage,kubelet,etcd,storage-volumes,storage-mounts"
 	if kc == nil {
@@ -149,6 +149,16 @@ func (a *app) demo(ctx context.Context, withKubernetes bool) error {
 		fmt.Fprintf(out, "\n$ devata %s\n", joinArgs(args))
 		return run(ctx, append(args, pinned...), a.streams, a.getenv)
 	}
+
+	step("bootstrap: from bare maintenance-mode machines to a ready control plane")
+	bootArgs := []string{"bootstrap", "--yes", "--kubeconfig-out", filepath.Join(dir, "kubeconfig")}
+	if kc == nil {
+		bootArgs = append(bootArgs, "--skip-nodes")
+	}
+	if code := devata(bootArgs...); code != 0 {
+		return exitWith(exitTrouble, fmt.Errorf("demo: bootstrap exited %d", code))
+	}
+	fmt.Fprintln(out, "    exit 0")
 
 	step("drift on the healthy fleet")
 	fmt.Fprintf(out, "    exit %d\n", devata("drift", checks))
@@ -180,44 +190,6 @@ func (a *app) demo(ctx context.Context, withKubernetes bool) error {
 	fmt.Fprintf(out, "    exit %d\n", code)
 	fmt.Fprintln(out, "\nEverything above ran against SIMULATED machines. Against a real cluster: devata validate, devata gen secrets, devata gen config, then devata drift and devata apply with your talosconfig.")
 	return nil
-}
-
-// demoBootstrapEtcd bootstraps etcd on cp-1 and waits until the three control
-// planes are members (bootstrap of a configured fleet, in one RPC).
-func demoBootstrapEtcd(ctx context.Context, fleet *sim.Fleet, inv *inventory.Inventory, settings string, a *app) error {
-	tc, err := machines.LoadTalosconfig(filepath.Join(filepath.Dir(settings), "talosconfig"))
-	if err != nil {
-		return err
-	}
-	overrides := map[string]string{}
-	for _, m := range fleet.Machines() {
-		overrides[m.Name()] = m.Addr()
-	}
-	d, err := machines.NewDialer(tc, overrides)
-	if err != nil {
-		return err
-	}
-	c, err := d.Client(ctx, inv.Machine("cp-1"))
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	if err := c.Bootstrap(ctx, &machine.BootstrapRequest{}); err != nil {
-		return fmt.Errorf("bootstrap etcd on cp-1: %w", err)
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		full := true
-		for _, m := range inv.ControlPlanes() {
-			o := machines.Observe(ctx, d, m)
-			full = full && o.Etcd != nil && len(o.Etcd.Members) == len(inv.ControlPlanes())
-		}
-		if full {
-			return nil
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return fmt.Errorf("etcd did not reach %d members", len(inv.ControlPlanes()))
 }
 
 func editConfig(cfg []byte, old, new string) ([]byte, error) {

@@ -5,8 +5,6 @@ import (
 
 	"devata.dev/devata/config"
 	"devata.dev/devata/drift"
-	"devata.dev/devata/machines"
-	"devata.dev/devata/storagecheck"
 )
 
 func (a *app) newDriftCommand() *cobra.Command {
@@ -39,12 +37,8 @@ Exit 0 all in sync, 1 drift found, 2 could not complete (any Unknown or an error
 			if err != nil {
 				return err
 			}
-			fc := &machines.FleetCheck{
-				Inventory: s.inv, Desired: s.desired, Dialer: s.dialer, Kube: s.kube,
-				Extensions: []machines.Extension{storagecheck.Extension()},
-				Machines:   flags.machines, Checks: flags.checks,
-				Concurrency: a.settings.Concurrency, Timeout: a.settings.Timeout,
-			}
+			fc := a.fleetCheck(s.inv, s.desired, s.dialer, s.kube)
+			fc.Machines, fc.Checks = flags.machines, flags.checks
 			ms, _, err := fc.Select()
 			if err != nil {
 				return exitWith(exitTrouble, err)

@@ -224,7 +224,12 @@ func TestDemo(t *testing.T) {
 	if len(drifts) != 4 {
 		t.Fatalf("want three drift runs, got %d:\n%s", len(drifts)-1, r.stdout)
 	}
-	clean, faulty, after := drifts[1], drifts[2], drifts[3]
+	boot, clean, faulty, after := drifts[0], drifts[1], drifts[2], drifts[3]
+	for _, want := range []string{"in maintenance mode", "$ devata bootstrap --yes", "bootstrapped etcd on cp-1", "etcd healthy, members [cp-1 cp-2 cp-3]", "5 Nodes registered and Ready", "bootstrap complete"} {
+		if !strings.Contains(boot, want) {
+			t.Errorf("demo bootstrap lacks %q", want)
+		}
+	}
 	for _, tt := range []struct{ name, text, want string }{
 		{"clean drift", clean, "5 in sync, 0 drifted, 0 unknown (5 machines, 33 results) — exit 0"},
 		{"faults: edited config", faulty, "-            - pool.ntp.org"},

@@ -12,6 +12,7 @@ import (
 	"devata.dev/devata/drift"
 	"devata.dev/devata/inventory"
 	"devata.dev/devata/machines"
+	"devata.dev/devata/storagecheck"
 )
 
 // session is what the commands that talk to machines share: the validated
@@ -64,6 +65,16 @@ func (a *app) openSession() (*session, error) {
 		}
 	}
 	return s, nil
+}
+
+// fleetCheck is every check devata drift knows, for one pass over inv: the
+// machine checks and, on the same connection, the storage checks.
+func (a *app) fleetCheck(inv *inventory.Inventory, desired map[string][]byte, d *machines.Dialer, kube kubernetes.Interface) *machines.FleetCheck {
+	return &machines.FleetCheck{
+		Inventory: inv, Desired: desired, Dialer: d, Kube: kube,
+		Extensions:  []machines.Extension{storagecheck.Extension()},
+		Concurrency: a.settings.Concurrency, Timeout: a.settings.Timeout,
+	}
 }
 
 func (s *session) header(simulated bool) drift.Header {
