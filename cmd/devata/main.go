@@ -7,12 +7,22 @@ import (
 	"context"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"syscall"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// DEVATA_CPUPROFILE=FILE writes a CPU profile of the run, for `go tool pprof`.
+	if path := os.Getenv("DEVATA_CPUPROFILE"); path != "" {
+		if f, err := os.Create(path); err == nil {
+			if err := pprof.StartCPUProfile(f); err == nil {
+				defer f.Close()
+			}
+		}
+	}
 	code := Run(ctx, os.Args[1:], Streams{In: os.Stdin, Out: os.Stdout, Err: os.Stderr})
+	pprof.StopCPUProfile()
 	stop()
 	os.Exit(code)
 }

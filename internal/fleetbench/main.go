@@ -22,6 +22,12 @@ import (
 	"syscall"
 	"text/tabwriter"
 	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"devata.dev/devata/internal/testenv"
+	"devata.dev/devata/inventory"
+	"devata.dev/devata/machines"
 )
 
 type result struct {
@@ -34,6 +40,12 @@ type result struct {
 	Calls           int     `json:"calls"`
 	CallsPerSecond  float64 `json:"callsPerSecond"`
 	ExitCode        int     `json:"driftExitCode"`
+	// FloorSeconds: one mTLS dial and one Version call per machine, same concurrency.
+	FloorSeconds float64 `json:"floorSeconds"`
+	// Over the first 100 machines: devata drift, and the talosctl loop operators
+	// script (get machineconfig + service kubelet, one process per call).
+	Drift100Seconds    float64 `json:"drift100Seconds,omitempty"`
+	Talosctl100Seconds float64 `json:"talosctl100Seconds,omitempty"`
 }
 
 func main() {
@@ -41,7 +53,14 @@ func main() {
 	checks := flag.String("checks", "config,talos-version,machine-stage", "checks devata drift runs")
 	concurrency := flag.Int("concurrency", 32, "devata drift --concurrency")
 	jsonOut := flag.String("json", "", "also write the results as JSON to this file")
+	withTalosctl := flag.Bool("talosctl", false, "also time the real talosctl loop over 100 machines (builds talosctl once: minutes)")
 	flag.Parse()
+	talosctl := ""
+	if *withTalosctl {
+		var err error
+		talosctl, err = testenv.Talosctl(context.Background(), os.Stderr)
+		check(err)
+	}
 
 	work, err := os.MkdirTemp("", "fleetbench-")
 	check(err)
@@ -56,24 +75,29 @@ func main() {
 	for _, s := range strings.Split(*sizes, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
 		check(err)
-		r, err := measure(bin, filepath.Join(work, s), n, *checks, *concurrency)
+		r, err := measure(bin, talosctl, filepath.Join(work, s), n, *checks, *concurrency)
 		check(err)
 		results = append(results, r)
 	}
 
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "machines\tsim start\tsim peak RSS\tdrift wall\tdrift CPU\tdrift peak RSS\tcalls\tcalls/s\texit\t")
+	fmt.Fprintln(tw, "machines\tsim start\tsim peak RSS\tdrift wall\tdrift CPU\tdrift peak RSS\tcalls\tcalls/s\texit\tfloor\tdrift/floor\t")
 	for _, r := range results {
-		fmt.Fprintf(tw, "%d\t%.1fs\t%.0f MiB\t%.2fs\t%.2fs\t%.0f MiB\t%d\t%.0f\t%d\t\n", r.Machines, r.SimStartSeconds, r.SimPeakRSSMiB, r.DriftSeconds, r.DriftCPUSeconds, r.DriftPeakRSSMiB, r.Calls, r.CallsPerSecond, r.ExitCode)
+		fmt.Fprintf(tw, "%d\t%.1fs\t%.0f MiB\t%.2fs\t%.2fs\t%.0f MiB\t%d\t%.0f\t%d\t%.2fs\t%.1f×\t\n", r.Machines, r.SimStartSeconds, r.SimPeakRSSMiB, r.DriftSeconds, r.DriftCPUSeconds, r.DriftPeakRSSMiB, r.Calls, r.CallsPerSecond, r.ExitCode, r.FloorSeconds, r.DriftSeconds/r.FloorSeconds)
 	}
 	tw.Flush()
+	for _, r := range results {
+		if r.Talosctl100Seconds > 0 {
+			fmt.Printf("100 machines (of %d): talosctl loop %.2fs, devata drift %.2fs: devata is %.1f× faster\n", r.Machines, r.Talosctl100Seconds, r.Drift100Seconds, r.Talosctl100Seconds/r.Drift100Seconds)
+		}
+	}
 	if *jsonOut != "" {
 		data, _ := json.MarshalIndent(results, "", "  ")
 		check(os.WriteFile(*jsonOut, append(data, '\n'), 0o644))
 	}
 }
 
-func measure(bin, dir string, n int, checks string, concurrency int) (result, error) {
+func measure(bin, talosctl, dir string, n int, checks string, concurrency int) (result, error) {
 	r := result{Machines: n}
 	if err := os.MkdirAll(filepath.Join(dir, "sim"), 0o700); err != nil {
 		return r, err
@@ -131,6 +155,16 @@ func measure(bin, dir string, n int, checks string, concurrency int) (result, er
 		r.DriftPeakRSSMiB = float64(ru.Maxrss) / 1024
 		r.DriftCPUSeconds = tv(ru.Utime) + tv(ru.Stime)
 	}
+	fmt.Fprintf(os.Stderr, "%d machines: floor (dial + Version each)…\n", n)
+	if r.FloorSeconds, err = floor(filepath.Join(dir, "sim"), filepath.Join(dir, "inventory.yaml"), concurrency); err != nil {
+		return r, err
+	}
+	if talosctl != "" {
+		fmt.Fprintf(os.Stderr, "%d machines: devata drift and the talosctl loop over 100 machines…\n", n)
+		if r.Drift100Seconds, r.Talosctl100Seconds, err = hundred(bin, talosctl, dir, checks, concurrency); err != nil {
+			return r, err
+		}
+	}
 	r.SimPeakRSSMiB = peakRSS(sim.Process.Pid)
 	_ = sim.Process.Signal(os.Interrupt)
 	_ = sim.Wait()
@@ -141,6 +175,85 @@ func measure(bin, dir string, n int, checks string, concurrency int) (result, er
 		fmt.Fprintf(os.Stderr, "devata drift exited %d: %s\n", r.ExitCode, lastLines(driftErr.String(), 5))
 	}
 	return r, nil
+}
+
+// floor dials every machine over mTLS and asks its Version once, with the
+// same concurrency as devata drift: what no drift check can go below.
+func floor(simDir, invPath string, concurrency int) (float64, error) {
+	var settings struct {
+		Dial map[string]string `yaml:"dial"`
+	}
+	data, err := os.ReadFile(filepath.Join(simDir, "devata.yaml"))
+	if err != nil {
+		return 0, err
+	}
+	if err := yaml.Unmarshal(data, &settings); err != nil {
+		return 0, err
+	}
+	tc, err := machines.LoadTalosconfig(filepath.Join(simDir, "talosconfig"))
+	if err != nil {
+		return 0, err
+	}
+	d, err := machines.NewDialer(tc, settings.Dial)
+	if err != nil {
+		return 0, err
+	}
+	inv, err := inventory.Load(invPath)
+	if err != nil {
+		return 0, err
+	}
+	var ms []*inventory.Machine
+	for i := range inv.Machines {
+		ms = append(ms, &inv.Machines[i])
+	}
+	start := time.Now()
+	err = machines.ForEach(context.Background(), ms, concurrency, 30*time.Second, func(ctx context.Context, m *inventory.Machine) error {
+		c, err := d.Client(ctx, m)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		_, err = c.Version(ctx)
+		return err
+	})
+	return time.Since(start).Seconds(), err
+}
+
+// hundred times devata drift over the first 100 machines, and the loop an
+// operator scripts today: talosctl get machineconfig and service kubelet, one
+// process per call, machine after machine.
+func hundred(bin, talosctl, dir, checks string, concurrency int) (float64, float64, error) {
+	var settings struct {
+		Dial map[string]string `yaml:"dial"`
+	}
+	data, err := os.ReadFile(filepath.Join(dir, "sim", "devata.yaml"))
+	if err != nil {
+		return 0, 0, err
+	}
+	if err := yaml.Unmarshal(data, &settings); err != nil {
+		return 0, 0, err
+	}
+	var names []string
+	for i := 0; i < 100 && i < len(settings.Dial); i++ {
+		names = append(names, fmt.Sprintf("m-%05d", i))
+	}
+	drift := exec.Command(bin, "drift", "--config", filepath.Join(dir, "sim", "devata.yaml"), "--checks", checks, "--concurrency", strconv.Itoa(concurrency), "--machines", strings.Join(names, ","), "-o", "json")
+	drift.Env, drift.Stdout = cleanEnv(), io.Discard
+	start := time.Now()
+	_ = drift.Run()
+	driftSeconds := time.Since(start).Seconds()
+
+	tc := filepath.Join(dir, "sim", "talosconfig")
+	start = time.Now()
+	for _, name := range names {
+		for _, args := range [][]string{{"get", "machineconfig"}, {"service", "kubelet"}} {
+			cmd := exec.Command(talosctl, append([]string{"--talosconfig", tc, "-e", settings.Dial[name], "-n", name}, args...)...)
+			if out, err := cmd.CombinedOutput(); err != nil {
+				return 0, 0, fmt.Errorf("talosctl %s: %v: %s", strings.Join(cmd.Args[1:], " "), err, out)
+			}
+		}
+	}
+	return driftSeconds, time.Since(start).Seconds(), nil
 }
 
 func writeInventory(dir string, n int) error {
