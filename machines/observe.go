@@ -8,15 +8,18 @@ import (
 	"strings"
 	"sync"
 
+	cosiv1alpha1 "github.com/cosi-project/runtime/api/v1alpha1"
 	"github.com/cosi-project/runtime/pkg/resource"
 	"github.com/cosi-project/runtime/pkg/safe"
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
+	configpb "github.com/siderolabs/talos/pkg/machinery/api/resource/config"
 	"github.com/siderolabs/talos/pkg/machinery/client"
 	"github.com/siderolabs/talos/pkg/machinery/resources/config"
 	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 	"github.com/siderolabs/talos/pkg/machinery/resources/v1alpha1"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"devata.dev/devata/inventory"
 )
@@ -108,26 +111,19 @@ func ObserveWith(ctx context.Context, c *client.Client, d *Dialer, m *inventory.
 		go func() { defer wg.Done(); fn() }()
 	}
 	read(func() {
-		active, err := safe.StateGet[*config.MachineConfig](ctx, c.COSI, resource.NewMetadata(config.NamespaceName, config.MachineConfigType, config.ActiveID, resource.VersionUndefined))
+		active, err := readMachineConfig(ctx, c, config.ActiveID)
 		if err != nil {
 			o.ConfigErr = fmt.Errorf("read MachineConfig %s: %w", config.ActiveID, PlainError(err))
 			return
 		}
-		o.Active, err = active.Provider().Bytes()
-		if err != nil {
-			o.ConfigErr = fmt.Errorf("encode MachineConfig: %w", err)
-			return
-		}
-		o.ActiveHash = sha256.Sum256(o.Active)
+		o.Active, o.ActiveHash = active, sha256.Sum256(active)
 	})
 	read(func() {
-		p, err := safe.StateGet[*config.MachineConfig](ctx, c.COSI, resource.NewMetadata(config.NamespaceName, config.MachineConfigType, config.PersistentID, resource.VersionUndefined))
+		p, err := readMachineConfig(ctx, c, config.PersistentID)
 		if err != nil {
 			return // no persistent config is normal before the first reboot; the active one decides
 		}
-		if b, err := p.Provider().Bytes(); err == nil {
-			o.PersistentHash, o.HasPersistent = sha256.Sum256(b), true
-		}
+		o.PersistentHash, o.HasPersistent = sha256.Sum256(p), true
 	})
 	read(func() {
 		ms, err := safe.StateGet[*runtime.MachineStatus](ctx, c.COSI, resource.NewMetadata(runtime.NamespaceName, runtime.MachineStatusType, runtime.MachineStatusID, resource.VersionUndefined))
@@ -155,6 +151,24 @@ func ObserveWith(ctx context.Context, c *client.Client, d *Dialer, m *inventory.
 	}
 	wg.Wait()
 	return o
+}
+
+// readMachineConfig returns a MachineConfig resource's bytes as Talos stores
+// them. It reads the raw COSI resource and takes the spec's YAML bytes: the
+// typed client would parse the whole config into a machinery provider (a
+// third of a drift pass's CPU) only for devata to ask for those bytes back.
+func readMachineConfig(ctx context.Context, c *client.Client, id resource.ID) ([]byte, error) {
+	resp, err := cosiv1alpha1.NewStateClient(c.Conn()).Get(ctx, &cosiv1alpha1.GetRequest{
+		Namespace: config.NamespaceName, Type: config.MachineConfigType, Id: id,
+	})
+	if err != nil {
+		return nil, err
+	}
+	var spec configpb.MachineConfigSpec
+	if err := proto.Unmarshal(resp.GetResource().GetSpec().GetProtoSpec(), &spec); err != nil {
+		return nil, fmt.Errorf("decode MachineConfig %s: %w", id, err)
+	}
+	return spec.GetYamlMarshalled(), nil
 }
 
 func observeEtcd(ctx context.Context, c *client.Client) (*EtcdState, error) {
