@@ -1,10 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -146,7 +148,7 @@ func (a *app) demo(ctx context.Context, withKubernetes bool) error {
 	// DEVATA_* or TALOSCONFIG variables from pointing them elsewhere.
 	pinned := []string{"--config", settings, "-i", invPath, "--talosconfig", filepath.Join(simDir, "talosconfig"), "--kubeconfig", kubeconfig}
 	devata := func(args ...string) int {
-		fmt.Fprintf(out, "\n$ devata %s\n", joinArgs(args))
+		fmt.Fprintf(out, "\n$ devata %s\n", strings.Join(args, " "))
 		return run(ctx, append(args, pinned...), a.streams, a.getenv)
 	}
 
@@ -193,22 +195,8 @@ func (a *app) demo(ctx context.Context, withKubernetes bool) error {
 }
 
 func editConfig(cfg []byte, old, new string) ([]byte, error) {
-	s := string(cfg)
-	for i := 0; i+len(old) <= len(s); i++ {
-		if s[i:i+len(old)] == old {
-			return []byte(s[:i] + new + s[i+len(old):]), nil
-		}
+	if !bytes.Contains(cfg, []byte(old)) {
+		return nil, fmt.Errorf("%q not in config", old)
 	}
-	return nil, fmt.Errorf("%q not in config", old)
-}
-
-func joinArgs(args []string) string {
-	s := ""
-	for i, a := range args {
-		if i > 0 {
-			s += " "
-		}
-		s += a
-	}
-	return s
+	return bytes.Replace(cfg, []byte(old), []byte(new), 1), nil
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -172,21 +173,13 @@ func (f *Fleet) BootstrapEtcd(t testing.TB, members int) {
 // desired config edited by old → new.
 func (f *Fleet) Drift(t testing.TB, machine, old, new string) []byte {
 	t.Helper()
-	cfg := []byte(replaceOnce(t, string(f.Desired[machine]), old, new))
+	if !strings.Contains(string(f.Desired[machine]), old) {
+		t.Fatalf("%q not found in %s's config", old, machine)
+	}
+	cfg := []byte(strings.Replace(string(f.Desired[machine]), old, new, 1))
 	m := f.Sim.Machine(machine)
 	faults := m.Faults()
 	faults.DriftedConfig = cfg
 	m.SetFaults(faults)
 	return cfg
-}
-
-func replaceOnce(t testing.TB, s, old, new string) string {
-	t.Helper()
-	for i := 0; i+len(old) <= len(s); i++ {
-		if s[i:i+len(old)] == old {
-			return s[:i] + new + s[i+len(old):]
-		}
-	}
-	t.Fatalf("%q not found in config", old)
-	return ""
 }
