@@ -109,6 +109,7 @@ Start with:  devata demo          (runs on the embedded example; touches no mach
 		a.newApplyCommand(),
 		a.newSimCommand(),
 		a.newDemoCommand(),
+		a.newReconcileCommand(),
 		a.newBootstrapCommand(),
 		a.newPlanCommand(),
 	)

@@ -1,0 +1,282 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"devata.dev/devata/drift"
+	"devata.dev/devata/machines"
+	"devata.dev/devata/reconcile"
+)
+
+func (a *app) newReconcileCommand() *cobra.Command {
+	var flags struct {
+		interval, grace, wait, backoffMax         time.Duration
+		once, reportOnly, dryRun, leaderElect     bool
+		mode, metricsAddr, shard, auditLog        string
+		leaseNamespace, leaseName                 string
+		leaseDuration, renewDeadline, retryPeriod time.Duration
+		maxUnavailable, writeBurst                int
+		writeRate                                 float64
+		checks                                    []string
+	}
+	cmd := &cobra.Command{
+		Use:   "reconcile",
+		Short: "Keep the machines equal to the inventory, in a loop",
+		Long: `reconcile runs apply's policy as a level-triggered loop. Every --interval it
+re-reads the inventory (an invalid edit is reported and the last valid one stays
+in force), observes every machine it owns, and queues each machine whose applied
+config is not the desired one. A queued machine is planned afresh (dry run) and
+changed under apply's rollout policy: one control plane at a time with etcd
+gates before and after, at most --max-unavailable workers, a global write rate.
+A failed gate stops every change and is reported on every pass until it clears;
+a machine that keeps failing is retried with exponential backoff while the
+others carry on. Every action is written to --audit-log as a JSON line.
+
+--once runs one pass (exit 0 in sync or converged, 1 drift or changes left,
+2 an error or an Unknown). --report-only observes and reports only; --dry-run
+plans and records what it would do. --leader-elect acts only while holding a
+Lease (several replicas are safe). --shard i/N owns the workers whose name
+hashes to i; shard 0 also owns every control plane.
+
+SIGTERM stops taking work, finishes changes in flight within --grace and exits 0.
+Metrics, /healthz and /readyz are served on --metrics-addr.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			mode, err := machines.ParseMode(flags.mode)
+			if err != nil {
+				return exitWith(exitTrouble, err)
+			}
+			shard, err := reconcile.ParseShard(flags.shard)
+			if err != nil {
+				return exitWith(exitTrouble, err)
+			}
+			if flags.once && flags.leaderElect {
+				return exitWith(exitTrouble, errors.New("--once runs one pass now and --leader-elect is for the long-running loop: use one or the other (give each Indexed Job pod its own --shard instead)"))
+			}
+			if flags.reportOnly && flags.dryRun {
+				return exitWith(exitTrouble, errors.New("--report-only and --dry-run exclude each other: --report-only already sends nothing"))
+			}
+			log := a.loopLogger()
+			tc, err := machines.LoadTalosconfig(a.settings.Talosconfig)
+			if err != nil {
+				return exitWith(exitTrouble, err)
+			}
+			dialer, err := machines.NewDialer(tc, a.settings.Dial)
+			if err != nil {
+				return exitWith(exitTrouble, err)
+			}
+			kube, err := a.loopKubeClient()
+			if err != nil {
+				return exitWith(exitTrouble, err)
+			}
+			identity := a.identity()
+			metrics := reconcile.NewMetrics()
+			var audit *reconcile.AuditLog
+			if flags.auditLog != "" {
+				if audit, err = reconcile.OpenAuditLog(flags.auditLog, identity, shard); err != nil {
+					return exitWith(exitTrouble, err)
+				}
+				defer audit.Close()
+			}
+			loop := &reconcile.Loop{
+				Source: reconcile.FileSource(a.settings.Inventory), Dialer: dialer, Kube: kube,
+				Checks: flags.checks, Simulated: a.settings.Simulated,
+				Interval: flags.interval, ReportOnly: flags.reportOnly, DryRun: flags.dryRun,
+				Mode: mode, MaxUnavailable: flags.maxUnavailable,
+				Workers: a.settings.Concurrency, Concurrency: a.settings.Concurrency,
+				Timeout: a.settings.Timeout, Wait: flags.wait, Grace: flags.grace, Shard: shard,
+				WriteRate: flags.writeRate, WriteBurst: flags.writeBurst, BackoffMax: flags.backoffMax,
+				Metrics: metrics, Audit: audit, Log: log,
+			}
+			var elect *reconcile.LeaderElection
+			if flags.leaderElect {
+				lc, err := leaseClient(kube)
+				if err != nil {
+					return exitWith(exitTrouble, err)
+				}
+				name := flags.leaseName
+				if shard.Count > 1 {
+					name = fmt.Sprintf("%s-%d-of-%d", name, shard.Index, shard.Count)
+				}
+				elect = &reconcile.LeaderElection{
+					Client: lc, Namespace: a.leaseNamespace(flags.leaseNamespace), Name: name, Identity: identity,
+					LeaseDuration: flags.leaseDuration, RenewDeadline: flags.renewDeadline, RetryPeriod: flags.retryPeriod,
+					Release: true, Log: log, Metrics: metrics,
+				}
+				loop.Leading = elect.Leading
+			} else {
+				metrics.SetLeader(true)
+			}
+			ready := func() error {
+				if elect != nil && !elect.Leading() {
+					return nil // a standby is ready: it has nothing to do until it leads
+				}
+				return loop.Ready()
+			}
+			if flags.metricsAddr != "" {
+				stop, err := serveMetrics(flags.metricsAddr, metrics.Handler(ready), log)
+				if err != nil {
+					return exitWith(exitTrouble, err)
+				}
+				defer stop()
+			}
+			log.Info("reconcile starting", "inventory", a.settings.Inventory, "interval", flags.interval, "shard", shard.String(),
+				"report-only", flags.reportOnly, "dry-run", flags.dryRun, "leader-elect", flags.leaderElect, "identity", identity)
+
+			if flags.once {
+				res := loop.Once(ctx)
+				printPass(a.streams.Out, res)
+				if code := res.ExitCode(); code != 0 {
+					return exitWith(code, res.InventoryErr)
+				}
+				return nil
+			}
+			if elect != nil {
+				err = elect.Run(ctx, loop.Run)
+			} else {
+				err = loop.Run(ctx)
+			}
+			if err != nil {
+				return exitWith(exitTrouble, err)
+			}
+			log.Info("reconcile stopped")
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.DurationVar(&flags.interval, "interval", 5*time.Minute, "time between the starts of two passes")
+	f.BoolVar(&flags.once, "once", false, "run one pass and exit (for a CronJob or a runbook step)")
+	f.BoolVar(&flags.reportOnly, "report-only", false, "observe and report; never plan or change anything")
+	f.BoolVar(&flags.dryRun, "dry-run", false, "plan (dry runs on the machines) and record what would change; write nothing")
+	f.StringVar(&flags.mode, "mode", "auto", "apply mode: auto, no-reboot, reboot, staged, try")
+	f.IntVar(&flags.maxUnavailable, "max-unavailable", 1, "workers changed at once")
+	f.StringVar(&flags.metricsAddr, "metrics-addr", "", "serve /metrics, /healthz and /readyz on this address, e.g. :9090")
+	f.StringVar(&flags.shard, "shard", "", "own only shard i of N (i/N): workers by FNV-1a of their name; control planes belong to shard 0")
+	f.BoolVar(&flags.leaderElect, "leader-elect", false, "act only while holding a Lease (in-cluster config or --kubeconfig)")
+	f.StringVar(&flags.leaseNamespace, "lease-namespace", "", "namespace of the Lease (default: the pod's namespace, else default)")
+	f.StringVar(&flags.leaseName, "lease-name", "devata-reconcile", "name of the Lease; with --shard, -<i>-of-<N> is appended")
+	f.DurationVar(&flags.leaseDuration, "lease-duration", 15*time.Second, "how long a standby waits after the last renewal before taking over")
+	f.DurationVar(&flags.renewDeadline, "renew-deadline", 10*time.Second, "how long the leader keeps trying to renew before it stops acting")
+	f.DurationVar(&flags.retryPeriod, "retry-period", 2*time.Second, "how often to try to acquire or renew the Lease")
+	f.StringVar(&flags.auditLog, "audit-log", "", "append a JSON line per action to this file")
+	f.DurationVar(&flags.grace, "grace", 30*time.Second, "on SIGTERM, how long to let changes in flight finish")
+	f.DurationVar(&flags.wait, "wait", 10*time.Minute, "how long to wait for a machine to return and for etcd to be healthy")
+	f.Float64Var(&flags.writeRate, "write-rate", 1, "most config writes per second across the fleet (0: unlimited)")
+	f.IntVar(&flags.writeBurst, "write-burst", 1, "config writes allowed at once before --write-rate applies")
+	f.DurationVar(&flags.backoffMax, "backoff-max", 10*time.Minute, "longest wait before retrying a machine that keeps failing")
+	f.StringSliceVar(&flags.checks, "checks", nil, "observe only these checks (comma-separated); config is always observed")
+	return cmd
+}
+
+// loopLogger logs at info by default: a loop that runs for months must say
+// what it does without -v.
+func (a *app) loopLogger() *slog.Logger {
+	s := a.settings
+	if s.Verbose == 0 {
+		s.Verbose = 1
+	}
+	return newLogger(a.streams.Err, s)
+}
+
+// identity names this instance in the Lease and the audit log: the pod name
+// when the Deployment passes it, else the host name, with a random suffix so
+// that two processes on one host differ.
+func (a *app) identity() string {
+	if pod := a.getenv("POD_NAME"); pod != "" {
+		return pod
+	}
+	host, _ := os.Hostname()
+	b := make([]byte, 3)
+	_, _ = rand.Read(b)
+	return host + "_" + hex.EncodeToString(b)
+}
+
+func (a *app) leaseNamespace(flag string) string {
+	if flag != "" {
+		return flag
+	}
+	if ns := a.getenv("POD_NAMESPACE"); ns != "" {
+		return ns
+	}
+	if b, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace"); err == nil {
+		return strings.TrimSpace(string(b))
+	}
+	return "default"
+}
+
+// loopKubeClient is the kubeconfig's client or, in a pod, the in-cluster
+// one; nil when neither is there (the Kubernetes side of checks is then
+// Unknown and --leader-elect refuses).
+func (a *app) loopKubeClient() (kubernetes.Interface, error) {
+	if a.settings.Kubeconfig != "" {
+		return machines.KubeClient(a.settings.Kubeconfig)
+	}
+	cfg, err := rest.InClusterConfig()
+	if err != nil {
+		return nil, nil //nolint:nilerr // not in a pod: no Kubernetes client
+	}
+	return kubernetes.NewForConfig(cfg)
+}
+
+// leaseClient is the Kubernetes client the Lease needs.
+func leaseClient(kube kubernetes.Interface) (kubernetes.Interface, error) {
+	if kube == nil {
+		return nil, errors.New("--leader-elect needs the Kubernetes API: pass --kubeconfig or run in a pod")
+	}
+	return kube, nil
+}
+
+func serveMetrics(addr string, h http.Handler, log *slog.Logger) (stop func(), err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-addr: %w", err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics server stopped", "error", err)
+		}
+	}()
+	log.Info("serving metrics", "addr", ln.Addr().String())
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	}, nil
+}
+
+// printPass prints a --once pass: the drift report and what happened to each
+// queued machine.
+func printPass(w io.Writer, res *reconcile.PassResult) {
+	if res.Report != nil {
+		_ = drift.WriteTable(w, res.Report, drift.TableOptions{})
+	}
+	if res.InventoryErr != nil {
+		fmt.Fprintf(w, "inventory invalid: %v\n", res.InventoryErr)
+	}
+	for _, name := range res.Queued {
+		fmt.Fprintf(w, "%-20s %s\n", name, res.Outcomes[name])
+	}
+	for _, name := range res.BackingOff {
+		fmt.Fprintf(w, "%-20s backing off\n", name)
+	}
+	if res.Blocked != "" {
+		fmt.Fprintf(w, "rollout stopped: %s\n", res.Blocked)
+	}
+}
