@@ -49,21 +49,15 @@ type Plan struct {
 }
 
 // Pending returns the actions that change something.
-func (p *Plan) Pending() []Action {
-	var out []Action
-	for _, a := range p.Actions {
-		if a.Kind == KindApply {
-			out = append(out, a)
-		}
-	}
-	return out
-}
+func (p *Plan) Pending() []Action { return p.ofKind(KindApply) }
 
 // Skipped returns the machines that could not be planned.
-func (p *Plan) Skipped() []Action {
+func (p *Plan) Skipped() []Action { return p.ofKind(KindSkip) }
+
+func (p *Plan) ofKind(k Kind) []Action {
 	var out []Action
 	for _, a := range p.Actions {
-		if a.Kind == KindSkip {
+		if a.Kind == k {
 			out = append(out, a)
 		}
 	}

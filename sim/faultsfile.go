@@ -131,7 +131,7 @@ func (f *Fleet) ApplyFaults(all map[string]Faults) error {
 // ctx ends: the way to inject faults into a running `devata sim` from outside.
 // A missing file means no faults; a bad file is reported through onErr and
 // leaves the faults as they were.
-func (f *Fleet) WatchFaultsFile(ctx context.Context, path string, every time.Duration, onErr func(error)) {
+func (f *Fleet) WatchFaultsFile(ctx context.Context, path string, interval time.Duration, onErr func(error)) {
 	type stamp struct {
 		mod  time.Time
 		size int64
@@ -173,15 +173,5 @@ func (f *Fleet) WatchFaultsFile(ctx context.Context, path string, every time.Dur
 		}
 		f.log.Info("sim: faults applied", "file", path, "machines", len(faults))
 	}
-	check()
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			check()
-		}
-	}
+	every(ctx, interval, check)
 }

@@ -25,7 +25,12 @@ const nodeLeaseNamespace = "kube-node-lease"
 // lifecycle controller would, its Node goes Ready=Unknown. Unconfigured
 // machines have no kubelet and register nothing.
 func (f *Fleet) RunKubelets(ctx context.Context, kc kubernetes.Interface, interval time.Duration) {
-	f.SyncKubelets(ctx, kc)
+	every(ctx, interval, func() { f.SyncKubelets(ctx, kc) })
+}
+
+// every runs fn now and then every interval until ctx ends.
+func every(ctx context.Context, interval time.Duration, fn func()) {
+	fn()
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -33,7 +38,7 @@ func (f *Fleet) RunKubelets(ctx context.Context, kc kubernetes.Interface, interv
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			f.SyncKubelets(ctx, kc)
+			fn()
 		}
 	}
 }
