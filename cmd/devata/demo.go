@@ -190,7 +190,7 @@ func (a *app) demo(ctx context.Context, withKubernetes bool) error {
 	step("drift after apply: in sync but for the unreachable machine")
 	code := devata("drift", checks)
 	fmt.Fprintf(out, "    exit %d\n", code)
-	fmt.Fprintln(out, "\nEverything above ran against SIMULATED machines. Against a real cluster: devata validate, devata gen secrets, devata gen config, then devata drift and devata apply with your talosconfig.")
+	fmt.Fprintln(out, "\nEverything above ran against SIMULATED machines. Against a real cluster: devata validate, devata gen secrets, devata plan, devata bootstrap, then devata drift, devata apply or devata reconcile.")
 	return nil
 }
 
