@@ -1,6 +1,8 @@
 package main
 
 import (
+	"errors"
+
 	"github.com/spf13/cobra"
 
 	"devata.dev/devata/config"
@@ -11,6 +13,7 @@ func (a *app) newDriftCommand() *cobra.Command {
 	var flags struct {
 		machines, checks    []string
 		junitFile, promFile string
+		stream              bool
 	}
 	cmd := &cobra.Command{
 		Use:   "drift",
@@ -33,6 +36,9 @@ Exit 0 all in sync, 1 drift found, 2 could not complete (any Unknown or an error
 			if err != nil {
 				return exitWith(exitTrouble, err)
 			}
+			if flags.stream && (format != drift.FormatJSON || flags.junitFile != "" || flags.promFile != "") {
+				return exitWith(exitTrouble, errors.New("--stream writes JSON as it goes: use it with -o json and without --junit-file or --prom-file"))
+			}
 			s, err := a.openSession()
 			if err != nil {
 				return err
@@ -48,6 +54,24 @@ Exit 0 all in sync, 1 drift found, 2 could not complete (any Unknown or an error
 			h.Machines = nil
 			for _, m := range ms {
 				h.Machines = append(h.Machines, drift.Machine{Name: m.Name, Role: m.Role, Address: s.dialer.Endpoint(m)})
+			}
+			if flags.stream {
+				// Results are written as machines finish and never held: for
+				// fleets too large to keep a report in memory.
+				st := drift.NewJSONStream(a.streams.Out)
+				if err := st.Begin(h); err != nil {
+					return exitWith(exitTrouble, err)
+				}
+				if err := fc.Run(cmd.Context(), st); err != nil {
+					st.AddError(err)
+				}
+				if err := st.Close(); err != nil {
+					return exitWith(exitTrouble, err)
+				}
+				if code := st.ExitCode(); code != 0 {
+					return exitWith(code, nil)
+				}
+				return nil
 			}
 			rep := drift.NewReport(h)
 			if err := fc.Run(cmd.Context(), rep); err != nil {
@@ -77,6 +101,7 @@ Exit 0 all in sync, 1 drift found, 2 could not complete (any Unknown or an error
 	cmd.Flags().StringSliceVar(&flags.machines, "machines", nil, "only these machines (comma-separated names)")
 	cmd.Flags().StringSliceVar(&flags.checks, "checks", nil, "only these checks (comma-separated): config, talos-version, machine-stage, kubelet, etcd, storage-declaration, storage-volumes, storage-mounts, storage-raw-disks")
 	cmd.Flags().StringVar(&flags.junitFile, "junit-file", "", "also write the report as JUnit XML to this file")
+	cmd.Flags().BoolVar(&flags.stream, "stream", false, "write the JSON report as machines finish, holding no results (for very large fleets; results in arrival order; not with --junit-file/--prom-file)")
 	cmd.Flags().StringVar(&flags.promFile, "prom-file", "", "also write the report as a Prometheus textfile (atomically) to this path")
 	return cmd
 }

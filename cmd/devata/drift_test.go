@@ -199,3 +199,28 @@ func TestApplyRefusesRebootWithoutTerminal(t *testing.T) {
 		t.Errorf("--yes: exit %d\n%s%s", r.code, r.stdout, r.err)
 	}
 }
+
+// --stream writes the same report, in arrival order, without holding it.
+func TestDriftStreamMatchesTheReport(t *testing.T) {
+	sf := startSim(t, simtest.Options{})
+	sf.Sim.Machine("worker-2").SetFaults(sim.Faults{Unreachable: true})
+	held := devata(t, nil, "drift", "--config", sf.settings, machineChecks, "-o", "json")
+	streamed := devata(t, nil, "drift", "--config", sf.settings, machineChecks, "-o", "json", "--stream")
+	if held.code != 2 || streamed.code != 2 {
+		t.Fatalf("exit codes %d and %d, want 2 and 2\n%s", held.code, streamed.code, streamed.err)
+	}
+	var a, b drift.Report
+	if err := json.Unmarshal([]byte(held.stdout), &a); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal([]byte(streamed.stdout), &b); err != nil {
+		t.Fatalf("streamed JSON: %v\n%s", err, streamed.stdout)
+	}
+	b.Finish()
+	if len(a.Results) != len(b.Results) || a.Summary != b.Summary {
+		t.Errorf("streamed report differs: %d vs %d results, summary %+v vs %+v", len(a.Results), len(b.Results), a.Summary, b.Summary)
+	}
+	if r := devata(t, nil, "drift", "--config", sf.settings, "--stream"); r.code != 2 || !strings.Contains(r.err, "-o json") {
+		t.Errorf("--stream with the table: exit %d, %q", r.code, r.err)
+	}
+}
