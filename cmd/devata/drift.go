@@ -26,8 +26,9 @@ One unreachable machine never stops the others: it is reported as Unknown.
 Nothing is changed anywhere.
 
 Checks: config, talos-version, machine-stage, kubelet, etcd (control planes),
-storage-declaration, storage-volumes, storage-mounts, storage-raw-disks.
-See docs/checks.md and docs/checks-storage.md.
+storage-declaration, storage-volumes, storage-mounts, storage-raw-disks,
+cilium-declaration, cilium-services (partial: kube-proxy leftovers).
+See docs/checks.md, docs/checks-storage.md and docs/checks-netcheck.md.
 
 Exit 0 all in sync, 1 drift found, 2 could not complete (any Unknown or an error).`,
 		Args: cobra.NoArgs,
@@ -99,7 +100,7 @@ Exit 0 all in sync, 1 drift found, 2 could not complete (any Unknown or an error
 	}
 	config.AddOutputFlag(cmd.Flags())
 	cmd.Flags().StringSliceVar(&flags.machines, "machines", nil, "only these machines (comma-separated names)")
-	cmd.Flags().StringSliceVar(&flags.checks, "checks", nil, "only these checks (comma-separated): config, talos-version, machine-stage, kubelet, etcd, storage-declaration, storage-volumes, storage-mounts, storage-raw-disks")
+	cmd.Flags().StringSliceVar(&flags.checks, "checks", nil, "only these checks (comma-separated): config, talos-version, machine-stage, kubelet, etcd, storage-declaration, storage-volumes, storage-mounts, storage-raw-disks, cilium-declaration, cilium-services")
 	cmd.Flags().StringVar(&flags.junitFile, "junit-file", "", "also write the report as JUnit XML to this file")
 	cmd.Flags().BoolVar(&flags.stream, "stream", false, "write the JSON report as machines finish, holding no results (for very large fleets; results in arrival order; not with --junit-file/--prom-file)")
 	cmd.Flags().StringVar(&flags.promFile, "prom-file", "", "also write the report as a Prometheus textfile (atomically) to this path")

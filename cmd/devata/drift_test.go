@@ -224,3 +224,26 @@ func TestDriftStreamMatchesTheReport(t *testing.T) {
 		t.Errorf("--stream with the table: exit %d, %q", r.code, r.err)
 	}
 }
+
+// The Cilium checks run on their own and inside the full report; without a
+// kubeconfig their Kubernetes side is Unknown and says why.
+func TestDriftCiliumChecksWired(t *testing.T) {
+	sf := startSim(t, simtest.Options{Bootstrap: true})
+	r := devata(t, nil, "drift", "--config", sf.settings, "--checks=cilium-declaration,cilium-services", "-o", "json")
+	var rep drift.Report
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+		t.Fatalf("exit %d: %v\n%s", r.code, err, r.err)
+	}
+	if r.code != 2 || len(rep.Results) != 10 {
+		t.Fatalf("exit %d, %d results; want 2 and 10 (2 checks × 5 machines)", r.code, len(rep.Results))
+	}
+	for _, res := range rep.Results {
+		if res.Status != drift.StatusUnknown || !strings.Contains(res.Reason, "kubeconfig") {
+			t.Errorf("%s/%s: %s %q, want Unknown naming the missing kubeconfig", res.Machine, res.Check, res.Status, res.Reason)
+		}
+	}
+	full := devata(t, nil, "drift", "--config", sf.settings, "-o", "json")
+	if !strings.Contains(full.stdout, `"check": "cilium-declaration"`) || !strings.Contains(full.stdout, `"check": "storage-volumes"`) {
+		t.Errorf("the full report lacks the Cilium or storage checks")
+	}
+}

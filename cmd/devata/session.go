@@ -12,6 +12,7 @@ import (
 	"devata.dev/devata/drift"
 	"devata.dev/devata/inventory"
 	"devata.dev/devata/machines"
+	"devata.dev/devata/netcheck"
 	"devata.dev/devata/storagecheck"
 )
 
@@ -68,11 +69,12 @@ func (a *app) openSession() (*session, error) {
 }
 
 // fleetCheck is every check devata drift knows, for one pass over inv: the
-// machine checks and, on the same connection, the storage checks.
+// machine checks and, on the same connection, the storage and Cilium checks.
+// Build one per pass: the Cilium checks read the Kubernetes side once per value.
 func (a *app) fleetCheck(inv *inventory.Inventory, desired map[string][]byte, d *machines.Dialer, kube kubernetes.Interface) *machines.FleetCheck {
 	return &machines.FleetCheck{
 		Inventory: inv, Desired: desired, Dialer: d, Kube: kube,
-		Extensions:  []machines.Extension{storagecheck.Extension()},
+		Extensions:  []machines.Extension{storagecheck.Extension(), netcheck.Extension(kube, inv)},
 		Concurrency: a.settings.Concurrency, Timeout: a.settings.Timeout,
 	}
 }

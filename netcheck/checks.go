@@ -1,0 +1,426 @@
+package netcheck
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/siderolabs/talos/pkg/machinery/client"
+	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
+	"google.golang.org/grpc/codes"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"devata.dev/devata/drift"
+	"devata.dev/devata/inventory"
+)
+
+// Check names, as `devata drift --checks` takes them.
+const (
+	CheckDeclaration = "cilium-declaration"
+	CheckServices    = "cilium-services"
+)
+
+// Expect is what the inventory says about Cilium and kube-proxy.
+type Expect struct {
+	CNI                  string // cluster.network.cni: "none" means Cilium is installed separately
+	KubeProxy            bool   // cluster.network.kubeProxy
+	KubeProxyReplacement bool   // cluster.cilium.kubeProxyReplacement
+	ServiceHost          string // cluster.cilium.k8sServiceHost
+	ServicePort          int    // cluster.cilium.k8sServicePort
+}
+
+// ExpectFrom reads the expectations of a loaded (defaulted) inventory.
+func ExpectFrom(inv *inventory.Inventory) Expect {
+	c := inv.Cluster
+	e := Expect{CNI: c.Network.CNI, ServiceHost: c.Cilium.K8sServiceHost, ServicePort: c.Cilium.K8sServicePort}
+	if c.Network.KubeProxy != nil {
+		e.KubeProxy = *c.Network.KubeProxy
+	}
+	if c.Cilium.KubeProxyReplacement != nil {
+		e.KubeProxyReplacement = *c.Cilium.KubeProxyReplacement
+	}
+	return e
+}
+
+// viaKubePrism reports whether the agents reach the API server through the
+// node's KubePrism, which Talos serves on localhost.
+func (e Expect) viaKubePrism() bool {
+	h := strings.Trim(e.ServiceHost, "[]")
+	return h == "localhost" || net.ParseIP(h).IsLoopback()
+}
+
+// Target is everything the cilium checks need about one node.
+type Target struct {
+	Machine *inventory.Machine
+	Expect  Expect
+	// Active is the node's active MachineConfig (v1alpha1) as Talos stores it
+	// (machines.Observation.Active); ActiveErr says why it could not be read.
+	Active    []byte
+	ActiveErr error
+	// Obs is what Observe read over the Talos API; nil means not observed.
+	Obs *Observation
+	// Cluster is the pass's Kubernetes snapshot, shared by every node; nil
+	// means Kubernetes was not consulted.
+	Cluster *Cluster
+}
+
+func (t *Target) addr() string { return t.Machine.Address }
+
+func (t *Target) talosctl(args string) string { return "talosctl -n " + t.addr() + " " + args }
+
+// node is the Kubernetes Node name of the machine, as the kubelet check has it.
+func (t *Target) node() string { return t.Machine.Name }
+
+// Checks returns the cilium checks in ladder order. Both fail open: a
+// Talos rollout does not depend on Cilium, and is often what fixes a
+// declaration (cluster.proxy.disabled); the config check guards rollouts.
+//
+// cilium-services is a slice of the check DESIGN.md describes: the
+// resources part (kube-proxy gone); the agent's frontends versus the
+// EndpointSlice (infrastructure) need the pods/exec transport, not built yet.
+func Checks() []drift.Check[*Target] {
+	return []drift.Check[*Target]{
+		{Name: CheckDeclaration, Rung: drift.RungDeclaration, Run: checkDeclaration},
+		{Name: CheckServices, Rung: drift.RungResources, Run: checkServices},
+	}
+}
+
+// Problem is one observed disagreement with the inventory: what is wrong and
+// the next thing to inspect or run.
+type Problem struct {
+	Reason string
+	Next   string
+}
+
+// findings gathers one check's evidence: any problem makes the result
+// Drifted; otherwise anything not observed makes it Unknown; else InSync.
+type findings struct {
+	problems []Problem
+	unknowns []Problem // Reason is the error's text
+	evidence []string
+}
+
+func (f *findings) problem(reason, next string) {
+	f.problems = append(f.problems, Problem{reason, next})
+}
+func (f *findings) unknown(err error, next string) {
+	f.unknowns = append(f.unknowns, Problem{err.Error(), next})
+}
+func (f *findings) saw(evidence string) { f.evidence = append(f.evidence, evidence) }
+
+func (f *findings) result(name, check string, rung drift.Rung, desired string) drift.Result {
+	join := func(ps []Problem) (reasons, nexts string) {
+		var rs, ns []string
+		for _, p := range ps {
+			rs = append(rs, p.Reason)
+			if p.Next != "" && !slices.Contains(ns, p.Next) {
+				ns = append(ns, p.Next)
+			}
+		}
+		return strings.Join(rs, "; "), strings.Join(ns, "; ")
+	}
+	switch {
+	case len(f.problems) > 0:
+		reasons, nexts := join(f.problems)
+		return drift.Drifted(name, check, rung, reasons, desired, f.problems[0].Reason).
+			WithEvidence(f.evidence...).WithNext(nexts)
+	case len(f.unknowns) > 0:
+		reasons, nexts := join(f.unknowns)
+		return drift.Unknown(name, check, rung, errors.New(reasons), nexts).WithEvidence(f.evidence...)
+	}
+	return drift.InSync(name, check, rung, f.evidence...)
+}
+
+// notExpected is the InSync of a cilium check when the inventory does not ask
+// for kube-proxy replacement: there is nothing for it to prove.
+func notExpected(t *Target, check string, rung drift.Rung) (drift.Result, bool) {
+	if t.Expect.KubeProxyReplacement {
+		return drift.Result{}, false
+	}
+	return drift.InSync(t.Machine.Name, check, rung, "cluster.cilium.kubeProxyReplacement is false: no kube-proxy replacement expected"), true
+}
+
+// kubeSide returns why the Kubernetes snapshot cannot be used, if it cannot.
+func kubeSide(t *Target) error {
+	switch {
+	case t.Cluster == nil:
+		return errors.New("Kubernetes was not consulted")
+	case t.Cluster.Err != nil:
+		return t.Cluster.Err
+	}
+	return nil
+}
+
+const nextKubeconfig = "pass --kubeconfig (or set KUBECONFIG) so the cluster's Cilium objects can be read"
+
+// checkDeclaration proves the node is declared kube-proxy-free everywhere
+// that decides it: the active Talos config, Talos' applied manifests and
+// KubePrism, the agent DaemonSet, cilium-config and CiliumNodeConfigs.
+func checkDeclaration(_ context.Context, t *Target) []drift.Result {
+	const rung, check = drift.RungDeclaration, CheckDeclaration
+	if r, ok := notExpected(t, check, rung); ok {
+		return []drift.Result{r}
+	}
+	var f findings
+	e := t.Expect
+	desired := fmt.Sprintf("cni %s, proxy disabled, kube-proxy-replacement true, agent → %s:%d", e.CNI, e.ServiceHost, e.ServicePort)
+	if t.Obs != nil && t.Obs.Err != nil {
+		return []drift.Result{drift.Unknown(t.Machine.Name, check, rung, t.Obs.Err, "check that "+t.Machine.Name+" is up and its Talos API reachable: "+t.talosctl("version"))}
+	}
+	declareTalosConfig(t, &f)
+	declareTalosResources(t, &f)
+	declareKubernetes(t, &f)
+	return []drift.Result{f.result(t.Machine.Name, check, rung, desired)}
+}
+
+func declareTalosConfig(t *Target, f *findings) {
+	if t.ActiveErr != nil {
+		f.unknown(t.ActiveErr, talosRoleNext(t.ActiveErr, t.talosctl("get machineconfig v1alpha1 -o yaml")))
+		return
+	}
+	if t.Active == nil {
+		f.unknown(errors.New("the active MachineConfig was not read"), t.talosctl("get machineconfig v1alpha1 -o yaml"))
+		return
+	}
+	cfg, err := configloader.NewFromBytes(t.Active)
+	if err != nil {
+		f.unknown(fmt.Errorf("active config does not load: %w", err), t.talosctl("get machineconfig v1alpha1 -o yaml"))
+		return
+	}
+	cc := cfg.Cluster()
+	if cc == nil {
+		f.problem("active config has no cluster section", "devata apply --machines "+t.Machine.Name)
+		return
+	}
+	cni := ""
+	if n := cc.Network(); n != nil && n.CNI() != nil {
+		cni = n.CNI().Name()
+	}
+	if cni != t.Expect.CNI {
+		f.problem(fmt.Sprintf("active config has cluster.network.cni.name %q, inventory %q", cni, t.Expect.CNI),
+			"devata apply --machines "+t.Machine.Name+" (then "+t.talosctl("get machineconfig v1alpha1 -o yaml")+")")
+	} else {
+		f.saw("MachineConfig cluster.network.cni.name " + cni)
+	}
+	// Talos applies the kube-proxy manifest from control planes only; a
+	// worker's config has no cluster.proxy section (it reads as enabled).
+	if !t.Machine.IsControlPlane() {
+		f.saw("cluster.proxy is decided by the control planes' configs")
+		return
+	}
+	proxyOn := cc.Proxy() != nil && cc.Proxy().Enabled()
+	if proxyOn != t.Expect.KubeProxy {
+		f.problem(fmt.Sprintf("active config has cluster.proxy.disabled %t, inventory kubeProxy %t", !proxyOn, t.Expect.KubeProxy),
+			"devata apply --machines "+t.Machine.Name+"; Talos then stops applying kube-proxy but never deletes it: see cilium-services")
+	} else {
+		f.saw(fmt.Sprintf("MachineConfig cluster.proxy.disabled %t", !proxyOn))
+	}
+}
+
+func declareTalosResources(t *Target, f *findings) {
+	o := t.Obs
+	if o == nil {
+		f.unknown(errors.New("Talos resources were not observed"), t.talosctl("get manifeststatus"))
+		return
+	}
+	switch {
+	case o.ManifestsErr != nil:
+		f.unknown(o.ManifestsErr, talosRoleNext(o.ManifestsErr, t.talosctl("get manifeststatus -o yaml")))
+	case !o.ManifestsFound:
+		f.saw("no ManifestStatus (this node applies no bootstrap manifests)")
+	default:
+		if i := slices.IndexFunc(o.Manifests, func(m string) bool { return strings.Contains(m, "kube-proxy") }); i >= 0 && !t.Expect.KubeProxy {
+			f.problem("Talos applies the kube-proxy manifest "+o.Manifests[i],
+				"set cluster.proxy.disabled (inventory kubeProxy: false) and devata apply --machines "+t.Machine.Name+"; "+t.talosctl("get manifeststatus -o yaml"))
+		} else {
+			f.saw("ManifestStatus without kube-proxy")
+		}
+	}
+	if !t.Expect.viaKubePrism() {
+		return
+	}
+	if o.KubePrismErr != nil {
+		f.unknown(o.KubePrismErr, talosRoleNext(o.KubePrismErr, t.talosctl("get kubeprismstatuses")))
+		return
+	}
+	for _, p := range EvaluateKubePrism(t.Expect, o.KubePrism, o.KubePrismFound, t.talosctl("")) {
+		f.problem(p.Reason, p.Next)
+	}
+	if o.KubePrismFound {
+		f.saw(fmt.Sprintf("KubePrismStatuses %s healthy %t", o.KubePrism.Host, o.KubePrism.Healthy))
+	}
+}
+
+// EvaluateKubePrism checks Talos' KubePrism status on a node whose agent is
+// pointed at localhost (e.ServiceHost): it must run, be healthy and listen on
+// e.ServicePort. talosctl is the node's "talosctl -n ADDR " prefix for the
+// next steps. An unread status (err) is the caller's business.
+func EvaluateKubePrism(e Expect, kp KubePrism, found bool, talosctl string) []Problem {
+	target := fmt.Sprintf("%s:%d", e.ServiceHost, e.ServicePort)
+	if !found {
+		return []Problem{{
+			Reason: "KubePrism is not running on the node, but the cilium agent is pointed at " + target,
+			Next:   talosctl + "get kubeprismconfig; enable machine.features.kubePrism (port " + strconv.Itoa(e.ServicePort) + ") in a patch and devata apply",
+		}}
+	}
+	var ps []Problem
+	if !kp.Healthy {
+		ps = append(ps, Problem{
+			Reason: "KubePrism at " + kp.Host + " is not healthy: the cilium agent cannot reach the API server through " + target,
+			Next:   talosctl + "get kubeprismendpoints -o yaml (are the control planes' API servers up?); " + talosctl + "logs kubelet",
+		})
+	}
+	if _, port, err := net.SplitHostPort(kp.Host); err == nil && port != strconv.Itoa(e.ServicePort) {
+		ps = append(ps, Problem{
+			Reason: "KubePrism listens on " + kp.Host + ", the inventory's k8sServicePort is " + strconv.Itoa(e.ServicePort),
+			Next:   "set machine.features.kubePrism.port or cluster.cilium.k8sServicePort so they agree; " + talosctl + "get kubeprismconfig -o yaml",
+		})
+	}
+	return ps
+}
+
+func declareKubernetes(t *Target, f *findings) {
+	if err := kubeSide(t); err != nil {
+		f.unknown(err, nextKubeconfig)
+		return
+	}
+	cl, e, node := t.Cluster, t.Expect, t.node()
+	switch {
+	case cl.AgentErr != nil:
+		f.unknown(cl.AgentErr, "kubectl get daemonsets -A: netcheck needs list on daemonsets")
+	case cl.Agent == nil:
+		f.problem("no cilium agent DaemonSet in the cluster", "helm -n kube-system status cilium; kubectl get daemonsets -A -l k8s-app=cilium")
+	default:
+		a := cl.Agent
+		ref := a.Namespace + "/" + a.Name
+		next := "kubectl -n " + a.Namespace + " get daemonset " + a.Name + " -o yaml; set k8sServiceHost/k8sServicePort in the Helm values (helm upgrade cilium … --reuse-values)"
+		for _, kv := range []struct{ env, want string }{{EnvServiceHost, e.ServiceHost}, {EnvServicePort, strconv.Itoa(e.ServicePort)}} {
+			got, ok := a.Env[kv.env]
+			switch {
+			case slices.Contains(a.ValueFrom, kv.env):
+				f.unknown(fmt.Errorf("DaemonSet %s sets %s through valueFrom, which netcheck does not resolve", ref, kv.env), next)
+			case !ok:
+				f.problem(fmt.Sprintf("DaemonSet %s container %s has no %s (inventory %s)", ref, AgentContainer, kv.env, kv.want), next)
+			case got != kv.want:
+				f.problem(fmt.Sprintf("DaemonSet %s has %s=%s, inventory %s", ref, kv.env, got, kv.want), next)
+			default:
+				f.saw(fmt.Sprintf("DaemonSet %s %s=%s", ref, kv.env, got))
+			}
+		}
+	}
+	ns := "kube-system"
+	if cl.Agent != nil {
+		ns = cl.Agent.Namespace
+	}
+	switch {
+	case cl.ConfigErr != nil:
+		f.unknown(cl.ConfigErr, "kubectl -n "+ns+" get configmap "+ConfigMapName+": netcheck needs get on configmaps")
+	case cl.Config == nil:
+		f.problem("no ConfigMap "+ns+"/"+ConfigMapName, "helm -n "+ns+" status cilium")
+	case cl.Config[KeyKPR] != "true":
+		f.problem(fmt.Sprintf("ConfigMap %s/%s has %s=%q, want \"true\"", ns, ConfigMapName, KeyKPR, cl.Config[KeyKPR]),
+			"set kubeProxyReplacement=true in the Helm values (helm upgrade cilium … --reuse-values --set kubeProxyReplacement=true), then restart the agents: kubectl -n "+ns+" rollout restart daemonset "+AgentDaemonSet)
+	default:
+		f.saw(fmt.Sprintf("ConfigMap %s/%s %s=true", ns, ConfigMapName, KeyKPR))
+	}
+	declareNodeConfigs(cl, node, f)
+}
+
+// declareNodeConfigs finds the CiliumNodeConfigs that override
+// kube-proxy-replacement on this node: Cilium applies them on top of
+// cilium-config, so one of them turns KPR off for the nodes it selects.
+func declareNodeConfigs(cl *Cluster, node string, f *findings) {
+	const next = "kubectl get ciliumnodeconfigs -A: netcheck needs list on ciliumnodeconfigs.cilium.io"
+	switch {
+	case cl.NodeConfigsErr != nil:
+		f.unknown(cl.NodeConfigsErr, next)
+		return
+	case !cl.NodeConfigsCRD:
+		f.saw("no CiliumNodeConfig resource served")
+		return
+	}
+	var overriding []NodeConfig
+	for _, nc := range cl.NodeConfigs {
+		if _, ok := nc.Defaults[KeyKPR]; ok {
+			overriding = append(overriding, nc)
+		}
+	}
+	if len(overriding) == 0 {
+		f.saw(fmt.Sprintf("%d CiliumNodeConfigs, none overrides %s", len(cl.NodeConfigs), KeyKPR))
+		return
+	}
+	if cl.NodesErr != nil {
+		f.unknown(fmt.Errorf("CiliumNodeConfigs override %s but the Nodes were not read: %w", KeyKPR, cl.NodesErr), "kubectl get nodes --show-labels: netcheck needs list on nodes")
+		return
+	}
+	nodeLabels, ok := cl.NodeLabels[node]
+	if !ok {
+		f.unknown(fmt.Errorf("CiliumNodeConfigs override %s but no Node %s is registered to match their selectors against", KeyKPR, node), "kubectl get node "+node)
+		return
+	}
+	matched := false
+	for _, nc := range overriding {
+		if !nc.Selector.Matches(labels.Set(nodeLabels)) {
+			continue
+		}
+		matched = true
+		if v := nc.Defaults[KeyKPR]; v != "true" {
+			f.problem(fmt.Sprintf("CiliumNodeConfig %s sets %s=%q on node %s", nc.Ref(), KeyKPR, v, node),
+				"kubectl -n "+nc.Namespace+" get ciliumnodeconfig "+nc.Name+" -o yaml: remove the override (or narrow its nodeSelector), then delete the node's cilium agent pod so it restarts with cilium-config")
+		} else {
+			f.saw(fmt.Sprintf("CiliumNodeConfig %s sets %s=true", nc.Ref(), KeyKPR))
+		}
+	}
+	if !matched {
+		f.saw(fmt.Sprintf("no CiliumNodeConfig overriding %s selects node %s", KeyKPR, node))
+	}
+}
+
+// checkServices proves kube-proxy is gone: no kube-proxy DaemonSet anywhere,
+// and no kube-proxy pod on this node. Talos never deletes manifests it
+// created, so a cluster switched to proxy.disabled keeps both (and their
+// iptables rules) until someone deletes them.
+func checkServices(_ context.Context, t *Target) []drift.Result {
+	const rung, check = drift.RungResources, CheckServices
+	if r, ok := notExpected(t, check, rung); ok {
+		return []drift.Result{r}
+	}
+	var f findings
+	cl := t.Cluster
+	switch err := kubeSide(t); {
+	case err != nil:
+		f.unknown(err, nextKubeconfig)
+	case cl.KubeProxyErr != nil:
+		f.unknown(cl.KubeProxyErr, "kubectl get daemonsets,pods -A -l k8s-app=kube-proxy: netcheck needs list on daemonsets and pods")
+	default:
+		for _, ref := range cl.KubeProxyDaemonSets {
+			ns, name, _ := strings.Cut(ref, "/")
+			f.problem("kube-proxy DaemonSet "+ref+" still present",
+				"Talos never deletes manifests it created: confirm cluster.proxy.disabled ("+t.talosctl("get machineconfig v1alpha1 -o yaml")+"), then kubectl -n "+ns+" delete daemonset "+name+"; its iptables rules stay until each node reboots")
+		}
+		for _, ref := range cl.KubeProxyPods {
+			if cl.KubeProxyPodNodes[ref] != t.node() {
+				continue
+			}
+			ns, name, _ := strings.Cut(ref, "/")
+			f.problem("kube-proxy pod "+ref+" runs on node "+t.node(),
+				"kubectl -n "+ns+" get pod "+name+" -o yaml (who owns it?); delete its DaemonSet, or the pod if it is static")
+		}
+		if len(f.problems) == 0 {
+			f.saw(fmt.Sprintf("no kube-proxy DaemonSet in the cluster, no kube-proxy pod on node %s", t.node()))
+		}
+	}
+	return []drift.Result{f.result(t.Machine.Name, check, rung, "no kube-proxy DaemonSet or pod")}
+}
+
+// talosRoleNext replaces next with the role advice when err is a permission error.
+func talosRoleNext(err error, next string) string {
+	if client.StatusCode(err) == codes.PermissionDenied {
+		return "the talosconfig's certificate lacks the role this read needs (MachineConfig needs os:admin, the rest os:reader): use a talosconfig with that role"
+	}
+	return next
+}

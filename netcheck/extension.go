@@ -1,0 +1,86 @@
+package netcheck
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+
+	"github.com/siderolabs/talos/pkg/machinery/client"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+
+	"devata.dev/devata/drift"
+	"devata.dev/devata/inventory"
+	"devata.dev/devata/machines"
+)
+
+// Extension plugs the cilium checks into a machines.FleetCheck: the Talos
+// side reads on the connection the machine checks opened and reuses the
+// active config they already hold; the Kubernetes side is one Cluster
+// snapshot, read by the first machine that needs it and shared by the rest.
+// Build one Extension per pass (as a FleetCheck is built per pass): the
+// snapshot lives as long as the Extension. A nil kube makes every
+// Kubernetes-side finding Unknown ("no kubeconfig"); CiliumNodeConfigs are
+// read through a dynamic client on kube's connection.
+func Extension(kube kubernetes.Interface, inv *inventory.Inventory) machines.Extension {
+	return ExtensionWith(kube, DynamicFor(kube), inv)
+}
+
+// ExtensionWith is Extension with the dynamic client given.
+func ExtensionWith(kube kubernetes.Interface, dyn dynamic.Interface, inv *inventory.Inventory) machines.Extension {
+	var names []string
+	for _, c := range Checks() {
+		names = append(names, c.Name)
+	}
+	snap := &snapshot{kube: kube, dyn: dyn}
+	expect := ExpectFrom(inv)
+	return machines.Extension{
+		Names: names,
+		Run: func(ctx context.Context, c *client.Client, mt *machines.Target, want []string) []drift.Result {
+			o := mt.Obs
+			var no *Observation
+			switch {
+			case o.Err != nil:
+				no = &Observation{Err: o.Err}
+			case c == nil:
+				no = &Observation{Err: errors.New("no Talos connection")}
+			default:
+				no = Observe(ctx, c)
+			}
+			t := &Target{Machine: mt.Machine, Expect: expect, Active: o.Active, ActiveErr: o.ConfigErr, Obs: no, Cluster: snap.get(ctx)}
+			var out []drift.Result
+			for _, ch := range Checks() {
+				if slices.Contains(want, ch.Name) {
+					out = append(out, ch.Evaluate(ctx, mt.Machine.Name, t)...)
+				}
+			}
+			return out
+		},
+	}
+}
+
+// snapshot reads the Cluster once for every machine of a pass. Machines wait
+// for the first read rather than each starting their own; a read cut short
+// by its machine's context (timeout, cancel) is not kept, so the next
+// machine reads again.
+type snapshot struct {
+	kube kubernetes.Interface
+	dyn  dynamic.Interface
+
+	mu sync.Mutex
+	cl *Cluster
+}
+
+func (s *snapshot) get(ctx context.Context) *Cluster {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cl != nil {
+		return s.cl
+	}
+	cl := ObserveCluster(ctx, s.kube, s.dyn)
+	if ctx.Err() == nil {
+		s.cl = cl
+	}
+	return cl
+}
