@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -103,7 +102,7 @@ func TestBootstrapRetriesWhileNotReady(t *testing.T) {
 	f := simtest.Start(t, simtest.Options{})
 	cp1 := f.Sim.Machine("cp-1")
 	cp1.SetFaults(sim.Faults{ErrorCodes: map[string]codes.Code{"Bootstrap": codes.FailedPrecondition}})
-	out := &onOutput{on: "not ready for it yet", fn: func() { cp1.SetFaults(sim.Faults{}) }}
+	out := &simtest.Output{On: "not ready for it yet", Then: func() { cp1.SetFaults(sim.Faults{}) }}
 	seq := sequence.New(sequence.Options{
 		InventoryPath: f.Inventory.Path, Talosconfig: f.Talosconfig(t), Overrides: f.Overrides, KubeconfigOut: t.TempDir() + "/kubeconfig",
 		SkipNodes: true, Timeout: 5 * time.Second, Wait: 10 * time.Second, Poll: 50 * time.Millisecond, Out: out,
@@ -114,32 +113,6 @@ func TestBootstrapRetriesWhileNotReady(t *testing.T) {
 	if !strings.Contains(out.String(), "bootstrapped etcd on cp-1") || cp1.Calls("Bootstrap") != 1 {
 		t.Errorf("%d Bootstrap calls reached cp-1:\n%s", cp1.Calls("Bootstrap"), out.String())
 	}
-}
-
-// onOutput runs fn once when what was written first contains on.
-type onOutput struct {
-	mu    sync.Mutex
-	buf   bytes.Buffer
-	on    string
-	fn    func()
-	fired bool
-}
-
-func (w *onOutput) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.buf.Write(p)
-	if !w.fired && strings.Contains(w.buf.String(), w.on) {
-		w.fired = true
-		w.fn()
-	}
-	return len(p), nil
-}
-
-func (w *onOutput) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.buf.String()
 }
 
 // A machine added later in maintenance mode next to a running cluster is

@@ -53,34 +53,8 @@ func (k *kube) playKubelets(t *testing.T, f *sim.Fleet) {
 	t.Cleanup(func() { cancel(); wg.Wait() })
 }
 
-// trigger is stdout that runs fn once, when the output first contains on.
-type trigger struct {
-	mu    sync.Mutex
-	buf   bytes.Buffer
-	on    string
-	fn    func()
-	fired bool
-}
-
-func (w *trigger) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.buf.Write(p)
-	if !w.fired && w.on != "" && strings.Contains(w.buf.String(), w.on) {
-		w.fired = true
-		w.fn()
-	}
-	return len(p), nil
-}
-
-func (w *trigger) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.buf.String()
-}
-
 // devataCtx runs the CLI in-process with ctx and stdout given.
-func devataCtx(t *testing.T, ctx context.Context, out *trigger, args ...string) result {
+func devataCtx(t *testing.T, ctx context.Context, out *simtest.Output, args ...string) result {
 	t.Helper()
 	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
 	var errb bytes.Buffer
@@ -251,10 +225,10 @@ func TestBootstrapResumes(t *testing.T) {
 			}
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			out := &trigger{on: tc.on, fn: func() { tc.act(sf, cancel) }}
+			out := &simtest.Output{On: tc.on, Then: func() { tc.act(sf, cancel) }}
 			r := devataCtx(t, ctx, out, bootstrapArgs(sf, k)...)
 			show(t, r)
-			if !out.fired {
+			if !out.Fired() {
 				t.Fatalf("the interruption never fired (no %q in the output):\n%s%s", tc.on, r.stdout, r.err)
 			}
 			switch {

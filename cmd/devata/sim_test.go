@@ -1,30 +1,15 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"devata.dev/devata/internal/simtest"
 )
-
-// syncBuffer is a bytes.Buffer safe to read while the command writes it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
 // devata sim serves the inventory; devata drift, pointed at it by the
 // settings file it wrote, sees it; a faults file written from outside shows up.
@@ -40,7 +25,7 @@ func TestSimCommandServesTheInventory(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	var out, errb syncBuffer
+	var out, errb simtest.Output
 	done := make(chan int)
 	go func() {
 		done <- run(ctx, []string{"sim", "-i", inv, "--dir", dir, "--maintenance=worker-2"}, Streams{In: strings.NewReader(""), Out: &out, Err: &errb}, func(string) string { return "" })
