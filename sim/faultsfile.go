@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/dustin/go-humanize"
@@ -135,6 +136,7 @@ func (f *Fleet) WatchFaultsFile(ctx context.Context, path string, interval time.
 	type stamp struct {
 		mod  time.Time
 		size int64
+		ino  uint64 // a file renamed into place is new even within one mtime tick
 	}
 	missing := stamp{size: -1}
 	applied, seen := missing, missing
@@ -148,7 +150,10 @@ func (f *Fleet) WatchFaultsFile(ctx context.Context, path string, interval time.
 			onErr(err)
 			return
 		default:
-			cur = stamp{st.ModTime(), st.Size()}
+			cur = stamp{mod: st.ModTime(), size: st.Size()}
+			if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+				cur.ino = sys.Ino
+			}
 		}
 		// An editor writing in place is seen mid-write as a short file: act
 		// only on a file that looked the same on two looks in a row (or on

@@ -20,9 +20,15 @@ func TestFaultsFileDrivesTheFleet(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "edited.yaml"), f.Desired["cp-2"], 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// Written whole (temp file, rename), so that no look sees half a file;
+	// in-place writes are covered by the watcher's two-look rule, best effort.
 	write := func(s string) {
 		t.Helper()
-		if err := os.WriteFile(path, []byte(s), 0o600); err != nil {
+		tmp := path + ".tmp"
+		if err := os.WriteFile(tmp, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, path); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -35,7 +41,9 @@ cp-2: {unreachable: true, latency: 150ms, driftedConfigFile: edited.yaml, talosV
 	errs := make(chan error, 10)
 	go f.Sim.WatchFaultsFile(ctx, path, 20*time.Millisecond, func(err error) { errs <- err })
 
-	waitUntil(t, func() bool { return f.Sim.Machine("worker-1").Faults().KubeletUnhealthy })
+	waitUntil(t, func() bool {
+		return f.Sim.Machine("worker-1").Faults().KubeletUnhealthy && f.Sim.Machine("cp-2").Faults().Unreachable
+	})
 	w1 := f.Sim.Machine("worker-1").Faults()
 	if w1.ErrorCodes["ApplyConfiguration"] != codes.PermissionDenied {
 		t.Errorf("worker-1 error codes %v", w1.ErrorCodes)
@@ -48,8 +56,11 @@ cp-2: {unreachable: true, latency: 150ms, driftedConfigFile: edited.yaml, talosV
 	// The file is the whole fault state: dropping a machine clears its faults.
 	time.Sleep(10 * time.Millisecond) // a different mtime on coarse filesystems
 	write("worker-1: {unreachable: true}\n")
-	waitUntil(t, func() bool { return !f.Sim.Machine("cp-2").Faults().Unreachable })
-	if got := f.Sim.Machine("worker-1").Faults(); !got.Unreachable || got.KubeletUnhealthy {
+	// ApplyFaults sets machine after machine: wait for both to be seen.
+	waitUntil(t, func() bool {
+		return !f.Sim.Machine("cp-2").Faults().Unreachable && f.Sim.Machine("worker-1").Faults().Unreachable
+	})
+	if got := f.Sim.Machine("worker-1").Faults(); !got.Unreachable || got.KubeletUnhealthy || got.ErrorCodes != nil {
 		t.Errorf("worker-1 faults after edit %+v", got)
 	}
 
