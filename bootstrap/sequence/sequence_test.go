@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -46,10 +47,7 @@ func TestApplyMaintenanceConfiguresAMachineInMaintenance(t *testing.T) {
 func TestRunOnABuiltClusterWritesNothing(t *testing.T) {
 	f := simtest.Start(t, simtest.Options{Bootstrap: true})
 	var out bytes.Buffer
-	seq := sequence.New(sequence.Options{
-		InventoryPath: f.Inventory.Path, Talosconfig: f.Talosconfig(t), Overrides: f.Overrides,
-		SkipNodes: true, Timeout: 5 * time.Second, Wait: 10 * time.Second, Poll: 50 * time.Millisecond, Out: &out,
-	})
+	seq := newSequence(t, f, &out, "")
 	if err := seq.Run(context.Background()); err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
@@ -103,10 +101,7 @@ func TestBootstrapRetriesWhileNotReady(t *testing.T) {
 	cp1 := f.Sim.Machine("cp-1")
 	cp1.SetFaults(sim.Faults{ErrorCodes: map[string]codes.Code{"Bootstrap": codes.FailedPrecondition}})
 	out := &simtest.Output{On: "not ready for it yet", Then: func() { cp1.SetFaults(sim.Faults{}) }}
-	seq := sequence.New(sequence.Options{
-		InventoryPath: f.Inventory.Path, Talosconfig: f.Talosconfig(t), Overrides: f.Overrides, KubeconfigOut: t.TempDir() + "/kubeconfig",
-		SkipNodes: true, Timeout: 5 * time.Second, Wait: 10 * time.Second, Poll: 50 * time.Millisecond, Out: out,
-	})
+	seq := newSequence(t, f, out, t.TempDir()+"/kubeconfig")
 	if err := seq.Run(context.Background()); err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
@@ -120,10 +115,7 @@ func TestBootstrapRetriesWhileNotReady(t *testing.T) {
 func TestRunConfiguresAWorkerAddedLater(t *testing.T) {
 	f := simtest.Start(t, simtest.Options{Maintenance: []string{"worker-2"}, Bootstrap: true})
 	var out bytes.Buffer
-	seq := sequence.New(sequence.Options{
-		InventoryPath: f.Inventory.Path, Talosconfig: f.Talosconfig(t), Overrides: f.Overrides,
-		SkipNodes: true, Timeout: 5 * time.Second, Wait: 10 * time.Second, Poll: 50 * time.Millisecond, Out: &out,
-	})
+	seq := newSequence(t, f, &out, "")
 	if err := seq.Run(context.Background()); err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
@@ -144,10 +136,7 @@ func TestRunCreatesTheSecretsBundleOnlyWhenMissing(t *testing.T) {
 	}
 	run := func() string {
 		var out bytes.Buffer
-		seq := sequence.New(sequence.Options{
-			InventoryPath: f.Inventory.Path, Talosconfig: f.Talosconfig(t), Overrides: f.Overrides,
-			SkipNodes: true, Timeout: 5 * time.Second, Wait: 10 * time.Second, Poll: 50 * time.Millisecond, Out: &out,
-		})
+		seq := newSequence(t, f, &out, "")
 		if err := seq.Run(context.Background()); err != nil {
 			t.Fatalf("%v\n%s", err, out.String())
 		}
@@ -167,4 +156,14 @@ func TestRunCreatesTheSecretsBundleOnlyWhenMissing(t *testing.T) {
 	if !bytes.Equal(readFile(t, path), created) {
 		t.Error("the second run replaced the bundle")
 	}
+}
+
+// newSequence is the sequence every test here runs against a simtest fleet:
+// no Node wait, short timeouts; kubeconfigOut "" keeps the default path.
+func newSequence(t *testing.T, f *simtest.Fleet, out io.Writer, kubeconfigOut string) *sequence.Sequence {
+	t.Helper()
+	return sequence.New(sequence.Options{
+		InventoryPath: f.Inventory.Path, Talosconfig: f.Talosconfig(t), Overrides: f.Overrides, KubeconfigOut: kubeconfigOut,
+		SkipNodes: true, Timeout: 5 * time.Second, Wait: 10 * time.Second, Poll: 50 * time.Millisecond, Out: out,
+	})
 }
