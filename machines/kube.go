@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 )
 
@@ -29,12 +30,22 @@ type Nodes struct {
 
 // KubeClient builds a client from a kubeconfig file.
 func KubeClient(kubeconfig string) (kubernetes.Interface, error) {
+	cfg, err := KubeConfig(kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	return kubernetes.NewForConfig(cfg)
+}
+
+// KubeConfig loads a kubeconfig into a client config with devata's rate
+// limits (a pass makes a handful of requests, plus one exec per node).
+func KubeConfig(kubeconfig string) (*rest.Config, error) {
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
 		return nil, fmt.Errorf("kubeconfig %s: %w", kubeconfig, err)
 	}
 	cfg.QPS, cfg.Burst = 50, 100
-	return kubernetes.NewForConfig(cfg)
+	return cfg, nil
 }
 
 // ObserveNodes lists the cluster's Nodes. A nil client gives Err saying why.

@@ -27,6 +27,9 @@ func ParseAgentStatus(data []byte) (*models.StatusResponse, error) {
 		return nil, fmt.Errorf("cilium-dbg status: %w", err)
 	}
 	if err := st.Validate(strfmt.Default); err != nil {
+		if k := st.KubeProxyReplacement; k != nil && k.Mode != models.KubeProxyReplacementModeTrue && k.Mode != models.KubeProxyReplacementModeFalse {
+			return nil, fmt.Errorf("cilium-dbg status: kube-proxy-replacement mode %q is not one Cilium 1.20 reports (True or False): an agent older than 1.16? (%w)", k.Mode, err)
+		}
 		return nil, fmt.Errorf("cilium-dbg status: %w", err)
 	}
 	var missing []string

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/siderolabs/talos/pkg/machinery/client"
 	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
@@ -21,6 +22,7 @@ import (
 // Check names, as `devata drift --checks` takes them.
 const (
 	CheckDeclaration = "cilium-declaration"
+	CheckAgent       = "cilium-agent"
 	CheckServices    = "cilium-services"
 )
 
@@ -66,6 +68,11 @@ type Target struct {
 	// Cluster is the pass's Kubernetes snapshot, shared by every node; nil
 	// means Kubernetes was not consulted.
 	Cluster *Cluster
+	// Agent is what the one exec into the node's agent returned; nil when
+	// there was none (see AgentSkipped).
+	Agent *AgentObservation
+	// AgentSkipped says why the agent was not exec'd into, when it was not.
+	AgentSkipped error
 }
 
 func (t *Target) addr() string { return t.Machine.Address }
@@ -75,17 +82,14 @@ func (t *Target) talosctl(args string) string { return "talosctl -n " + t.addr()
 // node is the Kubernetes Node name of the machine, as the kubelet check has it.
 func (t *Target) node() string { return t.Machine.Name }
 
-// Checks returns the cilium checks in ladder order. Both fail open: a
-// Talos rollout does not depend on Cilium, and is often what fixes a
-// declaration (cluster.proxy.disabled); the config check guards rollouts.
-//
-// cilium-services is a slice of the check DESIGN.md describes: the
-// resources part (kube-proxy gone); the agent's frontends versus the
-// EndpointSlice (infrastructure) need the pods/exec transport, not built yet.
+// Checks returns the cilium checks in ladder order. All fail open: a Talos
+// rollout does not depend on Cilium, and is often what fixes a declaration
+// (cluster.proxy.disabled); the config check guards rollouts.
 func Checks() []drift.Check[*Target] {
 	return []drift.Check[*Target]{
 		{Name: CheckDeclaration, Rung: drift.RungDeclaration, Run: checkDeclaration},
-		{Name: CheckServices, Rung: drift.RungResources, Run: checkServices},
+		{Name: CheckAgent, Rung: drift.RungReconciliation, Run: checkAgent},
+		{Name: CheckServices, Rung: drift.RungInfrastructure, Run: checkServices},
 	}
 }
 
@@ -380,20 +384,24 @@ func declareNodeConfigs(cl *Cluster, node string, f *findings) {
 	}
 }
 
-// checkServices proves kube-proxy is gone: no kube-proxy DaemonSet anywhere,
-// and no kube-proxy pod on this node. Talos never deletes manifests it
-// created, so a cluster switched to proxy.disabled keeps both (and their
-// iptables rules) until someone deletes them.
+// checkServices proves Services are routed by the agent and by nothing
+// else: no kube-proxy DaemonSet anywhere and no kube-proxy pod on this node
+// (Talos never deletes manifests it created, so a cluster switched to
+// proxy.disabled keeps both, and their iptables rules, until someone
+// deletes them); and the agent's frontends for the kubernetes Service hold
+// exactly the backends its EndpointSlices list, reconciled.
 func checkServices(_ context.Context, t *Target) []drift.Result {
-	const rung, check = drift.RungResources, CheckServices
+	const rung, check = drift.RungInfrastructure, CheckServices
 	if r, ok := notExpected(t, check, rung); ok {
 		return []drift.Result{r}
 	}
 	var f findings
 	cl := t.Cluster
-	switch err := kubeSide(t); {
-	case err != nil:
+	if err := kubeSide(t); err != nil {
 		f.unknown(err, nextKubeconfig)
+		return []drift.Result{f.result(t.Machine.Name, check, rung, servicesDesired)}
+	}
+	switch {
 	case cl.KubeProxyErr != nil:
 		f.unknown(cl.KubeProxyErr, "kubectl get daemonsets,pods -A -l k8s-app=kube-proxy: netcheck needs list on daemonsets and pods")
 	default:
@@ -414,7 +422,179 @@ func checkServices(_ context.Context, t *Target) []drift.Result {
 			f.saw(fmt.Sprintf("no kube-proxy DaemonSet in the cluster, no kube-proxy pod on node %s", t.node()))
 		}
 	}
-	return []drift.Result{f.result(t.Machine.Name, check, rung, "no kube-proxy DaemonSet or pod")}
+	compareFrontends(t, &f)
+	return []drift.Result{f.result(t.Machine.Name, check, rung, servicesDesired)}
+}
+
+const servicesDesired = "no kube-proxy; the agent's frontends for default/kubernetes hold its EndpointSlices' backends, reconciled"
+
+// stuckAfter is how long a frontend may stay Pending before it counts as
+// stuck: the agent reconciles a change within seconds.
+const stuckAfter = time.Minute
+
+// compareFrontends compares the agent's frontends for the kubernetes
+// Service with what its EndpointSlices say.
+func compareFrontends(t *Target, f *findings) {
+	cl, a := t.Cluster, t.Agent
+	switch {
+	case cl.APIServiceErr != nil:
+		f.unknown(cl.APIServiceErr, "kubectl get service,endpointslices -n default -l kubernetes.io/service-name=kubernetes: netcheck needs get on services and list on endpointslices")
+		return
+	case a == nil:
+		f.unknown(fmt.Errorf("frontends not read: %w", t.AgentSkipped), "see the cilium-agent result")
+		return
+	case a.Err != nil:
+		f.unknown(fmt.Errorf("frontends not read: %w", a.Err), "see the cilium-agent result")
+		return
+	case a.FrontendsErr != nil:
+		f.unknown(a.FrontendsErr, agentExec(a.Pod, "cilium-dbg shell -- db/show frontends"))
+		return
+	}
+	svc := cl.APIService
+	if len(svc.Frontends) == 0 {
+		f.unknown(errors.New("Service default/kubernetes has no ClusterIP"), "kubectl -n default get service kubernetes -o yaml")
+		return
+	}
+	source := "db/get frontends"
+	if a.FromServiceList {
+		source = "service list (no statedb shell: stuck frontends not visible)"
+	}
+	for _, addr := range svc.FrontendAddrs() {
+		want := svc.Frontends[addr]
+		row, ok := a.Frontends[addr]
+		if !ok {
+			f.problem(fmt.Sprintf("agent %s has no frontend for the kubernetes Service ClusterIP %s", a.Pod, addr),
+				agentExec(a.Pod, "cilium-dbg shell -- db/show frontends")+"; kubectl -n "+podNamespace(a.Pod)+" logs "+podName(a.Pod)+" -c cilium-agent | grep -i 'default/kubernetes'")
+			continue
+		}
+		got := row.BackendAddrs()
+		missing, extra := setDiff(want, got), setDiff(got, want)
+		for _, b := range missing {
+			f.problem(fmt.Sprintf("frontend %s lacks backend %s that EndpointSlice %s lists", addr, b, strings.Join(svc.Slices, ",")),
+				agentExec(a.Pod, "cilium-dbg shell -- db/get frontends "+addr)+"; the agent's EndpointSlice watch may be stuck: kubectl -n "+podNamespace(a.Pod)+" logs "+podName(a.Pod)+" -c cilium-agent, then delete the pod")
+		}
+		for _, b := range extra {
+			f.problem(fmt.Sprintf("frontend %s routes to backend %s that no EndpointSlice lists", addr, b),
+				agentExec(a.Pod, "cilium-dbg shell -- db/get frontends "+addr)+"; kubectl -n default get endpointslices -l kubernetes.io/service-name=kubernetes -o yaml")
+		}
+		switch kind := row.Status.Kind; {
+		case kind == "Error":
+			msg := ""
+			if row.Status.Error != nil {
+				msg = ": " + *row.Status.Error
+			}
+			f.problem(fmt.Sprintf("frontend %s failed to reconcile into the BPF maps%s", addr, msg),
+				agentExec(a.Pod, "cilium-dbg shell -- db/show frontends")+"; kubectl -n "+podNamespace(a.Pod)+" logs "+podName(a.Pod)+" -c cilium-agent | grep -i frontend")
+		case kind == "Pending" && !row.Status.UpdatedAt.IsZero() && time.Since(row.Status.UpdatedAt) > stuckAfter:
+			f.problem(fmt.Sprintf("frontend %s stuck Pending since %s", addr, row.Status.UpdatedAt.UTC().Format(time.RFC3339)),
+				agentExec(a.Pod, "cilium-dbg shell -- db/show frontends")+"; kubectl -n "+podNamespace(a.Pod)+" logs "+podName(a.Pod)+" -c cilium-agent | grep -i reconcil")
+		}
+		if len(missing)+len(extra) == 0 {
+			f.saw(fmt.Sprintf("agent %s %s: frontend %s → %s (%s)", a.Pod, source, addr, strings.Join(got, ","), orDash(row.Status.Kind)))
+		}
+	}
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// setDiff is what a has and b lacks, case-insensitively.
+func setDiff(a, b []string) []string {
+	var out []string
+	for _, x := range a {
+		if !slices.ContainsFunc(b, func(y string) bool { return strings.EqualFold(x, y) }) {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+func podNamespace(ref string) string { ns, _, _ := strings.Cut(ref, "/"); return ns }
+func podName(ref string) string      { _, n, _ := strings.Cut(ref, "/"); return n }
+
+// agentExec is the kubectl command that runs args in the agent pod.
+func agentExec(pod, args string) string {
+	return "kubectl -n " + podNamespace(pod) + " exec " + podName(pod) + " -c " + AgentContainer + " -- " + args
+}
+
+const nextExecRBAC = "netcheck needs create on pods/exec in the agent's namespace: kubectl apply -k deploy/ (the devata-netcheck-exec Role), or check with kubectl auth can-i create pods/exec -n "
+
+// checkAgent proves the node's agent runs kube-proxy-free: its pod Ready,
+// and its own status (one exec per pass) reporting kube-proxy replacement
+// "True", NodePort, Kubernetes connectivity and no failing controllers.
+func checkAgent(_ context.Context, t *Target) []drift.Result {
+	const rung, check = drift.RungReconciliation, CheckAgent
+	if r, ok := notExpected(t, check, rung); ok {
+		return []drift.Result{r}
+	}
+	const desired = "agent pod Ready; status: kube-proxy replacement True, NodePort enabled, Kubernetes Ok, no failing controllers"
+	var f findings
+	if err := kubeSide(t); err != nil {
+		f.unknown(err, nextKubeconfig)
+		return []drift.Result{f.result(t.Machine.Name, check, rung, desired)}
+	}
+	pod, ok := agentPodOf(t, &f)
+	if !ok {
+		return []drift.Result{f.result(t.Machine.Name, check, rung, desired)}
+	}
+	if pod.Ready {
+		f.saw("pod " + pod.Ref() + " Ready on node " + t.node())
+	} else {
+		f.problem(fmt.Sprintf("agent pod %s on node %s is not Ready (%s, %s)", pod.Ref(), t.node(), pod.Phase, pod.NotReady),
+			"kubectl -n "+pod.Namespace+" describe pod "+pod.Name+"; kubectl -n "+pod.Namespace+" logs "+pod.Name+" -c cilium-agent --tail 50")
+	}
+	a := t.Agent
+	switch {
+	case a == nil:
+		f.unknown(fmt.Errorf("agent status not read: %w", t.AgentSkipped), agentExec(pod.Ref(), "cilium-dbg status"))
+	case a.Err != nil && IsForbidden(a.Err):
+		f.unknown(fmt.Errorf("exec into %s forbidden: %w", pod.Ref(), a.Err), nextExecRBAC+pod.Namespace)
+	case a.Err != nil:
+		f.unknown(fmt.Errorf("exec into %s: %w", pod.Ref(), a.Err), "kubectl -n "+pod.Namespace+" exec "+pod.Name+" -c cilium-agent -- cilium-dbg status (is the node's kubelet reachable from the API server?)")
+	case a.StatusErr != nil:
+		f.unknown(a.StatusErr, agentExec(pod.Ref(), "cilium-dbg status -o json"))
+	default:
+		for _, p := range EvaluateAgent(a.Status) {
+			next := strings.ReplaceAll(p.Next, "POD", pod.Name)
+			next = strings.ReplaceAll(next, "-n kube-system", "-n "+pod.Namespace)
+			next = strings.ReplaceAll(next, "talosctl -n NODE", "talosctl -n "+t.addr())
+			f.problem(p.Reason, next)
+		}
+		st := a.Status
+		if len(f.problems) == 0 {
+			f.saw(fmt.Sprintf("cilium-dbg status: KubeProxyReplacement %s, NodePort enabled, Kubernetes %s, %d controllers none failing",
+				st.KubeProxyReplacement.Mode, st.Kubernetes.State, len(st.Controllers)))
+		}
+	}
+	return []drift.Result{f.result(t.Machine.Name, check, rung, desired)}
+}
+
+// agentPodOf finds the node's agent pod; without one, f holds why (Unknown
+// or Drifted).
+func agentPodOf(t *Target, f *findings) (AgentPod, bool) {
+	cl := t.Cluster
+	switch {
+	case cl.AgentErr != nil:
+		f.unknown(cl.AgentErr, "kubectl get daemonsets -A: netcheck needs list on daemonsets")
+		return AgentPod{}, false
+	case cl.Agent == nil:
+		f.problem("no cilium agent DaemonSet in the cluster", "helm -n kube-system status cilium; kubectl get daemonsets -A | grep cilium")
+		return AgentPod{}, false
+	case cl.AgentPodsErr != nil:
+		f.unknown(cl.AgentPodsErr, "kubectl -n "+cl.Agent.Namespace+" get pods -l "+cl.Agent.Selector.String()+": netcheck needs list on pods")
+		return AgentPod{}, false
+	}
+	pod, ok := cl.AgentPods[t.node()]
+	if !ok {
+		f.problem(fmt.Sprintf("no cilium agent pod on node %s", t.node()),
+			"kubectl -n "+cl.Agent.Namespace+" get daemonset "+cl.Agent.Name+" -o wide; kubectl describe node "+t.node()+" (taints, or a nodeSelector that leaves it out?)")
+		return AgentPod{}, false
+	}
+	return pod, true
 }
 
 // talosRoleNext replaces next with the role advice when err is a permission error.

@@ -4,11 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"net"
+	"net/netip"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -74,6 +80,41 @@ type Cluster struct {
 	// are evaluated against them.
 	NodeLabels map[string]map[string]string
 	NodesErr   error
+
+	// AgentPods are the agent DaemonSet's pods by the node they run on.
+	AgentPods    map[string]AgentPod
+	AgentPodsErr error
+
+	// APIService is the default/kubernetes Service and what its
+	// EndpointSlices say its frontends' backends must be.
+	APIService    *APIService
+	APIServiceErr error
+}
+
+// AgentPod is one cilium agent pod.
+type AgentPod struct {
+	Namespace, Name string
+	Phase           corev1.PodPhase
+	Ready           bool
+	// NotReady says why it is not Ready (the condition's reason and message).
+	NotReady string
+}
+
+// Ref is "namespace/name".
+func (p AgentPod) Ref() string { return p.Namespace + "/" + p.Name }
+
+// APIService is what a node's agent must route for the kubernetes Service.
+type APIService struct {
+	// Frontends maps each ClusterIP frontend ("10.96.0.1:443/TCP") to the
+	// backends ("192.0.2.2:6443/TCP") its EndpointSlices list as ready.
+	Frontends map[string][]string
+	// Slices name the EndpointSlices read ("default/kubernetes").
+	Slices []string
+}
+
+// FrontendAddrs are the frontends in a stable order.
+func (s *APIService) FrontendAddrs() []string {
+	return slices.Sorted(maps.Keys(s.Frontends))
 }
 
 // Agent is what netcheck reads from the cilium agent DaemonSet.
@@ -83,6 +124,8 @@ type Agent struct {
 	// names the variables set through valueFrom, which netcheck does not resolve.
 	Env       map[string]string
 	ValueFrom []string
+	// Selector selects the DaemonSet's pods.
+	Selector labels.Selector
 }
 
 // NodeConfig is one CiliumNodeConfig: the nodes it selects and the
@@ -143,20 +186,24 @@ func ObserveCluster(ctx context.Context, kube kubernetes.Interface, dyn dynamic.
 		}
 	})
 	wg.Go(func() { cl.NodeConfigs, cl.NodeConfigsCRD, cl.NodeConfigsErr = listNodeConfigs(ctx, dyn) })
+	wg.Go(func() { cl.APIService, cl.APIServiceErr = observeAPIService(ctx, kube) })
 	wg.Wait()
 	if cl.KubeProxyErr == nil {
 		cl.KubeProxyErr = podsErr
 	}
 	slices.Sort(cl.KubeProxyPods)
 
-	switch {
-	case cl.AgentErr != nil:
+	if cl.AgentErr != nil {
 		cl.ConfigErr = fmt.Errorf("cilium-config not read: %w", cl.AgentErr)
-	default:
-		ns := metav1.NamespaceSystem
-		if cl.Agent != nil {
-			ns = cl.Agent.Namespace
-		}
+		cl.AgentPodsErr = fmt.Errorf("agent pods not read: %w", cl.AgentErr)
+		return cl
+	}
+	ns := metav1.NamespaceSystem
+	if cl.Agent != nil {
+		ns = cl.Agent.Namespace
+	}
+	// The ConfigMap and the agent's pods live in the agent's namespace.
+	wg.Go(func() {
 		cm, err := kube.CoreV1().ConfigMaps(ns).Get(ctx, ConfigMapName, metav1.GetOptions{})
 		switch {
 		case apierrors.IsNotFound(err):
@@ -168,8 +215,101 @@ func ObserveCluster(ctx context.Context, kube kubernetes.Interface, dyn dynamic.
 				cl.Config = map[string]string{}
 			}
 		}
+	})
+	if cl.Agent != nil {
+		wg.Go(func() { cl.AgentPods, cl.AgentPodsErr = agentPods(ctx, kube, cl.Agent) })
 	}
+	wg.Wait()
 	return cl
+}
+
+// agentPods lists the agent DaemonSet's pods by node.
+func agentPods(ctx context.Context, kube kubernetes.Interface, a *Agent) (map[string]AgentPod, error) {
+	list, err := kube.CoreV1().Pods(a.Namespace).List(ctx, metav1.ListOptions{LabelSelector: a.Selector.String()})
+	if err != nil {
+		return nil, fmt.Errorf("list the agent's pods in %s: %w", a.Namespace, err)
+	}
+	out := make(map[string]AgentPod, len(list.Items))
+	for i := range list.Items {
+		p := &list.Items[i]
+		if p.Spec.NodeName == "" || p.DeletionTimestamp != nil {
+			continue
+		}
+		ap := AgentPod{Namespace: p.Namespace, Name: p.Name, Phase: p.Status.Phase, NotReady: "no Ready condition"}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodReady {
+				ap.Ready, ap.NotReady = c.Status == corev1.ConditionTrue, strings.TrimSpace(c.Reason+": "+c.Message)
+			}
+		}
+		if ap.Ready {
+			ap.NotReady = ""
+		}
+		// Two pods on a node (a rollout): keep a Ready one.
+		if prev, ok := out[p.Spec.NodeName]; ok && prev.Ready {
+			continue
+		}
+		out[p.Spec.NodeName] = ap
+	}
+	return out, nil
+}
+
+// observeAPIService reads default/kubernetes and its EndpointSlices and
+// derives, per ClusterIP frontend, the backends an agent must hold.
+func observeAPIService(ctx context.Context, kube kubernetes.Interface) (*APIService, error) {
+	svc, err := kube.CoreV1().Services(metav1.NamespaceDefault).Get(ctx, "kubernetes", metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("get Service default/kubernetes: %w", err)
+	}
+	eps, err := kube.DiscoveryV1().EndpointSlices(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=kubernetes"})
+	if err != nil {
+		return nil, fmt.Errorf("list EndpointSlices of default/kubernetes: %w", err)
+	}
+	out := &APIService{Frontends: map[string][]string{}}
+	for _, es := range eps.Items {
+		out.Slices = append(out.Slices, es.Namespace+"/"+es.Name)
+	}
+	slices.Sort(out.Slices)
+	for _, ip := range svc.Spec.ClusterIPs {
+		addr, err := netip.ParseAddr(ip)
+		if err != nil {
+			continue
+		}
+		for _, sp := range svc.Spec.Ports {
+			fe := L3n4(ip, int(sp.Port), string(sp.Protocol))
+			backends := []string{}
+			for _, es := range eps.Items {
+				if (es.AddressType == discoveryv1.AddressTypeIPv4) != addr.Is4() {
+					continue
+				}
+				for _, p := range es.Ports {
+					if p.Port == nil || (p.Name != nil && *p.Name != sp.Name) {
+						continue
+					}
+					proto := string(corev1.ProtocolTCP)
+					if p.Protocol != nil {
+						proto = string(*p.Protocol)
+					}
+					for _, e := range es.Endpoints {
+						if e.Conditions.Ready != nil && !*e.Conditions.Ready {
+							continue
+						}
+						for _, a := range e.Addresses {
+							backends = append(backends, L3n4(a, int(*p.Port), proto))
+						}
+					}
+				}
+			}
+			slices.Sort(backends)
+			out.Frontends[fe] = slices.Compact(backends)
+		}
+	}
+	return out, nil
+}
+
+// L3n4 writes an address as Cilium's load-balancer tables do
+// ("10.96.0.1:443/TCP", "[fd00::1]:443/TCP"), protocol upper-case.
+func L3n4(ip string, port int, proto string) string {
+	return net.JoinHostPort(ip, strconv.Itoa(port)) + "/" + strings.ToUpper(proto)
 }
 
 // agentOf finds the agent DaemonSet: kube-system/cilium as Helm installs it,
@@ -188,7 +328,10 @@ func agentOf(dss []appsv1.DaemonSet) *Agent {
 	if found == nil {
 		return nil
 	}
-	a := &Agent{Namespace: found.Namespace, Name: found.Name, Env: map[string]string{}}
+	a := &Agent{Namespace: found.Namespace, Name: found.Name, Env: map[string]string{}, Selector: labels.Nothing()}
+	if sel, err := metav1.LabelSelectorAsSelector(found.Spec.Selector); err == nil && found.Spec.Selector != nil {
+		a.Selector = sel
+	}
 	cs := found.Spec.Template.Spec.Containers
 	i := slices.IndexFunc(cs, func(c corev1.Container) bool { return c.Name == AgentContainer })
 	if i < 0 {

@@ -3,10 +3,12 @@ package netcheck
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 
 	"github.com/siderolabs/talos/pkg/machinery/client"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
@@ -22,13 +24,16 @@ import (
 // Build one Extension per pass (as a FleetCheck is built per pass): the
 // snapshot lives as long as the Extension. A nil kube makes every
 // Kubernetes-side finding Unknown ("no kubeconfig"); CiliumNodeConfigs are
-// read through a dynamic client on kube's connection.
-func Extension(kube kubernetes.Interface, inv *inventory.Inventory) machines.Extension {
-	return ExtensionWith(kube, DynamicFor(kube), inv)
+// read through a dynamic client on kube's connection. Each node's agent is
+// exec'd into at most once per pass, through ex, inside the machine's turn
+// (so --concurrency bounds the execs in flight); a nil ex leaves the agent's
+// own status Unknown.
+func Extension(kube kubernetes.Interface, ex Execer, inv *inventory.Inventory) machines.Extension {
+	return ExtensionWith(kube, DynamicFor(kube), ex, inv)
 }
 
 // ExtensionWith is Extension with the dynamic client given.
-func ExtensionWith(kube kubernetes.Interface, dyn dynamic.Interface, inv *inventory.Inventory) machines.Extension {
+func ExtensionWith(kube kubernetes.Interface, dyn dynamic.Interface, ex Execer, inv *inventory.Inventory) machines.Extension {
 	var names []string
 	for _, c := range Checks() {
 		names = append(names, c.Name)
@@ -49,6 +54,9 @@ func ExtensionWith(kube kubernetes.Interface, dyn dynamic.Interface, inv *invent
 				no = Observe(ctx, c)
 			}
 			t := &Target{Machine: mt.Machine, Expect: expect, Active: o.Active, ActiveErr: o.ConfigErr, Obs: no, Cluster: snap.get(ctx)}
+			if expect.KubeProxyReplacement && (slices.Contains(want, CheckAgent) || slices.Contains(want, CheckServices)) {
+				t.Agent, t.AgentSkipped = observeAgent(ctx, ex, t, slices.Contains(want, CheckServices))
+			}
 			var out []drift.Result
 			for _, ch := range Checks() {
 				if slices.Contains(want, ch.Name) {
@@ -83,4 +91,34 @@ func (s *snapshot) get(ctx context.Context) *Cluster {
 		s.cl = cl
 	}
 	return cl
+}
+
+// observeAgent execs into the node's agent, or says why it did not.
+func observeAgent(ctx context.Context, ex Execer, t *Target, frontends bool) (*AgentObservation, error) {
+	if err := kubeSide(t); err != nil {
+		return nil, err
+	}
+	cl := t.Cluster
+	switch {
+	case ex == nil:
+		return nil, errors.New("no pods/exec transport")
+	case cl.AgentErr != nil:
+		return nil, cl.AgentErr
+	case cl.Agent == nil:
+		return nil, errors.New("no cilium agent DaemonSet")
+	case cl.AgentPodsErr != nil:
+		return nil, cl.AgentPodsErr
+	}
+	pod, ok := cl.AgentPods[t.node()]
+	switch {
+	case !ok:
+		return nil, errors.New("no agent pod on node " + t.node())
+	case pod.Phase != corev1.PodRunning:
+		return nil, fmt.Errorf("agent pod %s is %s, not Running", pod.Ref(), pod.Phase)
+	}
+	var addrs []string
+	if frontends && cl.APIService != nil {
+		addrs = cl.APIService.FrontendAddrs()
+	}
+	return ObserveAgent(ctx, ex, pod, addrs), nil
 }

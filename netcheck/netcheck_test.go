@@ -8,16 +8,23 @@ import (
 	"io"
 	"maps"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	authv1 "k8s.io/api/authorization/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/dynamic"
@@ -29,6 +36,7 @@ import (
 	"devata.dev/devata/internal/testenv"
 	"devata.dev/devata/machines"
 	"devata.dev/devata/netcheck"
+	"devata.dev/devata/sim"
 )
 
 // resources maps the kinds of the fixtures to what the API server serves.
@@ -114,7 +122,34 @@ type bed struct {
 	fleet *simtest.Fleet
 	kube  kubernetes.Interface
 	dyn   dynamic.Interface
+	exec  netcheck.Execer
 	env   *testenv.Env
+}
+
+// ext is the Extension as devata drift wires it, with the bed's clients.
+func (b *bed) ext() machines.Extension {
+	return netcheck.Extension(b.kube, b.exec, b.fleet.Inventory)
+}
+
+// sync runs one round of the simulated kubelets (Nodes and agent pods).
+func (b *bed) sync(t *testing.T) {
+	t.Helper()
+	if errs := b.fleet.Sim.SyncKubelets(t.Context(), b.kube); len(errs) > 0 {
+		t.Fatal(errs)
+	}
+}
+
+// fault changes one machine's faults, syncs the kubelets and returns the
+// function that restores them.
+func (b *bed) fault(t *testing.T, machine string, change func(*sim.Faults)) (restore func()) {
+	t.Helper()
+	m := b.fleet.Sim.Machine(machine)
+	before := m.Faults()
+	f := m.Faults()
+	change(&f)
+	m.SetFaults(f)
+	b.sync(t)
+	return func() { m.SetFaults(before); b.sync(t) }
 }
 
 // requests counts the API requests made through a client, by method and path.
@@ -170,7 +205,13 @@ func start(t *testing.T) *bed {
 	installCRD(t, dyn)
 	apply(t, dyn, "cilium-helm.yaml")
 	apply(t, dyn, "cnc-harmless.yaml")
-	return &bed{fleet: f, kube: kube, dyn: dyn, env: env}
+	ex, err := netcheck.NewPodsExec(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &bed{fleet: f, kube: kube, dyn: dyn, exec: ex, env: env}
+	b.sync(t) // the agent pods, now that the DaemonSet exists
+	return b
 }
 
 // drift runs devata drift's pass with the cilium checks only, through the
@@ -182,7 +223,7 @@ func (b *bed) drift(t *testing.T, ext machines.Extension) map[string]drift.Resul
 	fc := &machines.FleetCheck{
 		Inventory: f.Inventory, Desired: f.Desired, Dialer: f.Dialer, Kube: b.kube,
 		Extensions: []machines.Extension{ext},
-		Checks:     []string{netcheck.CheckDeclaration, netcheck.CheckServices},
+		Checks:     []string{netcheck.CheckDeclaration, netcheck.CheckAgent, netcheck.CheckServices},
 		// The config check is not asked for, but the machine observation
 		// (the active config) is read all the same.
 		Concurrency: 4, Timeout: 10 * time.Second,
@@ -199,7 +240,7 @@ func (b *bed) drift(t *testing.T, ext machines.Extension) map[string]drift.Resul
 		}
 		out[key] = r
 	}
-	if want := 2 * len(f.Inventory.Machines); len(out) != want {
+	if want := 3 * len(f.Inventory.Machines); len(out) != want {
 		t.Errorf("%d results, want %d", len(out), want)
 	}
 	return out
@@ -220,8 +261,11 @@ func expect(t *testing.T, rs map[string]drift.Result, key string, status drift.S
 		return
 	}
 	wantRung := drift.RungDeclaration
-	if strings.HasSuffix(key, netcheck.CheckServices) {
-		wantRung = drift.RungResources
+	switch {
+	case strings.HasSuffix(key, netcheck.CheckAgent):
+		wantRung = drift.RungReconciliation
+	case strings.HasSuffix(key, netcheck.CheckServices):
+		wantRung = drift.RungInfrastructure
 	}
 	switch {
 	case r.Status != status, !strings.Contains(r.Reason, reasonHas), !strings.Contains(r.Next, nextHas):
@@ -247,10 +291,21 @@ func TestCiliumChecks(t *testing.T) {
 	}()
 
 	t.Run("healthy fleet is in sync", func(t *testing.T) {
-		rs := b.drift(t, netcheck.Extension(b.kube, f.Inventory))
+		rs := b.drift(t, b.ext())
 		for _, m := range machinesOf {
 			expect(t, rs, m+"/"+netcheck.CheckDeclaration, drift.StatusInSync, "", "")
+			expect(t, rs, m+"/"+netcheck.CheckAgent, drift.StatusInSync, "", "")
 			expect(t, rs, m+"/"+netcheck.CheckServices, drift.StatusInSync, "", "")
+		}
+		agent := strings.Join(rs["worker-2/"+netcheck.CheckAgent].Evidence, "\n")
+		for _, want := range []string{" Ready on node worker-2", "cilium-dbg status: KubeProxyReplacement True, NodePort enabled, Kubernetes Ok, 2 controllers none failing"} {
+			if !strings.Contains(agent, want) {
+				t.Errorf("worker-2 agent evidence lacks %q:\n%s", want, agent)
+			}
+		}
+		svc := strings.Join(rs["worker-2/"+netcheck.CheckServices].Evidence, "\n")
+		if !strings.Contains(svc, "db/get frontends: frontend 10.0.0.1:443/TCP → ") || !strings.Contains(svc, "(Done)") {
+			t.Errorf("worker-2 services evidence lacks the kubernetes frontend:\n%s", svc)
 		}
 		ev := strings.Join(rs["cp-1/"+netcheck.CheckDeclaration].Evidence, "\n")
 		for _, want := range []string{
@@ -271,7 +326,7 @@ func TestCiliumChecks(t *testing.T) {
 
 	t.Run("kube-proxy still running after the switch", func(t *testing.T) {
 		defer apply(t, b.dyn, "kube-proxy.yaml")()
-		rs := b.drift(t, netcheck.Extension(b.kube, f.Inventory))
+		rs := b.drift(t, b.ext())
 		for _, m := range machinesOf {
 			expect(t, rs, m+"/"+netcheck.CheckServices, drift.StatusDrifted,
 				"kube-proxy DaemonSet kube-system/kube-proxy still present",
@@ -286,13 +341,17 @@ func TestCiliumChecks(t *testing.T) {
 
 	t.Run("KPR false on one node via CiliumNodeConfig", func(t *testing.T) {
 		defer apply(t, b.dyn, "cnc-kpr-off-worker-2.yaml")()
-		rs := b.drift(t, netcheck.Extension(b.kube, f.Inventory))
+		rs := b.drift(t, b.ext())
 		expect(t, rs, "worker-2/"+netcheck.CheckDeclaration, drift.StatusDrifted,
 			`CiliumNodeConfig kube-system/kpr-off-worker-2 sets kube-proxy-replacement="false" on node worker-2`,
 			"kubectl -n kube-system get ciliumnodeconfig kpr-off-worker-2 -o yaml")
+		// The agent itself, asked through pods/exec, confirms it.
+		expect(t, rs, "worker-2/"+netcheck.CheckAgent, drift.StatusDrifted,
+			`agent runs with kube-proxy replacement "False"; agent has NodePort disabled`, "kubectl get ciliumnodeconfigs -A -o yaml")
 		for _, m := range machinesOf {
 			if m != "worker-2" {
 				expect(t, rs, m+"/"+netcheck.CheckDeclaration, drift.StatusInSync, "", "")
+				expect(t, rs, m+"/"+netcheck.CheckAgent, drift.StatusInSync, "", "")
 			}
 		}
 	})
@@ -301,16 +360,23 @@ func TestCiliumChecks(t *testing.T) {
 		f.Drift(t, "worker-1", "kubePrism:\n            enabled: true", "kubePrism:\n            enabled: false")
 		// Drifting to the desired config itself undoes the drift.
 		defer f.Drift(t, "worker-1", "kubePrism:\n            enabled: true", "kubePrism:\n            enabled: true")
-		rs := b.drift(t, netcheck.Extension(b.kube, f.Inventory))
+		rs := b.drift(t, b.ext())
 		expect(t, rs, "worker-1/"+netcheck.CheckDeclaration, drift.StatusDrifted,
 			"KubePrism is not running on the node, but the cilium agent is pointed at localhost:7445", "get kubeprismconfig")
+		expect(t, rs, "worker-1/"+netcheck.CheckAgent, drift.StatusDrifted,
+			"agent's Kubernetes connectivity is Failure: Get \"https://localhost:7445/version\": dial tcp 127.0.0.1:7445: connect: connection refused",
+			"talosctl -n 10.20.0.21 get kubeprismstatuses")
+		// An agent that cannot reach the API server has no Service frontends.
+		expect(t, rs, "worker-1/"+netcheck.CheckServices, drift.StatusDrifted,
+			"has no frontend for the kubernetes Service ClusterIP 10.0.0.1:443/TCP", "db/show frontends")
 		expect(t, rs, "worker-2/"+netcheck.CheckDeclaration, drift.StatusInSync, "", "")
+		expect(t, rs, "worker-2/"+netcheck.CheckAgent, drift.StatusInSync, "", "")
 	})
 
 	t.Run("proxy re-enabled on a control plane", func(t *testing.T) {
 		f.Drift(t, "cp-2", "proxy:\n        disabled: true", "proxy:\n        disabled: false")
 		defer f.Drift(t, "cp-2", "proxy:\n        disabled: true", "proxy:\n        disabled: true")
-		rs := b.drift(t, netcheck.Extension(b.kube, f.Inventory))
+		rs := b.drift(t, b.ext())
 		expect(t, rs, "cp-2/"+netcheck.CheckDeclaration, drift.StatusDrifted, "active config has cluster.proxy.disabled false, inventory kubeProxy false", "devata apply --machines cp-2")
 		expect(t, rs, "cp-2/"+netcheck.CheckDeclaration, drift.StatusDrifted, "Talos applies the kube-proxy manifest 10-kube-proxy", "")
 	})
@@ -331,16 +397,17 @@ func TestCiliumChecks(t *testing.T) {
 				t.Fatal(err)
 			}
 		}()
-		rs := b.drift(t, netcheck.Extension(b.kube, f.Inventory))
+		rs := b.drift(t, b.ext())
 		for _, m := range machinesOf {
 			expect(t, rs, m+"/"+netcheck.CheckDeclaration, drift.StatusDrifted, `ConfigMap kube-system/cilium-config has kube-proxy-replacement="false"`, "helm upgrade cilium")
 		}
 	})
 
 	t.Run("no kubeconfig", func(t *testing.T) {
-		rs := b.drift(t, netcheck.Extension(nil, f.Inventory))
+		rs := b.drift(t, netcheck.Extension(nil, nil, f.Inventory))
 		for _, m := range machinesOf {
 			expect(t, rs, m+"/"+netcheck.CheckDeclaration, drift.StatusUnknown, "no kubeconfig", "--kubeconfig")
+			expect(t, rs, m+"/"+netcheck.CheckAgent, drift.StatusUnknown, "no kubeconfig", "--kubeconfig")
 			expect(t, rs, m+"/"+netcheck.CheckServices, drift.StatusUnknown, "no kubeconfig", "--kubeconfig")
 		}
 		// The Talos side is still read and shown.
@@ -349,16 +416,170 @@ func TestCiliumChecks(t *testing.T) {
 		}
 	})
 
+	t.Run("agent pod not Ready", func(t *testing.T) {
+		defer b.fault(t, "cp-3", func(f *sim.Faults) { f.CiliumAgentNotReady = true })()
+		rs := b.drift(t, b.ext())
+		expect(t, rs, "cp-3/"+netcheck.CheckAgent, drift.StatusDrifted,
+			"on node cp-3 is not Ready (Running, ContainersNotReady: containers with unready status: [cilium-agent])", "kubectl -n kube-system describe pod cilium-")
+		expect(t, rs, "cp-2/"+netcheck.CheckAgent, drift.StatusInSync, "", "")
+	})
+
+	t.Run("frontend missing a backend", func(t *testing.T) {
+		defer b.fault(t, "cp-2", func(f *sim.Faults) { f.CiliumBackendsMissing = []string{"default/kubernetes"} })()
+		rs := b.drift(t, b.ext())
+		expect(t, rs, "cp-2/"+netcheck.CheckServices, drift.StatusDrifted,
+			"frontend 10.0.0.1:443/TCP lacks backend ", "cilium-dbg shell -- db/get frontends 10.0.0.1:443/TCP")
+		if r := rs["cp-2/"+netcheck.CheckServices]; !strings.Contains(r.Reason, "that EndpointSlice default/kubernetes lists") {
+			t.Errorf("reason does not name the EndpointSlice: %s", describe(r))
+		}
+		expect(t, rs, "cp-1/"+netcheck.CheckServices, drift.StatusInSync, "", "")
+		expect(t, rs, "cp-2/"+netcheck.CheckAgent, drift.StatusInSync, "", "")
+	})
+
+	t.Run("frontends stuck", func(t *testing.T) {
+		defer b.fault(t, "worker-1", func(f *sim.Faults) { f.CiliumFrontendsStuck = map[string]string{"default/kubernetes": ""} })()
+		defer b.fault(t, "worker-2", func(f *sim.Faults) {
+			f.CiliumFrontendsStuck = map[string]string{"default/kubernetes": "update services map: map is full"}
+		})()
+		rs := b.drift(t, b.ext())
+		expect(t, rs, "worker-1/"+netcheck.CheckServices, drift.StatusDrifted, "frontend 10.0.0.1:443/TCP stuck Pending since ", "db/show frontends")
+		expect(t, rs, "worker-2/"+netcheck.CheckServices, drift.StatusDrifted,
+			"frontend 10.0.0.1:443/TCP failed to reconcile into the BPF maps: update services map: map is full", "grep -i frontend")
+	})
+
+	t.Run("agent without the statedb shell", func(t *testing.T) {
+		defer b.fault(t, "cp-1", func(f *sim.Faults) { f.CiliumNoShell = true })()
+		defer b.fault(t, "cp-3", func(f *sim.Faults) {
+			f.CiliumNoShell, f.CiliumBackendsMissing = true, []string{"default/kubernetes"}
+		})()
+		rs := b.drift(t, b.ext())
+		expect(t, rs, "cp-1/"+netcheck.CheckServices, drift.StatusInSync, "", "")
+		if ev := strings.Join(rs["cp-1/"+netcheck.CheckServices].Evidence, "\n"); !strings.Contains(ev, "service list (no statedb shell: stuck frontends not visible): frontend 10.0.0.1:443/TCP → ") {
+			t.Errorf("cp-1 evidence does not say the frontends came from service list:\n%s", ev)
+		}
+		expect(t, rs, "cp-3/"+netcheck.CheckServices, drift.StatusDrifted, "frontend 10.0.0.1:443/TCP lacks backend ", "")
+	})
+
+	t.Run("failing controllers", func(t *testing.T) {
+		defer b.fault(t, "worker-1", func(f *sim.Faults) { f.CiliumControllersFailing = []string{"cilium-health-ep"} })()
+		rs := b.drift(t, b.ext())
+		expect(t, rs, "worker-1/"+netcheck.CheckAgent, drift.StatusDrifted, "1 agent controllers failing: cilium-health-ep (simulated failure)", "(Controller Status)")
+	})
+
+	t.Run("agent reply in an unexpected shape", func(t *testing.T) {
+		old, err := os.ReadFile(filepath.Join("testdata", "agent-status-kpr-strict.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.fault(t, "cp-1", func(f *sim.Faults) { f.CiliumStatusReply = string(old) })()
+		rs := b.drift(t, b.ext())
+		expect(t, rs, "cp-1/"+netcheck.CheckAgent, drift.StatusUnknown, "cilium-dbg status: ", "cilium-dbg status -o json")
+		if r := rs["cp-1/"+netcheck.CheckAgent]; !strings.Contains(r.Reason, "Strict") {
+			t.Errorf("the parse error does not say what was wrong: %s", describe(r))
+		}
+	})
+
+	t.Run("exec forbidden", func(t *testing.T) {
+		// devata's own RBAC, bound to a user: the read-only ClusterRole
+		// alone leaves the agent checks Unknown; with the exec Role they run.
+		const user = "netcheck-least-privilege"
+		cfg, err := b.env.User(user)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kube, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ex, err := netcheck.NewPodsExec(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer bindDeployRBAC(t, b, user, "ClusterRole")()
+		waitAllowed(t, kube, authv1.ResourceAttributes{Verb: "list", Group: "apps", Resource: "daemonsets"})
+		rs := b.drift(t, netcheck.Extension(kube, ex, f.Inventory))
+		for _, m := range machinesOf {
+			expect(t, rs, m+"/"+netcheck.CheckDeclaration, drift.StatusInSync, "", "")
+			expect(t, rs, m+"/"+netcheck.CheckAgent, drift.StatusUnknown, "forbidden", "devata-netcheck-exec Role")
+			expect(t, rs, m+"/"+netcheck.CheckServices, drift.StatusUnknown, "forbidden", "see the cilium-agent result")
+		}
+		defer bindDeployRBAC(t, b, user, "Role")()
+		waitAllowed(t, kube, authv1.ResourceAttributes{Verb: "create", Resource: "pods", Subresource: "exec", Namespace: "kube-system"})
+		rs = b.drift(t, netcheck.Extension(kube, ex, f.Inventory))
+		for _, m := range machinesOf {
+			expect(t, rs, m+"/"+netcheck.CheckAgent, drift.StatusInSync, "", "")
+			expect(t, rs, m+"/"+netcheck.CheckServices, drift.StatusInSync, "", "")
+		}
+	})
+
+	t.Run("SPDY when WebSocket is refused on the way", func(t *testing.T) {
+		// A proxy in front of the API server that cannot upgrade to
+		// WebSocket, as older proxies and API servers cannot: the exec
+		// falls back to SPDY through it.
+		upstream := rest.CopyConfig(b.env.Config)
+		upstream.TLSClientConfig.NextProtos = []string{"http/1.1"} // upgrades need HTTP/1.1
+		rt, err := rest.TransportFor(upstream)
+		if err != nil {
+			t.Fatal(err)
+		}
+		target, err := url.Parse(b.env.Config.Host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rp := httputil.NewSingleHostReverseProxy(target)
+		rp.Transport = rt
+		var websockets, spdys atomic.Int32
+		proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			switch strings.ToLower(r.Header.Get("Upgrade")) {
+			case "websocket":
+				websockets.Add(1)
+				http.Error(w, "this proxy does not do WebSocket", http.StatusBadRequest)
+				return
+			case "spdy/3.1":
+				spdys.Add(1)
+			}
+			rp.ServeHTTP(w, r)
+		}))
+		defer proxy.Close()
+		ex, err := netcheck.NewPodsExec(&rest.Config{Host: proxy.URL})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs := b.drift(t, netcheck.Extension(b.kube, ex, f.Inventory))
+		for _, m := range machinesOf {
+			expect(t, rs, m+"/"+netcheck.CheckAgent, drift.StatusInSync, "", "")
+		}
+		if n := len(machinesOf); int(websockets.Load()) != n || int(spdys.Load()) != n {
+			t.Errorf("%d WebSocket and %d SPDY upgrades for %d nodes, want one of each per node", websockets.Load(), spdys.Load(), n)
+		}
+	})
+
+	t.Run("one exec per node per pass", func(t *testing.T) {
+		before := map[string]int{}
+		for _, m := range f.Sim.Machines() {
+			before[m.Name()] = m.Calls("kubelet/exec")
+		}
+		b.drift(t, b.ext())
+		for _, m := range f.Sim.Machines() {
+			if n := m.Calls("kubelet/exec") - before[m.Name()]; n != 1 {
+				t.Errorf("%s: %d execs in one pass, want 1", m.Name(), n)
+			}
+		}
+	})
+
 	t.Run("one snapshot per pass", func(t *testing.T) {
 		kube, reqs := counted(t, b.env)
-		rs := b.drift(t, netcheck.Extension(kube, f.Inventory))
+		rs := b.drift(t, netcheck.Extension(kube, b.exec, f.Inventory))
 		expect(t, rs, "worker-2/"+netcheck.CheckDeclaration, drift.StatusInSync, "", "")
 		want := map[string]int{
-			"GET /apis/apps/v1/daemonsets":                                1,
-			"GET /api/v1/pods":                                            1,
-			"GET /api/v1/nodes":                                           1,
-			"GET /apis/cilium.io/v2/ciliumnodeconfigs":                    1,
-			"GET /api/v1/namespaces/kube-system/configmaps/cilium-config": 1,
+			"GET /apis/apps/v1/daemonsets":                                    1,
+			"GET /api/v1/pods":                                                1,
+			"GET /api/v1/nodes":                                               1,
+			"GET /apis/cilium.io/v2/ciliumnodeconfigs":                        1,
+			"GET /api/v1/namespaces/kube-system/configmaps/cilium-config":     1,
+			"GET /api/v1/namespaces/kube-system/pods":                         1,
+			"GET /api/v1/namespaces/default/services/kubernetes":              1,
+			"GET /apis/discovery.k8s.io/v1/namespaces/default/endpointslices": 1,
 		}
 		if !maps.Equal(reqs.n, want) {
 			t.Errorf("requests for %d machines: %v, want %v", len(machinesOf), reqs.n, want)
@@ -371,8 +592,81 @@ func TestCiliumChecks(t *testing.T) {
 		faults.Unreachable = true
 		m.SetFaults(faults)
 		defer func() { faults.Unreachable = false; m.SetFaults(faults) }()
-		rs := b.drift(t, netcheck.Extension(b.kube, f.Inventory))
+		rs := b.drift(t, b.ext())
 		expect(t, rs, "worker-2/"+netcheck.CheckDeclaration, drift.StatusUnknown, "", "talosctl -n 10.20.0.22 version")
 		expect(t, rs, "worker-1/"+netcheck.CheckDeclaration, drift.StatusInSync, "", "")
 	})
+}
+
+// bindDeployRBAC creates the ClusterRole or the Role of
+// deploy/netcheck-rbac.yaml and binds it to user instead of devata's
+// ServiceAccount; it returns the function that deletes both.
+func bindDeployRBAC(t *testing.T, b *bed, user, kind string) (remove func()) {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("..", "deploy", "netcheck-rbac.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	ctx := t.Context()
+	for {
+		u := &unstructured.Unstructured{}
+		if err := dec.Decode(&u.Object); errors.Is(err, io.EOF) {
+			t.Fatalf("deploy/netcheck-rbac.yaml has no %s", kind)
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if u.GetKind() != kind {
+			continue
+		}
+		var role rbacv1.ClusterRole // a Role has the same rules
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &role); err != nil {
+			t.Fatal(err)
+		}
+		rbac := b.kube.RbacV1()
+		ref := rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: kind, Name: role.Name}
+		subjects := []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}}
+		meta := metav1.ObjectMeta{Name: role.Name, Namespace: role.Namespace}
+		if kind == "ClusterRole" {
+			must(t, create(rbac.ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: meta, Rules: role.Rules}, metav1.CreateOptions{})))
+			must(t, create(rbac.ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: meta, RoleRef: ref, Subjects: subjects}, metav1.CreateOptions{})))
+			return func() {
+				must(t, rbac.ClusterRoleBindings().Delete(context.Background(), role.Name, metav1.DeleteOptions{}))
+				must(t, rbac.ClusterRoles().Delete(context.Background(), role.Name, metav1.DeleteOptions{}))
+			}
+		}
+		must(t, create(rbac.Roles(role.Namespace).Create(ctx, &rbacv1.Role{ObjectMeta: meta, Rules: role.Rules}, metav1.CreateOptions{})))
+		must(t, create(rbac.RoleBindings(role.Namespace).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: meta, RoleRef: ref, Subjects: subjects}, metav1.CreateOptions{})))
+		return func() {
+			must(t, rbac.RoleBindings(role.Namespace).Delete(context.Background(), role.Name, metav1.DeleteOptions{}))
+			must(t, rbac.Roles(role.Namespace).Delete(context.Background(), role.Name, metav1.DeleteOptions{}))
+		}
+	}
+}
+
+func create[T any](_ T, err error) error { return err }
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitAllowed waits until the API server's RBAC cache lets kube's user do what
+// attrs says.
+func waitAllowed(t *testing.T, kube kubernetes.Interface, attrs authv1.ResourceAttributes) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		r, err := kube.AuthorizationV1().SelfSubjectAccessReviews().Create(t.Context(),
+			&authv1.SelfSubjectAccessReview{Spec: authv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &attrs}}, metav1.CreateOptions{})
+		if err == nil && r.Status.Allowed {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not allowed to %+v after 30s: %v", attrs, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }

@@ -73,6 +73,10 @@ type Loop struct {
 	Dialer *machines.Dialer
 	// Kube feeds the Kubernetes side of the kubelet check; nil makes it Unknown.
 	Kube kubernetes.Interface
+	// Extensions returns the checks that ride on the machine checks'
+	// connection (storage, Cilium) for one pass over inv; they are reported
+	// and exported like the others, and fail open. Nil: none.
+	Extensions func(inv *inventory.Inventory) []machines.Extension
 	// Checks restricts the observation (empty: all); config is always observed.
 	Checks []string
 	// Simulated marks reports of devata's simulated fleet.
@@ -429,6 +433,9 @@ func (l *Loop) observe(ctx context.Context, d *Desired, owned []*inventory.Machi
 		fc := &machines.FleetCheck{
 			Inventory: d.Inventory, Desired: d.Configs, Dialer: l.Dialer, Kube: l.Kube,
 			Machines: names, Checks: checks, Concurrency: l.Concurrency, Timeout: l.Timeout,
+		}
+		if l.Extensions != nil {
+			fc.Extensions = l.Extensions(d.Inventory)
 		}
 		if err := fc.Run(ctx, rep); err != nil {
 			rep.AddError(err)

@@ -20,6 +20,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 	"google.golang.org/grpc"
+	"k8s.io/client-go/kubernetes"
 )
 
 // Options describe a fleet to serve.
@@ -70,6 +71,8 @@ type Fleet struct {
 	byHost   map[string][]*Machine
 	etcd     *etcdCluster
 	closed   bool
+	kube     kubernetes.Interface // the API server the kubelets post to, once they have
+	agents   map[string]*agentPod // cilium agent pods by machine name
 }
 
 // Start serves every machine of opts and returns once all of them listen.
@@ -105,6 +108,7 @@ func Start(ctx context.Context, opts Options) (*Fleet, error) {
 		byName:      map[string]*Machine{},
 		byAddr:      map[string]*Machine{},
 		byHost:      map[string][]*Machine{},
+		agents:      map[string]*agentPod{},
 	}
 	f.maintenanceTLS = ca.maintenanceTLS()
 	f.configuredTLS = ca.configuredTLS()

@@ -45,21 +45,40 @@ func every(ctx context.Context, interval time.Duration, fn func()) {
 
 // SyncKubelets does one round of RunKubelets and returns the first error of
 // each machine that failed to post, by machine name.
+//
+// Once Nodes are registered it also runs the cilium agent pods (see
+// cilium.go) when the cluster has a cilium DaemonSet; their errors are
+// under the key "cilium".
 func (f *Fleet) SyncKubelets(ctx context.Context, kc kubernetes.Interface) map[string]error {
+	f.mu.Lock()
+	f.kube = kc
+	f.mu.Unlock()
 	errs := map[string]error{}
+	posting := map[*Machine]string{}
 	for _, m := range f.Machines() {
-		if err := m.syncKubelet(ctx, kc); err != nil {
+		node, err := m.syncKubelet(ctx, kc)
+		if err != nil {
 			errs[m.name] = err
 			f.log.Debug("sim kubelet", "machine", m.name, "error", err)
+			continue
 		}
+		if node != "" {
+			posting[m] = node
+		}
+	}
+	if err := f.syncAgentPods(ctx, kc, posting); err != nil {
+		errs["cilium"] = err
+		f.log.Debug("sim cilium agents", "error", err)
 	}
 	return errs
 }
 
-func (m *Machine) syncKubelet(ctx context.Context, kc kubernetes.Interface) error {
+// syncKubelet posts the machine's Node and returns its name when the
+// kubelet is up.
+func (m *Machine) syncKubelet(ctx context.Context, kc kubernetes.Interface) (string, error) {
 	s := m.snap()
 	if !s.configured() {
-		return nil
+		return "", nil
 	}
 	nodeName := s.name
 	if h := s.active.Machine().Network().Hostname(); h != "" {
@@ -81,14 +100,14 @@ func (m *Machine) syncKubelet(ctx context.Context, kc kubernetes.Interface) erro
 	switch {
 	case apierrors.IsNotFound(err):
 		if !posting {
-			return nil
+			return "", nil
 		}
 		node, err = nodes.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName, Labels: labels}}, metav1.CreateOptions{})
 		if err != nil {
-			return fmt.Errorf("register node: %w", err)
+			return "", fmt.Errorf("register node: %w", err)
 		}
 	case err != nil:
-		return err
+		return "", err
 	case posting && !maps.Equal(node.Labels, labels):
 		// Talos applies machine.nodeLabels itself; labels set by others stay.
 		merged := maps.Clone(node.Labels)
@@ -99,7 +118,7 @@ func (m *Machine) syncKubelet(ctx context.Context, kc kubernetes.Interface) erro
 		if !maps.Equal(node.Labels, merged) {
 			node.Labels = merged
 			if node, err = nodes.Update(ctx, node, metav1.UpdateOptions{}); err != nil {
-				return fmt.Errorf("update node labels: %w", err)
+				return "", fmt.Errorf("update node labels: %w", err)
 			}
 		}
 	}
@@ -124,14 +143,19 @@ func (m *Machine) syncKubelet(ctx context.Context, kc kubernetes.Interface) erro
 		node.Status.NodeInfo.OperatingSystem, node.Status.NodeInfo.Architecture = "linux", "amd64"
 		node.Status.NodeInfo.ContainerRuntimeVersion = "containerd://2.1.4"
 		node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: s.host}, {Type: corev1.NodeHostName, Address: nodeName}}
+		port, err := m.kubelet()
+		if err != nil {
+			return "", err
+		}
+		node.Status.DaemonEndpoints.KubeletEndpoint.Port = int32(port)
 	}
 	if _, err := nodes.UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
-		return fmt.Errorf("update node status: %w", err)
+		return "", fmt.Errorf("update node status: %w", err)
 	}
 	if !posting {
-		return nil
+		return "", nil
 	}
-	return renewLease(ctx, kc, node)
+	return nodeName, renewLease(ctx, kc, node)
 }
 
 func renewLease(ctx context.Context, kc kubernetes.Interface, node *corev1.Node) error {

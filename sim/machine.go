@@ -75,10 +75,31 @@ type Faults struct {
 	// the config, then drop the connection and reboot before replying. It
 	// clears itself once it fired.
 	RebootDuringApply bool
+
+	// CiliumAgentNotReady keeps the node's cilium agent pod Running but not
+	// Ready (ContainersNotReady).
+	CiliumAgentNotReady bool
+	// CiliumStatusReply replaces the agent's `cilium-dbg status -o json`
+	// reply verbatim, e.g. with an older Cilium's shape.
+	CiliumStatusReply string
+	// CiliumControllersFailing names agent controllers that keep failing.
+	CiliumControllersFailing []string
+	// CiliumBackendsMissing names Services ("default/kubernetes") whose
+	// frontends in the agent lack the last backend of their EndpointSlices.
+	CiliumBackendsMissing []string
+	// CiliumFrontendsStuck names Services whose frontends the agent never
+	// reconciles: status Pending, or Error with the message when one is given.
+	CiliumFrontendsStuck map[string]string
+	// CiliumNoShell makes `cilium-dbg shell` fail, as on an agent built
+	// without the statedb shell: only `service list` shows frontends.
+	CiliumNoShell bool
 }
 
 func (f Faults) clone() Faults {
 	f.ErrorCodes = maps.Clone(f.ErrorCodes)
+	f.CiliumControllersFailing = slices.Clone(f.CiliumControllersFailing)
+	f.CiliumBackendsMissing = slices.Clone(f.CiliumBackendsMissing)
+	f.CiliumFrontendsStuck = maps.Clone(f.CiliumFrontendsStuck)
 	f.VolumeFailed = maps.Clone(f.VolumeFailed)
 	f.VolumeMissing = slices.Clone(f.VolumeMissing)
 	f.VolumeFilesystem = maps.Clone(f.VolumeFilesystem)
@@ -104,6 +125,9 @@ type Machine struct {
 	cosi    *server.State // the same, behind machined's access policy
 
 	managed map[key]struct{} // resources sync wrote, guarded by syncMu
+
+	kubeletMu  sync.Mutex
+	kubeletSrv *kubeletServer // started by the first kubelet sync
 
 	certMu sync.Mutex
 	cert   *tls.Certificate // issued on the first mTLS handshake
@@ -308,6 +332,7 @@ func (m *Machine) close() {
 	m.mu.Unlock()
 
 	m.ln.Close() //nolint:errcheck
+	m.closeKubelet()
 
 	for _, s := range sessions {
 		if s != nil {

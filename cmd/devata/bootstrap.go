@@ -147,7 +147,8 @@ func (a *app) sequenceOptions(f sequenceFlags) (sequence.Options, error) {
 // driftReport renders the closing drift report and returns its exit code.
 func (a *app) driftReport(cmd *cobra.Command, seq *sequence.Sequence, kube kubernetes.Interface, checks []string) (int, error) {
 	inv := seq.Inventory()
-	fc := a.fleetCheck(inv, seq.Desired(), seq.Dialer(), kube)
+	// Cilium comes after bootstrap: its checks are not in this report.
+	fc := a.fleetCheck(inv, seq.Desired(), seq.Dialer(), kube, nil)
 	fc.Checks = checks
 	h := drift.Header{Cluster: inv.Cluster.Name, Inventory: inv.Path, Simulated: a.settings.Simulated}
 	for i := range inv.Machines {

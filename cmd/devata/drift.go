@@ -44,7 +44,7 @@ Exit 0 all in sync, 1 drift found, 2 could not complete (any Unknown or an error
 			if err != nil {
 				return err
 			}
-			fc := a.fleetCheck(s.inv, s.desired, s.dialer, s.kube)
+			fc := a.fleetCheck(s.inv, s.desired, s.dialer, s.kube, s.exec)
 			fc.Machines, fc.Checks = flags.machines, flags.checks
 			ms, _, err := fc.Select()
 			if err != nil {

@@ -19,7 +19,9 @@ import (
 	"k8s.io/client-go/rest"
 
 	"devata.dev/devata/drift"
+	"devata.dev/devata/inventory"
 	"devata.dev/devata/machines"
+	"devata.dev/devata/netcheck"
 	"devata.dev/devata/reconcile"
 )
 
@@ -81,7 +83,7 @@ Metrics, /healthz and /readyz are served on --metrics-addr.`,
 			if err != nil {
 				return exitWith(exitTrouble, err)
 			}
-			kube, err := a.loopKubeClient()
+			kube, ex, err := a.loopKubeClients()
 			if err != nil {
 				return exitWith(exitTrouble, err)
 			}
@@ -96,7 +98,8 @@ Metrics, /healthz and /readyz are served on --metrics-addr.`,
 			}
 			loop := &reconcile.Loop{
 				Source: reconcile.FileSource(a.settings.Inventory), Dialer: dialer, Kube: kube,
-				Checks: flags.checks, Simulated: a.settings.Simulated,
+				Extensions: func(inv *inventory.Inventory) []machines.Extension { return extensions(inv, kube, ex) },
+				Checks:     flags.checks, Simulated: a.settings.Simulated,
 				Interval: flags.interval, ReportOnly: flags.reportOnly, DryRun: flags.dryRun,
 				Mode: mode, MaxUnavailable: flags.maxUnavailable,
 				Workers: a.settings.Concurrency, Concurrency: a.settings.Concurrency,
@@ -220,18 +223,18 @@ func (a *app) leaseNamespace(flag string) string {
 	return "default"
 }
 
-// loopKubeClient is the kubeconfig's client or, in a pod, the in-cluster
-// one; nil when neither is there (the Kubernetes side of checks is then
-// Unknown and --leader-elect refuses).
-func (a *app) loopKubeClient() (kubernetes.Interface, error) {
+// loopKubeClients are the kubeconfig's client and pods/exec transport or,
+// in a pod, the in-cluster ones; nil when neither is there (the Kubernetes
+// side of checks is then Unknown and --leader-elect refuses).
+func (a *app) loopKubeClients() (kubernetes.Interface, netcheck.Execer, error) {
 	if a.settings.Kubeconfig != "" {
-		return machines.KubeClient(a.settings.Kubeconfig)
+		return kubeClients(a.settings.Kubeconfig)
 	}
 	cfg, err := rest.InClusterConfig()
 	if err != nil {
-		return nil, nil //nolint:nilerr // not in a pod: no Kubernetes client
+		return nil, nil, nil //nolint:nilerr // not in a pod: no Kubernetes client
 	}
-	return kubernetes.NewForConfig(cfg)
+	return kubeClientsFor(cfg)
 }
 
 // leaseClient is the Kubernetes client the Lease needs.

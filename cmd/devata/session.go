@@ -7,6 +7,7 @@ import (
 
 	"golang.org/x/term"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"devata.dev/devata/bootstrap"
 	"devata.dev/devata/drift"
@@ -24,6 +25,7 @@ type session struct {
 	desired map[string][]byte
 	dialer  *machines.Dialer
 	kube    kubernetes.Interface
+	exec    netcheck.Execer // pods/exec on kube's cluster
 }
 
 // openSession loads and validates everything a run needs. Any failure is
@@ -61,22 +63,48 @@ func (a *app) openSession() (*session, error) {
 		}
 	}
 	if a.settings.Kubeconfig != "" {
-		if s.kube, err = machines.KubeClient(a.settings.Kubeconfig); err != nil {
+		if s.kube, s.exec, err = kubeClients(a.settings.Kubeconfig); err != nil {
 			return nil, exitWith(exitTrouble, err)
 		}
 	}
 	return s, nil
 }
 
+// kubeClients are the kubeconfig's API client and pods/exec transport.
+func kubeClients(kubeconfig string) (kubernetes.Interface, netcheck.Execer, error) {
+	cfg, err := machines.KubeConfig(kubeconfig)
+	if err != nil {
+		return nil, nil, err
+	}
+	return kubeClientsFor(cfg)
+}
+
+func kubeClientsFor(cfg *rest.Config) (kubernetes.Interface, netcheck.Execer, error) {
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	ex, err := netcheck.NewPodsExec(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	return kube, ex, nil
+}
+
 // fleetCheck is every check devata drift knows, for one pass over inv: the
 // machine checks and, on the same connection, the storage and Cilium checks.
 // Build one per pass: the Cilium checks read the Kubernetes side once per value.
-func (a *app) fleetCheck(inv *inventory.Inventory, desired map[string][]byte, d *machines.Dialer, kube kubernetes.Interface) *machines.FleetCheck {
+func (a *app) fleetCheck(inv *inventory.Inventory, desired map[string][]byte, d *machines.Dialer, kube kubernetes.Interface, ex netcheck.Execer) *machines.FleetCheck {
 	return &machines.FleetCheck{
 		Inventory: inv, Desired: desired, Dialer: d, Kube: kube,
-		Extensions:  []machines.Extension{storagecheck.Extension(), netcheck.Extension(kube, inv)},
+		Extensions:  extensions(inv, kube, ex),
 		Concurrency: a.settings.Concurrency, Timeout: a.settings.Timeout,
 	}
+}
+
+// extensions are the checks that ride on the machine checks' connection.
+func extensions(inv *inventory.Inventory, kube kubernetes.Interface, ex netcheck.Execer) []machines.Extension {
+	return []machines.Extension{storagecheck.Extension(), netcheck.Extension(kube, ex, inv)}
 }
 
 func (s *session) header(simulated bool) drift.Header {

@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -30,6 +31,19 @@ type Env struct {
 	// Kubeconfig is the path of a kubeconfig file (mode 0600) holding the
 	// same credentials, for code that loads one.
 	Kubeconfig string
+
+	plane *envtest.Environment
+}
+
+// User returns a client config that authenticates as a new user with the
+// given name and groups and no other rights: bind roles to it to test what
+// a least-privileged caller can do.
+func (e *Env) User(name string, groups ...string) (*rest.Config, error) {
+	u, err := e.plane.ControlPlane.AddUser(envtest.User{Name: name, Groups: groups}, rest.CopyConfig(e.Config))
+	if err != nil {
+		return nil, fmt.Errorf("add user %s: %w", name, err)
+	}
+	return u.Config(), nil
 }
 
 // Start starts etcd and kube-apiserver and stops them when the test ends.
@@ -83,7 +97,27 @@ func Run(ctx context.Context, progress io.Writer) (env *Env, stop func() error, 
 	return run(dir)
 }
 
+// run starts the control plane. envtest picks each component's port once
+// and retries on it; on a machine where other processes open many loopback
+// ports (a large simulated fleet), that port can be taken in between, so a
+// start that failed on a taken port is tried again from scratch.
 func run(dir string) (*Env, func() error, error) {
+	var err error
+	for range 3 {
+		var env *Env
+		var stop func() error
+		env, stop, err = start(dir)
+		if err == nil {
+			return env, stop, nil
+		}
+		if !strings.Contains(err.Error(), "address already in use") {
+			break
+		}
+	}
+	return nil, nil, err
+}
+
+func start(dir string) (*Env, func() error, error) {
 	out := &tail{max: 16 << 10}
 	env := &envtest.Environment{
 		UseExistingCluster:       new(false),
@@ -91,6 +125,12 @@ func run(dir string) (*Env, func() error, error) {
 		ControlPlaneStopTimeout:  30 * time.Second,
 	}
 	env.ControlPlane.APIServer = &envtest.APIServer{Path: filepath.Join(dir, "kube-apiserver")}
+	// The simulated kubelets all listen on loopback, each on its own port
+	// (Node.status.daemonEndpoints); their hostnames do not resolve. pods/exec
+	// and logs reach them by InternalIP; their serving certificates are
+	// self-signed, which an API server without --kubelet-certificate-authority
+	// accepts, as a default kubeadm cluster does.
+	env.ControlPlane.APIServer.Configure().Set("kubelet-preferred-address-types", "InternalIP")
 	env.ControlPlane.Etcd = &envtest.Etcd{Path: filepath.Join(dir, "etcd")}
 	// envtest attaches the output to stdout when asked through its own
 	// variable; otherwise keep the end of it for a failed start.
@@ -119,7 +159,7 @@ func run(dir string) (*Env, func() error, error) {
 		defer os.RemoveAll(kdir)
 		return env.Stop()
 	}
-	return &Env{Config: cfg, Kubeconfig: kubeconfig}, stop, nil
+	return &Env{Config: cfg, Kubeconfig: kubeconfig, plane: env}, stop, nil
 }
 
 // logWriter turns build progress into test log lines.

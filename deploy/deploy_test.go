@@ -1,0 +1,53 @@
+// Package deploy holds the manifests that run devata in the cluster it
+// manages; this test builds them as `kubectl apply -k deploy/` would.
+package deploy_test
+
+import (
+	"testing"
+
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+)
+
+// Every object lands in the devata namespace except the netcheck exec Role
+// and its binding, which must stay in the Cilium namespace to grant exec
+// into the agent pods; the binding's subject stays devata's ServiceAccount.
+func TestKustomizeNamespaces(t *testing.T) {
+	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
+	res, err := k.Run(filesys.MakeFsOnDisk(), ".")
+	if err != nil {
+		t.Fatalf("kustomize build deploy/: %v", err)
+	}
+	seen := map[string]bool{}
+	for _, r := range res.Resources() {
+		kind, name, ns := r.GetKind(), r.GetName(), r.GetNamespace()
+		seen[kind+"/"+name] = true
+		switch {
+		case kind == "Namespace", kind == "ClusterRole", kind == "ClusterRoleBinding":
+			if ns != "" {
+				t.Errorf("%s/%s has namespace %q", kind, name, ns)
+			}
+		case name == "devata-netcheck-exec":
+			if ns != "kube-system" {
+				t.Errorf("%s/%s in namespace %q, want kube-system", kind, name, ns)
+			}
+		default:
+			if ns != "devata" {
+				t.Errorf("%s/%s in namespace %q, want devata", kind, name, ns)
+			}
+		}
+		if kind == "RoleBinding" || kind == "ClusterRoleBinding" {
+			subjects, _ := r.GetFieldValue("subjects")
+			for _, s := range subjects.([]any) {
+				if s, _ := s.(map[string]any); s["namespace"] != "devata" || s["name"] != "devata" {
+					t.Errorf("%s/%s binds %v, want ServiceAccount devata/devata", kind, name, s)
+				}
+			}
+		}
+	}
+	for _, want := range []string{"Role/devata-netcheck-exec", "RoleBinding/devata-netcheck-exec", "ClusterRole/devata-netcheck", "Deployment/devata-reconcile"} {
+		if !seen[want] {
+			t.Errorf("build lacks %s; has %v", want, seen)
+		}
+	}
+}
