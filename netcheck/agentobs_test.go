@@ -1,6 +1,7 @@
 package netcheck_test
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -86,5 +87,14 @@ func checkErr(t *testing.T, what string, err error, want string) {
 		t.Errorf("%s: unexpected error %v", what, err)
 	case want != "" && (err == nil || !strings.Contains(err.Error(), want)):
 		t.Errorf("%s: error %v, want one containing %q", what, err, want)
+	}
+}
+
+func TestExecErrorHidesTheCommand(t *testing.T) {
+	err := netcheck.ExecErrorForTest("kube-system/cilium-x -c cilium-agent",
+		errors.New(`Internal error occurred: error sending request: Post "https://127.0.0.1:52785/exec/kube-system/cilium-x/cilium-agent?command=sh&command=-c&command=cilium-dbg+status": dial tcp 127.0.0.1:52785: connect: connection refused`))
+	want := `exec kube-system/cilium-x -c cilium-agent: Internal error occurred: error sending request: Post "https://127.0.0.1:52785/exec/kube-system/cilium-x/cilium-agent?…": dial tcp 127.0.0.1:52785: connect: connection refused`
+	if err.Error() != want {
+		t.Errorf("got  %s\nwant %s", err, want)
 	}
 }

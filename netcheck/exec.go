@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"regexp"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -91,11 +92,26 @@ func (p *PodsExec) Exec(ctx context.Context, namespace, pod, container string, c
 	}
 
 	if err != nil {
-		return stdout.Bytes(), stderr.Bytes(), fmt.Errorf("exec %s/%s -c %s: %w", namespace, pod, container, err)
+		return stdout.Bytes(), stderr.Bytes(), &execError{ref: namespace + "/" + pod + " -c " + container, err: err}
 	}
 
 	return stdout.Bytes(), stderr.Bytes(), nil
 }
+
+// execError is a failed exec. Its text drops the query of the kubelet URLs
+// that API server errors quote: the whole command, URL-encoded.
+type execError struct {
+	ref string
+	err error
+}
+
+var execURLQuery = regexp.MustCompile(`(/exec/[^"?\s]*)\?[^"\s]*`)
+
+func (e *execError) Error() string {
+	return "exec " + e.ref + ": " + execURLQuery.ReplaceAllString(e.err.Error(), "$1?…")
+}
+
+func (e *execError) Unwrap() error { return e.err }
 
 // tail is the last line-ish of a command's stderr, for an error message.
 func tail(b []byte) string {

@@ -28,15 +28,36 @@ import (
 // exec'd into at most once per pass, through ex, inside the machine's turn
 // (so --concurrency bounds the execs in flight); a nil ex leaves the agent's
 // own status Unknown.
-func Extension(kube kubernetes.Interface, ex Execer, inv *inventory.Inventory) machines.Extension {
-	return ExtensionWith(kube, DynamicFor(kube), ex, inv)
+func Extension(kube kubernetes.Interface, ex Execer, inv *inventory.Inventory, opts ...Option) machines.Extension {
+	return ExtensionWith(kube, DynamicFor(kube), ex, inv, opts...)
+}
+
+// Option changes what an Extension runs.
+type Option func(*extOptions)
+
+type extOptions struct {
+	probe *ProbeOptions
+}
+
+// WithProbe adds the cilium-probe transaction check: per node, two pods
+// (host network, pod network) connect to the kubernetes Service ClusterIP;
+// each is deleted when it ends. Without it there is no cilium-probe check.
+func WithProbe(o ProbeOptions) Option {
+	return func(e *extOptions) { o := o.withDefaults(); e.probe = &o }
 }
 
 // ExtensionWith is Extension with the dynamic client given.
-func ExtensionWith(kube kubernetes.Interface, dyn dynamic.Interface, ex Execer, inv *inventory.Inventory) machines.Extension {
+func ExtensionWith(kube kubernetes.Interface, dyn dynamic.Interface, ex Execer, inv *inventory.Inventory, opts ...Option) machines.Extension {
+	var eo extOptions
+	for _, opt := range opts {
+		opt(&eo)
+	}
 	var names []string
 	for _, c := range Checks() {
 		names = append(names, c.Name)
+	}
+	if eo.probe != nil {
+		names = append(names, CheckProbe)
 	}
 	snap := &snapshot{kube: kube, dyn: dyn}
 	expect := ExpectFrom(inv)
@@ -62,6 +83,9 @@ func ExtensionWith(kube kubernetes.Interface, dyn dynamic.Interface, ex Execer, 
 				if slices.Contains(want, ch.Name) {
 					out = append(out, ch.Evaluate(ctx, mt.Machine.Name, t)...)
 				}
+			}
+			if eo.probe != nil && slices.Contains(want, CheckProbe) {
+				out = append(out, checkProbe(ctx, t, kube, *eo.probe)...)
 			}
 			return out
 		},

@@ -41,12 +41,11 @@ import (
 
 // resources maps the kinds of the fixtures to what the API server serves.
 var resources = map[string]schema.GroupVersionResource{
-	"ConfigMap":                {Version: "v1", Resource: "configmaps"},
-	"ServiceAccount":           {Version: "v1", Resource: "serviceaccounts"},
-	"Pod":                      {Version: "v1", Resource: "pods"},
-	"DaemonSet":                {Group: "apps", Version: "v1", Resource: "daemonsets"},
-	"CiliumNodeConfig":         netcheck.CiliumNodeConfigs,
-	"CustomResourceDefinition": {Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"},
+	"ConfigMap":        {Version: "v1", Resource: "configmaps"},
+	"ServiceAccount":   {Version: "v1", Resource: "serviceaccounts"},
+	"Pod":              {Version: "v1", Resource: "pods"},
+	"DaemonSet":        {Group: "apps", Version: "v1", Resource: "daemonsets"},
+	"CiliumNodeConfig": netcheck.CiliumNodeConfigs,
 }
 
 func objects(t *testing.T, file string) []*unstructured.Unstructured {
@@ -98,23 +97,6 @@ func apply(t *testing.T, dyn dynamic.Interface, file string) (remove func()) {
 				t.Fatalf("%s: delete %s %s: %v", file, u.GetKind(), u.GetName(), err)
 			}
 		}
-	}
-}
-
-// installCRD installs the CiliumNodeConfig CRD and waits until it is served.
-func installCRD(t *testing.T, dyn dynamic.Interface) {
-	t.Helper()
-	apply(t, dyn, "crd-ciliumnodeconfigs.yaml")
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		_, err := dyn.Resource(netcheck.CiliumNodeConfigs).List(t.Context(), metav1.ListOptions{})
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("CiliumNodeConfig CRD not served: %v", err)
-		}
-		time.Sleep(100 * time.Millisecond)
 	}
 }
 
@@ -202,8 +184,9 @@ func start(t *testing.T) *bed {
 	if errs := f.Sim.SyncKubelets(t.Context(), kube); len(errs) > 0 {
 		t.Fatal(errs)
 	}
-	installCRD(t, dyn)
-	apply(t, dyn, "cilium-helm.yaml")
+	if err := sim.InstallCilium(t.Context(), env.Config); err != nil {
+		t.Fatal(err)
+	}
 	apply(t, dyn, "cnc-harmless.yaml")
 	ex, err := netcheck.NewPodsExec(env.Config)
 	if err != nil {
@@ -218,12 +201,19 @@ func start(t *testing.T) *bed {
 // Extension as devata wires it.
 func (b *bed) drift(t *testing.T, ext machines.Extension) map[string]drift.Result {
 	t.Helper()
+	return b.driftWith(t, ext, []string{netcheck.CheckDeclaration, netcheck.CheckAgent, netcheck.CheckServices}, 3)
+}
+
+// driftWith runs a pass with the given checks and expects perMachine
+// results for each machine.
+func (b *bed) driftWith(t *testing.T, ext machines.Extension, checks []string, perMachine int) map[string]drift.Result {
+	t.Helper()
 	f := b.fleet
 	rep := drift.NewReport(drift.Header{Cluster: f.Inventory.Cluster.Name, Simulated: true})
 	fc := &machines.FleetCheck{
 		Inventory: f.Inventory, Desired: f.Desired, Dialer: f.Dialer, Kube: b.kube,
 		Extensions: []machines.Extension{ext},
-		Checks:     []string{netcheck.CheckDeclaration, netcheck.CheckAgent, netcheck.CheckServices},
+		Checks:     checks,
 		// The config check is not asked for, but the machine observation
 		// (the active config) is read all the same.
 		Concurrency: 4, Timeout: 10 * time.Second,
@@ -240,7 +230,7 @@ func (b *bed) drift(t *testing.T, ext machines.Extension) map[string]drift.Resul
 		}
 		out[key] = r
 	}
-	if want := 3 * len(f.Inventory.Machines); len(out) != want {
+	if want := perMachine * len(f.Inventory.Machines); len(out) != want {
 		t.Errorf("%d results, want %d", len(out), want)
 	}
 	return out
@@ -255,17 +245,22 @@ func describe(r drift.Result) string {
 // to inspect.
 func expect(t *testing.T, rs map[string]drift.Result, key string, status drift.Status, reasonHas, nextHas string) {
 	t.Helper()
-	r, ok := rs[key]
-	if !ok {
-		t.Errorf("%s: no result", key)
-		return
-	}
 	wantRung := drift.RungDeclaration
 	switch {
 	case strings.HasSuffix(key, netcheck.CheckAgent):
 		wantRung = drift.RungReconciliation
 	case strings.HasSuffix(key, netcheck.CheckServices):
 		wantRung = drift.RungInfrastructure
+	}
+	expectRung(t, rs, key, wantRung, status, reasonHas, nextHas)
+}
+
+func expectRung(t *testing.T, rs map[string]drift.Result, key string, wantRung drift.Rung, status drift.Status, reasonHas, nextHas string) {
+	t.Helper()
+	r, ok := rs[key]
+	if !ok {
+		t.Errorf("%s: no result", key)
+		return
 	}
 	switch {
 	case r.Status != status, !strings.Contains(r.Reason, reasonHas), !strings.Contains(r.Next, nextHas):
@@ -567,6 +562,8 @@ func TestCiliumChecks(t *testing.T) {
 		}
 	})
 
+	t.Run("probe", func(t *testing.T) { probeTests(t, b, machinesOf) })
+
 	t.Run("one snapshot per pass", func(t *testing.T) {
 		kube, reqs := counted(t, b.env)
 		rs := b.drift(t, netcheck.Extension(kube, b.exec, f.Inventory))
@@ -598,12 +595,16 @@ func TestCiliumChecks(t *testing.T) {
 	})
 }
 
-// bindDeployRBAC creates the ClusterRole or the Role of
-// deploy/netcheck-rbac.yaml and binds it to user instead of devata's
-// ServiceAccount; it returns the function that deletes both.
-func bindDeployRBAC(t *testing.T, b *bed, user, kind string) (remove func()) {
+// bindDeployRBAC creates the ClusterRole or the Role of a file in deploy/
+// (netcheck-rbac.yaml unless given) and binds it to user instead of
+// devata's ServiceAccount; it returns the function that deletes both.
+func bindDeployRBAC(t *testing.T, b *bed, user, kind string, file ...string) (remove func()) {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join("..", "deploy", "netcheck-rbac.yaml"))
+	name := "netcheck-rbac.yaml"
+	if len(file) > 0 {
+		name = file[0]
+	}
+	data, err := os.ReadFile(filepath.Join("..", "deploy", name))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -612,7 +613,7 @@ func bindDeployRBAC(t *testing.T, b *bed, user, kind string) (remove func()) {
 	for {
 		u := &unstructured.Unstructured{}
 		if err := dec.Decode(&u.Object); errors.Is(err, io.EOF) {
-			t.Fatalf("deploy/netcheck-rbac.yaml has no %s", kind)
+			t.Fatalf("deploy/%s has no %s", name, kind)
 		} else if err != nil {
 			t.Fatal(err)
 		}

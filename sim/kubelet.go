@@ -47,8 +47,9 @@ func every(ctx context.Context, interval time.Duration, fn func()) {
 // each machine that failed to post, by machine name.
 //
 // Once Nodes are registered it also runs the cilium agent pods (see
-// cilium.go) when the cluster has a cilium DaemonSet; their errors are
-// under the key "cilium".
+// cilium.go) when the cluster has a cilium DaemonSet, and devata's probe
+// pods bound to its nodes (probe.go); their errors are under the keys
+// "cilium" and "probes".
 func (f *Fleet) SyncKubelets(ctx context.Context, kc kubernetes.Interface) map[string]error {
 	f.mu.Lock()
 	f.kube = kc
@@ -69,6 +70,10 @@ func (f *Fleet) SyncKubelets(ctx context.Context, kc kubernetes.Interface) map[s
 	if err := f.syncAgentPods(ctx, kc, posting); err != nil {
 		errs["cilium"] = err
 		f.log.Debug("sim cilium agents", "error", err)
+	}
+	if err := f.runProbePods(ctx, kc, posting); err != nil {
+		errs["probes"] = err
+		f.log.Debug("sim probe pods", "error", err)
 	}
 	return errs
 }

@@ -93,6 +93,10 @@ type Faults struct {
 	// CiliumNoShell makes `cilium-dbg shell` fail, as on an agent built
 	// without the statedb shell: only `service list` shows frontends.
 	CiliumNoShell bool
+	// CiliumPodNetworkBroken makes connections from the node's pod network
+	// time out although every agent-side fact looks right: a datapath
+	// failure only a transaction (devata drift --probe) sees.
+	CiliumPodNetworkBroken bool
 }
 
 func (f Faults) clone() Faults {

@@ -10,12 +10,17 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"devata.dev/devata/bootstrap"
 	"devata.dev/devata/examples"
 	"devata.dev/devata/internal/testenv"
 	"devata.dev/devata/inventory"
+	"devata.dev/devata/netcheck"
 	"devata.dev/devata/sim"
 )
 
@@ -91,6 +96,7 @@ func (a *app) demo(ctx context.Context, withKubernetes bool) error {
 	done("%d configs", len(rendered))
 
 	var kc kubernetes.Interface
+	var kcfg *rest.Config
 	kubeconfig := ""
 	if withKubernetes {
 		done = step("Kubernetes: a real kube-apiserver %s and etcd (envtest)", testenv.KubernetesVersion)
@@ -102,7 +108,7 @@ func (a *app) demo(ctx context.Context, withKubernetes bool) error {
 		if kc, err = kubernetes.NewForConfig(env.Config); err != nil {
 			return fail(err)
 		}
-		kubeconfig = env.Kubeconfig
+		kcfg, kubeconfig = env.Config, env.Kubeconfig
 		done("API server up at %s", env.Config.Host)
 	}
 
@@ -140,7 +146,7 @@ func (a *app) demo(ctx context.Context, withKubernetes bool) error {
 	}
 	done("listening; each kubelet registers its Node once its machine is configured")
 
-	checks := "--checks=config,talos-version,machine-stage,kubelet,etcd,storage-volumes,storage-mounts"
+	checks := "--checks=config,talos-version,machine-stage,kubelet,etcd,storage-volumes,storage-mounts,cilium-declaration,cilium-agent,cilium-services"
 	if kc == nil {
 		checks = "--checks=config,talos-version,machine-stage,etcd,storage-volumes,storage-mounts"
 	}
@@ -162,10 +168,23 @@ func (a *app) demo(ctx context.Context, withKubernetes bool) error {
 	}
 	fmt.Fprintln(out, "    exit 0")
 
+	if kc != nil {
+		done = step("Cilium: what `helm install cilium` (1.20, kube-proxy replacement via KubePrism) puts in Kubernetes; SIMULATED agents, one per node")
+		if err := sim.InstallCilium(ctx, kcfg); err != nil {
+			return fail(err)
+		}
+		syncKubelets()
+		done("CiliumNodeConfig CRD (Cilium's own), cilium-config, the agent DaemonSet; the sim plays its pods and answers cilium-dbg through pods/exec")
+	}
+
 	step("drift on the healthy fleet")
 	fmt.Fprintf(out, "    exit %d\n", devata("drift", checks))
 
-	step("faults: cp-2's config edited behind devata's back; kubelet down and the Longhorn disk gone on worker-1; worker-2 unreachable")
+	faults := "cp-2's config edited behind devata's back; kubelet down and the Longhorn disk gone on worker-1; worker-2 unreachable"
+	if kc != nil {
+		faults += "; a CiliumNodeConfig left from debugging turns kube-proxy replacement off on cp-3"
+	}
+	step("faults: %s", faults)
 	desired := map[string][]byte{}
 	for _, r := range rendered {
 		desired[r.Machine] = r.Config
@@ -177,13 +196,25 @@ func (a *app) demo(ctx context.Context, withKubernetes bool) error {
 	fleet.Machine("cp-2").SetFaults(sim.Faults{DriftedConfig: edited})
 	fleet.Machine("worker-1").SetFaults(sim.Faults{KubeletUnhealthy: true, VolumeFailed: map[string]string{"longhorn": "no disk matched the selector: disk.size >= 100GiB && !system_disk"}})
 	fleet.Machine("worker-2").SetFaults(sim.Faults{Unreachable: true})
+	cnc, err := kprOverride(kcfg, "cp-3")
+	if err != nil {
+		return fail(err)
+	}
+	if err := cnc.create(ctx); err != nil {
+		return fail(err)
+	}
 	syncKubelets()
 
 	step("drift: each fault reported, with the next thing to do")
 	fmt.Fprintf(out, "    exit %d (2: something could not be observed)\n", devata("drift", checks))
 
 	step("apply: the plan, then a gated rollout of what drifted")
-	fleet.Machine("worker-1").SetFaults(sim.Faults{}) // meanwhile the operator restarted the kubelet and replaced the disk
+	// Meanwhile the operator restarted the kubelet and replaced the disk, and
+	// deleted the override (and with it cp-3's agent pod, which restarts).
+	fleet.Machine("worker-1").SetFaults(sim.Faults{})
+	if err := cnc.remove(ctx); err != nil {
+		return fail(err)
+	}
 	fmt.Fprintf(out, "    exit %d (worker-2 could not be planned: it is unreachable)\n", devata("apply", "--yes"))
 	syncKubelets()
 
@@ -192,6 +223,49 @@ func (a *app) demo(ctx context.Context, withKubernetes bool) error {
 	fmt.Fprintf(out, "    exit %d\n", code)
 	fmt.Fprintln(out, "\nEverything above ran against SIMULATED machines. Against a real cluster: devata validate, devata gen secrets, devata plan, devata bootstrap, then devata drift, devata apply or devata reconcile.")
 	return nil
+}
+
+// cncOverride is a CiliumNodeConfig the demo creates and removes; nil
+// without Kubernetes.
+type cncOverride struct {
+	res dynamic.ResourceInterface
+	obj *unstructured.Unstructured
+}
+
+// kprOverride is the CiliumNodeConfig that turns kube-proxy replacement off
+// on one node, as one left from debugging would.
+func kprOverride(cfg *rest.Config, node string) (*cncOverride, error) {
+	if cfg == nil {
+		return nil, nil
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	obj := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "cilium.io/v2", "kind": "CiliumNodeConfig",
+		"metadata": map[string]any{"name": "debug-kpr-off-" + node, "namespace": "kube-system"},
+		"spec": map[string]any{
+			"nodeSelector": map[string]any{"matchLabels": map[string]any{"kubernetes.io/hostname": node}},
+			"defaults":     map[string]any{"kube-proxy-replacement": "false"},
+		},
+	}}
+	return &cncOverride{res: dyn.Resource(netcheck.CiliumNodeConfigs).Namespace("kube-system"), obj: obj}, nil
+}
+
+func (c *cncOverride) create(ctx context.Context) error {
+	if c == nil {
+		return nil
+	}
+	_, err := c.res.Create(ctx, c.obj, metav1.CreateOptions{})
+	return err
+}
+
+func (c *cncOverride) remove(ctx context.Context) error {
+	if c == nil {
+		return nil
+	}
+	return c.res.Delete(ctx, c.obj.GetName(), metav1.DeleteOptions{})
 }
 
 func editConfig(cfg []byte, old, new string) ([]byte, error) {

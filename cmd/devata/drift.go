@@ -2,11 +2,13 @@ package main
 
 import (
 	"errors"
+	"slices"
 
 	"github.com/spf13/cobra"
 
 	"devata.dev/devata/config"
 	"devata.dev/devata/drift"
+	"devata.dev/devata/netcheck"
 )
 
 func (a *app) newDriftCommand() *cobra.Command {
@@ -14,6 +16,8 @@ func (a *app) newDriftCommand() *cobra.Command {
 		machines, checks    []string
 		junitFile, promFile string
 		stream              bool
+		probe               bool
+		probeOpts           netcheck.ProbeOptions
 	}
 	cmd := &cobra.Command{
 		Use:   "drift",
@@ -23,11 +27,14 @@ machine over the Talos API (and Kubernetes, with a kubeconfig) and reports,
 per machine and check, InSync, Drifted or Unknown (could not observe).
 
 One unreachable machine never stops the others: it is reported as Unknown.
-Nothing is changed anywhere.
+Nothing is changed anywhere, except with --probe: then, per node, two
+short-lived pods (host network, pod network) connect to the kubernetes Service
+ClusterIP and are deleted when they end (deploy/netcheck-probe.yaml has the
+namespace and RBAC they need).
 
 Checks: config, talos-version, machine-stage, kubelet, etcd (control planes),
 storage-declaration, storage-volumes, storage-mounts, storage-raw-disks,
-cilium-declaration, cilium-services (partial: kube-proxy leftovers).
+cilium-declaration, cilium-agent, cilium-services, and cilium-probe with --probe.
 See docs/checks.md, docs/checks-storage.md and docs/checks-netcheck.md.
 
 Exit 0 all in sync, 1 drift found, 2 could not complete (any Unknown or an error).`,
@@ -40,11 +47,17 @@ Exit 0 all in sync, 1 drift found, 2 could not complete (any Unknown or an error
 			if flags.stream && (format != drift.FormatJSON || flags.junitFile != "" || flags.promFile != "") {
 				return exitWith(exitTrouble, errors.New("--stream writes JSON as it goes: use it with -o json and without --junit-file or --prom-file"))
 			}
+			if slices.Contains(flags.checks, netcheck.CheckProbe) && !flags.probe {
+				return exitWith(exitTrouble, errors.New("cilium-probe creates pods in the cluster: it runs only with --probe"))
+			}
 			s, err := a.openSession()
 			if err != nil {
 				return err
 			}
 			fc := a.fleetCheck(s.inv, s.desired, s.dialer, s.kube, s.exec)
+			if flags.probe {
+				fc.Extensions = extensions(s.inv, s.kube, s.exec, netcheck.WithProbe(flags.probeOpts))
+			}
 			fc.Machines, fc.Checks = flags.machines, flags.checks
 			ms, _, err := fc.Select()
 			if err != nil {
@@ -100,7 +113,11 @@ Exit 0 all in sync, 1 drift found, 2 could not complete (any Unknown or an error
 	}
 	config.AddOutputFlag(cmd.Flags())
 	cmd.Flags().StringSliceVar(&flags.machines, "machines", nil, "only these machines (comma-separated names)")
-	cmd.Flags().StringSliceVar(&flags.checks, "checks", nil, "only these checks (comma-separated): config, talos-version, machine-stage, kubelet, etcd, storage-declaration, storage-volumes, storage-mounts, storage-raw-disks, cilium-declaration, cilium-services")
+	cmd.Flags().StringSliceVar(&flags.checks, "checks", nil, "only these checks (comma-separated): config, talos-version, machine-stage, kubelet, etcd, storage-declaration, storage-volumes, storage-mounts, storage-raw-disks, cilium-declaration, cilium-agent, cilium-services, cilium-probe (with --probe)")
+	cmd.Flags().BoolVar(&flags.probe, "probe", false, "also run cilium-probe: per node, a host-network and a pod-network pod connect to the kubernetes Service ClusterIP (created, awaited, always deleted)")
+	cmd.Flags().StringVar(&flags.probeOpts.Namespace, "probe-namespace", netcheck.DefaultProbeNamespace, "namespace of the --probe pods (the host-network one needs Pod Security level privileged there)")
+	cmd.Flags().StringVar(&flags.probeOpts.Image, "probe-image", netcheck.DefaultProbeImage, "image of the --probe pods (it must have agnhost's connect subcommand)")
+	cmd.Flags().DurationVar(&flags.probeOpts.Timeout, "probe-timeout", netcheck.DefaultProbeTimeout, "how long a --probe pod may take from creation to its end (image pull included)")
 	cmd.Flags().StringVar(&flags.junitFile, "junit-file", "", "also write the report as JUnit XML to this file")
 	cmd.Flags().BoolVar(&flags.stream, "stream", false, "write the JSON report as machines finish, holding no results (for very large fleets; results in arrival order; not with --junit-file/--prom-file)")
 	cmd.Flags().StringVar(&flags.promFile, "prom-file", "", "also write the report as a Prometheus textfile (atomically) to this path")

@@ -2,16 +2,23 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"devata.dev/devata/drift"
 	"devata.dev/devata/internal/simtest"
+	"devata.dev/devata/internal/testenv"
+	"devata.dev/devata/netcheck"
 	"devata.dev/devata/sim"
 )
 
@@ -245,5 +252,73 @@ func TestDriftCiliumChecksWired(t *testing.T) {
 	full := devata(t, nil, "drift", "--config", sf.settings, "-o", "json")
 	if !strings.Contains(full.stdout, `"check": "cilium-declaration"`) || !strings.Contains(full.stdout, `"check": "storage-volumes"`) {
 		t.Errorf("the full report lacks the Cilium or storage checks")
+	}
+	r = devata(t, nil, "drift", "--config", sf.settings, "--checks=cilium-probe")
+	if r.code != 2 || !strings.Contains(r.err, "cilium-probe creates pods in the cluster: it runs only with --probe") {
+		t.Errorf("--checks cilium-probe without --probe: exit %d\n%s", r.code, r.err)
+	}
+}
+
+// With a kubeconfig, the three Cilium checks (one exec into each agent)
+// and, with --probe, the transaction all pass on a healthy fleet; the
+// probe leaves no pod behind.
+func TestDriftCiliumWithKubernetes(t *testing.T) {
+	env := testenv.Start(t)
+	kube, err := kubernetes.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sf := startSim(t, simtest.Options{Bootstrap: true})
+	sf.Sim.SyncKubelets(t.Context(), kube)
+	if err := sim.InstallCilium(t.Context(), env.Config); err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(t.Context())
+	defer stop()
+	go sf.Sim.RunKubelets(ctx, kube, 100*time.Millisecond) // agent pods, probe pods
+	// The probe namespace as deploy/netcheck-probe.yaml makes it, and the
+	// ServiceAccount kube-controller-manager would add.
+	if _, err := kube.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: netcheck.DefaultProbeNamespace}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kube.CoreV1().ServiceAccounts(netcheck.DefaultProbeNamespace).Create(t.Context(), &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"drift", "--config", sf.settings, "--kubeconfig", env.Kubeconfig, "-o", "json"}
+	var rep drift.Report
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		// The agent pods start with the next kubelet round.
+		r := devata(t, nil, append(args, "--checks=cilium-declaration,cilium-agent,cilium-services")...)
+		if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+			t.Fatalf("exit %d: %v\n%s", r.code, err, r.err)
+		}
+		if r.code == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("exit %d, want 0\n%s", r.code, r.stdout)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if len(rep.Results) != 15 {
+		t.Errorf("%d results, want 15 (3 checks × 5 machines)", len(rep.Results))
+	}
+	r := devata(t, nil, append(args, "--checks=cilium-agent,cilium-probe", "--probe", "--probe-timeout=20s")...)
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil || r.code != 0 {
+		t.Fatalf("--probe: exit %d, %v\n%s%s", r.code, err, r.stdout, r.err)
+	}
+	probes := 0
+	for _, res := range rep.Results {
+		if res.Check == netcheck.CheckProbe && res.Status == drift.StatusInSync && res.Rung == drift.RungTransaction {
+			probes++
+		}
+	}
+	if probes != 5 {
+		t.Errorf("%d cilium-probe results InSync, want 5:\n%s", probes, r.stdout)
+	}
+	left, err := kube.CoreV1().Pods(netcheck.DefaultProbeNamespace).List(t.Context(), metav1.ListOptions{})
+	if err != nil || len(left.Items) != 0 {
+		t.Errorf("probe pods left: %v %v", left, err)
 	}
 }

@@ -231,12 +231,15 @@ func TestDemo(t *testing.T) {
 		}
 	}
 	for _, tt := range []struct{ name, text, want string }{
-		{"clean drift", clean, "5 in sync, 0 drifted, 0 unknown (5 machines, 33 results) — exit 0"},
+		{"clean drift", clean, "5 in sync, 0 drifted, 0 unknown (5 machines, 48 results) — exit 0"},
+		{"faults: KPR declared off", faulty, `CiliumNodeConfig kube-system/debug-kpr-off-cp-3 sets kube-proxy-replacement="false" on node cp-3`},
+		{"faults: KPR off in the agent", faulty, `agent runs with kube-proxy replacement "False"`},
+		{"faults: KPR explained", faulty, "then delete the agent pod so it restarts with kube-proxy-replacement"},
 		{"faults: edited config", faulty, "-            - pool.ntp.org"},
 		{"faults: kubelet", faulty, "Node worker-1 is not Ready"},
 		{"faults: unreachable", faulty, "worker-2  worker        127.0.0.1"},
 		{"faults: storage", faulty, "u-longhorn failed"},
-		{"faults: summary", faulty, "2 in sync, 2 drifted, 1 unknown"},
+		{"faults: summary", faulty, "1 in sync, 3 drifted, 1 unknown"},
 		{"apply converged cp-2", faulty, "converged: cp-2"},
 		{"after apply", after, "4 in sync, 0 drifted, 1 unknown"},
 		{"simulated", clean, "SIMULATED"},

@@ -103,8 +103,8 @@ func (a *app) fleetCheck(inv *inventory.Inventory, desired map[string][]byte, d 
 }
 
 // extensions are the checks that ride on the machine checks' connection.
-func extensions(inv *inventory.Inventory, kube kubernetes.Interface, ex netcheck.Execer) []machines.Extension {
-	return []machines.Extension{storagecheck.Extension(), netcheck.Extension(kube, ex, inv)}
+func extensions(inv *inventory.Inventory, kube kubernetes.Interface, ex netcheck.Execer, opts ...netcheck.Option) []machines.Extension {
+	return []machines.Extension{storagecheck.Extension(), netcheck.Extension(kube, ex, inv, opts...)}
 }
 
 func (s *session) header(simulated bool) drift.Header {
