@@ -40,6 +40,15 @@ type FaultSpec struct {
 	PartitionMissing    []string            `yaml:"partitionMissing"`
 	KubeletMountMissing []string            `yaml:"kubeletMountMissing"`
 	KubeletMountOptions map[string][]string `yaml:"kubeletMountOptions"`
+
+	// cilium agent faults (see Faults)
+	CiliumAgentNotReady      bool              `yaml:"ciliumAgentNotReady"`
+	CiliumStatusReply        string            `yaml:"ciliumStatusReply"`
+	CiliumControllersFailing []string          `yaml:"ciliumControllersFailing"`
+	CiliumBackendsMissing    []string          `yaml:"ciliumBackendsMissing"`
+	CiliumFrontendsStuck     map[string]string `yaml:"ciliumFrontendsStuck"`
+	CiliumNoShell            bool              `yaml:"ciliumNoShell"`
+	CiliumPodNetworkBroken   bool              `yaml:"ciliumPodNetworkBroken"`
 }
 
 // LoadFaultsFile reads a faults file: a YAML map from machine name to its
@@ -65,6 +74,10 @@ func LoadFaultsFile(path string) (map[string]Faults, error) {
 			VolumeFilesystem:  s.VolumeFilesystem, DisksMissing: s.DisksMissing, DiskSignatures: s.DiskSignatures,
 			MountMissing: s.MountMissing, PartitionMissing: s.PartitionMissing,
 			KubeletMountMissing: s.KubeletMountMissing, KubeletMountOptions: s.KubeletMountOptions,
+			CiliumAgentNotReady: s.CiliumAgentNotReady, CiliumStatusReply: s.CiliumStatusReply,
+			CiliumControllersFailing: s.CiliumControllersFailing, CiliumBackendsMissing: s.CiliumBackendsMissing,
+			CiliumFrontendsStuck: s.CiliumFrontendsStuck, CiliumNoShell: s.CiliumNoShell,
+			CiliumPodNetworkBroken: s.CiliumPodNetworkBroken,
 		}
 		for vol, sz := range s.VolumeSize {
 			n, err := humanize.ParseBytes(sz)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"devata.dev/devata/internal/simtest"
+	"devata.dev/devata/sim"
 )
 
 func TestFaultsFileDrivesTheFleet(t *testing.T) {
@@ -99,5 +101,33 @@ func waitUntil(t *testing.T, cond func() bool) {
 			t.Fatal("timed out")
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestFaultsFileCiliumFaults(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "faults.yaml")
+	data := `cp-3:
+  ciliumAgentNotReady: true
+  ciliumControllersFailing: [cilium-health-ep]
+  ciliumBackendsMissing: [default/kubernetes]
+  ciliumFrontendsStuck: {default/kubernetes: "map is full"}
+  ciliumNoShell: true
+  ciliumPodNetworkBroken: true
+  ciliumStatusReply: '{"kube-proxy-replacement": {"mode": "Strict"}}'
+`
+	if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	all, err := sim.LoadFaultsFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := all["cp-3"]
+	if !got.CiliumAgentNotReady || !got.CiliumNoShell || !got.CiliumPodNetworkBroken ||
+		!slices.Equal(got.CiliumControllersFailing, []string{"cilium-health-ep"}) ||
+		!slices.Equal(got.CiliumBackendsMissing, []string{"default/kubernetes"}) ||
+		got.CiliumFrontendsStuck["default/kubernetes"] != "map is full" ||
+		got.CiliumStatusReply != `{"kube-proxy-replacement": {"mode": "Strict"}}` {
+		t.Errorf("cilium faults not read: %+v", got)
 	}
 }
