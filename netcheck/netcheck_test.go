@@ -478,20 +478,11 @@ func TestCiliumChecks(t *testing.T) {
 		// devata's own RBAC, bound to a user: the read-only ClusterRole
 		// alone leaves the agent checks Unknown; with the exec Role they run.
 		const user = "netcheck-least-privilege"
-		cfg, err := b.env.User(user)
-		if err != nil {
-			t.Fatal(err)
-		}
-		kube, err := kubernetes.NewForConfig(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
+		cfg, kube := leastPrivileged(t, b, user)
 		ex, err := netcheck.NewPodsExec(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer bindDeployRBAC(t, b, user, "ClusterRole")()
-		waitAllowed(t, kube, authv1.ResourceAttributes{Verb: "list", Group: "apps", Resource: "daemonsets"})
 		rs := b.drift(t, netcheck.Extension(kube, ex, f.Inventory))
 		for _, m := range machinesOf {
 			expect(t, rs, m+"/"+netcheck.CheckDeclaration, drift.StatusInSync, "", "")
@@ -652,6 +643,23 @@ func must(t *testing.T, err error) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// leastPrivileged is a client of a new user bound to deploy's read-only
+// ClusterRole and nothing else (the binding goes when the test ends).
+func leastPrivileged(t *testing.T, b *bed, user string) (*rest.Config, kubernetes.Interface) {
+	t.Helper()
+	cfg, err := b.env.User(user)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(bindDeployRBAC(t, b, user, "ClusterRole"))
+	waitAllowed(t, kube, authv1.ResourceAttributes{Verb: "list", Group: "apps", Resource: "daemonsets"})
+	return cfg, kube
 }
 
 // waitAllowed waits until the API server's RBAC cache lets kube's user do what

@@ -95,22 +95,12 @@ func probeTests(t *testing.T, b *bed, machinesOf []string) {
 	})
 
 	t.Run("no permission to create pods is Unknown, not Drifted", func(t *testing.T) {
-		const user = "netcheck-probe-least-privilege"
-		cfg, err := b.env.User(user)
-		if err != nil {
-			t.Fatal(err)
-		}
-		kube, err := kubernetes.NewForConfig(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer bindDeployRBAC(t, b, user, "ClusterRole")()
-		waitAllowed(t, kube, authv1.ResourceAttributes{Verb: "list", Group: "apps", Resource: "daemonsets"})
+		_, kube := leastPrivileged(t, b, "netcheck-probe-least-privilege")
 		rs := probePass(t, b, kube, 20*time.Second)
 		for _, m := range machinesOf {
 			expectRung(t, rs, m+"/"+netcheck.CheckProbe, drift.RungTransaction, drift.StatusUnknown, "forbidden", "kubectl apply -f deploy/netcheck-probe.yaml")
 		}
-		defer bindDeployRBAC(t, b, user, "Role", "netcheck-probe.yaml")()
+		defer bindDeployRBAC(t, b, "netcheck-probe-least-privilege", "Role", "netcheck-probe.yaml")()
 		waitAllowed(t, kube, authv1.ResourceAttributes{Verb: "create", Resource: "pods", Namespace: netcheck.DefaultProbeNamespace})
 		rs = probePass(t, b, kube, 20*time.Second)
 		for _, m := range machinesOf {

@@ -46,7 +46,7 @@ func newAuthority(caCrtPEM, caKeyPEM []byte) (*authority, error) {
 
 	a := &authority{caCert: caCert, caKey: signer, pool: pool, certTTL: 365 * 24 * time.Hour}
 
-	a.maint, err = selfSigned()
+	a.maint, err = selfSigned("maintenance-service")
 	if err != nil {
 		return nil, err
 	}
@@ -135,7 +135,9 @@ func verifyClientExtKeyUsage(_ [][]byte, chains [][]*x509.Certificate) error {
 	return nil
 }
 
-func selfSigned() (tls.Certificate, error) {
+// selfSigned is a server certificate signed by its own key, for the
+// maintenance service and the simulated kubelets.
+func selfSigned(cn string, ips ...net.IP) (tls.Certificate, error) {
 	pub, priv, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
 		return tls.Certificate{}, err
@@ -143,16 +145,17 @@ func selfSigned() (tls.Certificate, error) {
 
 	tmpl := &x509.Certificate{
 		SerialNumber: serial(),
-		Subject:      pkix.Name{CommonName: "maintenance-service"},
+		Subject:      pkix.Name{CommonName: cn},
 		NotBefore:    time.Now().Add(-time.Minute),
 		NotAfter:     time.Now().Add(365 * 24 * time.Hour),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IPAddresses:  ips,
 	}
 
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, pub, priv)
 	if err != nil {
-		return tls.Certificate{}, fmt.Errorf("self-sign maintenance certificate: %w", err)
+		return tls.Certificate{}, fmt.Errorf("self-sign %s certificate: %w", cn, err)
 	}
 
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: priv}, nil
