@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,10 +19,13 @@ import (
 
 	"google.golang.org/grpc/codes"
 
+	"devata.dev/devata/drift"
 	"devata.dev/devata/internal/simtest"
+	"devata.dev/devata/inventory"
 	"devata.dev/devata/machines"
 	"devata.dev/devata/reconcile"
 	"devata.dev/devata/sim"
+	"devata.dev/devata/storagecheck"
 )
 
 // syncBuffer is a bytes.Buffer safe for the loop's goroutines; onWrite, if
@@ -534,5 +538,23 @@ func TestShardsSplitTheFleet(t *testing.T) {
 		if !h.inSync(t, m.Name) {
 			t.Errorf("%s not converged", m.Name)
 		}
+	}
+}
+
+// The checks that ride on the machine checks' connection (storage, Cilium)
+// are part of every pass's report when the Loop is given them.
+func TestPassesCarryTheExtensionChecks(t *testing.T) {
+	h := newLoop(t, nil)
+	h.loop.Checks = append(slices.Clone(talosChecks), "storage-volumes")
+	h.loop.Extensions = func(*inventory.Inventory) []machines.Extension { return []machines.Extension{storagecheck.Extension()} }
+	res := h.loop.Once(context.Background())
+	n := 0
+	for _, r := range res.Report.Results {
+		if r.Check == "storage-volumes" && r.Status == drift.StatusInSync {
+			n++
+		}
+	}
+	if n != len(h.f.Inventory.Machines) || res.ExitCode() != 0 {
+		t.Errorf("exit %d, %d storage-volumes results in sync, want %d", res.ExitCode(), n, len(h.f.Inventory.Machines))
 	}
 }
