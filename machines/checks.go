@@ -206,9 +206,13 @@ func checkKubelet(_ context.Context, t *Target) []drift.Result {
 	}
 	switch {
 	case len(problems) > 0:
+		next := "talosctl -n " + t.addr() + " service kubelet; talosctl -n " + t.addr() + " logs kubelet; kubectl describe node " + name
+		if node, ok := t.nodeFacts(name); ok && NetworkNotReady(node.ReadyReason) {
+			next = "no CNI runs on the node yet: with cluster.network.cni none, install Cilium (helm install cilium …), then see the cilium checks; kubectl describe node " + name
+		}
 		return []drift.Result{drift.Drifted(name, CheckKubelet, rung, strings.Join(problems, "; "), "kubelet healthy, Node Ready, "+t.KubernetesVersion, problems[0]).
 			WithEvidence(evidence...).
-			WithNext("talosctl -n " + t.addr() + " service kubelet; talosctl -n " + t.addr() + " logs kubelet; kubectl describe node " + name)}
+			WithNext(next)}
 	case unknown != nil:
 		next := "talosctl -n " + t.addr() + " service kubelet"
 		if t.Nodes == nil || t.Nodes.Err != nil {
@@ -264,3 +268,12 @@ func checkEtcd(_ context.Context, t *Target) []drift.Result {
 }
 
 func short(h [32]byte) string { return hex.EncodeToString(h[:6]) }
+
+// nodeFacts is the Node's facts, when the Nodes were observed.
+func (t *Target) nodeFacts(name string) (NodeFacts, bool) {
+	if t.Nodes == nil || t.Nodes.Err != nil {
+		return NodeFacts{}, false
+	}
+	n, ok := t.Nodes.ByName[name]
+	return n, ok
+}

@@ -200,6 +200,19 @@ func TestKubeletCheckAgainstRealKubernetes(t *testing.T) {
 		rep.Finish()
 		return rep
 	}
+	// cluster.network.cni none: every Node waits for Cilium, and the check
+	// says so.
+	for _, r := range run().Results {
+		if r.Status != drift.StatusDrifted || !strings.Contains(r.Reason, "NetworkPluginNotReady") || !strings.Contains(r.Next, "no CNI runs on the node yet") {
+			t.Errorf("%s before the CNI: %s %s (next %s)", r.Machine, r.Status, r.Reason, r.Next)
+		}
+	}
+	if err := sim.InstallCilium(ctx, env.Config); err != nil {
+		t.Fatal(err)
+	}
+	if errs := tf.Sim.SyncKubelets(ctx, kc); len(errs) > 0 {
+		t.Fatal(errs)
+	}
 	rep := run()
 	for _, r := range rep.Results {
 		if r.Status != drift.StatusInSync {

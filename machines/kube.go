@@ -3,6 +3,7 @@ package machines
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -26,6 +27,13 @@ type Nodes struct {
 	// Err is set when the Nodes could not be listed (no kubeconfig, unreachable,
 	// forbidden): every Kubernetes-side fact is then Unknown.
 	Err error
+}
+
+// NetworkNotReady reports a Node NotReady only because no CNI runs on it
+// (the kubelet's NetworkPluginNotReady): what every Node of a cluster with
+// cluster.network.cni none shows until Cilium is installed.
+func NetworkNotReady(readyReason string) bool {
+	return strings.Contains(readyReason, "NetworkPluginNotReady") || strings.Contains(readyReason, "cni plugin not initialized")
 }
 
 // KubeClient builds a client from a kubeconfig file.

@@ -95,6 +95,23 @@
 // VolumeFailed, VolumeMissing, VolumeFilesystem, VolumeSize, MountMissing,
 // PartitionMissing, KubeletMountMissing, KubeletMountOptions) bend all of it.
 //
+// # Kubelets and the Cilium agent
+//
+// With a Kubernetes API server (RunKubelets, SyncKubelets) each configured
+// machine plays its kubelet: the Node, its Ready condition and Lease, and an
+// HTTPS endpoint (self-signed, on the Node's InternalIP and
+// daemonEndpoints port) serving pods/exec with the CRI streaming server's
+// remotecommand code. A Node whose config has cluster.network.cni none is
+// NotReady (NetworkPluginNotReady) until a cilium agent pod runs on it.
+// envtest runs no controllers and no containers, so once InstallCilium has
+// put the Kubernetes side of a Cilium install there, the sim also plays the
+// agent DaemonSet's pods and the agent (cilium.go: cilium-dbg replies from
+// Cilium's models and tables, derived from cilium-config, CiliumNodeConfigs,
+// Services and EndpointSlices), and runs devata's probe pods (probe.go). The
+// Cilium faults (CiliumAgentNotReady, CiliumStatusReply,
+// CiliumControllersFailing, CiliumBackendsMissing, CiliumFrontendsStuck,
+// CiliumNoShell, CiliumPodNetworkBroken) bend that.
+//
 // Faults (see Faults) are set per machine from Go at any time; Crash drops a
 // machine's connections and reboots it.
 //

@@ -16,13 +16,19 @@ import (
 
 const nodeLeaseNamespace = "kube-node-lease"
 
+// NetworkNotReadyMessage is the Ready condition's message of a kubelet that
+// has no CNI yet, as containerd and the kubelet word it.
+const NetworkNotReadyMessage = "container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady message:Network plugin returns error: cni plugin not initialized"
+
 // RunKubelets plays every configured machine's kubelet towards a Kubernetes
 // API server until ctx ends: each machine registers its Node (name from the
 // config's hostname, labels from machine.nodeLabels, kubelet version from the
 // kubelet image, InternalIP) and keeps its Ready condition and node Lease
 // current every interval. A machine with the KubeletUnhealthy fault reports
-// Ready=False; one that is down or unreachable stops posting and, as the node
-// lifecycle controller would, its Node goes Ready=Unknown. Unconfigured
+// Ready=False; so does one whose config has cluster.network.cni none until a
+// cilium agent pod runs on it (NetworkPluginNotReady, as a real kubelet
+// without a CNI); one that is down or unreachable stops posting and, as the
+// node lifecycle controller would, its Node goes Ready=Unknown. Unconfigured
 // machines have no kubelet and register nothing.
 func (f *Fleet) RunKubelets(ctx context.Context, kc kubernetes.Interface, interval time.Duration) {
 	every(ctx, interval, func() { f.SyncKubelets(ctx, kc) })
@@ -70,6 +76,15 @@ func (f *Fleet) SyncKubelets(ctx context.Context, kc kubernetes.Interface) map[s
 	if err := f.syncAgentPods(ctx, kc, posting); err != nil {
 		errs["cilium"] = err
 		f.log.Debug("sim cilium agents", "error", err)
+	}
+	// A node waiting for its CNI is Ready as soon as its agent runs, as the
+	// kubelet notices the CNI config the agent writes.
+	for m := range posting {
+		if m.snap().cniNone() && f.agentPodOn(m.name) != nil {
+			if _, err := m.syncKubelet(ctx, kc); err != nil {
+				errs[m.name] = err
+			}
+		}
 	}
 	if err := f.runProbePods(ctx, kc, posting); err != nil {
 		errs["probes"] = err
@@ -134,7 +149,10 @@ func (m *Machine) syncKubelet(ctx context.Context, kc kubernetes.Interface) (str
 	case !posting:
 		ready.Status, ready.Reason, ready.Message = corev1.ConditionUnknown, "NodeStatusUnknown", "Kubelet stopped posting node status."
 	case s.faults.KubeletUnhealthy:
-		ready.Status, ready.Reason, ready.Message = corev1.ConditionFalse, "KubeletNotReady", "container runtime network not ready"
+		ready.Status, ready.Reason, ready.Message = corev1.ConditionFalse, "KubeletNotReady", "PLEG is not healthy: pleg was last seen active 3m0s ago; threshold is 3m0s"
+	case s.cniNone() && m.fleet.agentPodOn(m.name) == nil:
+		// cluster.network.cni none: no CNI until Cilium's agent runs here.
+		ready.Status, ready.Reason, ready.Message = corev1.ConditionFalse, "KubeletNotReady", NetworkNotReadyMessage
 	}
 	if prev := findCondition(node, corev1.NodeReady); prev != nil && prev.Status == ready.Status {
 		ready.LastTransitionTime = prev.LastTransitionTime

@@ -2,6 +2,7 @@ package sim_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -37,9 +38,19 @@ func TestKubeletsRegisterNodesInARealAPIServer(t *testing.T) {
 	if len(byName) != 4 {
 		t.Fatalf("%d Nodes, want 4 (worker-2 is in maintenance mode, no kubelet)", len(byName))
 	}
+	// cluster.network.cni is none: no Node is Ready before Cilium runs.
 	w1 := byName["worker-1"]
-	if ready(w1) != corev1.ConditionTrue || w1.Status.NodeInfo.KubeletVersion != "v1.34.1" {
-		t.Errorf("worker-1: ready %s kubelet %q", ready(w1), w1.Status.NodeInfo.KubeletVersion)
+	if ready(w1) != corev1.ConditionFalse || !strings.Contains(readyMessage(w1), "NetworkPluginNotReady") || w1.Status.NodeInfo.KubeletVersion != "v1.34.1" {
+		t.Errorf("worker-1 before the CNI: ready %s (%s) kubelet %q", ready(w1), readyMessage(w1), w1.Status.NodeInfo.KubeletVersion)
+	}
+	if err := sim.InstallCilium(ctx, env.Config); err != nil {
+		t.Fatal(err)
+	}
+	if errs := f.Sim.SyncKubelets(ctx, kc); len(errs) > 0 {
+		t.Fatalf("kubelets failed to post: %v", errs)
+	}
+	if n, err := kc.CoreV1().Nodes().Get(ctx, "worker-1", metav1.GetOptions{}); err != nil || ready(*n) != corev1.ConditionTrue {
+		t.Fatalf("worker-1 with its cilium agent running: %v %v", err, n.Status.Conditions)
 	}
 	if w1.Labels["topology.kubernetes.io/zone"] != "rack-a" || w1.Labels["storage.devata.dev/longhorn"] != "true" {
 		t.Errorf("worker-1 lacks its inventory labels: %v", w1.Labels)
@@ -66,6 +77,15 @@ func TestKubeletsRegisterNodesInARealAPIServer(t *testing.T) {
 			t.Errorf("%s Ready=%s, want %s", name, got, want)
 		}
 	}
+}
+
+func readyMessage(n corev1.Node) string {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Message
+		}
+	}
+	return ""
 }
 
 func ready(n corev1.Node) corev1.ConditionStatus {

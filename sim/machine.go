@@ -406,6 +406,16 @@ func (m *Machine) snap() snapshot {
 
 func (s snapshot) configured() bool { return s.active != nil }
 
+// cniNone reports a config that leaves the CNI to the operator
+// (cluster.network.cni.name none).
+func (s snapshot) cniNone() bool {
+	if s.active == nil || s.active.Cluster() == nil || s.active.Cluster().Network() == nil || s.active.Cluster().Network().CNI() == nil {
+		return false
+	}
+
+	return s.active.Cluster().Network().CNI().Name() == "none"
+}
+
 // hostname is the config's machine.network.hostname, else the machine's name.
 func (s snapshot) hostname() string {
 	if s.active != nil && s.active.Machine() != nil && s.active.Machine().Network() != nil {

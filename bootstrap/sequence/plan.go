@@ -542,15 +542,22 @@ func buildPlan(in planInput) *Plan {
 		na.Status, na.Reason = StatusPending, "Nodes not observed: "+in.nodes.Err.Error()
 	default:
 		var missing []string
+		noCNI := 0
 		for i := range inv.Machines {
 			n, ok := in.nodes.ByName[inv.Machines[i].Name]
-			if !ok || !n.Ready {
+			switch {
+			case ok && !n.Ready && inv.Cluster.Network.CNI == "none" && machines.NetworkNotReady(n.ReadyReason):
+				noCNI++
+			case !ok || !n.Ready:
 				missing = append(missing, inv.Machines[i].Name)
 			}
 		}
-		if len(missing) > 0 {
+		switch {
+		case len(missing) > 0:
 			na.Status, na.Reason = StatusPending, "not registered or not Ready: "+strings.Join(missing, ", ")
-		} else {
+		case noCNI > 0:
+			na.Status, na.Reason = StatusDone, fmt.Sprintf("all %d Nodes registered; %d NotReady until a CNI runs (cluster.network.cni: none): install Cilium next", len(inv.Machines), noCNI)
+		default:
 			na.Status, na.Reason = StatusDone, fmt.Sprintf("all %d Nodes Ready", len(inv.Machines))
 		}
 		na.Evidence = []Evidence{{drift.RungResources, fmt.Sprintf("%d Nodes listed", len(in.nodes.ByName))}}

@@ -121,6 +121,11 @@ func (s *Sequence) KubeconfigPath() string {
 	return filepath.Join(filepath.Dir(path), "kubeconfig")
 }
 
+// CNINone reports an inventory that leaves the CNI to the operator
+// (cluster.network.cni: none, the default): Nodes cannot be Ready before it
+// is installed.
+func (s *Sequence) CNINone() bool { return s.inv.Cluster.Network.CNI == "none" }
+
 // NodesKubeconfig is the kubeconfig used to watch Nodes.
 func (s *Sequence) NodesKubeconfig() string {
 	if s.opts.Kubeconfig != "" {
@@ -732,7 +737,10 @@ func (s *Sequence) kubeconfig(ctx context.Context) (string, error) {
 	return fmt.Sprintf("fetched from %s, written to %s (mode 0600)", m.Name, ks.Path), nil
 }
 
-// waitNodes waits until every machine's Node is registered and Ready.
+// waitNodes waits until every machine's Node is registered and Ready. With
+// cluster.network.cni none no Node can be Ready before the operator installs
+// Cilium, which needs the API server this step waits for: then every Node
+// registered and NotReady only for want of a CNI is enough.
 func (s *Sequence) waitNodes(ctx context.Context) (string, error) {
 	if s.opts.SkipNodes {
 		return "skipped (--skip-nodes)", nil
@@ -749,6 +757,7 @@ func (s *Sequence) waitNodes(ctx context.Context) (string, error) {
 		nodes := machines.ObserveNodes(nctx, kube)
 		cancel()
 		var waiting []string
+		noCNI := 0
 		if nodes.Err != nil {
 			waiting = append(waiting, nodes.Err.Error())
 		} else {
@@ -758,10 +767,15 @@ func (s *Sequence) waitNodes(ctx context.Context) (string, error) {
 				switch {
 				case !ok:
 					waiting = append(waiting, name+" not registered")
+				case !n.Ready && s.CNINone() && machines.NetworkNotReady(n.ReadyReason):
+					noCNI++
 				case !n.Ready:
 					waiting = append(waiting, name+" not Ready ("+n.ReadyReason+")")
 				}
 			}
+		}
+		if len(waiting) == 0 && noCNI > 0 {
+			return fmt.Sprintf("%d Nodes registered; %d NotReady until a CNI runs (cluster.network.cni: none): install Cilium next", len(s.inv.Machines), noCNI), nil
 		}
 		if len(waiting) == 0 {
 			return fmt.Sprintf("%d Nodes registered and Ready", len(s.inv.Machines)), nil

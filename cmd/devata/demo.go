@@ -20,6 +20,7 @@ import (
 	"devata.dev/devata/examples"
 	"devata.dev/devata/internal/testenv"
 	"devata.dev/devata/inventory"
+	"devata.dev/devata/machines"
 	"devata.dev/devata/netcheck"
 	"devata.dev/devata/sim"
 )
@@ -174,7 +175,11 @@ func (a *app) demo(ctx context.Context, withKubernetes bool) error {
 			return fail(err)
 		}
 		syncKubelets()
-		done("CiliumNodeConfig CRD (Cilium's own), cilium-config, the agent DaemonSet; the sim plays its pods and answers cilium-dbg through pods/exec")
+		// As an operator would: kubectl wait --for=condition=Ready nodes --all.
+		if err := waitNodesReady(ctx, kc, len(inv.Machines), 30*time.Second); err != nil {
+			return fail(err)
+		}
+		done("CiliumNodeConfig CRD (Cilium's own), cilium-config, the agent DaemonSet; the sim plays its pods and answers cilium-dbg through pods/exec; %d Nodes Ready", len(inv.Machines))
 	}
 
 	step("drift on the healthy fleet")
@@ -223,6 +228,31 @@ func (a *app) demo(ctx context.Context, withKubernetes bool) error {
 	fmt.Fprintf(out, "    exit %d\n", code)
 	fmt.Fprintln(out, "\nEverything above ran against SIMULATED machines. Against a real cluster: devata validate, devata gen secrets, devata plan, devata bootstrap, then devata drift, devata apply or devata reconcile.")
 	return nil
+}
+
+// waitNodesReady waits until n Nodes are Ready.
+func waitNodesReady(ctx context.Context, kc kubernetes.Interface, n int, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		nodes := machines.ObserveNodes(ctx, kc)
+		ready := 0
+		for _, f := range nodes.ByName {
+			if f.Ready {
+				ready++
+			}
+		}
+		if ready >= n {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d of %d Nodes Ready after %s (%v)", ready, n, timeout, nodes.Err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // cncOverride is a CiliumNodeConfig the demo creates and removes; nil

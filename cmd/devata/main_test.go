@@ -225,7 +225,7 @@ func TestDemo(t *testing.T) {
 		t.Fatalf("want three drift runs, got %d:\n%s", len(drifts)-1, r.stdout)
 	}
 	boot, clean, faulty, after := drifts[0], drifts[1], drifts[2], drifts[3]
-	for _, want := range []string{"in maintenance mode", "$ devata bootstrap --yes", "bootstrapped etcd on cp-1", "etcd healthy, members [cp-1 cp-2 cp-3]", "5 Nodes registered and Ready", "bootstrap complete"} {
+	for _, want := range []string{"in maintenance mode", "$ devata bootstrap --yes", "bootstrapped etcd on cp-1", "etcd healthy, members [cp-1 cp-2 cp-3]", "5 Nodes registered; 5 NotReady until a CNI runs", "bootstrap complete"} {
 		if !strings.Contains(boot, want) {
 			t.Errorf("demo bootstrap lacks %q", want)
 		}
