@@ -45,3 +45,21 @@ func BenchmarkRender(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/1000, "ns/machine")
 }
+
+// BenchmarkRenderValidated is what every drift and reconcile pass starts
+// with: render and validate a 1,000-machine fleet.
+func BenchmarkRenderValidated(b *testing.B) {
+	inv := fleet(b, 1000)
+	_, bundle := loadFixture(b)
+	b.ResetTimer()
+	for b.Loop() {
+		out, err := bootstrap.RenderValidated(inv, bundle)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(out) != 1000 {
+			b.Fatalf("rendered %d", len(out))
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/1000, "ns/machine")
+}

@@ -147,6 +147,30 @@ func TestRenderIsDeterministic(t *testing.T) {
 	}
 }
 
+// Rendering a selection renders just those machines, the same bytes as a
+// whole render, in inventory order.
+func TestRenderValidatedOnly(t *testing.T) {
+	inv, b := loadFixture(t)
+	all, err := bootstrap.RenderValidated(inv, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	some, err := bootstrap.RenderValidatedOnly(inv, b, []string{"worker-2", "cp-1", "no-such-machine"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(some) != 2 || some[0].Machine != "cp-1" || some[1].Machine != "worker-2" {
+		t.Fatalf("rendered %d machines: %v", len(some), some)
+	}
+	for _, r := range some {
+		for _, w := range all {
+			if w.Machine == r.Machine && !bytes.Equal(w.Config, r.Config) {
+				t.Errorf("%s: the selection renders other bytes", r.Machine)
+			}
+		}
+	}
+}
+
 // The goldens hold the example's rendered configs with every secret redacted.
 func TestRenderGolden(t *testing.T) {
 	inv, b := loadFixture(t)
