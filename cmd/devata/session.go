@@ -28,9 +28,10 @@ type session struct {
 	exec    netcheck.Execer // pods/exec on kube's cluster
 }
 
-// openSession loads and validates everything a run needs. Any failure is
-// exit 2: the run could not start.
-func (a *app) openSession() (*session, error) {
+// openSession loads and validates everything a run needs; only, when given,
+// limits rendering to those machines. Any failure is exit 2: the run could
+// not start.
+func (a *app) openSession(only ...string) (*session, error) {
 	inv, err := inventory.Load(a.settings.Inventory)
 	if err != nil {
 		fmt.Fprintln(a.streams.Err, err)
@@ -41,7 +42,7 @@ func (a *app) openSession() (*session, error) {
 	if err != nil {
 		return nil, exitWith(exitTrouble, err)
 	}
-	rendered, err := bootstrap.RenderValidated(inv, bundle)
+	rendered, err := bootstrap.RenderValidatedOnly(inv, bundle, only)
 	if err != nil {
 		fmt.Fprintln(a.streams.Err, err)
 		return nil, exitWith(exitTrouble, fmt.Errorf("rendering failed: nothing was sent to any machine; run devata validate"))
@@ -57,8 +58,12 @@ func (a *app) openSession() (*session, error) {
 	if s.dialer, err = machines.NewDialer(tc, a.settings.Dial); err != nil {
 		return nil, exitWith(exitTrouble, err)
 	}
+	names := make(map[string]bool, len(inv.Machines))
+	for i := range inv.Machines {
+		names[inv.Machines[i].Name] = true
+	}
 	for name := range a.settings.Dial {
-		if inv.Machine(name) == nil {
+		if !names[name] {
 			a.log.Warn("dial override for a machine not in the inventory", "machine", name)
 		}
 	}
