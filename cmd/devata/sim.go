@@ -20,11 +20,13 @@ import (
 
 func (a *app) newSimCommand() *cobra.Command {
 	var flags struct {
-		dir         string
-		maintenance []string
-		rebootDelay time.Duration
-		kubernetes  bool
-		faults      string
+		dir                string
+		maintenance        []string
+		rebootDelay        time.Duration
+		kubernetes         bool
+		faults             string
+		inventoryAddresses bool
+		cilium             bool
 	}
 	cmd := &cobra.Command{
 		Use:   "sim",
@@ -63,6 +65,9 @@ Nothing here is a real machine: reports made against it say SIMULATED.`,
 			for i := range inv.Machines {
 				m := &inv.Machines[i]
 				spec := sim.MachineSpec{Name: m.Name, Role: m.Role, TalosVersion: inv.Cluster.TalosVersion}
+				if flags.inventoryAddresses {
+					spec.Address = m.Endpoint()
+				}
 				if !slices.Contains(flags.maintenance, "all") && !slices.Contains(flags.maintenance, m.Name) {
 					rd, err := r.Render(m)
 					if err != nil {
@@ -98,6 +103,12 @@ Nothing here is a real machine: reports made against it say SIMULATED.`,
 				if err != nil {
 					return exitWith(exitTrouble, err)
 				}
+				if flags.cilium {
+					// cluster.network.cni none: without it no Node is Ready.
+					if err := sim.InstallCilium(ctx, env.Config); err != nil {
+						return exitWith(exitTrouble, err)
+					}
+				}
 				go fleet.RunKubelets(ctx, kc, 2*time.Second)
 				kubeconfig = env.Kubeconfig
 			}
@@ -123,7 +134,11 @@ Nothing here is a real machine: reports made against it say SIMULATED.`,
 			})
 			fmt.Fprintf(out, "# inject faults by writing %s, e.g.  worker-1: {kubeletUnhealthy: true}  (the file is the whole fault state)\n", faultsPath)
 			if kubeconfig != "" {
-				fmt.Fprintf(out, "# a real kube-apiserver %s (envtest) holds the Nodes the simulated kubelets register\nexport KUBECONFIG=%s\n", testenv.KubernetesVersion, kubeconfig)
+				fmt.Fprintf(out, "# a real kube-apiserver %s (envtest) holds the Nodes the simulated kubelets register\n", testenv.KubernetesVersion)
+				if flags.cilium {
+					fmt.Fprintln(out, "# and the Kubernetes side of a Cilium 1.20 install; the cilium agents are SIMULATED (one pod per node, cilium-dbg through pods/exec)")
+				}
+				fmt.Fprintf(out, "export KUBECONFIG=%s\n", kubeconfig)
 			}
 			fmt.Fprintf(out, "export DEVATA_CONFIG=%s\nexport TALOSCONFIG=%s\n", cfgPath, tcPath)
 			fmt.Fprintln(out, "# serving until interrupted (Ctrl-C)")
@@ -135,8 +150,10 @@ Nothing here is a real machine: reports made against it say SIMULATED.`,
 	cmd.Flags().StringVar(&flags.dir, "dir", "", "directory for talosconfig and devata.yaml (default: a new temporary directory)")
 	cmd.Flags().StringSliceVar(&flags.maintenance, "maintenance", nil, "start these machines unconfigured (comma-separated names, or all)")
 	cmd.Flags().Lookup("maintenance").NoOptDefVal = "all"
-	cmd.Flags().StringVar(&flags.faults, "faults", "", "faults file watched while serving (default DIR/faults.yaml): machine name → unreachable, latency, errorCodes, talosVersion, kubeletUnhealthy, driftedConfigFile, volumeFailed, volumeMissing, rebootDuringApply")
+	cmd.Flags().StringVar(&flags.faults, "faults", "", "faults file watched while serving (default DIR/faults.yaml): machine name → unreachable, latency, errorCodes, talosVersion, kubeletUnhealthy, driftedConfigFile, volumeFailed, volumeMissing, rebootDuringApply, volumeFilesystem, volumeSize, disksMissing, diskSignatures, mountMissing, partitionMissing, kubeletMountMissing, kubeletMountOptions, ciliumAgentNotReady, ciliumStatusReply, ciliumControllersFailing, ciliumBackendsMissing, ciliumFrontendsStuck, ciliumNoShell, ciliumPodNetworkBroken")
+	cmd.Flags().BoolVar(&flags.inventoryAddresses, "inventory-addresses", false, "serve each machine on its own inventory address and port (local ones, e.g. 127.1.0.5: all of 127/8 is loopback on Linux) instead of 127.0.0.1 and a random port")
 	cmd.Flags().BoolVar(&flags.kubernetes, "kubernetes", false, "also run a real kube-apiserver (envtest; builds it once, minutes) where the simulated kubelets register Nodes")
+	cmd.Flags().BoolVar(&flags.cilium, "cilium", true, "with --kubernetes: install the Kubernetes side of Cilium (SIMULATED agents) so the Nodes become Ready and the cilium checks have something to check")
 	cmd.Flags().DurationVar(&flags.rebootDelay, "reboot-delay", 2*time.Second, "how long a simulated reboot takes a machine away")
 	return cmd
 }
