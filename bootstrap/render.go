@@ -283,6 +283,25 @@ func renderAll(inv *inventory.Inventory, bundle *secrets.Bundle, validate bool, 
 	if err != nil {
 		return nil, err
 	}
+	return r.renderAll(inv, validate, only, true)
+}
+
+// ValidateOnly renders and validates the named machines (all when names is
+// empty) as RenderValidatedOnly does, but keeps no config bytes: each
+// Rendered has its machine, patches and warnings, Config nil. With the
+// renderer it returns, Render gives any machine's bytes again, the same
+// ones: a pass over a very large fleet renders each config where it is
+// used instead of holding them all.
+func ValidateOnly(inv *inventory.Inventory, bundle *secrets.Bundle, names []string) (*Renderer, []*Rendered, error) {
+	r, err := NewRenderer(inv, bundle)
+	if err != nil {
+		return nil, nil, err
+	}
+	out, err := r.renderAll(inv, true, names, false)
+	return r, out, err
+}
+
+func (r *Renderer) renderAll(inv *inventory.Inventory, validate bool, only []string, keep bool) ([]*Rendered, error) {
 	todo := make([]*inventory.Machine, 0, len(inv.Machines))
 	for i := range inv.Machines {
 		if len(only) == 0 || slices.Contains(only, inv.Machines[i].Name) {
@@ -301,6 +320,9 @@ func renderAll(inv *inventory.Inventory, bundle *secrets.Bundle, validate bool, 
 					return
 				}
 				out[i], errs[i] = r.render(todo[i], validate)
+				if !keep && out[i] != nil {
+					out[i].Config = nil
+				}
 			}
 		})
 	}

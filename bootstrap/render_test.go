@@ -171,6 +171,31 @@ func TestRenderValidatedOnly(t *testing.T) {
 	}
 }
 
+// ValidateOnly keeps no bytes; its renderer gives the validated ones again.
+func TestValidateOnlyKeepsNoConfigs(t *testing.T) {
+	inv, b := loadFixture(t)
+	all, err := bootstrap.RenderValidated(inv, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, validated, err := bootstrap.ValidateOnly(inv, b, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(validated) != len(all) {
+		t.Fatalf("%d validated, want %d", len(validated), len(all))
+	}
+	for i, v := range validated {
+		if v.Config != nil || v.Machine != all[i].Machine {
+			t.Errorf("%s: config kept (%d bytes) or out of order", v.Machine, len(v.Config))
+		}
+		again, err := r.Render(&inv.Machines[i])
+		if err != nil || !bytes.Equal(again.Config, all[i].Config) {
+			t.Errorf("%s: rendered again differs (%v)", v.Machine, err)
+		}
+	}
+}
+
 // The goldens hold the example's rendered configs with every secret redacted.
 func TestRenderGolden(t *testing.T) {
 	inv, b := loadFixture(t)

@@ -3,6 +3,7 @@ package machines
 import (
 	"context"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -89,6 +90,9 @@ func checkConfig(_ context.Context, t *Target) []drift.Result {
 	o, name := t.Obs, t.Machine.Name
 	if o.ConfigErr != nil {
 		return []drift.Result{unknownRead(t, CheckConfig, rung, o.ConfigErr)}
+	}
+	if len(t.Desired) == 0 {
+		return []drift.Result{drift.Unknown(name, CheckConfig, rung, errors.New("no desired config was rendered for this machine"), "devata validate, then devata gen config: does "+name+" render?")}
 	}
 	d, err := DiffConfigs(o.Active, t.Desired)
 	if err != nil {

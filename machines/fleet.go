@@ -29,7 +29,11 @@ type FleetCheck struct {
 	Inventory *inventory.Inventory
 	// Desired holds each machine's rendered config by name.
 	Desired map[string][]byte
-	Dialer  *Dialer
+	// DesiredFor renders a machine's config when Desired has none for it,
+	// inside the machine's turn: a pass over a very large fleet then holds
+	// only the configs in flight.
+	DesiredFor func(m *inventory.Machine) ([]byte, error)
+	Dialer     *Dialer
 	// Kube is used for the Kubernetes side of the kubelet check; nil makes that side Unknown.
 	Kube kubernetes.Interface
 	// Extensions run after the machine checks, on the same connection.
@@ -101,9 +105,17 @@ func (f *FleetCheck) Run(ctx context.Context, out drift.Collector) error {
 	// Per-machine problems become Unknown results, so ForEach's error is only
 	// about machines never started (cancelled); it is reported, not fatal.
 	ferr := ForEach(ctx, ms, f.Concurrency, f.Timeout, func(ctx context.Context, m *inventory.Machine) error {
+		desired := f.Desired[m.Name]
+		if desired == nil && f.DesiredFor != nil {
+			var err error
+			if desired, err = f.DesiredFor(m); err != nil {
+				// Validated before the pass; the config check is then Unknown.
+				desired = nil
+			}
+		}
 		t := &Target{
 			Machine:           m,
-			Desired:           f.Desired[m.Name],
+			Desired:           desired,
 			TalosVersion:      f.Inventory.Cluster.TalosVersion,
 			KubernetesVersion: f.Inventory.Cluster.KubernetesVersion,
 			ControlPlanes:     cps,

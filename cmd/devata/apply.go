@@ -46,7 +46,7 @@ Exit 0 done (or nothing to do), 1 some machines not converged, 2 error.`,
 			if err != nil {
 				return exitWith(exitTrouble, err)
 			}
-			s, err := a.openSession()
+			s, err := a.openSession(false)
 			if err != nil {
 				return err
 			}

@@ -50,11 +50,12 @@ Exit 0 all in sync, 1 drift found, 2 could not complete (any Unknown or an error
 			if slices.Contains(flags.checks, netcheck.CheckProbe) && !flags.probe {
 				return exitWith(exitTrouble, errors.New("cilium-probe creates pods in the cluster: it runs only with --probe"))
 			}
-			s, err := a.openSession(flags.machines...)
+			s, err := a.openSession(true, flags.machines...)
 			if err != nil {
 				return err
 			}
 			fc := a.fleetCheck(s.inv, s.desired, s.dialer, s.kube, s.exec)
+			fc.DesiredFor = s.desiredFor
 			if flags.probe {
 				fc.Extensions = extensions(s.inv, s.kube, s.exec, netcheck.WithProbe(flags.probeOpts))
 			}

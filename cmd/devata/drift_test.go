@@ -322,3 +322,21 @@ func TestDriftCiliumWithKubernetes(t *testing.T) {
 		t.Errorf("probe pods left: %v %v", left, err)
 	}
 }
+
+// Past leanAbove machines drift holds no configs and renders each in its
+// machine's turn; the report is the same, drift included.
+func TestDriftLeanSession(t *testing.T) {
+	sf := startSim(t, simtest.Options{})
+	before := leanAbove
+	leanAbove = 0
+	defer func() { leanAbove = before }()
+	r := devata(t, nil, "drift", "--config", sf.settings, machineChecks)
+	if r.code != 0 || strings.Count(r.stdout, "InSync") < 5 {
+		t.Fatalf("lean drift of a clean fleet: exit %d\n%s%s", r.code, r.stdout, r.err)
+	}
+	sf.Drift(t, "worker-1", "time.cloudflare.com", "pool.ntp.org")
+	r = devata(t, nil, "drift", "--config", sf.settings, machineChecks)
+	if r.code != 1 || !strings.Contains(r.stdout, "-            - pool.ntp.org") || !strings.Contains(r.stdout, "worker-1") {
+		t.Fatalf("lean drift of a drifted worker: exit %d\n%s%s", r.code, r.stdout, r.err)
+	}
+}
