@@ -24,11 +24,39 @@ import (
 )
 
 // Desired is the spec one pass works from: a validated inventory and every
-// machine's rendered, validated config.
+// machine's rendered, validated config, held in Configs or, for a large
+// inventory, rendered again by Render when needed (every config was
+// validated when the Desired was made).
 type Desired struct {
 	Inventory *inventory.Inventory
 	Configs   map[string][]byte
+	Render    func(m *inventory.Machine) ([]byte, error)
 }
+
+// Config is one machine's desired config.
+func (d *Desired) Config(m *inventory.Machine) ([]byte, error) {
+	if c, ok := d.Configs[m.Name]; ok {
+		return c, nil
+	}
+	if d.Render == nil {
+		return nil, fmt.Errorf("no desired config for %s", m.Name)
+	}
+	return d.Render(m)
+}
+
+// only is the map of one machine's config, for a plan or rollout of it.
+func (d *Desired) only(m *inventory.Machine) (map[string][]byte, error) {
+	c, err := d.Config(m)
+	if err != nil {
+		return nil, err
+	}
+	return map[string][]byte{m.Name: c}, nil
+}
+
+// LeanAbove is the number of machines past which FileSource keeps no
+// rendered configs: it validates every one, then renders a machine's again
+// where it is observed or changed.
+var LeanAbove = 5000
 
 // Source reads the spec afresh; the loop calls it at the start of every pass.
 type Source func(ctx context.Context) (*Desired, error)
@@ -45,6 +73,19 @@ func FileSource(path string) Source {
 		bundle, err := bootstrap.LoadSecrets(inventory.ResolvePath(filepath.Dir(inv.Path), inv.Cluster.Secrets))
 		if err != nil {
 			return nil, err
+		}
+		if len(inv.Machines) > LeanAbove {
+			r, _, err := bootstrap.ValidateOnly(inv, bundle, nil)
+			if err != nil {
+				return nil, fmt.Errorf("render %s: %w", path, err)
+			}
+			return &Desired{Inventory: inv, Render: func(m *inventory.Machine) ([]byte, error) {
+				rd, err := r.Render(m)
+				if err != nil {
+					return nil, err
+				}
+				return rd.Config, nil
+			}}, nil
 		}
 		rendered, err := bootstrap.RenderValidated(inv, bundle)
 		if err != nil {
@@ -431,7 +472,7 @@ func (l *Loop) observe(ctx context.Context, d *Desired, owned []*inventory.Machi
 			checks = append(slices.Clone(checks), machines.CheckConfig)
 		}
 		fc := &machines.FleetCheck{
-			Inventory: d.Inventory, Desired: d.Configs, Dialer: l.Dialer, Kube: l.Kube,
+			Inventory: d.Inventory, Desired: d.Configs, DesiredFor: d.Render, Dialer: l.Dialer, Kube: l.Kube,
 			Machines: names, Checks: checks, Concurrency: l.Concurrency, Timeout: l.Timeout,
 		}
 		if l.Extensions != nil {
@@ -541,7 +582,11 @@ func (l *Loop) sync(ctx context.Context, t *term, key string) (string, error) {
 	if m == nil || !l.Shard.Owns(m) {
 		return OutcomeGone, nil
 	}
-	p := &Planner{Inventory: d.Inventory, Desired: d.Configs, Dialer: l.Dialer, Mode: l.Mode, Concurrency: 1, Timeout: l.Timeout}
+	desired, err := d.only(m)
+	if err != nil {
+		return OutcomeFailed, err
+	}
+	p := &Planner{Inventory: d.Inventory, Desired: desired, Dialer: l.Dialer, Mode: l.Mode, Concurrency: 1, Timeout: l.Timeout}
 	plan, err := p.Plan(ctx, []*inventory.Machine{m})
 	if err != nil {
 		return OutcomeInterrupted, nil
@@ -562,11 +607,11 @@ func (l *Loop) sync(ctx context.Context, t *term, key string) (string, error) {
 		l.Log.Info("would apply (dry run)", "machine", key, "mode", a.Mode, "reboots", a.Reboots, "diff", rec.Diff)
 		return OutcomeDryRun, nil
 	}
-	return l.change(ctx, t, d, a, rec)
+	return l.change(ctx, t, d, desired, a, rec)
 }
 
 // change applies one planned action under the rollout policy.
-func (l *Loop) change(ctx context.Context, t *term, d *Desired, a Action, rec AuditRecord) (string, error) {
+func (l *Loop) change(ctx context.Context, t *term, d *Desired, desired map[string][]byte, a Action, rec AuditRecord) (string, error) {
 	key := a.Machine.Name
 	if a.Machine.IsControlPlane() {
 		l.changeMu.Lock()
@@ -602,7 +647,7 @@ func (l *Loop) change(ctx context.Context, t *term, d *Desired, a Action, rec Au
 	t.inflight[key] = rec
 	t.mu.Unlock()
 	ro := &Rollout{
-		Inventory: d.Inventory, Desired: d.Configs, Dialer: l.Dialer, MaxUnavailable: 1,
+		Inventory: d.Inventory, Desired: desired, Dialer: l.Dialer, MaxUnavailable: 1,
 		Timeout: l.Timeout, Wait: l.Wait, TryTimeout: l.TryTimeout, Poll: l.Poll,
 		Say: func(format string, args ...any) {
 			l.Log.Info(strings.TrimSpace(fmt.Sprintf(format, args...)), "machine", key)

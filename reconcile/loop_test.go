@@ -558,3 +558,23 @@ func TestPassesCarryTheExtensionChecks(t *testing.T) {
 		t.Errorf("exit %d, %d storage-volumes results in sync, want %d", res.ExitCode(), n, len(h.f.Inventory.Machines))
 	}
 }
+
+// Past LeanAbove machines the spec holds no configs: the pass renders each
+// where it observes or changes it, and converges all the same.
+func TestLeanDesiredConverges(t *testing.T) {
+	before := reconcile.LeanAbove
+	reconcile.LeanAbove = 0
+	defer func() { reconcile.LeanAbove = before }()
+	f := simtest.Start(t, simtest.Options{Bootstrap: true})
+	f.Drift(t, "worker-1", "time.cloudflare.com", "pool.ntp.org")
+	m := f.Sim.Machine("worker-1")
+	h := newLoop(t, f)
+	res := h.loop.Once(context.Background())
+	if res.ExitCode() != 0 || res.Outcomes["worker-1"] != reconcile.OutcomeConverged || writes(m) != 1 {
+		t.Fatalf("lean once: exit %d, outcomes %v, %d writes\n%s", res.ExitCode(), res.Outcomes, writes(m), h.logs)
+	}
+	res = h.loop.Once(context.Background())
+	if res.ExitCode() != 0 || len(res.Queued) != 0 || writes(m) != 1 {
+		t.Errorf("second lean pass: exit %d, queued %v, %d writes", res.ExitCode(), res.Queued, writes(m))
+	}
+}
