@@ -4,7 +4,8 @@
 // machines and runs a converging `devata reconcile --once`, and prints wall
 // time, CPU, peak RSS and calls per second beside two baselines (a bare mTLS
 // floor and the real talosctl loop). It is a benchmark, not a test: it
-// asserts nothing and only reports.
+// asserts nothing and only reports (main_test.go checks the harness itself
+// on a 30-machine fleet).
 //
 //	go run ./internal/fleetbench -n 1000,10000 [-talosctl] [-json results.json]
 //	go run ./internal/fleetbench -n 100000 -large [-stream] -json results-100k.json
