@@ -303,8 +303,12 @@ func ValidateOnly(inv *inventory.Inventory, bundle *secrets.Bundle, names []stri
 
 func (r *Renderer) renderAll(inv *inventory.Inventory, validate bool, only []string, keep bool) ([]*Rendered, error) {
 	todo := make([]*inventory.Machine, 0, len(inv.Machines))
+	want := make(map[string]bool, len(only))
+	for _, name := range only {
+		want[name] = true
+	}
 	for i := range inv.Machines {
-		if len(only) == 0 || slices.Contains(only, inv.Machines[i].Name) {
+		if len(only) == 0 || want[inv.Machines[i].Name] {
 			todo = append(todo, &inv.Machines[i])
 		}
 	}

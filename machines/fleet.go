@@ -49,16 +49,23 @@ type FleetCheck struct {
 // Select returns the machines a pass covers, in inventory order, or an error
 // naming any requested machine or check that does not exist.
 func (f *FleetCheck) Select() ([]*inventory.Machine, []drift.Check[*Target], error) {
+	// A set, not a search per name: reconcile passes every machine it owns,
+	// and a search per name was quadratic (minutes at 100,000 machines).
 	var ms []*inventory.Machine
+	want := make(map[string]bool, len(f.Machines))
 	for _, name := range f.Machines {
-		if f.Inventory.Machine(name) == nil {
-			return nil, nil, fmt.Errorf("--machines: no machine %q in %s", name, f.Inventory.Path)
-		}
+		want[name] = true
 	}
 	for i := range f.Inventory.Machines {
 		m := &f.Inventory.Machines[i]
-		if len(f.Machines) == 0 || slices.Contains(f.Machines, m.Name) {
+		if len(f.Machines) == 0 || want[m.Name] {
 			ms = append(ms, m)
+			delete(want, m.Name)
+		}
+	}
+	for _, name := range f.Machines {
+		if want[name] {
+			return nil, nil, fmt.Errorf("--machines: no machine %q in %s", name, f.Inventory.Path)
 		}
 	}
 	all := Checks()

@@ -90,11 +90,15 @@ func (p *Planner) Plan(ctx context.Context, only []*inventory.Machine) (*Plan, e
 		}
 	}
 	actions := make([]Action, len(ms))
+	index := make(map[*inventory.Machine]int, len(ms))
+	for i, m := range ms {
+		index[m] = i
+	}
 	var mu sync.Mutex
 	_ = machines.ForEach(ctx, ms, p.Concurrency, p.Timeout, func(ctx context.Context, m *inventory.Machine) error {
 		a := p.planOne(ctx, m)
 		mu.Lock()
-		actions[slices.Index(ms, m)] = a
+		actions[index[m]] = a
 		mu.Unlock()
 		return nil
 	})

@@ -118,9 +118,13 @@ Nothing here is a real machine: reports made against it say SIMULATED.`,
 			}
 			out := a.streams.Out
 			fmt.Fprintf(out, "# SIMULATED Talos fleet: %d machines of %s on loopback (not real machines)\n", len(specs), inv.Path)
+			inMaintenance := make(map[string]bool, len(specs))
+			for _, s := range specs {
+				inMaintenance[s.Name] = s.Config == nil
+			}
 			for _, m := range fleet.Machines() {
 				state := "configured"
-				if spec := specs[slices.IndexFunc(specs, func(s sim.MachineSpec) bool { return s.Name == m.Name() })]; spec.Config == nil {
+				if inMaintenance[m.Name()] {
 					state = "maintenance"
 				}
 				fmt.Fprintf(out, "#   %-20s %-21s %s\n", m.Name(), m.Addr(), state)
