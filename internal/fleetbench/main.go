@@ -762,15 +762,23 @@ func cleanEnv() []string {
 	return append(out, "XDG_CONFIG_HOME=/nonexistent")
 }
 
+// peakRSS is a live process's peak resident set (VmHWM) in MiB.
 func peakRSS(pid int) float64 {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	return kibField(fmt.Sprintf("/proc/%d/status", pid), "VmHWM:") / 1024
+}
+
+// kibField reads a "Key:   N kB" line of a /proc file (0 when absent).
+func kibField(path, key string) float64 {
+	data, err := os.ReadFile(path)
 	if err != nil {
 		return 0
 	}
 	for _, line := range strings.Split(string(data), "\n") {
-		if strings.HasPrefix(line, "VmHWM:") {
-			kb, _ := strconv.Atoi(strings.Fields(line)[1])
-			return float64(kb) / 1024
+		if rest, ok := strings.CutPrefix(line, key); ok {
+			if f := strings.Fields(rest); len(f) > 0 {
+				kb, _ := strconv.Atoi(f[0])
+				return float64(kb)
+			}
 		}
 	}
 	return 0
@@ -839,19 +847,7 @@ func loadAvg() [3]float64 {
 	return out
 }
 
-func memTotalMiB() float64 {
-	data, err := os.ReadFile("/proc/meminfo")
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if strings.HasPrefix(line, "MemTotal:") {
-			kb, _ := strconv.Atoi(strings.Fields(line)[1])
-			return float64(kb) / 1024
-		}
-	}
-	return 0
-}
+func memTotalMiB() float64 { return kibField("/proc/meminfo", "MemTotal:") / 1024 }
 
 func tv(t syscall.Timeval) float64 { return float64(t.Sec) + float64(t.Usec)/1e6 }
 

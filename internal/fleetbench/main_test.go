@@ -36,7 +36,7 @@ func TestMeasureSmallFleet(t *testing.T) {
 		if want := driftCalls(n) + n; r.SimCallsTotal != want {
 			t.Errorf("the sim served %d calls, want %d (drift %d + floor %d)", r.SimCallsTotal, want, driftCalls(n), n)
 		}
-		if r.Drift.Seconds <= 0 || r.Drift.CPUSeconds <= 0 || r.Drift.PeakRSSMiB <= 0 || r.SimPeakRSSMiB <= 0 || r.DriftOnFloor <= 0 {
+		if r.Drift.Seconds <= 0 || r.Drift.CPUSeconds <= 0 || r.Drift.PeakRSSMiB <= 0 || r.SimPeakRSSMiB <= 0 || r.DriftOnFloor <= 0 || memTotalMiB() <= 0 {
 			t.Errorf("missing figures: %+v", r)
 		}
 	})
