@@ -145,12 +145,22 @@ func checkMachineStage(_ context.Context, t *Target) []drift.Result {
 	if o.Stage == "running" && o.Ready {
 		return []drift.Result{drift.InSync(name, CheckMachineStage, rung, evidence)}
 	}
+	if o.Stage == "running" && o.NotReadyOnlyForNode() {
+		// Talos' readiness includes the Node's (machine_status.go
+		// nodeReadyCheck); the kubelet check reports the Node itself.
+		return []drift.Result{drift.InSync(name, CheckMachineStage, rung, evidence, "not ready only for its Node ("+strings.Join(o.Unmet, "; ")+"): see the kubelet check")}
+	}
 	reason := "machine is " + o.Stage
 	if len(o.Unmet) > 0 {
 		reason += "; unmet: " + strings.Join(o.Unmet, "; ")
 	}
+	next := "talosctl -n " + t.addr() + " get machinestatus -o yaml; talosctl -n " + t.addr() + " dmesg"
+	if o.Stage == "booting" && o.WaitingForEtcd() {
+		// machined's boot sequence waits for etcd (StartAllServices)
+		next = "its boot waits for etcd: devata bootstrap if no control plane has etcd yet, else " + next
+	}
 	return []drift.Result{drift.Drifted(name, CheckMachineStage, rung, reason, "running, ready", fmt.Sprintf("%s, ready=%t", o.Stage, o.Ready)).
-		WithEvidence(evidence).WithNext("talosctl -n " + t.addr() + " get machinestatus -o yaml; talosctl -n " + t.addr() + " dmesg")}
+		WithEvidence(evidence).WithNext(next)}
 }
 
 // checkKubelet combines Talos' kubelet service with the Kubernetes Node: any
@@ -233,6 +243,15 @@ func checkEtcd(_ context.Context, t *Target) []drift.Result {
 		return []drift.Result{r}
 	}
 	o, name := t.Obs, t.Machine.Name
+	if o.EtcdService != nil && o.Etcd == nil && errors.Is(o.EtcdErr, ErrEtcdNotRunning) {
+		// observed, not unknown: the service says etcd does not run here
+		next := "talosctl -n " + t.addr() + " service etcd; talosctl -n " + t.addr() + " logs etcd"
+		if o.WaitingForEtcd() {
+			next = "bootstrap the cluster (devata bootstrap) if no control plane has etcd yet, else check why it does not join: " + next
+		}
+		return []drift.Result{drift.Drifted(name, CheckEtcd, rung, "etcd does not run on "+name+": service etcd "+o.EtcdService.State+" ("+o.EtcdService.Event+")", "etcd running, a member", "service etcd "+o.EtcdService.State).
+			WithEvidence("ServiceList etcd: " + o.EtcdService.State + ", " + o.EtcdService.Event).WithNext(next)}
+	}
 	if o.EtcdErr != nil && o.Etcd == nil {
 		return []drift.Result{drift.Unknown(name, CheckEtcd, rung, o.EtcdErr, "talosctl -n "+t.addr()+" service etcd; talosctl -n "+t.addr()+" etcd members")}
 	}
@@ -262,7 +281,14 @@ func checkEtcd(_ context.Context, t *Target) []drift.Result {
 		problems = append(problems, fmt.Sprintf("members [%s], control planes [%s]", strings.Join(got, " "), strings.Join(want, " ")))
 	}
 	if len(e.Learners) > 0 {
-		problems = append(problems, "learners not yet promoted: "+strings.Join(e.Learners, " "))
+		var ls []string
+		for _, l := range e.Learners {
+			if l == "" {
+				l = "(unnamed: its etcd has not started)"
+			}
+			ls = append(ls, l)
+		}
+		problems = append(problems, "learners not yet promoted: "+strings.Join(ls, " "))
 	}
 	if len(problems) == 0 {
 		return []drift.Result{drift.InSync(name, CheckEtcd, rung, evidence...)}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	cosiv1alpha1 "github.com/cosi-project/runtime/api/v1alpha1"
 	"github.com/cosi-project/runtime/pkg/resource"
@@ -55,9 +56,71 @@ type Observation struct {
 	Kubelet    ServiceState
 	KubeletErr error
 
-	// Etcd is read on control planes only.
+	// EtcdService is the etcd service as machined lists it, read on control
+	// planes only; EtcdServiceErr when ServiceList failed.
+	EtcdService    *EtcdService
+	EtcdServiceErr error
+	// Etcd is read on control planes only, and only while the etcd service
+	// runs: without a running etcd Talos' etcd client waits until the
+	// caller's deadline instead of answering.
 	Etcd    *EtcdState
 	EtcdErr error
+}
+
+// EtcdService is the etcd service's state and its latest event.
+type EtcdService struct {
+	State string // "Preparing", "Running", "Failed", …
+	// Event is the latest event's message; Since its time on the node's clock.
+	Event                  string
+	Since                  time.Time
+	Healthy, HealthUnknown bool
+}
+
+// etcdPreparing is the service runner's message while the etcd service's
+// PreFunc runs (internal/app/machined/pkg/system/service_runner.go), which on
+// a control plane without etcd data waits there to join a cluster
+// (services/etcd.go buildInitialCluster) until it is bootstrapped or joins.
+const etcdPreparing = "Running pre state"
+
+// WaitingForEtcd reports the positive evidence that the control plane's
+// etcd has not started on this boot: its service is Preparing in its
+// PreFunc. On a node without etcd data it stays there until it is
+// bootstrapped or joins; a node with data passes through it briefly after
+// each boot, so callers that act on it (bootstrap) wait to see it hold.
+func (o *Observation) WaitingForEtcd() bool {
+	return o.EtcdService != nil && o.EtcdService.State == "Preparing" && o.EtcdService.Event == etcdPreparing
+}
+
+// ErrEtcdNotRunning is wrapped by EtcdErr when the etcd service does not run,
+// so etcd was not asked.
+var ErrEtcdNotRunning = errors.New("etcd is not running")
+
+// NotReadyOnlyForNode reports a machine whose MachineStatus is not ready for
+// one reason only: its Kubernetes Node is not Ready or not registered
+// (machine_status.go nodeReadyCheck). The kubelet check reports the Node;
+// with cluster.network.cni none no Node is Ready before the CNI runs.
+func (o *Observation) NotReadyOnlyForNode() bool {
+	if o.Ready || len(o.Unmet) == 0 {
+		return false
+	}
+	for _, u := range o.Unmet {
+		if !strings.HasPrefix(u, unmetNodeReady+": ") {
+			return false
+		}
+	}
+	return true
+}
+
+const unmetNodeReady = "nodeReady"
+
+// PendingConfig reports a machine whose active config is not the one it
+// would boot: a `--mode try` waiting for its rollback, or a config staged for
+// the next reboot. Any ApplyConfiguration that is not TRY, dry runs
+// included, cancels a pending try's rollback
+// (internal/app/machined/internal/server/v1alpha1/v1alpha1_server.go
+// ApplyConfiguration), so such a machine is left alone.
+func (o *Observation) PendingConfig() bool {
+	return o.HasPersistent && o.PersistentHash != o.ActiveHash
 }
 
 // ServiceState is a Talos service's state.
@@ -147,7 +210,17 @@ func ObserveWith(ctx context.Context, c *client.Client, d *Dialer, m *inventory.
 		o.Kubelet = ServiceState{Running: s.Running, Healthy: s.Healthy, Unknown: s.Unknown}
 	})
 	if m.IsControlPlane() {
-		read(func() { o.Etcd, o.EtcdErr = observeEtcd(ctx, c) })
+		read(func() {
+			o.EtcdService, o.EtcdServiceErr = observeEtcdService(ctx, c)
+			switch {
+			case o.EtcdServiceErr != nil:
+				o.EtcdErr = o.EtcdServiceErr
+			case o.EtcdService.State != "Running":
+				o.EtcdErr = fmt.Errorf("%w: service etcd %s (%s)", ErrEtcdNotRunning, o.EtcdService.State, o.EtcdService.Event)
+			default:
+				o.Etcd, o.EtcdErr = observeEtcd(ctx, c)
+			}
+		})
 	}
 	wg.Wait()
 	return o
@@ -169,6 +242,27 @@ func readMachineConfig(ctx context.Context, c *client.Client, id resource.ID) ([
 		return nil, fmt.Errorf("decode MachineConfig %s: %w", id, err)
 	}
 	return spec.GetYamlMarshalled(), nil
+}
+
+// observeEtcdService reads the etcd service from machined's ServiceList
+// (os:reader may): its state and latest event. machined keeps a Service
+// resource only while a service runs (controllers/v1alpha1/service.go), so
+// the resource cannot show Preparing.
+func observeEtcdService(ctx context.Context, c *client.Client) (*EtcdService, error) {
+	resp, err := c.ServiceInfo(ctx, "etcd")
+	if err != nil {
+		return nil, fmt.Errorf("service etcd: %w", PlainError(err))
+	}
+	if len(resp) == 0 || resp[0].Service == nil {
+		return nil, errors.New("service etcd: not listed by the node")
+	}
+	svc := resp[0].Service
+	st := &EtcdService{State: svc.GetState(), Healthy: svc.GetHealth().GetHealthy(), HealthUnknown: svc.GetHealth().GetUnknown()}
+	if evs := svc.GetEvents().GetEvents(); len(evs) > 0 {
+		last := evs[len(evs)-1]
+		st.Event, st.Since = last.GetMsg(), last.GetTs().AsTime()
+	}
+	return st, nil
 }
 
 func observeEtcd(ctx context.Context, c *client.Client) (*EtcdState, error) {

@@ -307,7 +307,7 @@ func TestCiliumChecks(t *testing.T) {
 			"MachineConfig cluster.network.cni.name none",
 			"MachineConfig cluster.proxy.disabled true",
 			"ManifestStatus without kube-proxy",
-			"KubePrismStatuses localhost:7445 healthy true",
+			"KubePrismStatuses 127.0.0.1:7445 healthy true",
 			"DaemonSet kube-system/cilium KUBERNETES_SERVICE_HOST=localhost",
 			"DaemonSet kube-system/cilium KUBERNETES_SERVICE_PORT=7445",
 			"ConfigMap kube-system/cilium-config kube-proxy-replacement=true",
@@ -406,7 +406,7 @@ func TestCiliumChecks(t *testing.T) {
 			expect(t, rs, m+"/"+netcheck.CheckServices, drift.StatusUnknown, "no kubeconfig", "--kubeconfig")
 		}
 		// The Talos side is still read and shown.
-		if ev := strings.Join(rs["cp-1/"+netcheck.CheckDeclaration].Evidence, "\n"); !strings.Contains(ev, "KubePrismStatuses localhost:7445 healthy true") {
+		if ev := strings.Join(rs["cp-1/"+netcheck.CheckDeclaration].Evidence, "\n"); !strings.Contains(ev, "KubePrismStatuses 127.0.0.1:7445 healthy true") {
 			t.Errorf("cp-1 evidence without Kubernetes: %s", ev)
 		}
 	})

@@ -201,6 +201,8 @@ const (
 	OutcomeDryRun      = ResultDryRun
 	OutcomeInterrupted = ResultInterrupted
 	OutcomeGone        = "gone" // no longer in the inventory or the shard
+	// OutcomeHeld: left alone on purpose (a pending try or a staged config); drift is left.
+	OutcomeHeld = "held"
 )
 
 // ExitCode is --once's exit code: 0 everything in sync or converged, 1 drift
@@ -214,7 +216,7 @@ func (r *PassResult) ExitCode() int {
 		switch o {
 		case OutcomeFailed, OutcomeInterrupted:
 			return 2
-		case OutcomeBlocked, OutcomeDryRun:
+		case OutcomeBlocked, OutcomeDryRun, OutcomeHeld:
 			code = 1
 		}
 	}
@@ -596,6 +598,10 @@ func (l *Loop) sync(ctx context.Context, t *term, key string) (string, error) {
 	case KindNone:
 		return OutcomeInSync, nil
 	case KindSkip:
+		if a.Held {
+			l.Log.Warn("not changed", "machine", key, "reason", a.Reason)
+			return OutcomeHeld, nil
+		}
 		l.Metrics.errors.WithLabelValues("plan").Inc()
 		return OutcomeFailed, fmt.Errorf("%s: %s", key, a.Reason)
 	}

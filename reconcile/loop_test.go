@@ -578,3 +578,37 @@ func TestLeanDesiredConverges(t *testing.T) {
 		t.Errorf("second lean pass: exit %d, queued %v, %d writes", res.ExitCode(), res.Queued, writes(m))
 	}
 }
+
+// An operator's `talosctl apply-config --mode try` is pending on worker-1.
+// Any ApplyConfiguration but TRY, dry runs included, cancels its rollback
+// (Talos v1.11.0 internal/app/machined/internal/server/v1alpha1/v1alpha1_server.go
+// ApplyConfiguration: CancelConfigRollbackTimeout), so reconcile leaves the
+// machine alone, says why, and the try still rolls back on its own.
+func TestOnceLeavesAPendingTryAlone(t *testing.T) {
+	f := simtest.Start(t, simtest.Options{Bootstrap: true})
+	m := f.Sim.Machine("worker-1")
+	tried := []byte(strings.Replace(string(f.Desired["worker-1"]), "time.cloudflare.com", "pool.ntp.org", 1))
+	c, err := f.Dialer.Client(context.Background(), f.Inventory.Machine("worker-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := machines.Apply(context.Background(), c, tried, machines.ModeTry, 3*time.Second); err != nil {
+		t.Fatalf("try: %v", err)
+	}
+	before := m.Calls("ApplyConfiguration")
+
+	h := newLoop(t, f)
+	res := h.loop.Once(context.Background())
+	if res.ExitCode() != 1 || res.Outcomes["worker-1"] != reconcile.OutcomeHeld {
+		t.Errorf("once: exit %d, outcomes %v, want worker-1 held\n%s", res.ExitCode(), res.Outcomes, h.logs)
+	}
+	if n := m.Calls("ApplyConfiguration") - before; n != 0 {
+		t.Errorf("%d ApplyConfiguration calls (dry runs included) reached worker-1 with a try pending", n)
+	}
+	if !strings.Contains(h.logs.String(), "a `--mode try` waiting for its rollback") {
+		t.Errorf("the log does not say why worker-1 was left alone:\n%s", h.logs)
+	}
+	// the try was not made permanent: it rolls back, then reconcile has nothing to do there
+	h.waitFor(t, 10*time.Second, "the try's rollback", func() bool { return h.inSync(t, "worker-1") })
+}

@@ -40,6 +40,10 @@ type Action struct {
 	Diff     machines.ConfigDiff
 	Evidence string
 	Warnings []string
+	// Held marks a skip made on purpose: the machine is left alone until
+	// what it waits for is over (a pending try's rollback, a staged config's
+	// reboot), not retried as a failure.
+	Held bool
 }
 
 // Plan is the ordered list of actions: control planes first (one at a time
@@ -137,6 +141,15 @@ func (p *Planner) planOne(ctx context.Context, m *inventory.Machine) Action {
 	evidence := fmt.Sprintf("MachineConfig v1alpha1 observed (Talos %s, stage %s)", o.Version, o.Stage)
 	if d.Equal {
 		return Action{Machine: m, Kind: KindNone, Reason: "applied config is the desired one", Evidence: evidence}
+	}
+	if o.PendingConfig() {
+		// Not even a dry run: any ApplyConfiguration but TRY cancels a
+		// pending try's rollback (v1alpha1_server.go ApplyConfiguration),
+		// which would make someone's experiment permanent.
+		return Action{Machine: m, Kind: KindSkip, Held: true, Diff: d, Evidence: evidence + "; MachineConfig persistent differs from v1alpha1",
+			Reason: "left alone: its active config is not the one it would boot (a `--mode try` waiting for its rollback, or a config staged for the next reboot); " +
+				"any apply, even a dry run, would cancel a pending try's rollback. Wait for the rollback, or make it permanent " +
+				"(talosctl -n " + m.Address + " apply-config --mode no-reboot) or reboot the staged one, then devata converges it"}
 	}
 	c, err := p.Dialer.Client(ctx, m)
 	if err != nil {

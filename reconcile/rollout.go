@@ -180,7 +180,11 @@ func (r *Rollout) change(ctx context.Context, a Action) error {
 }
 
 // waitConverged polls until the machine answers, runs the desired config and
-// is running and ready.
+// is running and ready, or ready but for its Kubernetes Node (MachineStatus'
+// nodeReady condition): with cluster.network.cni none no Node is Ready before
+// the CNI runs, and the kubelet check reports the Node. A machine that
+// rebooted into its config comes back through stage booting; a control
+// plane stays there until its etcd runs again.
 func (r *Rollout) waitConverged(ctx context.Context, m *inventory.Machine) error {
 	// Each look runs to its own timeout, not the wait's, so that the error
 	// reported when the wait ends is a whole observation, not a cut-off one.
@@ -204,8 +208,14 @@ func (r *Rollout) waitConverged(ctx context.Context, m *inventory.Machine) error
 				last = err.Error()
 			case !d.Equal:
 				last = "applied config still differs: " + d.Summary()
+			case o.Stage == "running" && o.NotReadyOnlyForNode():
+				r.say("    %s: running; not ready only because its Node is not (%s): Talos and etcd are what this waits for, the kubelet check reports the Node", m.Name, strings.Join(o.Unmet, "; "))
+				return nil
 			case o.Stage != "running" || !o.Ready:
 				last = fmt.Sprintf("stage %s, ready %t", o.Stage, o.Ready)
+				if len(o.Unmet) > 0 {
+					last += "; unmet: " + strings.Join(o.Unmet, "; ")
+				}
 			default:
 				return nil
 			}

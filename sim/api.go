@@ -65,11 +65,63 @@ func (a *machineAPI) Version(ctx context.Context, _ *emptypb.Empty) (*machine.Ve
 	return &machine.VersionResponse{Messages: []*machine.Version{msg}}, nil
 }
 
-// Bootstrap creates the fleet's etcd cluster on a control plane.
+// simMemTotalKiB is every simulated machine's memory: 16 GiB, above
+// pkg/minimal Memory's minimum for each role that talosctl health checks.
+const simMemTotalKiB = 16 << 20
+
+// Memory answers /proc/meminfo's figures, as machined's Memory does
+// (v1alpha1_server.go, Memory): a machine with 16 GiB, a quarter in use.
+func (a *machineAPI) Memory(ctx context.Context, _ *emptypb.Empty) (*machine.MemoryResponse, error) {
+	_, s := target(ctx)
+	if !s.configured() {
+		return nil, status.Error(codes.Unimplemented, "method Memory not implemented")
+	}
+
+	return &machine.MemoryResponse{Messages: []*machine.Memory{{
+		Meminfo: &machine.MemInfo{
+			Memtotal:     simMemTotalKiB,
+			Memfree:      simMemTotalKiB / 2,
+			Memavailable: simMemTotalKiB * 3 / 4,
+			Cached:       simMemTotalKiB / 4,
+		},
+	}}}, nil
+}
+
+// Bootstrap starts a new etcd cluster on a control plane whose etcd data
+// directory is empty (v1alpha1_server.go Bootstrap; services/etcd.go with
+// Bootstrap: true makes a single-member cluster). The guard is this node's
+// data only: on a control plane that has not joined yet it makes a second
+// cluster, as on Talos. In maintenance mode Bootstrap is not served at all
+// (the maintenance service implements no Bootstrap: route.go).
 func (a *machineAPI) Bootstrap(ctx context.Context, _ *machine.BootstrapRequest) (*machine.BootstrapResponse, error) {
-	t, s := target(ctx)
+	t, _ := target(ctx)
+
+	if err := t.Bootstrap(); err != nil {
+		return nil, err
+	}
+
+	return &machine.BootstrapResponse{Messages: []*machine.Bootstrap{{}}}, nil
+}
+
+// Bootstrap bootstraps etcd on the machine as the Bootstrap API call does,
+// with the same refusals (gRPC status errors): for a fleet that should start
+// as a built cluster, the way an operator's `talosctl bootstrap` would.
+func (m *Machine) Bootstrap() error {
+	_, err := m.bootstrap()
+
+	return err
+}
+
+func (m *Machine) bootstrap() (*machine.BootstrapResponse, error) {
+	t, s := m, m.snap()
+	a := machineAPI{fleet: m.fleet}
 
 	if !s.configured() {
+		return nil, status.Error(codes.Unimplemented, "method Bootstrap not implemented")
+	}
+
+	// IsBootstrapAllowed: CRI must be up, and it comes up shortly after boot
+	if time.Since(s.booted) < criStartDelay {
 		return nil, status.Error(codes.FailedPrecondition, "bootstrap is not available yet")
 	}
 
@@ -85,6 +137,10 @@ func (a *machineAPI) Bootstrap(ctx context.Context, _ *machine.BootstrapRequest)
 
 	return &machine.BootstrapResponse{Messages: []*machine.Bootstrap{{}}}, nil
 }
+
+// criStartDelay is how long after boot the CRI service takes to come up;
+// until then Bootstrap is refused (v1alpha1_runtime.go IsBootstrapAllowed).
+const criStartDelay = 500 * time.Millisecond
 
 // ServiceList reports the node's services with their events.
 func (a *machineAPI) ServiceList(ctx context.Context, _ *emptypb.Empty) (*machine.ServiceListResponse, error) {
@@ -115,21 +171,14 @@ func (a *machineAPI) ServiceList(ctx context.Context, _ *emptypb.Empty) (*machin
 	return &machine.ServiceListResponse{Messages: []*machine.ServiceList{{Services: infos}}}, nil
 }
 
-// Mounts lists mounts like /proc/mounts: the filesystem is the mount source.
+// Mounts lists mounts like /proc/mounts: the filesystem is the mount source,
+// sizes are the filesystems' (see mountStats).
 func (a *machineAPI) Mounts(ctx context.Context, _ *emptypb.Empty) (*machine.MountsResponse, error) {
 	_, s := target(ctx)
 
-	stats := []*machine.MountStat{
-		{Filesystem: "/dev/loop0", MountedOn: "/", Size: 80 * mib, Available: 0},
-		{Filesystem: "tmpfs", MountedOn: "/run", Size: 8 << 30, Available: 8<<30 - 4*mib},
-	}
-
-	for _, v := range volumesOf(s) {
-		if !v.mounted {
-			continue
-		}
-
-		stats = append(stats, &machine.MountStat{Filesystem: v.source, MountedOn: v.target, Size: v.size, Available: v.size / 10 * 9})
+	stats, err := mountStats(s, nil)
+	if err != nil {
+		return nil, err
 	}
 
 	return &machine.MountsResponse{Messages: []*machine.Mounts{{Stats: stats}}}, nil
@@ -172,64 +221,79 @@ func (a *machineAPI) Kubeconfig(_ *emptypb.Empty, srv grpc.ServerStreamingServer
 	return srv.Send(&common.Data{Bytes: buf.Bytes()})
 }
 
-// EtcdMemberList lists the fleet's etcd cluster as seen from a member.
+// EtcdMemberList lists the node's etcd cluster as its local etcd sees it
+// (v1alpha1_server.go EtcdMemberList): learners included, a member whose
+// etcd has not started yet without a name. Without a running etcd it
+// answers as Talos' etcd client does (etcdNotRunning).
 func (a *machineAPI) EtcdMemberList(ctx context.Context, _ *machine.EtcdMemberListRequest) (*machine.EtcdMemberListResponse, error) {
-	_, s := target(ctx)
+	t, s := target(ctx)
 
 	if err := onlyControlPlane(s, "member list"); err != nil {
 		return nil, err
 	}
 
-	if s.etcdID == 0 {
-		return nil, status.Error(codes.Unavailable, "etcd is not running on this node: the cluster has not been bootstrapped or joined yet")
+	members, _ := a.fleet.etcdMembersOf(t)
+	if members == nil {
+		return nil, a.fleet.etcdNotRunning(ctx, s)
 	}
 
 	msg := &machine.EtcdMembers{}
 
-	for _, member := range a.fleet.etcdMembers() {
-		ms := member.snap()
-		msg.LegacyMembers = append(msg.LegacyMembers, ms.hostname())
+	for _, mem := range members {
+		msg.LegacyMembers = append(msg.LegacyMembers, mem.name)
 		msg.Members = append(msg.Members, &machine.EtcdMember{
-			Id:         ms.etcdID,
-			Hostname:   ms.hostname(),
-			PeerUrls:   []string{fmt.Sprintf("https://%s", joinHostPort(ms.host, 2380))},
-			ClientUrls: []string{fmt.Sprintf("https://%s", joinHostPort(ms.host, 2379))},
+			Id:         mem.id,
+			Hostname:   mem.name,
+			PeerUrls:   []string{fmt.Sprintf("https://%s", joinHostPort(mem.host, 2380))},
+			ClientUrls: clientURLs(mem),
+			IsLearner:  mem.learner,
 		})
 	}
 
 	return &machine.EtcdMemberListResponse{Messages: []*machine.EtcdMembers{msg}}, nil
 }
 
+// clientURLs: a member advertises client URLs once its etcd started.
+func clientURLs(mem memberView) []string {
+	if mem.name == "" {
+		return nil
+	}
+
+	return []string{fmt.Sprintf("https://%s", joinHostPort(mem.host, 2379))}
+}
+
 // EtcdStatus reports the local member's status.
 func (a *machineAPI) EtcdStatus(ctx context.Context, _ *emptypb.Empty) (*machine.EtcdStatusResponse, error) {
-	_, s := target(ctx)
+	t, s := target(ctx)
 
 	if err := onlyControlPlane(s, "etcd status"); err != nil {
 		return nil, err
 	}
 
-	if s.etcdID == 0 {
-		return nil, status.Error(codes.Unavailable, "failed to create etcd client: etcd is not running on this node")
+	members, leader := a.fleet.etcdMembersOf(t)
+	if members == nil {
+		return nil, a.fleet.etcdNotRunning(ctx, s)
 	}
 
-	var leader uint64
-	if members := a.fleet.etcdMembers(); len(members) > 0 {
-		leader = members[0].etcdMemberID()
+	st := &machine.EtcdMemberStatus{
+		MemberId:         s.etcdID,
+		ProtocolVersion:  "3.6.4",
+		StorageVersion:   "3.6.0",
+		DbSize:           24 * mib,
+		DbSizeInUse:      12 * mib,
+		Leader:           leader,
+		RaftIndex:        4242,
+		RaftTerm:         2,
+		RaftAppliedIndex: 4242,
 	}
 
-	return &machine.EtcdStatusResponse{Messages: []*machine.EtcdStatus{{
-		MemberStatus: &machine.EtcdMemberStatus{
-			MemberId:         s.etcdID,
-			ProtocolVersion:  "3.6.4",
-			StorageVersion:   "3.6.0",
-			DbSize:           24 * mib,
-			DbSizeInUse:      12 * mib,
-			Leader:           leader,
-			RaftIndex:        4242,
-			RaftTerm:         2,
-			RaftAppliedIndex: 4242,
-		},
-	}}}, nil
+	for _, mem := range members {
+		if mem.id == s.etcdID {
+			st.IsLearner = mem.learner
+		}
+	}
+
+	return &machine.EtcdStatusResponse{Messages: []*machine.EtcdStatus{{MemberStatus: st}}}, nil
 }
 
 // Reboot takes the node away for the reboot delay after replying.

@@ -53,13 +53,50 @@
 //     nodeAddressSortAlgorithm; every other v1alpha1 change needs a reboot.
 //     Other documents (UserVolumeConfig, …) always apply live. Runtime
 //     validation against the node's resources is not simulated.
-//   - Bootstrap: FailedPrecondition on an unconfigured node or a worker,
-//     AlreadyExists once the node holds etcd data. The fleet has one etcd
-//     cluster: the first bootstrapped control plane, then every configured
-//     control plane, which joins as soon as the cluster exists (at once if it
-//     is up, else when it boots). EtcdMemberList and EtcdStatus answer on
-//     members, Unavailable on a control plane without etcd data,
-//     Unimplemented on workers.
+//   - Bootstrap (v1alpha1_server.go Bootstrap): Unimplemented in maintenance
+//     mode (internal/app/maintenance/server.go has no Bootstrap);
+//     FailedPrecondition "bootstrap is not available yet" for the first
+//     half second after a boot, while CRI comes up (v1alpha1_runtime.go
+//     IsBootstrapAllowed), and on a worker; AlreadyExists once the node holds
+//     etcd data. The guard is the node's own data directory only, so a
+//     Bootstrap on a control plane that has not joined yet starts a second,
+//     single-member etcd cluster (services/etcd.go with Bootstrap: true): the
+//     fleet can be split, as Talos can (TestBootstrapTwiceSplitsEtcd).
+//   - etcd membership (etcd.go): once a cluster exists, every configured,
+//     booted control plane without data joins the oldest one: it is added as
+//     a learner with no name (services/etcd.go addMember,
+//     MemberAddAsLearner), and after EtcdJoinDelay its etcd starts and it is
+//     promoted. Its etcd service stays Preparing ("Running pre state", the
+//     service runner's message while the PreFunc waits in
+//     buildInitialCluster; the "etcd is waiting to join the cluster…" text
+//     is a machined log line, not a service event) until it holds data.
+//     EtcdMemberList and EtcdStatus answer on members (learners included);
+//     on a control plane whose etcd does not run they never answer
+//     Unavailable: in the first second after a boot they fail as Talos' etcd
+//     client does without its admin certificate (code Unknown, "error
+//     building etcd client TLS config"), later they wait EtcdClientWait (or
+//     the caller's deadline, if sooner) and answer DeadlineExceeded
+//     (internal/pkg/etcd/etcd.go NewClient; Talos waits for the caller's
+//     deadline). Unimplemented on workers.
+//   - Stage and readiness (node.go; machine_status.go and
+//     v1alpha1_sequencer_tasks.go StartAllServices): a configured machine is
+//     booting until every service of its boot is up (running, and healthy
+//     where it has a health check), then running until it reboots. A control
+//     plane therefore stays booting until its etcd runs; a kubelet unhealthy
+//     from the boot on keeps a machine booting. MachineStatus.ready follows
+//     machined's checks in its order and words: services (each running
+//     service healthy; apid, machined, kubelet, and etcd and trustd on
+//     control planes, running: "etcd not running"), and nodeReady (`node "x"
+//     status is not available yet` until the kubelet registered its Node,
+//     `node "x" is not ready` while it is NotReady). The time and network
+//     checks always pass; no StaticPodStatus is simulated (staticPods passes,
+//     as it does before the kubelet reports static pods).
+//   - Kubelets post their Node only once an etcd cluster exists (the API
+//     server is a static pod that needs etcd). KubePrismStatuses lists
+//     127.0.0.1:<port> (kubeprism_config.go) and is healthy only while an
+//     API server can run (kubeprism.go writeKubePrismStatus).
+//   - Machines given a config at Start have been up a minute: their CRI is
+//     up and their etcd certificates exist; a reboot starts the clock again.
 //   - Other calls: Version (machinery's version reply with the machine's tag),
 //     ServiceList (apid, containerd, cri, kubelet, machined, …, etcd and
 //     trustd on control planes; etcd stays Preparing until the node has etcd
@@ -77,23 +114,41 @@
 //     planes with etcd data, ManifestStatus (10-kube-proxy unless
 //     cluster.proxy.disabled).
 //
+// # What stays kinder than Talos
+//
+// Reboots and boots take RebootDelay, not minutes; etcd joins take
+// EtcdJoinDelay; services start at once. Time is always synced and the
+// network always ready. Runtime validation on apply (Kubernetes versions
+// Talos 1.11 supports, an install disk selector matching a disk in
+// maintenance mode) is not modelled. ManifestStatus appears on every control
+// plane with etcd data, not only once etcd is healthy on the node that holds
+// the manifest lease.
+//
 // # Storage
 //
 // A machine has a system disk (its install disk, else /dev/sda), a 2 TiB data
 // disk /dev/sdb, a blank 1 TiB spare /dev/sdc and a 512 GiB disk for every
-// other device its config's machine.disks names. Each UserVolumeConfig lands
-// on the first disk its diskSelector matches, evaluated with Talos' own CEL
-// disk environment (system_disk included); with none, its VolumeStatus
-// `u-<name>` is failed after waiting, "no disks matched selector for volume",
-// as Talos' volume manager leaves it. A ready volume is mounted at
-// /var/mnt/<name>; machine.disks partitions become `<device>-<n>` volumes
-// mounted at their mount points. The node shows Disk, SystemDisk,
-// DiscoveredVolume (each disk with its signature: gpt once partitioned, blank
-// otherwise; each partition with its filesystem), VolumeStatus, block and
-// runtime MountStatus, and the Mounts API lists every mounted volume with the
-// partition as its source. The storage faults (DisksMissing, DiskSignatures,
+// other device its config's machine.disks names. On every sync the node's
+// storage is derived by replaying one pass of Talos v1.11.0's volume manager
+// over blank disks, in its order (volume_manager.go, VolumeManagerController;
+// internal/volumes CompareVolumeConfigs, LocateAndProvision,
+// CheckDiskForProvisioning, CreatePartition, Format; the full list of sources
+// heads sim/storage.go). So a UserVolumeConfig lands on the first disk its
+// diskSelector matches (Talos' own CEL disk environment, system_disk
+// included) that has room, with GPT overhead and 1 MiB alignment; one that
+// matches no disk is `failed` "no disks matched selector for volume", one that
+// finds no room names how many disks matched; once a volume is not ready,
+// later volumes that still have to be created stay `waiting`; an existing
+// partition with the wrong filesystem fails "filesystem type mismatch". A
+// ready volume is mounted at /var/mnt/<name>; machine.disks partitions become
+// `<device>-<n>` volumes mounted at their mount points. The node shows Disk,
+// SystemDisk, DiscoveredVolume (only signatures go-blockdevice's blkid
+// knows), VolumeStatus, block and runtime MountStatus, and the Mounts API
+// lists every mounted volume with the partition as its source and its
+// statfs sizes. The storage faults (DisksMissing, DiskSignatures,
 // VolumeFailed, VolumeMissing, VolumeFilesystem, VolumeSize, MountMissing,
-// PartitionMissing, KubeletMountMissing, KubeletMountOptions) bend all of it.
+// PartitionMissing, KubeletMountMissing, KubeletMountOptions) bend the pass
+// as the Faults fields say.
 //
 // # Kubelets and the Cilium agent
 //

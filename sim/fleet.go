@@ -34,6 +34,16 @@ type Options struct {
 	RebootDelay time.Duration
 	// Logger receives the fleet's own log lines (default: discarded).
 	Logger *slog.Logger
+	// EtcdJoinDelay is how long a control plane without etcd data takes to
+	// join an existing etcd cluster: it is a learner with an empty name for
+	// that long, then a started, promoted member (default 300ms; Talos takes
+	// seconds: services/etcd.go buildInitialCluster retries every 3s).
+	EtcdJoinDelay time.Duration
+	// EtcdClientWait is how long EtcdMemberList and EtcdStatus wait on a
+	// control plane whose etcd does not run before they fail with
+	// DeadlineExceeded, unless the caller's deadline comes first (default
+	// 2s; Talos' etcd client waits until the caller's deadline).
+	EtcdClientWait time.Duration
 }
 
 // MachineSpec describes one simulated machine.
@@ -58,6 +68,8 @@ type MachineSpec struct {
 type Fleet struct {
 	log            *slog.Logger
 	rebootDelay    time.Duration
+	joinDelay      time.Duration
+	etcdWait       time.Duration
 	ca             *authority
 	grpc           *grpc.Server    // serves every machine's listeners
 	maintenanceTLS *tls.Config     // shared: one self-signed certificate
@@ -69,7 +81,7 @@ type Fleet struct {
 	byName   map[string]*Machine
 	byAddr   map[string]*Machine
 	byHost   map[string][]*Machine
-	etcd     *etcdCluster
+	etcd     []*etcdCluster // in the order they were bootstrapped
 	closed   bool
 	kube     kubernetes.Interface // the API server the kubelets post to, once they have
 	agents   map[string]*agentPod // cilium agent pods by machine name
@@ -83,6 +95,14 @@ func Start(ctx context.Context, opts Options) (*Fleet, error) {
 
 	if opts.RebootDelay <= 0 {
 		opts.RebootDelay = 2 * time.Second
+	}
+
+	if opts.EtcdJoinDelay <= 0 {
+		opts.EtcdJoinDelay = 300 * time.Millisecond
+	}
+
+	if opts.EtcdClientWait <= 0 {
+		opts.EtcdClientWait = 2 * time.Second
 	}
 
 	log := opts.Logger
@@ -103,6 +123,8 @@ func Start(ctx context.Context, opts Options) (*Fleet, error) {
 	f := &Fleet{
 		log:         log,
 		rebootDelay: opts.RebootDelay,
+		joinDelay:   opts.EtcdJoinDelay,
+		etcdWait:    opts.EtcdClientWait,
 		ca:          ca,
 		meta:        meta,
 		byName:      map[string]*Machine{},
@@ -171,7 +193,10 @@ func (f *Fleet) add(spec MachineSpec, loaded map[[sha256.Size]byte]config.Provid
 		version: spec.TalosVersion,
 		addr:    spec.Address,
 		calls:   map[string]int{},
-		booted:  time.Now(),
+		// a machine the fleet starts with has been up a while: its CRI
+		// and etcd admin certificates are there (see criStartDelay,
+		// etcdNotRunning); a reboot starts the clock again
+		booted: time.Now().Add(-time.Minute),
 	}
 
 	if spec.Config != nil {
@@ -284,79 +309,4 @@ func (f *Fleet) resolve(target string) *Machine {
 	}
 
 	return nil
-}
-
-// etcdCluster is the fleet's one etcd cluster: the control plane that was
-// bootstrapped, then every control plane that joined after it.
-type etcdCluster struct {
-	members []*Machine
-	nextID  uint64
-}
-
-// bootstrapEtcd creates the cluster on m, or reports that m has etcd data.
-func (f *Fleet) bootstrapEtcd(m *Machine) (created bool) {
-	f.mu.Lock()
-
-	if m.etcdMemberID() != 0 {
-		f.mu.Unlock()
-
-		return false
-	}
-
-	if f.etcd == nil {
-		f.etcd = &etcdCluster{nextID: 0x5a1d0c3e7f2b9a01}
-	}
-
-	f.joinLocked(m)
-
-	// control planes waiting for a cluster join it as soon as it exists
-	var joined []*Machine
-
-	for _, other := range f.machines {
-		if other != m && other.isReadyControlPlane() && other.etcdMemberID() == 0 {
-			f.joinLocked(other)
-			joined = append(joined, other)
-		}
-	}
-
-	f.mu.Unlock()
-
-	for _, other := range append(joined, m) {
-		other.sync()
-	}
-
-	return true
-}
-
-// joinEtcd adds a booted control plane to an existing cluster.
-func (f *Fleet) joinEtcd(m *Machine) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-
-	if f.etcd != nil && m.isReadyControlPlane() && m.etcdMemberID() == 0 {
-		f.joinLocked(m)
-	}
-}
-
-func (f *Fleet) joinLocked(m *Machine) {
-	id := f.etcd.nextID
-	f.etcd.nextID += 0x1f3c5a7
-
-	m.mu.Lock()
-	m.etcdID = id
-	m.mu.Unlock()
-
-	f.etcd.members = append(f.etcd.members, m)
-}
-
-// etcdMembers returns the cluster's members, leader first.
-func (f *Fleet) etcdMembers() []*Machine {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-
-	if f.etcd == nil {
-		return nil
-	}
-
-	return append([]*Machine(nil), f.etcd.members...)
 }

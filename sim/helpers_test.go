@@ -121,7 +121,28 @@ func withDocs(cfg []byte, docs ...string) []byte {
 func start(t *testing.T, machines ...sim.MachineSpec) *sim.Fleet {
 	t.Helper()
 
-	f, err := sim.Start(t.Context(), sim.Options{Bundle: bundle, Machines: machines, RebootDelay: 50 * time.Millisecond})
+	return startWith(t, sim.Options{Machines: machines})
+}
+
+// startWith starts a fleet with opts, the test bundle and short delays
+// where opts leaves them unset.
+func startWith(t *testing.T, opts sim.Options) *sim.Fleet {
+	t.Helper()
+
+	opts.Bundle = bundle
+	if opts.RebootDelay == 0 {
+		opts.RebootDelay = 50 * time.Millisecond
+	}
+
+	if opts.EtcdJoinDelay == 0 {
+		opts.EtcdJoinDelay = 50 * time.Millisecond
+	}
+
+	if opts.EtcdClientWait == 0 {
+		opts.EtcdClientWait = 200 * time.Millisecond
+	}
+
+	f, err := sim.Start(t.Context(), opts)
 	if err != nil {
 		t.Fatalf("start fleet: %v", err)
 	}

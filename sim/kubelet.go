@@ -104,6 +104,11 @@ func (m *Machine) syncKubelet(ctx context.Context, kc kubernetes.Interface) (str
 	if h := s.active.Machine().Network().Hostname(); h != "" {
 		nodeName = h
 	}
+	// The kubelet registers with the API server, which runs (as a static
+	// pod on the control planes) only once etcd does.
+	if !m.fleet.hasEtcd() {
+		return "", nil
+	}
 	posting := !s.down && !s.faults.Unreachable
 	labels := map[string]string{
 		"kubernetes.io/hostname": nodeName,
@@ -175,10 +180,23 @@ func (m *Machine) syncKubelet(ctx context.Context, kc kubernetes.Interface) (str
 	if _, err := nodes.UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
 		return "", fmt.Errorf("update node status: %w", err)
 	}
+	m.noteNode(nodeFacts{seen: true, ready: ready.Status == corev1.ConditionTrue})
 	if !posting {
 		return "", nil
 	}
 	return nodeName, renewLease(ctx, kc, node)
+}
+
+// noteNode records the Node as Talos' NodeStatus controller would see it,
+// and refreshes MachineStatus when that changed.
+func (m *Machine) noteNode(n nodeFacts) {
+	m.mu.Lock()
+	changed := m.node != n
+	m.node = n
+	m.mu.Unlock()
+	if changed {
+		m.sync()
+	}
 }
 
 func renewLease(ctx context.Context, kc kubernetes.Interface, node *corev1.Node) error {

@@ -24,6 +24,15 @@ func TestKubeletsRegisterNodesInARealAPIServer(t *testing.T) {
 	}
 	f := simtest.Start(t, simtest.Options{Maintenance: []string{"worker-2"}})
 	ctx := context.Background()
+	// No API server runs before etcd does (its static pod needs it), so no
+	// kubelet registers a Node before the bootstrap.
+	if errs := f.Sim.SyncKubelets(ctx, kc); len(errs) > 0 {
+		t.Fatalf("kubelets failed to post: %v", errs)
+	}
+	if nodes, err := kc.CoreV1().Nodes().List(ctx, metav1.ListOptions{}); err != nil || len(nodes.Items) != 0 {
+		t.Fatalf("Nodes before etcd is bootstrapped: %v, %v; want none", nodes, err)
+	}
+	f.BootstrapEtcd(t, 3)
 	if errs := f.Sim.SyncKubelets(ctx, kc); len(errs) > 0 {
 		t.Fatalf("kubelets failed to post: %v", errs)
 	}

@@ -111,6 +111,10 @@ func TestMaintenanceApply(t *testing.T) {
 	}
 }
 
+// TestBootstrap follows Talos v1.11.0's v1alpha1_server.go Bootstrap (the
+// guard is the node's own etcd data directory), services/etcd.go (a joining
+// control plane is a learner first, MemberAddAsLearner) and the
+// maintenance service (internal/app/maintenance/server.go: no Bootstrap).
 func TestBootstrap(t *testing.T) {
 	t.Parallel()
 
@@ -146,8 +150,11 @@ func TestBootstrap(t *testing.T) {
 		return names, nil
 	}
 
-	if _, err := members("cp-1"); client.StatusCode(err) != codes.Unavailable {
-		t.Errorf("member list before bootstrap: %v, want Unavailable", err)
+	// Without etcd the etcd client waits (internal/pkg/etcd/etcd.go): never
+	// Unavailable, and never at once.
+	begin := time.Now()
+	if _, err := members("cp-1"); client.StatusCode(err) != codes.DeadlineExceeded || time.Since(begin) < 150*time.Millisecond {
+		t.Errorf("member list before bootstrap: %v after %s, want DeadlineExceeded after the client's wait", err, time.Since(begin))
 	}
 
 	for _, tc := range []struct {
@@ -155,18 +162,30 @@ func TestBootstrap(t *testing.T) {
 		want    codes.Code
 	}{
 		{"w-1", codes.FailedPrecondition},
-		{"cp-3", codes.FailedPrecondition}, // unconfigured
+		{"cp-3", codes.Unimplemented}, // maintenance mode
 		{"cp-1", codes.OK},
 		{"cp-1", codes.AlreadyExists},
-		{"cp-2", codes.AlreadyExists}, // joined the cluster cp-1 made
 	} {
 		if err := bootstrap(tc.machine); client.StatusCode(err) != tc.want {
 			t.Errorf("bootstrap %s: %v, want %s", tc.machine, err, tc.want)
 		}
 	}
 
-	if got, err := members("cp-2"); err != nil || !slices.Equal(got, []string{"cp-1", "cp-2"}) {
-		t.Errorf("members = %v, %v; want cp-1, cp-2", got, err)
+	eventually(t, "cp-2 joins", func() error {
+		got, err := members("cp-2")
+		if err != nil {
+			return err
+		}
+
+		if !slices.Equal(got, []string{"cp-1", "cp-2"}) {
+			return fmt.Errorf("members %v", got)
+		}
+
+		return nil
+	})
+
+	if err := bootstrap("cp-2"); client.StatusCode(err) != codes.AlreadyExists {
+		t.Errorf("bootstrap cp-2 after joining: %v, want AlreadyExists", err)
 	}
 
 	if _, err := admin(t, f.Machine("w-1").Addr()).EtcdMemberList(t.Context(), &machine.EtcdMemberListRequest{}); client.StatusCode(err) != codes.Unimplemented {
@@ -196,13 +215,70 @@ func TestBootstrap(t *testing.T) {
 		return nil
 	})
 
-	if err := bootstrap("cp-3"); client.StatusCode(err) != codes.AlreadyExists {
-		t.Errorf("bootstrap cp-3 after joining: %v, want AlreadyExists", err)
-	}
+	// right after its boot cp-3 refuses while its CRI comes up
+	// (IsBootstrapAllowed), then it has data
+	eventually(t, "bootstrap cp-3 after joining answers AlreadyExists", func() error {
+		if err := bootstrap("cp-3"); client.StatusCode(err) != codes.AlreadyExists {
+			return err
+		}
+
+		return nil
+	})
 
 	// etcd shows as running on members only
 	svcs, err := admin(t, f.Machine("cp-1").Addr()).ServiceInfo(t.Context(), "etcd")
 	if err != nil || len(svcs) != 1 || svcs[0].Service.State != "Running" {
 		t.Errorf("etcd service = %v, %v; want Running", svcs, err)
+	}
+}
+
+// TestBootstrapTwiceSplitsEtcd: Talos guards Bootstrap by the local data
+// directory only (v1alpha1_server.go Bootstrap), and services/etcd.go with
+// Bootstrap: true starts a new single-member cluster. A control plane that
+// has not joined yet (here: its join takes long) bootstrapped a second time
+// makes a second etcd cluster, and both answer as healthy single clusters.
+func TestBootstrapTwiceSplitsEtcd(t *testing.T) {
+	t.Parallel()
+
+	cp, _ := baseConfigs(t)
+	f := startWith(t, sim.Options{
+		EtcdJoinDelay: time.Hour,
+		Machines: []sim.MachineSpec{
+			{Name: "cp-1", Role: "controlplane", Config: cp},
+			{Name: "cp-2", Role: "controlplane", Config: cp},
+		},
+	})
+
+	list := func(name string) []*machine.EtcdMember {
+		t.Helper()
+
+		resp, err := admin(t, f.Machine(name).Addr()).EtcdMemberList(t.Context(), &machine.EtcdMemberListRequest{})
+		if err != nil {
+			t.Fatalf("member list %s: %v", name, err)
+		}
+
+		return resp.Messages[0].Members
+	}
+
+	if err := admin(t, f.Machine("cp-1").Addr()).Bootstrap(t.Context(), &machine.BootstrapRequest{}); err != nil {
+		t.Fatalf("bootstrap cp-1: %v", err)
+	}
+
+	// cp-2 is joining: a learner without a name in cp-1's cluster
+	got := list("cp-1")
+	if len(got) != 2 || got[0].Hostname != "cp-1" || got[1].Hostname != "" || !got[1].IsLearner {
+		t.Errorf("cp-1's members while cp-2 joins = %v, want cp-1 and an unnamed learner", got)
+	}
+
+	if err := admin(t, f.Machine("cp-2").Addr()).Bootstrap(t.Context(), &machine.BootstrapRequest{}); err != nil {
+		t.Fatalf("bootstrap cp-2 (no data yet): %v, want OK as Talos answers", err)
+	}
+
+	if got := list("cp-2"); len(got) != 1 || got[0].Hostname != "cp-2" {
+		t.Errorf("cp-2's members = %v, want only cp-2: a second cluster", got)
+	}
+
+	if got := list("cp-1"); len(got) != 2 || got[1].Hostname != "" {
+		t.Errorf("cp-1's members = %v, want cp-1 and the stale learner", got)
 	}
 }

@@ -42,22 +42,29 @@ type Faults struct {
 	// KubeletUnhealthy marks the kubelet service unhealthy and the machine
 	// status not ready.
 	KubeletUnhealthy bool
-	// VolumeFailed fails user volumes by name with an error message.
+	// VolumeFailed fails user volumes by name with an error message, in
+	// phase provisioned, as a partition that existed before this boot and
+	// then failed would.
 	VolumeFailed map[string]string
-	// VolumeMissing drops user volumes by name, as if never provisioned.
+	// VolumeMissing drops user volumes by name, as if never configured.
 	VolumeMissing []string
-	// VolumeFilesystem makes user volumes by name ready with another
-	// filesystem ("ext4", …) than their config asks for, as a disk
-	// formatted earlier by someone else would be.
+	// VolumeFilesystem is what blkid finds on user volumes' existing
+	// partitions, by name ("ext4", …), as a disk formatted earlier by
+	// someone else would hold. Talos' Format keeps the same filesystem,
+	// formats a blank one, and fails any other with "filesystem type
+	// mismatch: <found> != <wanted>" (sim/storage.go, storageOf).
 	VolumeFilesystem map[string]string
-	// VolumeSize makes user volumes by name ready with another size in bytes.
+	// VolumeSize gives user volumes' existing partitions another size in
+	// bytes, by name.
 	VolumeSize map[string]uint64
 	// DisksMissing takes disks away by device path ("/dev/sdb"), as if pulled
 	// or dead: a user volume whose selector then matches no disk fails while
 	// waiting, with Talos' "no disks matched selector for volume".
 	DisksMissing []string
 	// DiskSignatures leaves a signature ("xfs", "bluestore", …) on disks by
-	// device path, as an earlier use would: blank disks stop being blank.
+	// device path, as an earlier use would: the disk stops being blank, and
+	// a volume that must be carved from it fails to find a disk, as
+	// CheckDiskForProvisioning refuses any signature but gpt.
 	DiskSignatures map[string]string
 	// MountMissing leaves volumes ready but unmounted: user volumes by name,
 	// machine.disks partitions by mount point.
@@ -156,8 +163,36 @@ type Machine struct {
 	active    config.Provider // nil: maintenance mode
 	persisted config.Provider
 	tryTimer  *time.Timer
-	etcdID    uint64 // non-zero once the machine holds etcd data
+	etcdID    uint64 // non-zero once the machine's etcd ran: it holds etcd data
+	// etcdCluster is the cluster the machine is a member of, or joins as a
+	// learner; joinGen tells a join in flight from a later one.
+	etcdCluster *etcdCluster
+	joinGen     int
+	// bootDone is set once every service of this boot was up: the end of
+	// machined's boot sequence (StartAllServices), when the stage turns
+	// running. A reboot clears it.
+	bootDone bool
+	// node is the Kubernetes Node as its kubelet last posted it.
+	node nodeFacts
 }
+
+// nodeFacts are what Talos' NodeStatus resource carries for the
+// MachineStatus nodeReady check.
+type nodeFacts struct {
+	seen, ready bool
+}
+
+// Running reports whether the machine is configured, up, and past the end
+// of its boot sequence: what MachineStatus shows as stage running.
+func (m *Machine) Running() bool {
+	s := m.snap()
+
+	return s.configured() && !s.down && s.bootDone
+}
+
+// Configured reports whether the machine has a config (is out of
+// maintenance mode).
+func (m *Machine) Configured() bool { return m.snap().configured() }
 
 // Name returns the machine's name.
 func (m *Machine) Name() string { return m.name }
@@ -297,6 +332,7 @@ func (m *Machine) boot(gen int) {
 	m.down = false
 	m.active = m.persisted
 	m.booted = time.Now()
+	m.bootDone = false
 	m.mu.Unlock()
 
 	for _, sess := range draining {
@@ -377,6 +413,11 @@ type snapshot struct {
 	persisted config.Provider
 	etcdID    uint64
 	role      string
+	bootDone  bool
+	node      nodeFacts
+	// apiUp: an API server can run (some etcd cluster does); set by sync,
+	// which may take the fleet's lock where snap may not.
+	apiUp bool
 }
 
 func (m *Machine) snap() snapshot {
@@ -395,6 +436,8 @@ func (m *Machine) snap() snapshot {
 		persisted: m.persisted,
 		etcdID:    m.etcdID,
 		role:      m.role,
+		bootDone:  m.bootDone,
+		node:      m.node,
 	}
 
 	if s.faults.TalosVersion != "" {

@@ -66,10 +66,14 @@ func servicesOf(s snapshot) []service {
 
 		switch {
 		case id == "etcd" && s.etcdID == 0:
-			svc = service{id: id, state: "Preparing", unknown: true}
+			// The PreFunc waits to join a cluster (services/etcd.go
+			// buildInitialCluster) until this node is bootstrapped or
+			// joins: the service stays Preparing, health unknown. Its
+			// "etcd is waiting to join the cluster…" is a log line of
+			// machined's, not a service event.
+			svc = service{id: id, state: "Preparing", unknown: true, message: ""}
 			svc.events = []serviceEvent{
-				{msg: "Running pre state", state: "Preparing", ts: at(0)},
-				{msg: "etcd is waiting to join the cluster, if this node is the first node in the cluster, please run `talosctl bootstrap` against one of the following IPs:\n" + "[" + s.host + "]", state: "Preparing", ts: at(time.Second)},
+				{msg: "Running pre state", state: "Preparing", ts: at(time.Second)},
 			}
 		case id == "kubelet" && s.faults.KubeletUnhealthy:
 			svc.healthy = false
@@ -83,21 +87,78 @@ func servicesOf(s snapshot) []service {
 	return svcs
 }
 
-// unmetConditions are the reasons MachineStatus gives for not being ready.
+// requiredServices are the services MachineStatus waits for
+// (machine_status.go getReadinessChecks).
+func requiredServices(s snapshot) []string {
+	if s.controlPlane() {
+		return []string{"apid", "machined", "kubelet", "etcd", "trustd"}
+	}
+
+	return []string{"apid", "machined", "kubelet"}
+}
+
+// servicesUp reports every service of the boot up (running, and healthy
+// where it has a health check): what StartAllServices waits for before the
+// boot sequence ends (v1alpha1_sequencer_tasks.go StartAllServices,
+// system.StateEventUp). On a control plane that includes etcd, so it stays
+// booting until it is bootstrapped or joins.
+func servicesUp(s snapshot) bool {
+	for _, svc := range servicesOf(s) {
+		if !svc.running || (!svc.unknown && !svc.healthy) {
+			return false
+		}
+	}
+
+	return true
+}
+
+// unmetConditions are the reasons MachineStatus gives for not being ready,
+// in machined's order and words (machine_status.go: time, network,
+// services, staticPods, nodeReady). The time and network checks always
+// pass here; no StaticPodStatus is simulated, so staticPods passes as it
+// does on Talos before the kubelet reports any static pod.
 func unmetConditions(s snapshot) []runtime.UnmetCondition {
+	var unmet []runtime.UnmetCondition
+
+	// services: the Service resources (running services only), sorted by
+	// id, then the required ones that have none
 	var problems []string
 
+	running := map[string]bool{}
+
 	for _, svc := range servicesOf(s) {
-		if svc.running && !svc.unknown && !svc.healthy {
+		if !svc.running {
+			continue
+		}
+
+		running[svc.id] = true
+
+		if !svc.unknown && !svc.healthy {
 			problems = append(problems, svc.id+" not healthy")
 		}
 	}
 
-	if len(problems) == 0 {
-		return nil
+	for _, id := range requiredServices(s) {
+		if !running[id] {
+			problems = append(problems, id+" not running")
+		}
 	}
 
-	return []runtime.UnmetCondition{{Name: "services", Reason: strings.Join(problems, ", ")}}
+	if len(problems) > 0 {
+		unmet = append(unmet, runtime.UnmetCondition{Name: "services", Reason: strings.Join(problems, ", ")})
+	}
+
+	// nodeReady: the Nodename exists once the machine is configured; its
+	// NodeStatus only once the kubelet registered the Node with an API
+	// server.
+	switch {
+	case !s.node.seen:
+		unmet = append(unmet, runtime.UnmetCondition{Name: "nodeReady", Reason: fmt.Sprintf("node %q status is not available yet", s.hostname())})
+	case !s.node.ready:
+		unmet = append(unmet, runtime.UnmetCondition{Name: "nodeReady", Reason: fmt.Sprintf("node %q is not ready", s.hostname())})
+	}
+
+	return unmet
 }
 
 // sync rewrites the machine's COSI resources from its current state.
@@ -105,7 +166,19 @@ func (m *Machine) sync() {
 	m.syncMu.Lock()
 	defer m.syncMu.Unlock()
 
-	managed, err := put(context.Background(), m.st, m.managed, desiredResources(m.snap()))
+	// The boot sequence ends, once, when every service of this boot is up.
+	s := m.snap()
+	if s.configured() && !s.down && !s.bootDone && servicesUp(s) {
+		m.mu.Lock()
+		m.bootDone = true
+		m.mu.Unlock()
+
+		s = m.snap()
+	}
+
+	s.apiUp = m.fleet.hasEtcd()
+
+	managed, err := put(context.Background(), m.st, m.managed, desiredResources(s))
 	m.managed = managed
 
 	if err != nil {
@@ -135,7 +208,11 @@ func desiredResources(s snapshot) []resource.Resource {
 		ms.TypedSpec().Stage = runtime.MachineStageMaintenance
 		ms.TypedSpec().Status.Ready = true
 	} else {
-		ms.TypedSpec().Stage = runtime.MachineStageRunning
+		ms.TypedSpec().Stage = runtime.MachineStageBooting
+		if s.bootDone {
+			ms.TypedSpec().Stage = runtime.MachineStageRunning
+		}
+
 		ms.TypedSpec().Status.UnmetConditions = unmetConditions(s)
 		ms.TypedSpec().Status.Ready = len(ms.TypedSpec().Status.UnmetConditions) == 0
 	}
@@ -179,8 +256,11 @@ func desiredResources(s snapshot) []resource.Resource {
 
 		if kp := mc.Features().KubePrism(); kp.Enabled() {
 			st := k8s.NewKubePrismStatuses(k8s.NamespaceName, k8s.KubePrismStatusesID)
-			st.TypedSpec().Host = fmt.Sprintf("localhost:%d", kp.Port())
-			st.TypedSpec().Healthy = true
+			// kubeprism_config.go listens on 127.0.0.1; kubeprism.go is
+			// healthy only while an upstream API server answers, which
+			// needs etcd
+			st.TypedSpec().Host = fmt.Sprintf("127.0.0.1:%d", kp.Port())
+			st.TypedSpec().Healthy = s.apiUp
 			out = append(out, st)
 		}
 	}

@@ -53,6 +53,7 @@ var rules = map[string]role.Set{
 	"/machine.MachineService/EtcdStatus":         etcdRead,
 	"/machine.MachineService/Hostname":           allRoles,
 	"/machine.MachineService/Kubeconfig":         adminRole,
+	"/machine.MachineService/Memory":             allRoles,
 	"/machine.MachineService/Mounts":             allRoles,
 	"/machine.MachineService/Reboot":             operatorUp,
 	"/machine.MachineService/ServiceList":        allRoles,
@@ -85,7 +86,6 @@ func authorize(fullMethod string, roles role.Set) error {
 var maintenanceMethods = map[string]bool{
 	"ApplyConfiguration": true,
 	"Version":            true,
-	"Bootstrap":          true,
 }
 
 // connection tells which machine a call reached, in which mode, and the

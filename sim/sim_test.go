@@ -1,6 +1,7 @@
 package sim_test
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -106,8 +107,16 @@ func TestMachineConfigResource(t *testing.T) {
 		t.Fatalf("get MachineStatus: %v", err)
 	}
 
-	if ms.TypedSpec().Stage != runtime.MachineStageRunning || !ms.TypedSpec().Status.Ready {
-		t.Errorf("machine status = %+v, want running and ready", ms.TypedSpec())
+	// A control plane without etcd stays booting: StartAllServices waits for
+	// etcd (internal/app/machined/pkg/runtime/v1alpha1/v1alpha1_sequencer_tasks.go),
+	// and MachineStatus's readiness checks (controllers/runtime/machine_status.go
+	// servicesCheck, nodeReadyCheck) name etcd and the missing Node.
+	wantUnmet := []runtime.UnmetCondition{
+		{Name: "services", Reason: "etcd not running"},
+		{Name: "nodeReady", Reason: `node "cp-1" status is not available yet`},
+	}
+	if ms.TypedSpec().Stage != runtime.MachineStageBooting || ms.TypedSpec().Status.Ready || !slices.Equal(ms.TypedSpec().Status.UnmetConditions, wantUnmet) {
+		t.Errorf("machine status = %+v, want booting, not ready, unmet %v", ms.TypedSpec(), wantUnmet)
 	}
 }
 

@@ -35,6 +35,20 @@ func TestRealTalosctlStorage(t *testing.T) {
 	if err := tc.Save(tcPath); err != nil {
 		t.Fatal(err)
 	}
+	run := func(args []string, wants []string) {
+		t.Helper()
+		cmd := exec.Command(bin, append([]string{"--talosconfig", tcPath}, args...)...)
+		out, err := cmd.CombinedOutput()
+		if err != nil && !bytes.Contains(out, []byte("NotFound")) {
+			t.Errorf("talosctl %s: %v\n%s", strings.Join(args, " "), err, out)
+			return
+		}
+		for _, w := range wants {
+			if !bytes.Contains(out, []byte(w)) {
+				t.Errorf("talosctl %s: output lacks %q:\n%s", strings.Join(args, " "), w, out)
+			}
+		}
+	}
 	for _, tc := range []struct {
 		args  []string
 		wants []string
@@ -48,16 +62,12 @@ func TestRealTalosctlStorage(t *testing.T) {
 		{[]string{"get", "volumeconfig", "u-longhorn"}, nil}, // not simulated: talosctl must still resolve the type
 		{[]string{"mounts"}, []string{"/dev/sdb1", "/var/mnt/longhorn"}},
 	} {
-		cmd := exec.Command(bin, append([]string{"--talosconfig", tcPath}, tc.args...)...)
-		out, err := cmd.CombinedOutput()
-		if err != nil && !bytes.Contains(out, []byte("NotFound")) {
-			t.Errorf("talosctl %s: %v\n%s", strings.Join(tc.args, " "), err, out)
-			continue
-		}
-		for _, w := range tc.wants {
-			if !bytes.Contains(out, []byte(w)) {
-				t.Errorf("talosctl %s: output lacks %q:\n%s", strings.Join(tc.args, " "), w, out)
-			}
-		}
+		run(tc.args, tc.wants)
 	}
+
+	// internal/app/machined/pkg/controllers/block/internal/volumes/format.go
+	// Format: a partition with another filesystem fails the volume
+	f.Sim.Machine("worker-1").SetFaults(sim.Faults{VolumeFilesystem: map[string]string{"longhorn": "ext4"}})
+	run([]string{"get", "volumestatus", "u-longhorn", "-o", "yaml"}, []string{"phase: failed", "preFailPhase: prepared", "filesystem type mismatch: ext4 != xfs", "location: /dev/sdb1"})
+	run([]string{"get", "discoveredvolumes", "sdb1", "-o", "yaml"}, []string{"name: ext4"})
 }

@@ -70,7 +70,13 @@ func TestRealTalosctl(t *testing.T) {
 
 	expect(talosctl("version"), "Tag:         v1.11.0", "NODE:        cp-1")
 	expect(talosctl("get", "machineconfig"), "MachineConfig", "v1alpha1")
-	expect(talosctl("get", "machinestatus"), "running", "true")
+	// Before etcd is bootstrapped a control plane stays booting: machined's
+	// StartAllServices waits for etcd, whose PreFunc waits to join.
+	expect(talosctl("get", "machinestatus"), "booting", "false")
+	expect(talosctl("service", "etcd"), "Preparing", "Running pre state")
+	if out, err := talosctlErr(bin, tcPath, "etcd", "members"); err == nil {
+		t.Errorf("etcd members before bootstrap answered:\n%s", out)
+	}
 	expect(talosctl("-n", "worker-1", "get", "volumestatus"), "u-longhorn", "ready")
 	expect(talosctl("-n", "worker-1", "get", "mountstatus"), "MountStatus")
 	expect(talosctl("service", "kubelet"), "Running", "OK")
@@ -93,6 +99,10 @@ func TestRealTalosctl(t *testing.T) {
 	talosctl("apply-config", "--insecure", "-n", f.Overrides["worker-2"], "-e", f.Overrides["worker-2"], "-f", w2)
 
 	talosctl("bootstrap")
+	// A second bootstrap is refused: etcd has data now (AlreadyExists).
+	if out, err := talosctlErr(bin, tcPath, "bootstrap"); err == nil || !strings.Contains(out, "etcd data directory is not empty") {
+		t.Errorf("second bootstrap: %v\n%s", err, out)
+	}
 	var members string
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -103,6 +113,16 @@ func TestRealTalosctl(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	expect(members, "cp-1", "cp-2", "cp-3")
+	deadline = time.Now().Add(10 * time.Second)
+	for {
+		out, err := talosctlErr(bin, tcPath, "get", "machinestatus")
+		if err == nil && strings.Contains(out, "running") || time.Now().After(deadline) {
+			expect(out, "running")
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	expect(talosctl("service", "etcd"), "Running", "OK")
 	kc := filepath.Join(dir, "kubeconfig")
 	talosctl("kubeconfig", kc)
 	if data, err := os.ReadFile(kc); err != nil || !bytes.Contains(data, []byte("https://10.20.0.10:6443")) {
@@ -121,4 +141,13 @@ func TestRealTalosctl(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// talosctlErr runs talosctl and returns its output and error, for commands
+// expected to fail.
+func talosctlErr(bin, tcPath string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bin, append([]string{"--talosconfig", tcPath}, args...)...).CombinedOutput()
+	return string(out), err
 }

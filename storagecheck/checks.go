@@ -229,7 +229,7 @@ func checkDeclaration(_ context.Context, t *Target) []drift.Result {
 		}
 	}
 	for _, v := range e.volumes {
-		if v.kubeletMount == "" {
+		if !e.needsKubeletExtraMount(v) {
 			continue
 		}
 		if !slices.ContainsFunc(activeMounts, func(s string) bool { return strings.HasPrefix(s, v.target+"(") }) {
@@ -322,33 +322,9 @@ func checkVolumes(_ context.Context, t *Target) []drift.Result {
 			continue
 		}
 		evidence := describeVolume(st)
-		waiting := st.Phase == "waiting" || st.Phase == "failed" && st.PreFailPhase == "waiting"
 		switch {
-		case waiting:
-			reason := v.id + " is waiting for a disk"
-			if st.ErrorMessage != "" {
-				reason += ": " + st.ErrorMessage
-			}
-			n := t.talosctl("get disks") + ": no disk fits"
-			if v.selector != "" {
-				reason += fmt.Sprintf(" (diskSelector %q)", v.selector)
-				n += fmt.Sprintf(" diskSelector %q", v.selector)
-			}
-			if v.legacy {
-				n = t.talosctl("get disks") + ": is " + v.device + " there?"
-			}
-			out = append(out, drift.Drifted(name, check, rung, reason, "ready", "waiting").
-				WithEvidence(evidence).WithNext(n+"; then "+next))
-		case st.Phase == "failed":
-			reason := v.id + " failed"
-			if st.PreFailPhase != "" {
-				reason += " after " + st.PreFailPhase
-			}
-			if st.ErrorMessage != "" {
-				reason += ": " + st.ErrorMessage
-			}
-			out = append(out, drift.Drifted(name, check, rung, reason, "ready", "failed").
-				WithEvidence(evidence).WithNext(next+"; "+t.talosctl("dmesg")))
+		case st.Phase == "waiting" || st.Phase == "failed":
+			out = append(out, t.volumeNotReady(v, st, o.Volumes).WithEvidence(evidence))
 		case st.Phase != "ready":
 			out = append(out, drift.Drifted(name, check, rung, v.id+" is "+st.Phase+", not ready", "ready", st.Phase).
 				WithEvidence(evidence).WithNext(next))
@@ -365,15 +341,135 @@ func checkVolumes(_ context.Context, t *Target) []drift.Result {
 				continue
 			}
 			n := next
+			// Talos v1.11 fails a volume whose partition has another filesystem
+			// (format.go) rather than make it ready: this is for a node that says otherwise
 			if st.Filesystem != v.filesystem {
-				n += "; " + t.talosctl("get discoveredvolumes "+devName(st.Location)+" -o yaml") + " shows what formatted it; only if its data is disposable: " + t.talosctl("wipe disk "+devName(st.Location))
+				n += "; " + t.talosctl("get discoveredvolumes "+devName(st.Location)+" -o yaml") + " shows what formatted it; only if its data is disposable: " + t.talosctl("wipe disk "+devName(st.Location)+" --skip-volume-check")
 			} else {
-				n += "; " + t.talosctl("get disks") + ": the disk it landed on (" + st.ParentLocation + ") is too small"
+				// locate.go keeps a partition it finds at its size; grow.go grows it only with grow: true, into free space right after it
+				n += "; " + t.talosctl("get discoveredvolumes "+devName(st.Location)+" -o yaml") + ": Talos keeps a partition it finds at the size it has (made before minSize was raised, or on a disk with no more room) and grows it only with grow: true; " + t.talosctl("get disks")
 			}
 			out = append(out, drift.Drifted(name, check, rung, strings.Join(problems, "; "), want,
 				fmt.Sprintf("ready, %s, %s", orNone(st.Filesystem), size(st.Size))).WithEvidence(evidence).WithNext(n))
 		}
 	}
+	return out
+}
+
+// Talos v1.11.0's messages for a volume it could not place or format
+// (internal/app/machined/pkg/controllers/block/internal/volumes: locate.go
+// LocateAndProvision, partition.go CreatePartition, format.go Format).
+const (
+	talosNoDiskFits = "no disks matched for volume (%d matched selector): %d have not enough space, %d have wrong format, %d have other issues"
+	talosNoSpace    = "error creating partition: "
+	talosFSMismatch = "filesystem type mismatch: "
+)
+
+// volumeNotReady explains a waiting or failed VolumeStatus: what Talos'
+// volume manager (volume_manager.go and internal/volumes) was doing when it
+// stopped, and what to look at.
+//
+//nolint:gocognit,gocyclo,cyclop // one case per way Talos stops
+func (t *Target) volumeNotReady(v *expectedVolume, st Volume, all map[string]Volume) drift.Result {
+	const rung, check = drift.RungReconciliation, CheckVolumes
+	name, msg := t.Machine.Name, st.ErrorMessage
+	status := t.talosctl("get volumestatus " + v.id + " -o yaml")
+	selector, fix := "", t.talosctl("get disks")+": no disk fits"
+	if v.selector != "" {
+		selector = fmt.Sprintf(" (diskSelector %q)", v.selector)
+		fix += fmt.Sprintf(" diskSelector %q", v.selector)
+	}
+	if v.legacy {
+		fix = t.talosctl("get disks") + ": is " + v.device + " there?"
+	}
+	waiting := st.Phase == "waiting" || st.PreFailPhase == "waiting"
+
+	switch {
+	case st.Phase == "waiting" && msg == "":
+		// volume_manager.go: once a volume is not ready, the ones after it
+		// that still need a partition wait, without a message
+		e := t.expectations()
+		var blockers []string
+		for _, id := range sortedKeys(all) {
+			if id == v.id || all[id].Phase != "failed" {
+				continue
+			}
+			if o, ok := e.orderOf(id); ok && !o.before(v.order) {
+				continue // Talos gets to that one after this one
+			}
+			blockers = append(blockers, id+" (failed)")
+		}
+		if len(blockers) == 0 {
+			return drift.Drifted(name, check, rung, v.id+" is waiting for a disk"+selector, "ready", "waiting").WithNext(fix + "; then " + status)
+		}
+		return drift.Drifted(name, check, rung,
+			fmt.Sprintf("%s is waiting behind %s: Talos provisions volumes one after another and starts none while one before it is not ready", v.id, strings.Join(blockers, ", ")),
+			"ready", "waiting").WithNext("fix " + strings.Join(blockers, ", ") + " first (see its " + CheckVolumes + " result); then " + status)
+	case waiting:
+		reason := v.id + " is waiting for a disk"
+		if msg != "" {
+			reason += ": " + msg
+		}
+		reason += selector
+		var matched, space, format, other int
+		if _, err := fmt.Sscanf(msg, talosNoDiskFits, &matched, &space, &format, &other); err == nil {
+			var hints, nexts []string
+			if space > 0 {
+				hints = append(hints, "a volume without maxSize takes all the free space of its disk, so the volumes before it may have taken these")
+				nexts = append(nexts, t.talosctl("get volumestatus")+" shows which volumes took the matched disks: give them a maxSize, or point this diskSelector at a disk with room ("+t.talosctl("get disks")+")")
+			}
+			if format > 0 {
+				hint, disk := "Talos partitions only blank or GPT disks, and a matched disk carries another signature", "<disk>"
+				if signed := t.signedDisks(); len(signed) > 0 {
+					hint += " (disks with one: " + strings.Join(signed, ", ") + ")"
+					if len(signed) == 1 {
+						disk, _, _ = strings.Cut(signed[0], " ")
+					}
+				}
+				hints = append(hints, hint)
+				nexts = append(nexts, t.talosctl("get discoveredvolumes")+" shows what is on the matched disks; only if its data is disposable: "+t.talosctl("wipe disk "+disk))
+			}
+			if len(nexts) > 0 {
+				reason += ": " + strings.Join(hints, "; ")
+				fix = strings.Join(nexts, "; ")
+			}
+		} else if strings.HasPrefix(msg, talosNoSpace) {
+			reason += ": the disk Talos picked had too little room left once partitioned"
+		}
+		return drift.Drifted(name, check, rung, reason, "ready", "waiting").WithNext(fix + "; then " + status)
+	case strings.HasPrefix(msg, talosFSMismatch):
+		// format.go: a partition with another filesystem is never reformatted
+		found, wanted, _ := strings.Cut(strings.TrimPrefix(msg, talosFSMismatch), " != ")
+		dev := devName(st.Location)
+		reason := fmt.Sprintf("%s failed: its partition %s already carries %s, the volume wants %s, and Talos does not reformat it (%q)", v.id, orNone(st.Location), found, wanted, msg)
+		next := t.talosctl("get discoveredvolumes "+dev+" -o yaml") + " shows what is on it; "
+		if !v.legacy && (found == "xfs" || found == "ext4") {
+			next += "to keep its data, set the volume's filesystem to " + found + " and run devata apply --machines " + name + "; "
+		}
+		next += "only if its data is disposable: " + t.talosctl("wipe disk "+dev+" --skip-volume-check") +
+			" (" + v.id + " holds it, so a plain wipe is refused), then Talos formats it " + wanted
+		return drift.Drifted(name, check, rung, reason, "ready, "+v.filesystem, fmt.Sprintf("failed: %s on %s", found, orNone(st.Location))).WithNext(next)
+	}
+	reason := v.id + " failed"
+	if st.PreFailPhase != "" {
+		reason += " after " + st.PreFailPhase
+	}
+	if msg != "" {
+		reason += ": " + msg
+	}
+	return drift.Drifted(name, check, rung, reason, "ready", "failed").WithNext(status + "; " + t.talosctl("dmesg"))
+}
+
+// signedDisks are the disks whose DiscoveredVolume shows a signature other
+// than a GPT ("sdb bluestore"): those Talos will not partition.
+func (t *Target) signedDisks() []string {
+	var out []string
+	for _, dv := range t.Obs.Discovered {
+		if dv.Type == "disk" && dv.Signature != "" && dv.Signature != "gpt" {
+			out = append(out, dv.ID+" "+dv.Signature)
+		}
+	}
+	slices.Sort(out)
 	return out
 }
 
@@ -469,7 +565,11 @@ func (t *Target) mountResult(me mountExpectation) drift.Result {
 		want += " " + me.filesystem
 	}
 	want += map[bool]string{true: " rw", false: " ro"}[me.readWrite]
-	if me.kubelet != "" {
+	roViaTalos := me.kubelet == "ro" && underUserVolumes(me.target)
+	switch {
+	case roViaTalos:
+		want += ", kubelet ro (Talos' /var/mnt mount or an extraMount with rshared,ro)"
+	case me.kubelet != "":
 		want += ", kubelet bind,rshared," + me.kubelet
 	}
 
@@ -547,6 +647,12 @@ func (t *Target) mountResult(me mountExpectation) drift.Result {
 			actual = append(actual, "no KubeletSpec")
 		default:
 			i := slices.IndexFunc(o.KubeletMounts, func(k KubeletMount) bool { return k.Destination == me.target })
+			if i < 0 && roViaTalos {
+				// system/services/kubelet.go mounts /var/mnt rbind,rshared,ro into every kubelet; KubeletSpec never shows it
+				evidence = append(evidence, "no kubelet extraMount for "+me.target+": Talos bind-mounts "+userVolumesRoot+" into the kubelet (rbind,rshared,ro), so it sees the volume read-only")
+				actual = append(actual, "kubelet "+userVolumesRoot+" rbind,rshared,ro")
+				break
+			}
 			if i < 0 {
 				addProblem("the kubelet has no extraMount for "+me.target+": pods would not see the volume", kubeletNext)
 				actual = append(actual, "kubelet: no extraMount")
@@ -574,7 +680,12 @@ func (t *Target) mountResult(me mountExpectation) drift.Result {
 		}
 		return r
 	case len(unknown) > 0:
-		return unknownRead(t, check, rung, fmt.Errorf("%s: %w", me.what, errors.Join(unknown...)), statusNext).WithEvidence(evidence...)
+		n := statusNext
+		if o.UsageErr != nil && client.StatusCode(o.UsageErr) == codes.Unknown {
+			// machined's Mounts (v1alpha1_server.go) answers nothing, code Unknown, when statfs fails on one mount point
+			n = t.talosctl("mounts") + " fails as a whole when statfs fails on any one mount point (a dead disk, FUSE or NFS mount): " + t.talosctl("dmesg") + "; meanwhile " + statusNext
+		}
+		return unknownRead(t, check, rung, fmt.Errorf("%s: %w", me.what, errors.Join(unknown...)), n).WithEvidence(evidence...)
 	}
 	return drift.InSync(name, check, rung, evidence...)
 }

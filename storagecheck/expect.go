@@ -1,8 +1,11 @@
 package storagecheck
 
 import (
+	"cmp"
 	"fmt"
+	"math"
 	"slices"
+	"strings"
 
 	"github.com/dustin/go-humanize"
 	"github.com/siderolabs/talos/pkg/machinery/cel"
@@ -32,6 +35,47 @@ type expectedVolume struct {
 	selector   string
 	// kubeletMount is rw or ro when the kubelet must see the volume (bind, rshared).
 	kubeletMount string
+
+	order volumeOrder // where Talos provisions it
+}
+
+// volumeOrder is where a volume comes in Talos' provisioning order: volume
+// configs listed by ID, sorted stably by wave, then those that do not grow,
+// then by maxSize, none counting as the largest
+// (internal/app/machined/pkg/controllers/block/internal/volumes/volumes.go
+// CompareVolumeConfigs).
+type volumeOrder struct {
+	wave    int
+	grow    bool
+	maxSize uint64
+	id      string
+}
+
+func (a volumeOrder) before(b volumeOrder) bool {
+	if a.wave != b.wave {
+		return a.wave < b.wave
+	}
+	if a.grow != b.grow {
+		return !a.grow
+	}
+	if am, bm := cmp.Or(a.maxSize, math.MaxUint64), cmp.Or(b.maxSize, math.MaxUint64); am != bm {
+		return am < bm
+	}
+	return a.id < b.id
+}
+
+// orderOf is the provisioning order of a VolumeStatus ID: an expected
+// volume's, or the system disk's wave for Talos' own volumes.
+func (e *expectations) orderOf(id string) (volumeOrder, bool) {
+	for _, v := range e.volumes {
+		if v.id == id {
+			return v.order, true
+		}
+	}
+	if slices.Contains([]string{"META", "STATE", "EPHEMERAL"}, id) {
+		return volumeOrder{wave: block.WaveSystemDisk, grow: id == "EPHEMERAL", id: id}, true
+	}
+	return volumeOrder{}, false
 }
 
 func (v *expectedVolume) label() string {
@@ -50,7 +94,31 @@ type expectations struct {
 	// desired is the rendered config, nil when none was given or it did not load.
 	desired    config.Provider
 	desiredErr error
+	// desiredKubeletMounts are the destinations of the rendered config's
+	// kubelet extraMounts.
+	desiredKubeletMounts []string
 }
+
+// needsKubeletExtraMount says whether the active config must carry a kubelet
+// extraMount for v. Talos bind-mounts /var/mnt into the kubelet itself
+// (internal/app/machined/pkg/system/services/kubelet.go: rbind, rshared, ro),
+// so a volume there that the kubelet only reads needs none; one is expected
+// only when the rendered config has it.
+func (e *expectations) needsKubeletExtraMount(v *expectedVolume) bool {
+	switch {
+	case v.kubeletMount == "":
+		return false
+	case v.kubeletMount == "ro" && underUserVolumes(v.target):
+		return slices.Contains(e.desiredKubeletMounts, v.target)
+	}
+	return true
+}
+
+// userVolumesRoot is where Talos mounts user volumes, and what it always
+// bind-mounts read-only into the kubelet.
+const userVolumesRoot = "/var/mnt"
+
+func underUserVolumes(path string) bool { return strings.HasPrefix(path, userVolumesRoot+"/") }
 
 func (e *expectations) empty() bool {
 	return len(e.volumes) == 0 && len(e.mounts) == 0 && len(e.rawDisks) == 0
@@ -70,11 +138,18 @@ func expect(m *inventory.Machine, desired []byte) *expectations {
 	}
 	if e.desired != nil {
 		if mc := e.desired.Machine(); mc != nil {
+			if mc.Kubelet() != nil {
+				for _, em := range mc.Kubelet().ExtraMounts() {
+					e.desiredKubeletMounts = append(e.desiredKubeletMounts, em.Destination)
+				}
+			}
 			for _, d := range mc.Disks() {
 				for i, p := range d.Partitions() {
+					id := fmt.Sprintf("%s-%d", d.Device(), i+1)
 					e.volumes = append(e.volumes, &expectedVolume{
-						id: fmt.Sprintf("%s-%d", d.Device(), i+1), name: p.MountPoint(), target: p.MountPoint(),
+						id: id, name: p.MountPoint(), target: p.MountPoint(),
 						legacy: true, device: d.Device(), index: i + 1, minSize: p.Size(), filesystem: block.FilesystemTypeXFS.String(),
+						order: volumeOrder{wave: block.WaveLegacyUserDisks + i, maxSize: p.Size(), id: id},
 					})
 				}
 			}
@@ -90,6 +165,7 @@ func expect(m *inventory.Machine, desired []byte) *expectations {
 			e.volumes = append(e.volumes, &expectedVolume{
 				id: "u-" + vol.Name, name: vol.Name, target: "/var/mnt/" + vol.Name,
 				minSize: parseSize(vol.MinSize), filesystem: vol.Filesystem, selector: vol.DiskSelector,
+				order: volumeOrder{wave: block.WaveUserVolumes, maxSize: parseSize(vol.MaxSize), id: "u-" + vol.Name},
 			})
 			i = len(e.volumes) - 1
 		}
@@ -100,6 +176,7 @@ func expect(m *inventory.Machine, desired []byte) *expectations {
 
 func userVolume(uv cfgdoc.UserVolumeConfig) *expectedVolume {
 	v := &expectedVolume{id: "u-" + uv.Name(), name: uv.Name(), target: "/var/mnt/" + uv.Name(), filesystem: block.FilesystemTypeXFS.String()}
+	v.order = volumeOrder{wave: block.WaveUserVolumes, id: v.id}
 	if fs := uv.Filesystem(); fs != nil && fs.Type() != block.FilesystemTypeNone {
 		v.filesystem = fs.Type().String()
 	}
@@ -108,6 +185,8 @@ func userVolume(uv cfgdoc.UserVolumeConfig) *expectedVolume {
 		if sel, ok := p.DiskSelector().Get(); ok {
 			v.selector = sel.String()
 		}
+		v.order.maxSize = p.MaxSize().ValueOrZero()
+		v.order.grow = p.Grow().ValueOrZero()
 	}
 	return v
 }

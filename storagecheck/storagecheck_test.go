@@ -3,6 +3,7 @@ package storagecheck_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -106,6 +107,20 @@ func patched(t *testing.T, cfg []byte, patch string) []byte {
 	return b
 }
 
+func userVolume(name, selector string) string {
+	return fmt.Sprintf("apiVersion: v1alpha1\nkind: UserVolumeConfig\nname: %s\nprovisioning:\n  diskSelector:\n    match: '%s'\n  minSize: 10GiB\n", name, selector)
+}
+
+func withDocs(cfg []byte, docs ...string) []byte {
+	return []byte(strings.TrimRight(string(cfg), "\n") + "\n---\n" + strings.Join(docs, "---\n"))
+}
+
+// readOnly asks for the machine's first volume in the kubelet read-only.
+func readOnly(m *inventory.Machine) {
+	m.Volumes = slices.Clone(m.Volumes)
+	m.Volumes[0].KubeletMount = "ro"
+}
+
 // withoutVolumes is cfg without its UserVolumeConfig documents.
 func withoutVolumes(cfg []byte) []byte {
 	var keep []string
@@ -124,6 +139,9 @@ func TestFailures(t *testing.T) {
 	desired := f.Desired["worker-1"]
 	legacy := patched(t, desired, legacyPatch)
 	sdc := []inventory.RawDisk{{Selector: `disk.dev_path == "/dev/sdc"`, MinCount: 1}}
+	hog := withDocs(desired, userVolume("hog", "!system_disk"))             // sorts before u-longhorn, takes a disk whole
+	stuck := withDocs(desired, userVolume("aaa", "disk.size > 100u * TiB")) // matches no disk, sorts before u-longhorn
+	noMounts := patched(t, desired, "machine:\n  kubelet:\n    extraMounts:\n      $patch: delete\n")
 
 	for _, tc := range []struct {
 		name    string
@@ -136,6 +154,8 @@ func TestFailures(t *testing.T) {
 		reason  []string
 		next    string
 		others  drift.Status // every other check's status; "" means not checked
+		// evidence must be one of the result's evidence lines
+		evidence string
 	}{
 		{
 			name: "no disk matched", faults: sim.Faults{DisksMissing: []string{"/dev/sdb", "/dev/sdc"}},
@@ -150,21 +170,47 @@ func TestFailures(t *testing.T) {
 			next:   "get volumestatus u-longhorn -o yaml",
 		},
 		{
+			// format.go Format: a partition with another filesystem fails the volume while prepared
 			name: "wrong filesystem", faults: sim.Faults{VolumeFilesystem: map[string]string{"longhorn": "ext4"}},
 			check: storagecheck.CheckVolumes, status: drift.StatusDrifted,
-			reason: []string{"u-longhorn has filesystem ext4, want xfs"},
-			next:   "wipe disk sdb1",
+			reason: []string{"u-longhorn failed: its partition /dev/sdb1 already carries ext4, the volume wants xfs", `"filesystem type mismatch: ext4 != xfs"`},
+			next:   "talosctl -n 10.20.0.21 get discoveredvolumes sdb1 -o yaml shows what is on it; to keep its data, set the volume's filesystem to ext4",
 		},
 		{
-			name: "wrong filesystem mounted", faults: sim.Faults{VolumeFilesystem: map[string]string{"longhorn": "ext4"}},
+			name: "wrong filesystem wiped", faults: sim.Faults{VolumeFilesystem: map[string]string{"longhorn": "ext4"}},
+			check: storagecheck.CheckVolumes, status: drift.StatusDrifted,
+			next: "talosctl -n 10.20.0.21 wipe disk sdb1 --skip-volume-check (u-longhorn holds it, so a plain wipe is refused), then Talos formats it xfs",
+		},
+		{
+			name: "wrong filesystem not mounted", faults: sim.Faults{VolumeFilesystem: map[string]string{"longhorn": "ext4"}},
 			check: storagecheck.CheckMounts, status: drift.StatusDrifted,
-			reason: []string{"/var/mnt/longhorn is mounted ext4, want xfs"},
+			reason: []string{"nothing is mounted at /var/mnt/longhorn (VolumeStatus u-longhorn is failed: see storage-volumes)"},
+		},
+		{
+			// locate.go LocateAndProvision, disk.go CheckDiskForProvisioning: u-hog sorts first and takes /dev/sdb whole
+			name: "disks full", desired: hog, active: hog, faults: sim.Faults{DisksMissing: []string{"/dev/sdc"}},
+			check: storagecheck.CheckVolumes, status: drift.StatusDrifted,
+			reason: []string{"u-longhorn is waiting for a disk: no disks matched for volume (1 matched selector): 1 have not enough space", "a volume without maxSize takes all the free space of its disk"},
+			next:   "get volumestatus shows which volumes took the matched disks: give them a maxSize",
+		},
+		{
+			name: "disk of the wrong format", faults: sim.Faults{DisksMissing: []string{"/dev/sdc"}, DiskSignatures: map[string]string{"/dev/sdb": "bluestore"}},
+			check: storagecheck.CheckVolumes, status: drift.StatusDrifted,
+			reason: []string{"1 have wrong format", "Talos partitions only blank or GPT disks, and a matched disk carries another signature (disks with one: sdb bluestore)"},
+			next:   "get discoveredvolumes shows what is on the matched disks; only if its data is disposable: talosctl -n 10.20.0.21 wipe disk sdb;",
+		},
+		{
+			// volume_manager.go: u-aaa fails first, so u-longhorn is never started
+			name: "waiting behind a failed volume", desired: stuck, active: stuck,
+			check: storagecheck.CheckVolumes, status: drift.StatusDrifted,
+			reason: []string{"u-longhorn is waiting behind u-aaa (failed): Talos provisions volumes one after another"},
+			next:   "fix u-aaa (failed) first",
 		},
 		{
 			name: "too small", faults: sim.Faults{VolumeSize: map[string]uint64{"longhorn": 50 << 30}},
 			check: storagecheck.CheckVolumes, status: drift.StatusDrifted,
 			reason: []string{"u-longhorn is 50 GiB, below minSize 100 GiB"},
-			next:   "too small",
+			next:   "grows it only with grow: true",
 		},
 		{
 			name: "mount missing", faults: sim.Faults{MountMissing: []string{"longhorn"}},
@@ -183,6 +229,46 @@ func TestFailures(t *testing.T) {
 			check: storagecheck.CheckMounts, status: drift.StatusDrifted,
 			reason: []string{"the kubelet's extraMount /var/mnt/longhorn lacks rshared"},
 			next:   "get kubeletspec -o yaml", others: drift.StatusInSync,
+		},
+		{
+			// system/services/kubelet.go: /var/mnt is always in the kubelet, rbind,rshared,ro
+			name: "kubelet ro without an extraMount", desired: noMounts, active: noMounts,
+			machine: readOnly,
+			check:   storagecheck.CheckMounts, status: drift.StatusInSync, others: drift.StatusInSync,
+			evidence: "no kubelet extraMount for /var/mnt/longhorn: Talos bind-mounts /var/mnt into the kubelet (rbind,rshared,ro)",
+		},
+		{
+			name: "kubelet ro declared without an extraMount", desired: noMounts, active: noMounts,
+			machine: readOnly,
+			check:   storagecheck.CheckDeclaration, status: drift.StatusInSync,
+		},
+		{
+			name: "kubelet ro with the rendered extraMount", faults: sim.Faults{KubeletMountMissing: []string{"/var/mnt/longhorn"}},
+			machine: readOnly,
+			check:   storagecheck.CheckMounts, status: drift.StatusInSync,
+		},
+		{
+			name: "kubelet rw needs an extraMount", desired: noMounts, active: noMounts,
+			check: storagecheck.CheckDeclaration, status: drift.StatusDrifted,
+			reason: []string{"active config has no kubelet extraMount for /var/mnt/longhorn"},
+			next:   "devata apply --machines worker-1",
+		},
+		{
+			// v1alpha1_server.go Mounts fails as a whole; MountStatus still answers
+			name: "Mounts API failing", faults: sim.Faults{ErrorCodes: map[string]codes.Code{"Mounts": codes.Unknown}},
+			check: storagecheck.CheckMounts, status: drift.StatusUnknown,
+			reason:   []string{"volume longhorn: mounts: sim: injected Unknown"},
+			next:     "talosctl -n 10.20.0.21 mounts fails as a whole when statfs fails on any one mount point",
+			evidence: "MountStatus u-longhorn: /dev/sdb1 on /var/mnt/longhorn xfs rw",
+		},
+		{
+			name: "Mounts API failing with a capacity to check", faults: sim.Faults{ErrorCodes: map[string]codes.Code{"Mounts": codes.Unknown}},
+			desired: legacy, active: legacy,
+			machine: func(m *inventory.Machine) {
+				m.Mounts = []inventory.Mount{{Path: "/var/mnt/legacy", MinSize: "90GB", ReadWrite: new(true)}}
+			},
+			check: storagecheck.CheckMounts, status: drift.StatusUnknown,
+			reason: []string{"capacity of /var/mnt/legacy not known"},
 		},
 		{
 			name: "raw disk blank", machine: func(m *inventory.Machine) { m.RawDisks = sdc },
@@ -287,7 +373,7 @@ func TestFailures(t *testing.T) {
 			t.Log(describe(rs))
 			var r *drift.Result
 			for i := range rs {
-				if rs[i].Status == tc.status {
+				if rs[i].Status == tc.status && (r == nil || len(tc.reason) > 0 && strings.Contains(rs[i].Reason, tc.reason[0])) {
 					r = &rs[i]
 				}
 			}
@@ -301,6 +387,9 @@ func TestFailures(t *testing.T) {
 			}
 			if !strings.Contains(r.Next, tc.next) || r.Status == drift.StatusDrifted && (r.Next == "" || r.Desired == "" || r.Actual == "" || len(r.Evidence) == 0) {
 				t.Errorf("want desired, actual, evidence and a next step naming %q:%s", tc.next, describe([]drift.Result{*r}))
+			}
+			if tc.evidence != "" && !slices.ContainsFunc(r.Evidence, func(e string) bool { return strings.Contains(e, tc.evidence) }) {
+				t.Errorf("evidence lacks %q:%s", tc.evidence, describe([]drift.Result{*r}))
 			}
 			if tc.others != "" {
 				for name, rs := range results {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -202,6 +203,9 @@ func observeFleet(ctx context.Context, inv *inventory.Inventory, d *machines.Dia
 			case err != nil:
 				dryErr = fmt.Errorf("compare configs: %w", err)
 				differ = true
+			case !diff.Equal && o.PendingConfig():
+				differ = true
+				dryErr = errPendingConfig
 			case !diff.Equal && !dryRun:
 				differ = true
 			case !diff.Equal:
@@ -235,10 +239,18 @@ func observeFleet(ctx context.Context, inv *inventory.Inventory, d *machines.Dia
 	return st
 }
 
-// etcdFactOf reads a control plane's etcd answer. A member list is proof of
-// etcd data; Unavailable from a configured node means etcd is not running
-// there, which on a node that was never bootstrapped or joined means no
-// data. Anything else is inconclusive and blocks bootstrapping (fail closed).
+// errPendingConfig is why a machine whose active config is not its persisted
+// one is not even dry-run.
+var errPendingConfig = errors.New("its active config is not the one it would boot (a `--mode try` waiting for its rollback, or a staged config): " +
+	"no apply is sent, not even a dry run, since any apply but a try cancels a pending rollback; wait for the rollback or reboot it, then run again")
+
+// etcdFactOf reads a control plane's etcd evidence. A member list is proof
+// of etcd data. "No data" is read only from positive evidence: the etcd
+// service Preparing in its PreFunc, where a control plane without data waits
+// to be bootstrapped or to join (services/etcd.go). Never from an error
+// code: Talos' etcd calls on such a node wait until the caller's deadline
+// or fail on missing certificates (internal/pkg/etcd/etcd.go). Anything else
+// is inconclusive and blocks bootstrapping (fail closed).
 func etcdFactOf(o *machines.Observation) etcdFact {
 	switch {
 	case o.Maintenance:
@@ -250,8 +262,8 @@ func etcdFactOf(o *machines.Observation) etcdFact {
 		slices.Sort(members)
 		return etcdFact{HasData: true, Members: members, Leader: o.Etcd.Leader,
 			Seen: fmt.Sprintf("EtcdMemberList answers: members [%s]", strings.Join(members, " "))}
-	case o.EtcdErr != nil && client.StatusCode(o.EtcdErr) == codes.Unavailable:
-		return etcdFact{None: true, Seen: o.EtcdErr.Error()}
+	case o.WaitingForEtcd():
+		return etcdFact{None: true, Seen: fmt.Sprintf("service etcd Preparing (%q since %s): waiting to be bootstrapped or to join", o.EtcdService.Event, o.EtcdService.Since.UTC().Format(time.RFC3339))}
 	default:
 		err := o.EtcdErr
 		if err == nil {

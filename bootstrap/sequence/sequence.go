@@ -61,6 +61,11 @@ type Options struct {
 	// Timeout bounds one Talos API call; Wait bounds each wait (a machine's
 	// return, etcd health, the Nodes); Poll is how often a wait looks again.
 	Timeout, Wait, Poll time.Duration
+	// EtcdSettle is how long every control plane's etcd service must be seen
+	// waiting in its PreFunc before one is bootstrapped (default 15s): a
+	// control plane with etcd data passes through the same state for a
+	// moment after each boot, before its etcd starts.
+	EtcdSettle time.Duration
 	// Out receives one line per step and per thing done; nil discards.
 	Out io.Writer
 }
@@ -93,6 +98,9 @@ func New(opts Options) *Sequence {
 	}
 	if opts.Poll <= 0 {
 		opts.Poll = 500 * time.Millisecond
+	}
+	if opts.EtcdSettle <= 0 {
+		opts.EtcdSettle = 15 * time.Second
 	}
 	if opts.Out == nil {
 		opts.Out = io.Discard
@@ -534,9 +542,12 @@ func (s *Sequence) applyRunning(ctx context.Context, m *inventory.Machine, mode 
 	return s.waitConfigured(ctx, m, false)
 }
 
-// waitConfigured polls until the machine answers on mTLS, runs the desired
-// config and is at stage running. With reapply, seeing it back in
-// maintenance mode returns errBackInMaintenance.
+// waitConfigured polls until the machine answers on mTLS and runs the
+// desired config, at stage booting or running: a control plane stays
+// booting until etcd runs (machined's boot sequence waits for every service,
+// v1alpha1_sequencer_tasks.go StartAllServices), which needs the bootstrap
+// that comes after this. With reapply, seeing it back in maintenance mode
+// returns errBackInMaintenance.
 func (s *Sequence) waitConfigured(ctx context.Context, m *inventory.Machine, reapply bool) error {
 	start := time.Now()
 	deadline := start.Add(s.opts.Wait)
@@ -559,10 +570,10 @@ func (s *Sequence) waitConfigured(ctx context.Context, m *inventory.Machine, rea
 				last = err.Error()
 			case !d.Equal:
 				last = "applied config differs: " + d.Summary()
-			case o.Stage != "running":
+			case o.Stage != "running" && o.Stage != "booting":
 				last = "stage " + o.Stage
 			default:
-				s.say("    %s: answers on mTLS and runs its desired config (%s)", m.Name, time.Since(start).Round(time.Millisecond))
+				s.say("    %s: answers on mTLS and runs its desired config, stage %s (%s)", m.Name, o.Stage, time.Since(start).Round(time.Millisecond))
 				return nil
 			}
 		}
@@ -576,16 +587,31 @@ func (s *Sequence) waitConfigured(ctx context.Context, m *inventory.Machine, rea
 }
 
 // bootstrapEtcd checks etcd on every control plane and bootstraps the first by
-// name only when none has any data. AlreadyExists counts as done.
+// name only when none has any data: every control plane's etcd service has
+// been seen waiting in its PreFunc for EtcdSettle, on devata's own clock.
+// AlreadyExists counts as done.
 func (s *Sequence) bootstrapEtcd(ctx context.Context) (string, error) {
 	deadline := time.Now().Add(s.opts.Wait)
+	waitingSince := map[string]time.Time{}
+	said := ""
 	for {
 		s.st = observeFleet(ctx, s.inv, s.dialer, s.desired, s.opts.Concurrency, s.opts.Timeout, false)
 		v, why := etcdVerdict(s.inv, s.st)
-		var notReady []string
+		var notReady, unsettled []string
+		now := time.Now()
 		for _, m := range s.inv.ControlPlanes() {
 			if !s.st.configured(m.Name) {
 				notReady = append(notReady, m.Name)
+			}
+			if f := s.st.etcd[m.Name]; !f.None || s.st.maintenance(m.Name) {
+				delete(waitingSince, m.Name)
+				continue
+			}
+			if _, ok := waitingSince[m.Name]; !ok {
+				waitingSince[m.Name] = now
+			}
+			if now.Sub(waitingSince[m.Name]) < s.opts.EtcdSettle {
+				unsettled = append(unsettled, m.Name)
 			}
 		}
 		switch {
@@ -593,6 +619,11 @@ func (s *Sequence) bootstrapEtcd(ctx context.Context) (string, error) {
 			return "", fmt.Errorf("%w: %s", ErrRefused, why)
 		case v == etcdOurs:
 			return why + ": nothing to bootstrap", nil
+		case v == etcdNone && len(notReady) == 0 && len(unsettled) > 0:
+			if msg := strings.Join(unsettled, ", "); msg != said {
+				s.say("    etcd waits to be bootstrapped on every control plane; watching it hold for %s before bootstrapping (%s)", s.opts.EtcdSettle, msg)
+				said = msg
+			}
 		case v == etcdNone && len(notReady) == 0:
 			msg, err := s.bootstrapFirst(ctx, why)
 			if client.StatusCode(err) != codes.FailedPrecondition || time.Now().After(deadline) {
@@ -605,7 +636,7 @@ func (s *Sequence) bootstrapEtcd(ctx context.Context) (string, error) {
 			if v == etcdUnclear {
 				return "", fmt.Errorf("%w: %s", ErrRefused, why)
 			}
-			return "", fmt.Errorf("control planes not configured and up within %s: %s", s.opts.Wait, strings.Join(notReady, ", "))
+			return "", fmt.Errorf("control planes not configured and up within %s: %s", s.opts.Wait, strings.Join(append(notReady, unsettled...), ", "))
 		}
 		if err := sleep(ctx, s.opts.Poll); err != nil {
 			return "", err

@@ -11,10 +11,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"google.golang.org/grpc/codes"
 
 	"devata.dev/devata/bootstrap/sequence"
 	"devata.dev/devata/internal/simtest"
+	"devata.dev/devata/machines"
 	"devata.dev/devata/sim"
 )
 
@@ -76,7 +78,7 @@ func TestKubeconfigOfAnotherClusterIsKept(t *testing.T) {
 	}
 	opts := sequence.Options{
 		InventoryPath: f.Inventory.Path, Talosconfig: f.Talosconfig(t), Overrides: f.Overrides, KubeconfigOut: path,
-		SkipNodes: true, Timeout: 5 * time.Second, Wait: 10 * time.Second, Poll: 50 * time.Millisecond,
+		SkipNodes: true, Timeout: 5 * time.Second, Wait: 10 * time.Second, Poll: 50 * time.Millisecond, EtcdSettle: 200 * time.Millisecond,
 	}
 	err := sequence.New(opts).Run(context.Background())
 	if !errors.Is(err, sequence.ErrRefused) || !strings.Contains(err.Error(), "server https://192.0.2.1:6443") {
@@ -164,6 +166,96 @@ func newSequence(t *testing.T, f *simtest.Fleet, out io.Writer, kubeconfigOut st
 	t.Helper()
 	return sequence.New(sequence.Options{
 		InventoryPath: f.Inventory.Path, Talosconfig: f.Talosconfig(t), Overrides: f.Overrides, KubeconfigOut: kubeconfigOut,
-		SkipNodes: true, Timeout: 5 * time.Second, Wait: 10 * time.Second, Poll: 50 * time.Millisecond, Out: out,
+		SkipNodes: true, Timeout: 5 * time.Second, Wait: 10 * time.Second, Poll: 50 * time.Millisecond, EtcdSettle: 200 * time.Millisecond, Out: out,
 	})
+}
+
+// On Talos a control plane without etcd answers EtcdMemberList by waiting
+// (internal/pkg/etcd/etcd.go), so "no etcd data" is read only from the etcd
+// service Preparing (services/etcd.go PreFunc). One control plane whose
+// services cannot be listed is unclear: nothing is bootstrapped anywhere.
+func TestNeverBootstrapsWhileAControlPlaneIsUnclear(t *testing.T) {
+	f := simtest.Start(t, simtest.Options{})
+	f.Sim.Machine("cp-3").SetFaults(sim.Faults{ErrorCodes: map[string]codes.Code{"ServiceList": codes.Internal}})
+	var out bytes.Buffer
+	seq := sequence.New(sequence.Options{
+		InventoryPath: f.Inventory.Path, Talosconfig: f.Talosconfig(t), Overrides: f.Overrides, KubeconfigOut: t.TempDir() + "/kubeconfig",
+		SkipNodes: true, Timeout: 2 * time.Second, Wait: 2 * time.Second, Poll: 50 * time.Millisecond, EtcdSettle: 100 * time.Millisecond, Out: &out,
+	})
+	err := seq.Run(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "cp-3") {
+		t.Fatalf("err = %v, want a refusal naming cp-3\n%s", err, out.String())
+	}
+	for _, m := range f.Sim.Machines() {
+		if n := m.Calls("Bootstrap"); n != 0 {
+			t.Errorf("%s: %d Bootstrap calls, want none while cp-3 is unclear", m.Name(), n)
+		}
+	}
+}
+
+// From maintenance mode: control planes come back at stage booting (machined's
+// boot sequence waits for etcd, v1alpha1_sequencer_tasks.go StartAllServices),
+// the sequence accepts that, watches every etcd wait for EtcdSettle, then
+// bootstraps cp-1 once and reaches a healthy three-member etcd; afterwards
+// the control planes are running.
+func TestRunFromMaintenanceAcceptsBootingControlPlanes(t *testing.T) {
+	f := simtest.Start(t, simtest.Options{Maintenance: []string{"cp-1", "cp-2", "cp-3", "worker-1", "worker-2"}})
+	var out bytes.Buffer
+	seq := newSequence(t, f, &out, t.TempDir()+"/kubeconfig")
+	if err := seq.Run(context.Background()); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	for _, want := range []string{
+		"cp-1: answers on mTLS and runs its desired config, stage booting",
+		"worker-1: answers on mTLS and runs its desired config, stage running",
+		"watching it hold for 200ms",
+		`service etcd Preparing ("Running pre state"`,
+		"bootstrapped etcd on cp-1",
+		"etcd healthy, members [cp-1 cp-2 cp-3]",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+	// cp-1 may refuse while its CRI comes up (FailedPrecondition, retried);
+	// no other machine is ever asked
+	for _, m := range f.Sim.Machines() {
+		if n := m.Calls("Bootstrap"); (m.Name() == "cp-1") != (n > 0) {
+			t.Errorf("%s: %d Bootstrap calls", m.Name(), n)
+		}
+	}
+	for _, m := range f.Inventory.ControlPlanes() {
+		if o := machines.Observe(context.Background(), f.Dialer, m); o.Stage != "running" {
+			t.Errorf("%s after bootstrap: stage %s, want running", m.Name, o.Stage)
+		}
+	}
+}
+
+// A second Bootstrap on a control plane that has not joined yet would start a
+// second etcd cluster (sim TestBootstrapTwiceSplitsEtcd, as Talos does).
+// With cp-1 bootstrapped by hand and cp-2 and cp-3 still joining, the
+// sequence sees etcd exists, bootstraps nothing, and waits for the joins.
+func TestNeverBootstrapsAControlPlaneStillJoining(t *testing.T) {
+	f := simtest.Start(t, simtest.Options{EtcdJoinDelay: 1500 * time.Millisecond})
+	c, err := f.Dialer.Client(context.Background(), f.Inventory.Machine("cp-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.Bootstrap(context.Background(), &machine.BootstrapRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	seq := newSequence(t, f, &out, t.TempDir()+"/kubeconfig")
+	if err := seq.Run(context.Background()); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	if !strings.Contains(out.String(), "nothing to bootstrap") || !strings.Contains(out.String(), "etcd healthy, members [cp-1 cp-2 cp-3]") {
+		t.Errorf("output:\n%s", out.String())
+	}
+	for _, name := range []string{"cp-2", "cp-3"} {
+		if n := f.Sim.Machine(name).Calls("Bootstrap"); n != 0 {
+			t.Errorf("%s: %d Bootstrap calls while it joined: etcd would be split", name, n)
+		}
+	}
 }

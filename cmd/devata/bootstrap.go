@@ -24,12 +24,14 @@ type sequenceFlags struct {
 	kubeconfigOut string
 	skipNodes     bool
 	wait          time.Duration
+	etcdSettle    time.Duration
 }
 
 func (f *sequenceFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.kubeconfigOut, "kubeconfig-out", "", "where the admin kubeconfig is written (default: kubeconfig next to the inventory)")
 	cmd.Flags().BoolVar(&f.skipNodes, "skip-nodes", false, "do not wait for the Kubernetes Nodes (and leave the kubelet check out of the report)")
 	cmd.Flags().DurationVar(&f.wait, "wait", 10*time.Minute, "how long each wait lasts: a machine's return, etcd health, the Nodes")
+	cmd.Flags().DurationVar(&f.etcdSettle, "etcd-settle", 15*time.Second, "how long every control plane's etcd must be seen waiting for a bootstrap before one is bootstrapped (a control plane with etcd data passes through that state briefly after a boot)")
 }
 
 func (a *app) newBootstrapCommand() *cobra.Command {
@@ -129,6 +131,7 @@ func (a *app) sequenceOptions(f sequenceFlags) (sequence.Options, error) {
 		Concurrency:   a.settings.Concurrency,
 		Timeout:       a.settings.Timeout,
 		Wait:          f.wait,
+		EtcdSettle:    f.etcdSettle,
 	}
 	path := a.settings.Talosconfig
 	if path == "" {

@@ -80,7 +80,7 @@ func writes(f *sim.Fleet) (applies, bootstraps int) {
 }
 
 func bootstrapArgs(sf *simFleet, k *kube, extra ...string) []string {
-	args := []string{"bootstrap", "--config", sf.settings, "--wait", "30s", "--timeout", "5s"}
+	args := []string{"bootstrap", "--config", sf.settings, "--wait", "30s", "--timeout", "5s", "--etcd-settle", "300ms"}
 	if k != nil {
 		args = append(args, "--kubeconfig", k.env.Kubeconfig)
 	} else {

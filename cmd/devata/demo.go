@@ -160,7 +160,8 @@ func (a *app) demo(ctx context.Context, withKubernetes bool) error {
 	}
 
 	step("bootstrap: from bare maintenance-mode machines to a ready control plane")
-	bootArgs := []string{"bootstrap", "--yes", "--kubeconfig-out", filepath.Join(dir, "kubeconfig")}
+	// the simulated etcd starts at once after a boot: a short settle will do
+	bootArgs := []string{"bootstrap", "--yes", "--etcd-settle", "2s", "--kubeconfig-out", filepath.Join(dir, "kubeconfig")}
 	if kc == nil {
 		bootArgs = append(bootArgs, "--skip-nodes")
 	}

@@ -46,7 +46,7 @@ func startSim(t *testing.T, opts simtest.Options) *simFleet {
 var machineChecks = "--checks=config,talos-version,machine-stage"
 
 func TestDriftCleanFleet(t *testing.T) {
-	sf := startSim(t, simtest.Options{})
+	sf := startSim(t, simtest.Options{Bootstrap: true})
 	r := devata(t, nil, "drift", "--config", sf.settings, machineChecks)
 	if r.code != 0 {
 		t.Fatalf("exit %d\n%s%s", r.code, r.stdout, r.err)
@@ -60,7 +60,7 @@ func TestDriftCleanFleet(t *testing.T) {
 }
 
 func TestDriftOneUnreachableOfFive(t *testing.T) {
-	sf := startSim(t, simtest.Options{})
+	sf := startSim(t, simtest.Options{Bootstrap: true})
 	sf.Sim.Machine("worker-2").SetFaults(sim.Faults{Unreachable: true})
 	r := devata(t, nil, "drift", "--config", sf.settings, machineChecks, "-o", "json")
 	if r.code != 2 {
@@ -209,7 +209,7 @@ func TestApplyRefusesRebootWithoutTerminal(t *testing.T) {
 
 // --stream writes the same report, in arrival order, without holding it.
 func TestDriftStreamMatchesTheReport(t *testing.T) {
-	sf := startSim(t, simtest.Options{})
+	sf := startSim(t, simtest.Options{Bootstrap: true})
 	sf.Sim.Machine("worker-2").SetFaults(sim.Faults{Unreachable: true})
 	held := devata(t, nil, "drift", "--config", sf.settings, machineChecks, "-o", "json")
 	streamed := devata(t, nil, "drift", "--config", sf.settings, machineChecks, "-o", "json", "--stream")
@@ -326,7 +326,7 @@ func TestDriftCiliumWithKubernetes(t *testing.T) {
 // Past leanAbove machines drift holds no configs and renders each in its
 // machine's turn; the report is the same, drift included.
 func TestDriftLeanSession(t *testing.T) {
-	sf := startSim(t, simtest.Options{})
+	sf := startSim(t, simtest.Options{Bootstrap: true})
 	before := leanAbove
 	leanAbove = 0
 	defer func() { leanAbove = before }()

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	clientconfig "github.com/siderolabs/talos/pkg/machinery/client/config"
@@ -27,6 +29,7 @@ func (a *app) newSimCommand() *cobra.Command {
 		faults             string
 		inventoryAddresses bool
 		cilium             bool
+		bootstrap          bool
 	}
 	cmd := &cobra.Command{
 		Use:   "sim",
@@ -38,8 +41,11 @@ dial overrides point each machine at its simulated address. It prints the
 export lines that make devata and talosctl use them, then serves until
 interrupted (Ctrl-C).
 
-Machines start configured with their rendered configs; --maintenance starts all
-of them (or the named ones) unconfigured, in maintenance mode.
+Machines start configured with their rendered configs and etcd bootstrapped on
+the first configured control plane by name, as a built cluster; --bootstrap=false
+leaves etcd unbootstrapped (control planes then stay at stage booting, as on
+Talos), and --maintenance starts all of them (or the named ones) unconfigured,
+in maintenance mode, with nothing bootstrapped.
 
 Nothing here is a real machine: reports made against it say SIMULATED.`,
 		Args: cobra.NoArgs,
@@ -92,6 +98,18 @@ Nothing here is a real machine: reports made against it say SIMULATED.`,
 				return exitWith(exitTrouble, err)
 			}
 			defer fleet.Close()
+			bootstrapped := ""
+			if flags.bootstrap && len(flags.maintenance) == 0 {
+				if bootstrapped, err = bootstrapSim(inv, fleet); err != nil {
+					return exitWith(exitTrouble, err)
+				}
+				// Serve once the fleet settled (the other control planes
+				// joined, every configured machine ended its boot), so a
+				// drift run right after "serving" sees a whole cluster.
+				if err := awaitRunning(ctx, fleet, 30*time.Second); err != nil {
+					return exitWith(exitTrouble, err)
+				}
+			}
 			kubeconfig := ""
 			if flags.kubernetes {
 				env, stop, err := testenv.Run(ctx, a.streams.Err)
@@ -129,6 +147,9 @@ Nothing here is a real machine: reports made against it say SIMULATED.`,
 				}
 				fmt.Fprintf(out, "#   %-20s %-21s %s\n", m.Name(), m.Addr(), state)
 			}
+			if bootstrapped != "" {
+				fmt.Fprintf(out, "# etcd bootstrapped on %s, as talosctl bootstrap would; the other control planes join it\n", bootstrapped)
+			}
 			faultsPath := flags.faults
 			if faultsPath == "" {
 				faultsPath = filepath.Join(dir, "faults.yaml")
@@ -159,7 +180,47 @@ Nothing here is a real machine: reports made against it say SIMULATED.`,
 	cmd.Flags().BoolVar(&flags.kubernetes, "kubernetes", false, "also run a real kube-apiserver (envtest; builds it once, minutes) where the simulated kubelets register Nodes")
 	cmd.Flags().BoolVar(&flags.cilium, "cilium", true, "with --kubernetes: install the Kubernetes side of Cilium (SIMULATED agents) so the Nodes become Ready and the cilium checks have something to check")
 	cmd.Flags().DurationVar(&flags.rebootDelay, "reboot-delay", 2*time.Second, "how long a simulated reboot takes a machine away")
+	cmd.Flags().BoolVar(&flags.bootstrap, "bootstrap", true, "bootstrap etcd on the first control plane by name at start (not with --maintenance)")
 	return cmd
+}
+
+// bootstrapSim bootstraps etcd on the first control plane by name, as an
+// operator's talosctl bootstrap would, and names it; "" without control planes.
+func bootstrapSim(inv *inventory.Inventory, fleet *sim.Fleet) (string, error) {
+	cps := inv.ControlPlanes()
+	if len(cps) == 0 {
+		return "", nil
+	}
+	first := slices.MinFunc(cps, func(a, b *inventory.Machine) int { return strings.Compare(a.Name, b.Name) })
+	if err := fleet.Machine(first.Name).Bootstrap(); err != nil {
+		return "", fmt.Errorf("bootstrap etcd on %s: %w", first.Name, err)
+	}
+	return first.Name, nil
+}
+
+// awaitRunning waits until every configured machine of the fleet is in
+// stage running, or names those that are not when the wait runs out.
+func awaitRunning(ctx context.Context, fleet *sim.Fleet, wait time.Duration) error {
+	deadline := time.Now().Add(wait)
+	for {
+		var booting []string
+		for _, m := range fleet.Machines() {
+			if m.Configured() && !m.Running() {
+				booting = append(booting, m.Name())
+			}
+		}
+		if len(booting) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("sim: %s still booting %s after bootstrap (a sim bug: report it; --bootstrap=false serves without waiting)", strings.Join(booting, ", "), wait)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // writeSimFiles writes the talosconfig (endpoints: the control planes' simulated

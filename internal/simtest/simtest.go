@@ -4,6 +4,7 @@
 package simtest
 
 import (
+	"cmp"
 	"context"
 	"os"
 	"path/filepath"
@@ -42,6 +43,8 @@ type Options struct {
 	Maintenance []string
 	// Bootstrap bootstraps etcd on cp-1 and waits for every control plane to join.
 	Bootstrap bool
+	// EtcdJoinDelay is how long a control plane takes to join etcd (default 50ms).
+	EtcdJoinDelay time.Duration
 }
 
 // FixtureSecrets is the path of the committed test bundle (a fake cluster's).
@@ -94,7 +97,7 @@ func Start(t testing.TB, opts Options) *Fleet {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	if f.Sim, err = sim.Start(ctx, sim.Options{Bundle: f.Bundle, Machines: specs, RebootDelay: 50 * time.Millisecond}); err != nil {
+	if f.Sim, err = sim.Start(ctx, sim.Options{Bundle: f.Bundle, Machines: specs, RebootDelay: 50 * time.Millisecond, EtcdJoinDelay: cmp.Or(opts.EtcdJoinDelay, 50*time.Millisecond), EtcdClientWait: 300 * time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { f.Sim.Close() })

@@ -1,9 +1,10 @@
 // Command testbin builds the pinned kube-apiserver and etcd that
 // internal/testenv runs into the cache directory, unless they are already
 // there, and prints the directory. Tests build them on demand too; running
-// this first keeps a cold build out of test timeouts.
+// this first keeps a cold build out of test timeouts. With -talosctl it also
+// builds the real talosctl v1.11.0 the talosctl-tagged tests run.
 //
-//	go run ./internal/testenv/cmd/testbin [-dir DIR]
+//	go run ./internal/testenv/cmd/testbin [-dir DIR] [-talosctl]
 package main
 
 import (
@@ -29,6 +30,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("testbin", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	dir := fs.String("dir", "", "cache directory (default $"+testenv.DirEnv+", else the user cache directory)")
+	withTalosctl := fs.Bool("talosctl", false, "also build talosctl "+testenv.TalosctlVersion+" (for go test -tags talosctl)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -53,6 +55,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err := testenv.Install(ctx, *dir, stderr); err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1
+	}
+	if *withTalosctl {
+		if err := os.Setenv(testenv.DirEnv, *dir); err != nil {
+			fmt.Fprintln(stderr, err)
+			return 1
+		}
+		if _, err := testenv.Talosctl(ctx, stderr); err != nil {
+			fmt.Fprintln(stderr, err)
+			return 1
+		}
 	}
 	fmt.Fprintln(stdout, *dir)
 	return 0

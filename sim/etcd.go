@@ -1,0 +1,203 @@
+package sim
+
+import (
+	"context"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// etcdCluster is one etcd cluster of the fleet: the control plane that was
+// bootstrapped, then every control plane that joined it. Talos guards
+// Bootstrap per node only (v1alpha1_server.go Bootstrap checks the local
+// data directory), so a second Bootstrap on a control plane without data
+// makes a second cluster: a fleet may hold several.
+type etcdCluster struct {
+	members []*etcdMember
+	nextID  uint64
+}
+
+// etcdMember is one member of a cluster. A joining control plane is added as
+// a learner first (services/etcd.go addMember: MemberAddAsLearner); it has
+// no name until its etcd starts, and is promoted once started.
+type etcdMember struct {
+	m       *Machine
+	id      uint64
+	learner bool
+}
+
+// memberView is a member as EtcdMemberList shows it.
+type memberView struct {
+	id      uint64
+	name    string // empty until the member's etcd started
+	host    string
+	learner bool
+}
+
+// hasEtcd reports whether any etcd cluster runs: the condition for the
+// control plane's static pods, so for an API server the kubelets can post to.
+func (f *Fleet) hasEtcd() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+
+	return len(f.etcd) > 0
+}
+
+// bootstrapEtcd creates a new cluster on m, or reports that m holds etcd
+// data. A learner entry m had in another cluster stays there, as it would
+// on Talos.
+func (f *Fleet) bootstrapEtcd(m *Machine) (created bool) {
+	f.mu.Lock()
+
+	if m.etcdMemberID() != 0 {
+		f.mu.Unlock()
+
+		return false
+	}
+
+	c := &etcdCluster{nextID: 0x5a1d0c3e7f2b9a01 + uint64(len(f.etcd))*0x7e57c1a5}
+	id := c.add(m, false)
+
+	m.mu.Lock()
+	m.etcdID, m.etcdCluster = id, c
+	m.joinGen++ // a join in flight is over: this node now runs its own cluster
+	m.mu.Unlock()
+
+	f.etcd = append(f.etcd, c)
+	splits := len(f.etcd)
+	f.mu.Unlock()
+
+	if splits > 1 {
+		f.log.Warn("sim: a second etcd cluster was bootstrapped: etcd is split", "machine", m.name, "clusters", splits)
+	}
+
+	m.sync()
+
+	for _, other := range f.Machines() {
+		if other != m {
+			f.joinEtcd(other)
+			other.sync() // an API server can run now: KubePrism has upstreams
+		}
+	}
+
+	return true
+}
+
+func (c *etcdCluster) add(m *Machine, learner bool) uint64 {
+	id := c.nextID
+	c.nextID += 0x1f3c5a7
+	c.members = append(c.members, &etcdMember{m: m, id: id, learner: learner})
+
+	return id
+}
+
+// joinEtcd starts a configured, booted control plane without etcd data
+// joining the oldest cluster: it is added as a learner now and started and
+// promoted after the join delay. A node already joining (it rebooted while
+// it was) is given the rest of its join again.
+func (f *Fleet) joinEtcd(m *Machine) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+
+	if len(f.etcd) == 0 || !m.isReadyControlPlane() || m.etcdMemberID() != 0 {
+		return
+	}
+
+	m.mu.Lock()
+	if m.etcdCluster == nil {
+		m.etcdCluster = f.etcd[0]
+		m.etcdCluster.add(m, true)
+	}
+	m.joinGen++
+	gen := m.joinGen
+	m.mu.Unlock()
+
+	time.AfterFunc(f.joinDelay, func() { f.promote(m, gen) })
+}
+
+// promote starts a learner's etcd and makes it a voting member.
+func (f *Fleet) promote(m *Machine, gen int) {
+	f.mu.Lock()
+
+	if !m.isReadyControlPlane() {
+		f.mu.Unlock()
+
+		return // down: joinEtcd gives it its join again when it boots
+	}
+
+	m.mu.Lock()
+	ok := m.joinGen == gen && m.etcdID == 0 && m.etcdCluster != nil
+	if ok {
+		ok = false
+
+		for _, mem := range m.etcdCluster.members {
+			if mem.m == m {
+				mem.learner = false
+				m.etcdID = mem.id
+				ok = true
+			}
+		}
+	}
+	m.mu.Unlock()
+	f.mu.Unlock()
+
+	if ok {
+		m.sync()
+	}
+}
+
+// etcdMembersOf returns the members of m's cluster as m's etcd sees them,
+// leader (the first started member) first; nil while m's etcd does not run.
+func (f *Fleet) etcdMembersOf(m *Machine) (members []memberView, leader uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+
+	s := m.snap()
+	if s.etcdID == 0 {
+		return nil, 0
+	}
+
+	m.mu.Lock()
+	c := m.etcdCluster
+	m.mu.Unlock()
+
+	for _, mem := range c.members {
+		ms := mem.m.snap()
+		v := memberView{id: mem.id, host: ms.host, learner: mem.learner}
+
+		if ms.etcdID == mem.id {
+			v.name = ms.hostname()
+
+			if leader == 0 && !mem.learner {
+				leader = mem.id
+			}
+		}
+
+		members = append(members, v)
+	}
+
+	return members, leader
+}
+
+// etcdNotRunning is what an etcd client call answers on a control plane
+// whose etcd does not run (internal/pkg/etcd/etcd.go NewClient): right
+// after boot the admin certificate it loads does not exist yet (a plain
+// error, code Unknown); later the client waits for an endpoint that never
+// answers until the caller's deadline, modelled by the fleet's
+// EtcdClientWait. Never Unavailable, never at once.
+func (f *Fleet) etcdNotRunning(ctx context.Context, s snapshot) error {
+	if time.Since(s.booted) < time.Second {
+		return status.Error(codes.Unknown, "error building etcd client TLS config: open /system/secrets/etcd/admin.crt: no such file or directory")
+	}
+
+	t := time.NewTimer(f.etcdWait)
+	defer t.Stop()
+
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+
+	return status.Error(codes.DeadlineExceeded, "context deadline exceeded")
+}
