@@ -9,11 +9,14 @@ import (
 	"path"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
+	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/siderolabs/talos/pkg/machinery/cel"
 	"github.com/siderolabs/talos/pkg/machinery/cel/celenv"
+	"github.com/siderolabs/talos/pkg/machinery/compatibility"
 	"github.com/siderolabs/talos/pkg/machinery/config"
 	"github.com/siderolabs/talos/pkg/machinery/config/configpatcher"
 	"github.com/siderolabs/talos/pkg/machinery/config/types/block"
@@ -27,6 +30,10 @@ var (
 	looksNumeric = regexp.MustCompile(`^[0-9.]+$`)
 	volumeNameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]*[a-z0-9])?$`)
 	signatureRE  = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]*$`)
+	// blkidSignatures are the names go-blockdevice v2.0.19's probers give
+	// (blkid/internal/chain, Default), all a DiscoveredVolume can show
+	// besides gpt (sim/storage.go holds the same list).
+	blkidSignatures = []string{"xfs", "ext4", "ext3", "ext2", "vfat", "iso9660", "squashfs", "talosmeta", "bluestore", "luks", "swap", "lvm2-pv", "zfs"}
 )
 
 // validator collects every finding of one inventory; it never stops at the first.
@@ -83,12 +90,16 @@ func (v *validator) validate() {
 func (v *validator) validateCluster(c *Cluster) {
 	v.dns1123Label("cluster.name", c.Name)
 	v.validateEndpoint("cluster.endpoint", c.Endpoint)
-	if v.version("cluster.talosVersion", c.TalosVersion) {
+	talosOK := v.version("cluster.talosVersion", c.TalosVersion)
+	if talosOK {
 		if _, err := config.ParseContractFromVersion(c.TalosVersion); err != nil {
 			v.errorf("cluster.talosVersion", "not a Talos version machinery knows: %v", err)
+			talosOK = false
 		}
 	}
-	v.version("cluster.kubernetesVersion", c.KubernetesVersion)
+	if v.version("cluster.kubernetesVersion", c.KubernetesVersion) && talosOK {
+		v.kubernetesSupported(c.TalosVersion, c.KubernetesVersion)
+	}
 	if strings.ContainsAny(c.InstallImage, " \t") || !strings.Contains(c.InstallImage, ":") && !strings.Contains(c.InstallImage, "@") {
 		v.errorf("cluster.installImage", "%q is not an image reference with a tag or digest, e.g. %s:%s", c.InstallImage, installerImage, c.TalosVersion)
 	}
@@ -329,8 +340,12 @@ func (v *validator) validateRawDisks(p string, disks []RawDisk) {
 			switch {
 			case !signatureRE.MatchString(sig):
 				v.errorf(sp, "%q is not a signature name as Talos reports it, e.g. bluestore or lvm2-pv", sig)
-			case sig == "gpt" || sig == "dos":
+			case sig == "gpt":
 				v.errorf(sp, "%q is a partition table: a raw disk has none; remove it", sig)
+			case sig == "dos":
+				v.errorf(sp, "Talos never reports %q: go-blockdevice probes no MBR table, such a disk shows no signature (blank); remove it", sig)
+			case !slices.Contains(blkidSignatures, sig):
+				v.errorf(sp, "Talos never reports %q: the signatures it can see on a disk are %s", sig, strings.Join(blkidSignatures, ", "))
 			}
 		}
 	}
@@ -397,6 +412,24 @@ func (v *validator) version(path, s string) bool {
 		return false
 	}
 	return true
+}
+
+// kubernetesSupported refuses a Kubernetes version the cluster's Talos does
+// not run: Talos' RuntimeValidate refuses such a config on apply
+// (machinery v1alpha1_validation.go, ValidateKubernetesImageTag), so it is
+// caught here before anything is sent.
+func (v *validator) kubernetesSupported(talos, kube string) {
+	tv, err := compatibility.ParseTalosVersion(&machine.VersionInfo{Tag: talos})
+	if err != nil {
+		return // the version check above already said what is wrong
+	}
+	kv, err := compatibility.ParseKubernetesVersion(strings.TrimPrefix(kube, "v"))
+	if err != nil {
+		return
+	}
+	if err := kv.SupportedWith(tv); err != nil {
+		v.errorf("cluster.kubernetesVersion", "%s: Talos %s refuses it on apply (%v); pick a Kubernetes version Talos %s supports (Talos' support matrix), or another cluster.talosVersion", kube, talos, err, talos)
+	}
 }
 
 func (v *validator) validateEndpoint(path, s string) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"time"
 
@@ -54,6 +55,15 @@ func (a *machineAPI) ApplyConfiguration(ctx context.Context, in *machine.ApplyCo
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
+
+	// v1alpha1_server.go ApplyConfiguration: then RuntimeValidate against
+	// the node's resources (Kubernetes images supported by this Talos).
+	warningsRuntime, err := cfg.RuntimeValidate(ctx, t.st, metalMode{})
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+
+	warnings = slices.Concat(warnings, warningsRuntime)
 
 	mode := in.Mode
 	details := "Applied configuration with a reboot"
@@ -147,6 +157,16 @@ func (a *machineAPI) applyMaintenance(ctx context.Context, t *Machine, _ snapsho
 	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "configuration validation failed: %s", err)
 	}
+
+	// maintenance/server.go ApplyConfiguration: RuntimeValidate, which in a
+	// mode that installs also needs the install disk selector to match one
+	// of the node's Disk resources (blockhelpers.MatchDisks).
+	warningsRuntime, err := cfg.RuntimeValidate(ctx, t.st, metalMode{requiresInstall: true})
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "runtime configuration validation failed: %s", err)
+	}
+
+	warnings = slices.Concat(warnings, warningsRuntime)
 
 	reply := &machine.ApplyConfigurationResponse{Messages: []*machine.ApplyConfiguration{{Warnings: warnings}}}
 

@@ -136,6 +136,9 @@ func TestApplyDryRun(t *testing.T) {
 		},
 		{name: "no-reboot refuses a reboot change", cfg: env, mode: machine.ApplyConfigurationRequest_NO_REBOOT, wantCode: codes.InvalidArgument},
 		{name: "invalid config", cfg: []byte("version: v1alpha1\nmachine:\n  type: nonsense\n"), mode: machine.ApplyConfigurationRequest_AUTO, wantCode: codes.InvalidArgument},
+		// v1alpha1_server.go ApplyConfiguration: RuntimeValidate refuses
+		// Kubernetes this Talos does not support (ValidateKubernetesImageTag)
+		{name: "kubelet unsupported by Talos 1.11", cfg: patch(t, cp, `machine: {kubelet: {image: ghcr.io/siderolabs/kubelet:v1.28.0}}`), mode: machine.ApplyConfigurationRequest_AUTO, wantCode: codes.InvalidArgument},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			msg, err := apply(t, c, tc.cfg, tc.mode, true)
@@ -161,8 +164,8 @@ func TestApplyDryRun(t *testing.T) {
 		t.Errorf("a dry run changed the config (active same: %t, persisted same: %t)", active, persisted)
 	}
 
-	if m.Calls("ApplyConfiguration") != 6 || m.Calls("ApplyConfiguration(dry-run)") != 6 {
-		t.Errorf("calls = %d, dry runs = %d; want 6 and 6", m.Calls("ApplyConfiguration"), m.Calls("ApplyConfiguration(dry-run)"))
+	if m.Calls("ApplyConfiguration") != 7 || m.Calls("ApplyConfiguration(dry-run)") != 7 {
+		t.Errorf("calls = %d, dry runs = %d; want 7 and 7", m.Calls("ApplyConfiguration"), m.Calls("ApplyConfiguration(dry-run)"))
 	}
 }
 

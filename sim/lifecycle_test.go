@@ -67,6 +67,31 @@ func TestMaintenanceApply(t *testing.T) {
 		}
 	})
 
+	// internal/app/maintenance/server.go ApplyConfiguration runs
+	// RuntimeValidate (machinery v1alpha1_validation.go) after Validate: in a
+	// mode that installs, the install disk selector must match one of the
+	// node's Disk resources, and the Kubernetes images must be ones this
+	// Talos supports (ValidateKubernetesImageTag, compatibility talos111).
+	t.Run("runtime validation", func(t *testing.T) {
+		for _, tc := range []struct {
+			name, patch, want string
+		}{
+			{"install disk selector matching no disk", `[{"op": "remove", "path": "/machine/install/disk"}, {"op": "add", "path": "/machine/install/diskSelector", "value": {"size": ">= 100TB"}}]`, "no disks matched the expression"},
+			{"kubelet too old for Talos 1.11", `machine: {kubelet: {image: ghcr.io/siderolabs/kubelet:v1.20.0}}`, "kubelet image is not valid"},
+			{"kube-apiserver too new for Talos 1.11", `cluster: {apiServer: {image: registry.k8s.io/kube-apiserver:v1.40.0}}`, "kube-apiserver image is not valid"},
+		} {
+			_, err := c.ApplyConfiguration(t.Context(), &machine.ApplyConfigurationRequest{Data: patch(t, cp, tc.patch), Mode: machine.ApplyConfigurationRequest_AUTO, DryRun: true})
+			if client.StatusCode(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "runtime configuration validation failed") || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("%s: %v, want InvalidArgument runtime configuration validation failed: …%s…", tc.name, err, tc.want)
+			}
+		}
+		// a selector matching the simulated system disk is accepted
+		ok := patch(t, cp, `[{"op": "remove", "path": "/machine/install/disk"}, {"op": "add", "path": "/machine/install/diskSelector", "value": {"size": "<= 1TB"}}]`)
+		if _, err := c.ApplyConfiguration(t.Context(), &machine.ApplyConfigurationRequest{Data: ok, Mode: machine.ApplyConfigurationRequest_AUTO, DryRun: true}); err != nil {
+			t.Errorf("a selector matching a disk: %v", err)
+		}
+	})
+
 	t.Run("dry run", func(t *testing.T) {
 		resp, err := c.ApplyConfiguration(t.Context(), &machine.ApplyConfigurationRequest{Data: cp, Mode: machine.ApplyConfigurationRequest_AUTO, DryRun: true})
 		if err != nil {
