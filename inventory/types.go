@@ -82,7 +82,7 @@ type Machine struct {
 // InstallDiskSelector mirrors Talos' machine.install.diskSelector.
 type InstallDiskSelector struct {
 	Size     string `yaml:"size" json:"size" doc:"Size match, e.g. '>= 500GB' or '1TB'."`
-	Name     string `yaml:"name" json:"name" doc:"Disk name, e.g. nvme0n1."`
+	Name     string `yaml:"name" json:"name" doc:"Refused: Talos v1.11 cannot select the install disk by name; use installDisk."`
 	Model    string `yaml:"model" json:"model" doc:"Disk model (glob)."`
 	Serial   string `yaml:"serial" json:"serial" doc:"Disk serial number (glob)."`
 	Modalias string `yaml:"modalias" json:"modalias" doc:"Disk modalias (glob)."`
@@ -124,6 +124,14 @@ func (m *Machine) IsControlPlane() bool { return m.Role == RoleControlPlane }
 
 // Endpoint is the machine's Talos API address as host:port.
 func (m *Machine) Endpoint() string { return joinHostPort(m.Address, m.Port) }
+
+// InstallDiskType is the installDiskSelector's type, "" without one.
+func (m *Machine) InstallDiskType() string {
+	if m.InstallDiskSelector == nil {
+		return ""
+	}
+	return m.InstallDiskSelector.Type
+}
 
 // ControlPlanes returns the control-plane machines in inventory order.
 func (inv *Inventory) ControlPlanes() []*Machine {

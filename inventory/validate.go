@@ -238,6 +238,11 @@ func (v *validator) validateInstallDisk(p string, m *Machine) {
 				v.errorf(p+".installDiskSelector.size", "%q: %s; use e.g. '>= 500GB'", size, oneLine(strings.TrimPrefix(err.Error(), "yaml: ")))
 			}
 		}
+		if name := m.InstallDiskSelector.Name; name != "" {
+			// machinery v1alpha1_provider.go, InstallDiskSelector.Expression:
+			// "selector on name is not supported", so the install fails
+			v.errorf(p+".installDiskSelector.name", "Talos v1.11 cannot select the install disk by name; use installDisk: /dev/%s instead", strings.TrimPrefix(name, "/dev/"))
+		}
 		switch m.InstallDiskSelector.Type {
 		case "", "ssd", "hdd", "nvme", "sd":
 		default:

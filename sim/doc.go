@@ -118,15 +118,21 @@
 //
 // Reboots and boots take RebootDelay, not minutes; etcd joins take
 // EtcdJoinDelay; services start at once. Time is always synced and the
-// network always ready. Runtime validation on apply (Kubernetes versions
-// Talos 1.11 supports, an install disk selector matching a disk in
-// maintenance mode) is not modelled. ManifestStatus appears on every control
+// network always ready, so Bootstrap is never refused with "time is not in
+// sync yet". ManifestStatus appears on every control
 // plane with etcd data, not only once etcd is healthy on the node that holds
 // the manifest lease.
 //
 // # Storage
 //
-// A machine has a system disk (its install disk, else /dev/sda), a 2 TiB data
+// Apply runs machinery's RuntimeValidate as machined does (maintenance
+// server.go and v1alpha1_server.go ApplyConfiguration): Kubernetes images
+// must be versions Talos 1.11 supports, and in maintenance mode the install
+// disk selector must match one of the node's Disk resources.
+//
+// A machine has a system disk (MachineSpec.SystemDisk, default /dev/sda;
+// once configured, its install disk; transport nvme, mmc, virtio or sata
+// from the device name, as the kernel reports it), a 2 TiB data
 // disk /dev/sdb, a blank 1 TiB spare /dev/sdc and a 512 GiB disk for every
 // other device its config's machine.disks names. On every sync the node's
 // storage is derived by replaying one pass of Talos v1.11.0's volume manager

@@ -62,6 +62,38 @@ type MachineSpec struct {
 	Config []byte
 	// TalosVersion is what Version reports (default "v1.11.0").
 	TalosVersion string
+	// SystemDisk is the hardware's system disk (default /dev/sda, solid
+	// state); SystemDiskFor picks one an inventory's install disk or
+	// selector matches. A config's machine.install.disk names it once
+	// applied.
+	SystemDisk SystemDisk
+}
+
+// SystemDisk is a simulated machine's system disk. Its Disk resource's
+// transport follows the device name as the kernel's does: nvme* is nvme,
+// mmcblk* mmc, vd* virtio, anything else sata.
+type SystemDisk struct {
+	Device     string
+	Rotational bool
+}
+
+// SystemDiskFor is a system disk that the inventory's installDisk, or its
+// installDiskSelector type, would match (machinery v1alpha1_provider.go,
+// InstallDiskSelector.Expression: type nvme is transport nvme, sd is mmc,
+// hdd is rotational, ssd is not).
+func SystemDiskFor(installDisk, selectorType string) SystemDisk {
+	switch {
+	case installDisk != "":
+		return SystemDisk{Device: installDisk}
+	case selectorType == "nvme":
+		return SystemDisk{Device: "/dev/nvme0n1"}
+	case selectorType == "sd":
+		return SystemDisk{Device: "/dev/mmcblk0"}
+	case selectorType == "hdd":
+		return SystemDisk{Device: "/dev/sda", Rotational: true}
+	default:
+		return SystemDisk{Device: "/dev/sda"}
+	}
 }
 
 // Fleet is a running set of simulated machines.
@@ -186,11 +218,16 @@ func (f *Fleet) add(spec MachineSpec, loaded map[[sha256.Size]byte]config.Provid
 		spec.TalosVersion = "v1.11.0"
 	}
 
+	if spec.SystemDisk.Device == "" {
+		spec.SystemDisk.Device = "/dev/sda"
+	}
+
 	m := &Machine{
 		fleet:   f,
 		name:    spec.Name,
 		role:    spec.Role,
 		version: spec.TalosVersion,
+		sysDisk: spec.SystemDisk,
 		addr:    spec.Address,
 		calls:   map[string]int{},
 		// a machine the fleet starts with has been up a while: its CRI

@@ -307,3 +307,42 @@ func TestBootstrapTwiceSplitsEtcd(t *testing.T) {
 		t.Errorf("cp-1's members = %v, want cp-1 and the stale learner", got)
 	}
 }
+
+// The hardware decides what an install disk selector finds: machinery's
+// InstallDiskSelector.Expression turns type nvme into disk.transport ==
+// "nvme", and Talos' Disk resource carries the kernel's transport. A
+// selector for an NVMe disk is refused on a machine that has only SATA
+// disks, and accepted on one whose system disk is an NVMe disk.
+func TestInstallDiskSelectorMeetsTheHardware(t *testing.T) {
+	t.Parallel()
+
+	cp, _ := baseConfigs(t)
+	f := start(t,
+		sim.MachineSpec{Name: "sata", Role: "controlplane"},
+		sim.MachineSpec{Name: "nvme", Role: "controlplane", SystemDisk: sim.SystemDiskFor("", "nvme")},
+	)
+	nvme := patch(t, cp, `[{"op": "remove", "path": "/machine/install/disk"}, {"op": "add", "path": "/machine/install/diskSelector", "value": {"type": "nvme", "size": "<= 600GB"}}]`)
+
+	_, err := insecure(t, f.Machine("sata").Addr()).ApplyConfiguration(t.Context(), &machine.ApplyConfigurationRequest{Data: nvme, Mode: machine.ApplyConfigurationRequest_AUTO, DryRun: true})
+	if client.StatusCode(err) != codes.InvalidArgument || !strings.Contains(err.Error(), `disk.transport == "nvme"`) {
+		t.Errorf("nvme selector on SATA hardware: %v, want InvalidArgument no disks matched … transport nvme", err)
+	}
+
+	if _, err := insecure(t, f.Machine("nvme").Addr()).ApplyConfiguration(t.Context(), &machine.ApplyConfigurationRequest{Data: nvme, Mode: machine.ApplyConfigurationRequest_AUTO, DryRun: true}); err != nil {
+		t.Errorf("nvme selector on NVMe hardware: %v", err)
+	}
+
+	for _, tc := range []struct {
+		dev, typ, wantDev string
+		rotational        bool
+	}{
+		{"/dev/vda", "", "/dev/vda", false},
+		{"", "sd", "/dev/mmcblk0", false},
+		{"", "hdd", "/dev/sda", true},
+		{"", "ssd", "/dev/sda", false},
+	} {
+		if got := sim.SystemDiskFor(tc.dev, tc.typ); got.Device != tc.wantDev || got.Rotational != tc.rotational {
+			t.Errorf("SystemDiskFor(%q, %q) = %+v, want %s rotational=%v", tc.dev, tc.typ, got, tc.wantDev, tc.rotational)
+		}
+	}
+}

@@ -132,6 +132,7 @@ type Machine struct {
 	name    string
 	role    string // from the spec; the config's machine.type wins once configured
 	version string
+	sysDisk SystemDisk    // the hardware's system disk
 	st      state.State   // COSI resources as the sim writes them
 	cosi    *server.State // the same, behind machined's access policy
 
@@ -406,6 +407,7 @@ type snapshot struct {
 	host      string
 	addr      string
 	version   string
+	sysDisk   SystemDisk
 	down      bool
 	booted    time.Time
 	faults    Faults
@@ -429,6 +431,7 @@ func (m *Machine) snap() snapshot {
 		host:      m.host,
 		addr:      m.addr,
 		version:   m.version,
+		sysDisk:   m.sysDisk,
 		down:      m.down || m.closed,
 		booted:    m.booted,
 		faults:    m.faults,

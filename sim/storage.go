@@ -143,7 +143,24 @@ type disk struct {
 	system bool
 	// sig is what blkid finds on the whole disk before any volume is
 	// provisioned: "" (blank), "gpt" or a Faults.DiskSignatures leftover.
-	sig string
+	sig        string
+	rotational bool
+}
+
+// transport is what the kernel reports for the device's bus.
+func (d disk) transport() string {
+	name := strings.TrimPrefix(d.dev, "/dev/")
+
+	switch {
+	case strings.HasPrefix(name, "nvme"):
+		return "nvme"
+	case strings.HasPrefix(name, "mmcblk"):
+		return "mmc"
+	case strings.HasPrefix(name, "vd"):
+		return "virtio"
+	default:
+		return "sata"
+	}
 }
 
 func (d disk) id() string { return strings.TrimPrefix(d.dev, "/dev/") }
@@ -168,24 +185,30 @@ type volume struct {
 // ready reports whether Talos would mount the volume.
 func (v volume) ready() bool { return v.phase == block.VolumePhaseReady }
 
-func systemDisk(s snapshot) string {
+func systemDisk(s snapshot) disk {
+	sys := disk{dev: s.sysDisk.Device, size: systemDiskSize, system: true, sig: "gpt", rotational: s.sysDisk.Rotational}
+
 	if s.active != nil && s.active.Machine() != nil {
-		if d := s.active.Machine().Install().Disk(); d != "" {
-			return d
+		if d := s.active.Machine().Install().Disk(); d != "" && d != sys.dev {
+			sys = disk{dev: d, size: systemDiskSize, system: true, sig: "gpt"}
 		}
 	}
 
-	return "/dev/sda"
+	if sys.dev == "" {
+		sys.dev = "/dev/sda"
+	}
+
+	return sys
 }
 
 // disksOf lists the machine's disks by ID, as Talos lists its Disk
 // resources, less those Faults.DisksMissing took away.
 func disksOf(s snapshot) []disk {
 	sys := systemDisk(s)
-	disks := []disk{{dev: sys, size: systemDiskSize, system: true, sig: "gpt"}}
+	disks := []disk{sys}
 
 	for _, d := range []disk{{dev: dataDisk, size: dataDiskSize}, {dev: spareDisk, size: spareDiskSize}} {
-		if d.dev != sys {
+		if d.dev != sys.dev {
 			disks = append(disks, d)
 		}
 	}
@@ -219,7 +242,8 @@ func diskResource(s snapshot, d disk) *block.Disk {
 	r.TypedSpec().SectorSize = 512
 	r.TypedSpec().Model = "SIM DISK"
 	r.TypedSpec().Serial = s.name + "-" + d.id()
-	r.TypedSpec().Transport = "sata"
+	r.TypedSpec().Transport = d.transport()
+	r.TypedSpec().Rotational = d.rotational
 
 	return r
 }

@@ -127,7 +127,8 @@ func TestObserveIsOneRoundTrip(t *testing.T) {
 	if calls, roundTrips := r.count(); calls != 2 || roundTrips != 2 {
 		t.Errorf("sequential calls: %d calls in %d round trips, want 2 in 2", calls, roundTrips)
 	}
-	if len(o.Volumes) == 0 || len(o.Mounts) == 0 || len(o.Usage) == 0 || !o.KubeletFound || len(o.Discovered) == 0 || len(o.Disks) != 3 || o.SystemDisk != "sda" {
+	if len(o.Volumes) == 0 || len(o.Mounts) == 0 || len(o.Usage) == 0 || !o.KubeletFound || len(o.Discovered) == 0 || len(o.Disks) != 3 || o.SystemDisk != "nvme0n1" {
+		// worker-1 selects an NVMe install disk: the sim's hardware has one
 		t.Errorf("observation incomplete: %+v", o)
 	}
 }

@@ -116,7 +116,8 @@ func (a *app) demo(ctx context.Context, withKubernetes bool) error {
 	done = step("fleet: %d SIMULATED Talos machines on 127.0.0.1, in maintenance mode (real gRPC; mTLS from the bundle's CA once configured)", len(inv.Machines))
 	specs := make([]sim.MachineSpec, 0, len(rendered))
 	for _, r := range rendered {
-		specs = append(specs, sim.MachineSpec{Name: r.Machine, Role: r.Role, TalosVersion: inv.Cluster.TalosVersion})
+		m := inv.Machine(r.Machine)
+		specs = append(specs, sim.MachineSpec{Name: r.Machine, Role: r.Role, TalosVersion: inv.Cluster.TalosVersion, SystemDisk: sim.SystemDiskFor(m.InstallDisk, m.InstallDiskType())})
 	}
 	fleet, err := sim.Start(ctx, sim.Options{Bundle: bundle, Machines: specs, RebootDelay: 300 * time.Millisecond})
 	if err != nil {

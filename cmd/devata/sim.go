@@ -70,7 +70,7 @@ Nothing here is a real machine: reports made against it say SIMULATED.`,
 			specs := make([]sim.MachineSpec, 0, len(inv.Machines))
 			for i := range inv.Machines {
 				m := &inv.Machines[i]
-				spec := sim.MachineSpec{Name: m.Name, Role: m.Role, TalosVersion: inv.Cluster.TalosVersion}
+				spec := sim.MachineSpec{Name: m.Name, Role: m.Role, TalosVersion: inv.Cluster.TalosVersion, SystemDisk: sim.SystemDiskFor(m.InstallDisk, m.InstallDiskType())}
 				if flags.inventoryAddresses {
 					spec.Address = m.Endpoint()
 				}

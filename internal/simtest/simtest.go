@@ -87,7 +87,7 @@ func Start(t testing.TB, opts Options) *Fleet {
 			t.Fatal(err)
 		}
 		f.Desired[m.Name] = rd.Config
-		spec := sim.MachineSpec{Name: m.Name, Role: m.Role, Config: rd.Config}
+		spec := sim.MachineSpec{Name: m.Name, Role: m.Role, Config: rd.Config, SystemDisk: sim.SystemDiskFor(m.InstallDisk, m.InstallDiskType())}
 		for _, name := range opts.Maintenance {
 			if name == m.Name {
 				spec.Config = nil
