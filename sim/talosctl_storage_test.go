@@ -56,8 +56,9 @@ func TestRealTalosctlStorage(t *testing.T) {
 		{[]string{"get", "volumestatus", "u-longhorn", "-o", "yaml"}, []string{"phase: ready", "filesystem: xfs", "location: /dev/sdb1"}},
 		{[]string{"get", "mountstatus"}, []string{"u-longhorn", "/var/mnt/longhorn", "xfs"}},
 		{[]string{"get", "discoveredvolumes"}, []string{"sdc", "xfs", "sdb1"}},
-		{[]string{"get", "disks"}, []string{"sda", "sdb", "sdc"}},
-		{[]string{"get", "systemdisk"}, []string{"sda"}},
+		// worker-1 selects an NVMe install disk; the data disks are SATA
+		{[]string{"get", "disks"}, []string{"nvme0n1", "275 GB", "nvme", "sdb", "sdc", "sata"}},
+		{[]string{"get", "systemdisk"}, []string{"nvme0n1"}},
 		{[]string{"get", "kubeletspec", "-o", "yaml"}, []string{"destination: /var/mnt/longhorn", "- bind", "- rw"}},
 		{[]string{"get", "volumeconfig", "u-longhorn"}, nil}, // not simulated: talosctl must still resolve the type
 		{[]string{"mounts"}, []string{"/dev/sdb1", "/var/mnt/longhorn"}},
