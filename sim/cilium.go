@@ -178,24 +178,7 @@ func syncAgentPod(ctx context.Context, kc kubernetes.Interface, ds *appsv1.Daemo
 		return nil
 	}
 
-	now := metav1.Now()
-	started := metav1.NewTime(s.booted)
-	pod.Status = corev1.PodStatus{
-		Phase:  corev1.PodRunning,
-		HostIP: s.host, PodIP: s.host, // hostNetwork
-		StartTime: &started,
-		Conditions: []corev1.PodCondition{
-			{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: started},
-			{Type: corev1.PodInitialized, Status: corev1.ConditionTrue, LastTransitionTime: started},
-			{Type: corev1.ContainersReady, Status: ready, Reason: reason, Message: message, LastTransitionTime: now},
-			{Type: corev1.PodReady, Status: ready, Reason: reason, Message: message, LastTransitionTime: now},
-		},
-		ContainerStatuses: []corev1.ContainerStatus{{
-			Name: ciliumAgentContainer, Ready: ready == corev1.ConditionTrue, Started: new(true),
-			Image: containerImage(pod), ImageID: "", ContainerID: "containerd://" + fmt.Sprintf("%064x", fnvSum(p.name)),
-			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: started}},
-		}},
-	}
+	pod.Status = podRunning(s.host, s.host, s.booted, []corev1.Container{{Name: ciliumAgentContainer, Image: containerImage(pod)}}, ready == corev1.ConditionTrue, reason, message)
 
 	if _, err := pods.UpdateStatus(ctx, pod, metav1.UpdateOptions{}); err != nil {
 		return fmt.Errorf("update agent pod status: %w", err)

@@ -233,16 +233,26 @@ type cosiDispatcher struct {
 }
 
 func cosiOf(ctx context.Context) (*server.State, error) {
+	return cosiFor(ctx, "")
+}
+
+// cosiFor is cosiOf for a read of the given type: a read of Members
+// refreshes them first (see members.go).
+func cosiFor(ctx context.Context, typ resource.Type) (*server.State, error) {
 	c := callFrom(ctx)
 	if c == nil {
 		return nil, status.Error(codes.Internal, "sim: call without routing")
+	}
+
+	if typ == cluster.MemberType {
+		c.target.syncMembers(ctx)
 	}
 
 	return c.target.cosi, nil
 }
 
 func (d *cosiDispatcher) Get(ctx context.Context, req *cosiv1alpha1.GetRequest) (*cosiv1alpha1.GetResponse, error) {
-	s, err := cosiOf(ctx)
+	s, err := cosiFor(ctx, req.GetType())
 	if err != nil {
 		return nil, err
 	}
@@ -251,7 +261,7 @@ func (d *cosiDispatcher) Get(ctx context.Context, req *cosiv1alpha1.GetRequest) 
 }
 
 func (d *cosiDispatcher) List(req *cosiv1alpha1.ListRequest, srv grpc.ServerStreamingServer[cosiv1alpha1.ListResponse]) error {
-	s, err := cosiOf(srv.Context())
+	s, err := cosiFor(srv.Context(), req.GetType())
 	if err != nil {
 		return err
 	}
@@ -287,7 +297,7 @@ func (d *cosiDispatcher) Destroy(ctx context.Context, req *cosiv1alpha1.DestroyR
 }
 
 func (d *cosiDispatcher) Watch(req *cosiv1alpha1.WatchRequest, srv grpc.ServerStreamingServer[cosiv1alpha1.WatchResponse]) error {
-	s, err := cosiOf(srv.Context())
+	s, err := cosiFor(srv.Context(), req.GetType())
 	if err != nil {
 		return err
 	}

@@ -89,10 +89,19 @@
 //     control planes, running: "etcd not running"), and nodeReady (`node "x"
 //     status is not available yet` until the kubelet registered its Node,
 //     `node "x" is not ready` while it is NotReady). The time and network
-//     checks always pass; no StaticPodStatus is simulated (staticPods passes,
-//     as it does before the kubelet reports static pods).
+//     checks always pass; staticPods reads the StaticPodStatus resources,
+//     which are Running and Ready once they exist (see addons.go).
 //   - Kubelets post their Node only once an etcd cluster exists (the API
-//     server is a static pod that needs etcd). KubePrismStatuses lists
+//     server is a static pod that needs etcd). A control plane whose etcd
+//     service is healthy runs kube-apiserver, kube-controller-manager and
+//     kube-scheduler as static pods (control_plane_static_pod.go): COSI
+//     StaticPodStatus `kube-system/<name>-<node>`, and mirror pods with
+//     k8s-app=<name>, tier=control-plane. With the API server up the sim
+//     plays Talos' bootstrap manifests and the controllers behind them
+//     (addons.go): CoreDNS (Deployment k8s-app=kube-dns, 2 replicas, Ready
+//     only on a node with a CNI) and, unless cluster.proxy.disabled,
+//     kube-proxy (DaemonSet k8s-app=kube-proxy, a host-network pod per
+//     node). KubePrismStatuses lists
 //     127.0.0.1:<port> (kubeprism_config.go) and is healthy only while an
 //     API server can run (kubeprism.go writeKubePrismStatus).
 //   - Machines given a config at Start have been up a minute: their CRI is
@@ -114,6 +123,20 @@
 //     planes with etcd data, ManifestStatus (10-kube-proxy unless
 //     cluster.proxy.disabled).
 //
+// # talosctl health
+//
+// The real talosctl v1.11.0 runs `talosctl health --server=false` against
+// the fleet and passes every check of pkg/cluster/check/default.go
+// (talosctl_health_test.go): the Talos ones, then the Kubernetes ones with
+// the kubeconfig its Kubeconfig call returns, against a real kube-apiserver
+// that serves and trusts the bundle's Kubernetes CA (testenv
+// Options.ClusterCA), reached with --k8s-endpoint because the cluster
+// endpoint is not on this machine. Each machine needs an address of its
+// own (devata sim --inventory-addresses on loopback addresses, or simtest
+// LoopbackNet), since the checks match Nodes to machines by InternalIP.
+// The server-side variant (--server, ClusterService.HealthCheck) is not
+// served.
+//
 // # What stays kinder than Talos
 //
 // Reboots and boots take RebootDelay, not minutes; etcd joins take
@@ -121,7 +144,10 @@
 // network always ready, so Bootstrap is never refused with "time is not in
 // sync yet". ManifestStatus appears on every control
 // plane with etcd data, not only once etcd is healthy on the node that holds
-// the manifest lease.
+// the manifest lease. Of the bootstrap manifests only the CoreDNS
+// Deployment and the kube-proxy DaemonSet exist in the API server (no
+// kube-dns Service, RBAC or bootstrap token objects), and the pods are
+// written, not scheduled: static pods are Ready as soon as they exist.
 //
 // # Storage
 //

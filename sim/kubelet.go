@@ -86,6 +86,10 @@ func (f *Fleet) SyncKubelets(ctx context.Context, kc kubernetes.Interface) map[s
 			}
 		}
 	}
+	if err := f.syncAddons(ctx, kc, posting); err != nil {
+		errs["addons"] = err
+		f.log.Debug("sim add-ons", "error", err)
+	}
 	if err := f.runProbePods(ctx, kc, posting); err != nil {
 		errs["probes"] = err
 		f.log.Debug("sim probe pods", "error", err)

@@ -2,9 +2,11 @@ package sim_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
+	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -52,6 +54,34 @@ func TestKubeletsRegisterNodesInARealAPIServer(t *testing.T) {
 	if ready(w1) != corev1.ConditionFalse || !strings.Contains(readyMessage(w1), "NetworkPluginNotReady") || w1.Status.NodeInfo.KubeletVersion != "v1.34.1" {
 		t.Errorf("worker-1 before the CNI: ready %s (%s) kubelet %q", ready(w1), readyMessage(w1), w1.Status.NodeInfo.KubeletVersion)
 	}
+	// Each control plane's kubelet posts mirror pods of its static pods
+	// (control_plane_static_pod.go: once its etcd is healthy).
+	for _, cp := range []string{"cp-1", "cp-2", "cp-3"} {
+		for _, c := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
+			p, err := kc.CoreV1().Pods("kube-system").Get(ctx, c+"-"+cp, metav1.GetOptions{})
+			if err != nil || p.Labels["k8s-app"] != c || p.Labels["tier"] != "control-plane" || p.Spec.NodeName != cp || podReady(p) != corev1.ConditionTrue {
+				t.Errorf("mirror pod %s-%s: %v %+v", c, cp, err, p)
+			}
+		}
+	}
+	// CoreDNS, from Talos' bootstrap manifests, waits for the CNI.
+	dns := func() []corev1.Pod {
+		t.Helper()
+		dep, err := kc.AppsV1().Deployments("kube-system").Get(ctx, "coredns", metav1.GetOptions{})
+		if err != nil || *dep.Spec.Replicas != 2 || dep.Labels["k8s-app"] != "kube-dns" {
+			t.Fatalf("coredns Deployment: %v %+v", err, dep)
+		}
+		pods, err := kc.CoreV1().Pods("kube-system").List(ctx, metav1.ListOptions{LabelSelector: "k8s-app=kube-dns"})
+		if err != nil || len(pods.Items) != 2 {
+			t.Fatalf("coredns pods: %v, %d, want 2", err, len(pods.Items))
+		}
+		return pods.Items
+	}
+	for _, p := range dns() {
+		if podReady(&p) != corev1.ConditionFalse {
+			t.Errorf("coredns pod %s Ready before the CNI", p.Name)
+		}
+	}
 	if err := sim.InstallCilium(ctx, env.Config); err != nil {
 		t.Fatal(err)
 	}
@@ -60,6 +90,15 @@ func TestKubeletsRegisterNodesInARealAPIServer(t *testing.T) {
 	}
 	if n, err := kc.CoreV1().Nodes().Get(ctx, "worker-1", metav1.GetOptions{}); err != nil || ready(*n) != corev1.ConditionTrue {
 		t.Fatalf("worker-1 with its cilium agent running: %v %v", err, n.Status.Conditions)
+	}
+	for _, p := range dns() {
+		if podReady(&p) != corev1.ConditionTrue {
+			t.Errorf("coredns pod %s not Ready with the CNI up", p.Name)
+		}
+	}
+	// kube-proxy is disabled in the homelab (cluster.proxy.disabled)
+	if ds, err := kc.AppsV1().DaemonSets("kube-system").Get(ctx, "kube-proxy", metav1.GetOptions{}); err == nil {
+		t.Errorf("kube-proxy DaemonSet %s exists though the config disables it", ds.Name)
 	}
 	if w1.Labels["topology.kubernetes.io/zone"] != "rack-a" || w1.Labels["storage.devata.dev/longhorn"] != "true" {
 		t.Errorf("worker-1 lacks its inventory labels: %v", w1.Labels)
@@ -97,6 +136,15 @@ func readyMessage(n corev1.Node) string {
 	return ""
 }
 
+func podReady(p *corev1.Pod) corev1.ConditionStatus {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status
+		}
+	}
+	return ""
+}
+
 func ready(n corev1.Node) corev1.ConditionStatus {
 	for _, c := range n.Status.Conditions {
 		if c.Type == corev1.NodeReady {
@@ -104,4 +152,45 @@ func ready(n corev1.Node) corev1.ConditionStatus {
 		}
 	}
 	return ""
+}
+
+// With kube-proxy enabled (machinery's default) Talos applies its DaemonSet
+// (10-kube-proxy); the sim runs one host-network pod per posting node, and
+// talosctl health reads DesiredNumberScheduled as the replica count.
+func TestKubeProxyRunsWhereTheConfigEnablesIt(t *testing.T) {
+	env := testenv.Start(t)
+	kc, err := kubernetes.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp, wk := baseConfigs(t)
+	f := start(t, sim.MachineSpec{Name: "cp-1", Role: "controlplane", Config: cp}, sim.MachineSpec{Name: "w-1", Config: wk})
+	if err := admin(t, f.Machine("cp-1").Addr()).Bootstrap(t.Context(), &machine.BootstrapRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "kube-proxy on both nodes", func() error {
+		if errs := f.SyncKubelets(t.Context(), kc); len(errs) > 0 {
+			return fmt.Errorf("%v", errs)
+		}
+		ds, err := kc.AppsV1().DaemonSets("kube-system").Get(t.Context(), "kube-proxy", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if ds.Status.DesiredNumberScheduled != 2 || ds.Status.NumberReady != 2 {
+			return fmt.Errorf("kube-proxy DaemonSet status %+v, want 2 desired and ready", ds.Status)
+		}
+		pods, err := kc.CoreV1().Pods("kube-system").List(t.Context(), metav1.ListOptions{LabelSelector: "k8s-app=kube-proxy"})
+		if err != nil {
+			return err
+		}
+		if len(pods.Items) != 2 {
+			return fmt.Errorf("%d kube-proxy pods, want 2", len(pods.Items))
+		}
+		for i := range pods.Items {
+			if podReady(&pods.Items[i]) != corev1.ConditionTrue || !pods.Items[i].Spec.HostNetwork {
+				return fmt.Errorf("kube-proxy pod %s not Ready on the host network", pods.Items[i].Name)
+			}
+		}
+		return nil
+	})
 }

@@ -138,6 +138,9 @@ type Machine struct {
 
 	managed map[key]struct{} // resources sync wrote, guarded by syncMu
 
+	membersMu sync.Mutex
+	members   map[key]struct{} // Member resources syncMembers wrote
+
 	kubeletMu  sync.Mutex
 	kubeletSrv *kubeletServer // started by the first kubelet sync
 

@@ -115,8 +115,8 @@ func servicesUp(s snapshot) bool {
 // unmetConditions are the reasons MachineStatus gives for not being ready,
 // in machined's order and words (machine_status.go: time, network,
 // services, staticPods, nodeReady). The time and network checks always
-// pass here; no StaticPodStatus is simulated, so staticPods passes as it
-// does on Talos before the kubelet reports any static pod.
+// pass here; the StaticPodStatus resources are Ready once they exist, so
+// staticPods passes.
 func unmetConditions(s snapshot) []runtime.UnmetCondition {
 	var unmet []runtime.UnmetCondition
 
@@ -263,6 +263,10 @@ func desiredResources(s snapshot) []resource.Resource {
 			st.TypedSpec().Healthy = s.apiUp
 			out = append(out, st)
 		}
+	}
+
+	for _, st := range staticPodStatuses(s) {
+		out = append(out, st)
 	}
 
 	if cc := s.active.Cluster(); cc != nil && s.controlPlane() && s.etcdID != 0 {

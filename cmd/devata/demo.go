@@ -101,7 +101,7 @@ func (a *app) demo(ctx context.Context, withKubernetes bool) error {
 	kubeconfig := ""
 	if withKubernetes {
 		done = step("Kubernetes: a real kube-apiserver %s and etcd (envtest)", testenv.KubernetesVersion)
-		env, stop, err := testenv.Run(ctx, a.streams.Err)
+		env, stop, err := testenv.RunWith(ctx, a.streams.Err, clusterAPIServer(inv, bundle))
 		if err != nil {
 			return fail(err)
 		}

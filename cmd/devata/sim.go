@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	clientconfig "github.com/siderolabs/talos/pkg/machinery/client/config"
+	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 	"github.com/spf13/cobra"
 	"gopkg.in/yaml.v3"
 	"k8s.io/client-go/kubernetes"
@@ -110,9 +112,9 @@ Nothing here is a real machine: reports made against it say SIMULATED.`,
 					return exitWith(exitTrouble, err)
 				}
 			}
-			kubeconfig := ""
+			kubeconfig, apiHost := "", ""
 			if flags.kubernetes {
-				env, stop, err := testenv.Run(ctx, a.streams.Err)
+				env, stop, err := testenv.RunWith(ctx, a.streams.Err, clusterAPIServer(inv, bundle))
 				if err != nil {
 					return exitWith(exitTrouble, fmt.Errorf("start kube-apiserver: %w", err))
 				}
@@ -128,7 +130,10 @@ Nothing here is a real machine: reports made against it say SIMULATED.`,
 					}
 				}
 				go fleet.RunKubelets(ctx, kc, 2*time.Second)
-				kubeconfig = env.Kubeconfig
+				kubeconfig, apiHost = env.Kubeconfig, env.Config.Host
+				if u, err := url.Parse(env.Config.Host); err == nil && u.Host != "" {
+					apiHost = u.Host
+				}
 			}
 			tcPath, cfgPath, err := writeSimFiles(dir, inv, r, fleet, kubeconfig)
 			if err != nil {
@@ -159,7 +164,7 @@ Nothing here is a real machine: reports made against it say SIMULATED.`,
 			})
 			fmt.Fprintf(out, "# inject faults by writing %s, e.g.  worker-1: {kubeletUnhealthy: true}  (the file is the whole fault state)\n", faultsPath)
 			if kubeconfig != "" {
-				fmt.Fprintf(out, "# a real kube-apiserver %s (envtest) holds the Nodes the simulated kubelets register\n", testenv.KubernetesVersion)
+				fmt.Fprintf(out, "# a real kube-apiserver %s (envtest) at %s holds the Nodes the simulated kubelets register; it serves and trusts the bundle's Kubernetes CA, so the kubeconfig from `talosctl kubeconfig` works with kubectl --server https://%s, and talosctl health --server=false --k8s-endpoint %s passes\n", testenv.KubernetesVersion, apiHost, apiHost, apiHost)
 				if flags.cilium {
 					fmt.Fprintln(out, "# and the Kubernetes side of a Cilium 1.20 install; the cilium agents are SIMULATED (one pod per node, cilium-dbg through pods/exec)")
 				}
@@ -276,4 +281,15 @@ func writeSimFiles(dir string, inv *inventory.Inventory, r *bootstrap.Renderer, 
 		return "", "", err
 	}
 	return tcPath, cfgPath, nil
+}
+
+// clusterAPIServer shapes the sim's kube-apiserver as a Talos control
+// plane's: serving and client certificates from the bundle's Kubernetes
+// CA, the cluster endpoint's host in its serving certificate.
+func clusterAPIServer(inv *inventory.Inventory, bundle *secrets.Bundle) testenv.Options {
+	opts := testenv.Options{ClusterCA: bundle.Certs.K8s}
+	if u, err := url.Parse(inv.Cluster.Endpoint); err == nil && u.Hostname() != "" {
+		opts.ServingHosts = []string{u.Hostname()}
+	}
+	return opts
 }

@@ -6,6 +6,7 @@ package simtest
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -45,6 +46,11 @@ type Options struct {
 	Bootstrap bool
 	// EtcdJoinDelay is how long a control plane takes to join etcd (default 50ms).
 	EtcdJoinDelay time.Duration
+	// LoopbackNet, e.g. "127.77.0", gives machine i the address
+	// <LoopbackNet>.<i+1>:50000 (the Talos API port), so that each machine
+	// has an address of its own as on a real network, and its Node's
+	// InternalIP is that address. Default: 127.0.0.1, a port each.
+	LoopbackNet string
 }
 
 // FixtureSecrets is the path of the committed test bundle (a fake cluster's).
@@ -88,6 +94,9 @@ func Start(t testing.TB, opts Options) *Fleet {
 		}
 		f.Desired[m.Name] = rd.Config
 		spec := sim.MachineSpec{Name: m.Name, Role: m.Role, Config: rd.Config, SystemDisk: sim.SystemDiskFor(m.InstallDisk, m.InstallDiskType())}
+		if opts.LoopbackNet != "" {
+			spec.Address = fmt.Sprintf("%s.%d:50000", opts.LoopbackNet, i+1)
+		}
 		for _, name := range opts.Maintenance {
 			if name == m.Name {
 				spec.Config = nil

@@ -52,6 +52,12 @@ func (e *Env) User(name string, groups ...string) (*rest.Config, error) {
 // to keep that out of test timeouts.
 func Start(t testing.TB) *Env {
 	t.Helper()
+	return StartWith(t, Options{})
+}
+
+// StartWith is Start with Options.
+func StartWith(t testing.TB, opts Options) *Env {
+	t.Helper()
 	ctx := t.Context()
 
 	dir, err := DefaultDir()
@@ -70,7 +76,7 @@ func Start(t testing.TB) *Env {
 		t.Fatalf("testenv: %v", err)
 	}
 
-	env, stop, err := run(dir)
+	env, stop, err := run(dir, opts)
 	if err != nil {
 		t.Fatalf("testenv: %v", err)
 	}
@@ -87,6 +93,11 @@ func Start(t testing.TB) *Env {
 // the binaries first if they are missing, with progress on the given writer.
 // stop ends both and removes the kubeconfig.
 func Run(ctx context.Context, progress io.Writer) (env *Env, stop func() error, err error) {
+	return RunWith(ctx, progress, Options{})
+}
+
+// RunWith is Run with Options.
+func RunWith(ctx context.Context, progress io.Writer, opts Options) (env *Env, stop func() error, err error) {
 	dir, err := DefaultDir()
 	if err != nil {
 		return nil, nil, err
@@ -94,19 +105,19 @@ func Run(ctx context.Context, progress io.Writer) (env *Env, stop func() error, 
 	if err := Install(ctx, dir, progress); err != nil {
 		return nil, nil, err
 	}
-	return run(dir)
+	return run(dir, opts)
 }
 
 // run starts the control plane. envtest picks each component's port once
 // and retries on it; on a machine where other processes open many loopback
 // ports (a large simulated fleet), that port can be taken in between, so a
 // start that failed on a taken port is tried again from scratch.
-func run(dir string) (*Env, func() error, error) {
+func run(dir string, opts Options) (*Env, func() error, error) {
 	var err error
 	for range 3 {
 		var env *Env
 		var stop func() error
-		env, stop, err = start(dir)
+		env, stop, err = start(dir, opts)
 		if err == nil {
 			return env, stop, nil
 		}
@@ -117,7 +128,7 @@ func run(dir string) (*Env, func() error, error) {
 	return nil, nil, err
 }
 
-func start(dir string) (*Env, func() error, error) {
+func start(dir string, opts Options) (*Env, func() error, error) {
 	out := &tail{max: 16 << 10}
 	env := &envtest.Environment{
 		UseExistingCluster:       new(false),
@@ -131,6 +142,18 @@ func start(dir string) (*Env, func() error, error) {
 	// self-signed, which an API server without --kubelet-certificate-authority
 	// accepts, as a default kubeadm cluster does.
 	env.ControlPlane.APIServer.Configure().Set("kubelet-preferred-address-types", "InternalIP")
+	certDir := ""
+	if opts.ClusterCA != nil {
+		var err error
+		if certDir, err = useClusterCA(env.ControlPlane.APIServer, opts); err != nil {
+			return nil, nil, err
+		}
+	}
+	removeCerts := func() {
+		if certDir != "" {
+			os.RemoveAll(certDir)
+		}
+	}
 	env.ControlPlane.Etcd = &envtest.Etcd{Path: filepath.Join(dir, "etcd")}
 	// envtest attaches the output to stdout when asked through its own
 	// variable; otherwise keep the end of it for a failed start.
@@ -142,21 +165,25 @@ func start(dir string) (*Env, func() error, error) {
 	if err != nil {
 		// A half-started control plane still has processes and temp dirs.
 		_ = env.Stop()
+		removeCerts()
 		return nil, nil, fmt.Errorf("start kube-apiserver %s: %w\n--- control plane output (end) ---\n%s", KubernetesVersion, err, out.String())
 	}
 	kdir, err := os.MkdirTemp("", "devata-testenv-")
 	if err != nil {
 		_ = env.Stop()
+		removeCerts()
 		return nil, nil, err
 	}
 	kubeconfig := filepath.Join(kdir, "kubeconfig")
 	if err := os.WriteFile(kubeconfig, env.KubeConfig, 0o600); err != nil {
 		_ = env.Stop()
 		os.RemoveAll(kdir)
+		removeCerts()
 		return nil, nil, fmt.Errorf("write kubeconfig: %w", err)
 	}
 	stop := func() error {
 		defer os.RemoveAll(kdir)
+		defer removeCerts()
 		return env.Stop()
 	}
 	return &Env{Config: cfg, Kubeconfig: kubeconfig, plane: env}, stop, nil

@@ -1,0 +1,348 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"time"
+
+	"github.com/siderolabs/talos/pkg/machinery/resources/k8s"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+)
+
+// What runs in kube-system besides Cilium, as a Talos cluster has it
+// (sources in v1.11.0):
+//
+//   - internal/app/machined/pkg/controllers/k8s/control_plane_static_pod.go
+//     ControlPlaneStaticPodController renders kube-apiserver,
+//     kube-controller-manager and kube-scheduler as static pods only once
+//     the node's etcd service is healthy; the pods carry k8s-app=<name> and
+//     tier=control-plane. kubelet_static_pod.go KubeletStaticPodController
+//     turns the kubelet's view of them into StaticPodStatus resources
+//     (`kube-system/<pod>`), and the kubelet posts a mirror pod
+//     `<name>-<node>` for each once the API server answers.
+//   - internal/app/machined/pkg/controllers/k8s/manifest_apply.go applies
+//     the bootstrap manifests (ManifestStatus lists them): CoreDNS, a
+//     Deployment k8s-app=kube-dns with 2 replicas (11-core-dns), and
+//     kube-proxy, a DaemonSet k8s-app=kube-proxy (10-kube-proxy), unless
+//     cluster.coreDNS or cluster.proxy disables them.
+//
+// A real cluster's scheduler, Deployment and DaemonSet controllers and
+// kubelets then run their pods; the sim plays them: a CoreDNS pod is Ready
+// only once its node has a CNI (with cni none, a cilium agent), kube-proxy
+// (host network) once its node's kubelet posts.
+const (
+	coreDNSName     = "coredns"
+	coreDNSReplicas = 2
+	kubeProxyName   = "kube-proxy"
+	kubeSystem      = "kube-system"
+)
+
+// staticPod is one control plane static pod a node runs.
+type staticPod struct {
+	component, image string
+}
+
+// id is the pod's name, as the kubelet names a static pod: the manifest's
+// name, a dash, the node name.
+func (p staticPod) id(node string) string { return p.component + "-" + node }
+
+// staticPodsOf lists the control plane static pods the node runs: none
+// until its etcd service is healthy.
+func staticPodsOf(s snapshot) []staticPod {
+	if !s.configured() || !s.controlPlane() || s.active.Cluster() == nil || !serviceHealthy(s, "etcd") {
+		return nil
+	}
+
+	cc := s.active.Cluster()
+
+	return []staticPod{
+		{"kube-apiserver", cc.APIServer().Image()},
+		{"kube-controller-manager", cc.ControllerManager().Image()},
+		{"kube-scheduler", cc.Scheduler().Image()},
+	}
+}
+
+func serviceHealthy(s snapshot, id string) bool {
+	for _, svc := range servicesOf(s) {
+		if svc.id == id {
+			return svc.running && (svc.healthy || svc.unknown)
+		}
+	}
+
+	return false
+}
+
+// staticPodStatuses are the node's StaticPodStatus resources.
+func staticPodStatuses(s snapshot) []*k8s.StaticPodStatus {
+	var out []*k8s.StaticPodStatus
+
+	for _, p := range staticPodsOf(s) {
+		st := podRunning(s.host, s.host, s.booted, []corev1.Container{{Name: p.component, Image: p.image}}, true, "", "")
+
+		spec, err := kruntime.DefaultUnstructuredConverter.ToUnstructured(&st)
+		if err != nil {
+			continue // a PodStatus always converts
+		}
+
+		r := k8s.NewStaticPodStatus(k8s.NamespaceName, kubeSystem+"/"+p.id(s.hostname()))
+		r.TypedSpec().PodStatus = spec
+		out = append(out, r)
+	}
+
+	return out
+}
+
+// podRunning is the status of a running pod whose containers are ready
+// or not, as a kubelet posts it.
+func podRunning(hostIP, podIP string, since time.Time, containers []corev1.Container, ready bool, reason, message string) corev1.PodStatus {
+	cond := corev1.ConditionTrue
+	if !ready {
+		cond = corev1.ConditionFalse
+	}
+
+	now, started := metav1.Now(), metav1.NewTime(since)
+	st := corev1.PodStatus{
+		Phase:  corev1.PodRunning,
+		HostIP: hostIP, PodIP: podIP,
+		StartTime: &started,
+		Conditions: []corev1.PodCondition{
+			{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: started},
+			{Type: corev1.PodInitialized, Status: corev1.ConditionTrue, LastTransitionTime: started},
+			{Type: corev1.ContainersReady, Status: cond, Reason: reason, Message: message, LastTransitionTime: now},
+			{Type: corev1.PodReady, Status: cond, Reason: reason, Message: message, LastTransitionTime: now},
+		},
+	}
+
+	for _, c := range containers {
+		st.ContainerStatuses = append(st.ContainerStatuses, corev1.ContainerStatus{
+			Name: c.Name, Ready: ready, Started: new(true), Image: c.Image,
+			ContainerID: fmt.Sprintf("containerd://%064x", fnvSum(hostIP+"/"+c.Name)),
+			State:       corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: started}},
+		})
+	}
+
+	return st
+}
+
+// syncAddons plays, for the machines whose kubelet posts, the mirror pods
+// of their control plane static pods, and CoreDNS and kube-proxy as the
+// bootstrap manifests and a real cluster's controllers would run them.
+func (f *Fleet) syncAddons(ctx context.Context, kc kubernetes.Interface, posting map[*Machine]string) error {
+	var errs []error
+
+	var cluster snapshot // a control plane's config says which add-ons Talos applied
+
+	nodes := make([]string, 0, len(posting))
+	byNode := map[string]snapshot{}
+	netReady := map[string]bool{}
+
+	for m, node := range posting {
+		s := m.snap()
+		nodes = append(nodes, node)
+		byNode[node] = s
+
+		if s.controlPlane() && s.etcdID != 0 && s.active.Cluster() != nil {
+			cluster = s
+		}
+
+		netReady[node] = !s.cniNone() || f.agentPodOn(m.name) != nil
+
+		for _, p := range staticPodsOf(s) {
+			pod := &corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{
+					Name: p.id(node), Namespace: kubeSystem,
+					Labels:      map[string]string{"k8s-app": p.component, "tier": "control-plane"},
+					Annotations: map[string]string{"kubernetes.io/config.source": "file", "kubernetes.io/config.mirror": "sim", simOwnedAnnotation: s.name},
+				},
+				Spec: corev1.PodSpec{NodeName: node, HostNetwork: true, PriorityClassName: "system-cluster-critical", Containers: []corev1.Container{{Name: p.component, Image: p.image}}},
+			}
+			if err := ensurePod(ctx, kc, pod, podRunning(s.host, s.host, s.booted, pod.Spec.Containers, true, "", "")); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", m.name, err))
+			}
+		}
+	}
+
+	if cluster.active == nil {
+		return errors.Join(errs...) // no API server has applied manifests yet
+	}
+
+	slices.Sort(nodes)
+
+	cc := cluster.active.Cluster()
+	if cc.CoreDNS() != nil && cc.CoreDNS().Enabled() {
+		errs = append(errs, syncCoreDNS(ctx, kc, cc.CoreDNS().Image(), podSubnet(cluster), nodes, byNode, netReady))
+	}
+
+	if cc.Proxy() != nil && cc.Proxy().Enabled() {
+		errs = append(errs, syncKubeProxy(ctx, kc, cc.Proxy().Image(), nodes, posting))
+	}
+
+	return errors.Join(errs...)
+}
+
+// podSubnet is the cluster's first pod subnet (10.244.0.0/16 by default).
+func podSubnet(s snapshot) netip.Prefix {
+	if n := s.active.Cluster().Network(); n != nil {
+		for _, c := range n.PodCIDRs() {
+			if p, err := netip.ParsePrefix(c); err == nil && p.Addr().Is4() {
+				return p
+			}
+		}
+	}
+
+	return netip.MustParsePrefix("10.244.0.0/16")
+}
+
+// syncCoreDNS keeps the CoreDNS Deployment Talos applies and its pods,
+// placed on the posting nodes in name order, Ready only on a node with a
+// CNI.
+func syncCoreDNS(ctx context.Context, kc kubernetes.Interface, image string, subnet netip.Prefix, nodes []string, byNode map[string]snapshot, netReady map[string]bool) error {
+	labels := map[string]string{"k8s-app": "kube-dns"}
+	containers := []corev1.Container{{Name: coreDNSName, Image: image}}
+
+	dep, err := kc.AppsV1().Deployments(kubeSystem).Get(ctx, coreDNSName, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		dep, err = kc.AppsV1().Deployments(kubeSystem).Create(ctx, &appsv1.Deployment{
+			ObjectMeta: metav1.ObjectMeta{Name: coreDNSName, Namespace: kubeSystem, Labels: labels},
+			Spec: appsv1.DeploymentSpec{
+				Replicas: new(int32(coreDNSReplicas)),
+				Selector: &metav1.LabelSelector{MatchLabels: labels},
+				Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{Containers: containers}},
+			},
+		}, metav1.CreateOptions{})
+	}
+
+	if err != nil {
+		return fmt.Errorf("coredns deployment: %w", err)
+	}
+
+	if len(nodes) == 0 {
+		return nil
+	}
+
+	var errs []error
+
+	ready := int32(0)
+	replicas := int(*dep.Spec.Replicas)
+
+	for i := range replicas {
+		node := nodes[i%len(nodes)]
+		s, ok := byNode[node], netReady[node]
+		reason, message := "", ""
+
+		if !ok {
+			reason, message = "ContainersNotReady", "containers with unready status: [coredns]"
+		} else {
+			ready++
+		}
+
+		ip := subnet.Addr()
+		for range 10 + i {
+			ip = ip.Next()
+		}
+
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", coreDNSName, i), Namespace: kubeSystem, Labels: labels, Annotations: map[string]string{simOwnedAnnotation: node}},
+			Spec:       corev1.PodSpec{NodeName: node, Containers: containers},
+		}
+		if err := ensurePod(ctx, kc, pod, podRunning(s.host, ip.String(), s.booted, containers, ok, reason, message)); err != nil {
+			errs = append(errs, err)
+		}
+	}
+
+	dep.Status = appsv1.DeploymentStatus{Replicas: int32(replicas), UpdatedReplicas: int32(replicas), ReadyReplicas: ready, AvailableReplicas: ready, UnavailableReplicas: int32(replicas) - ready, ObservedGeneration: dep.Generation}
+	if _, err := kc.AppsV1().Deployments(kubeSystem).UpdateStatus(ctx, dep, metav1.UpdateOptions{}); err != nil {
+		errs = append(errs, fmt.Errorf("coredns deployment status: %w", err))
+	}
+
+	return errors.Join(errs...)
+}
+
+// syncKubeProxy keeps the kube-proxy DaemonSet Talos applies and a pod on
+// every posting node (host network: Ready while the kubelet posts).
+func syncKubeProxy(ctx context.Context, kc kubernetes.Interface, image string, nodes []string, posting map[*Machine]string) error {
+	labels := map[string]string{"k8s-app": kubeProxyName, "tier": "node"}
+	containers := []corev1.Container{{Name: kubeProxyName, Image: image}}
+
+	ds, err := kc.AppsV1().DaemonSets(kubeSystem).Get(ctx, kubeProxyName, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		ds, err = kc.AppsV1().DaemonSets(kubeSystem).Create(ctx, &appsv1.DaemonSet{
+			ObjectMeta: metav1.ObjectMeta{Name: kubeProxyName, Namespace: kubeSystem, Labels: labels},
+			Spec: appsv1.DaemonSetSpec{
+				Selector: &metav1.LabelSelector{MatchLabels: labels},
+				Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{HostNetwork: true, Containers: containers}},
+			},
+		}, metav1.CreateOptions{})
+	}
+
+	if err != nil {
+		return fmt.Errorf("kube-proxy daemonset: %w", err)
+	}
+
+	var errs []error
+
+	for m, node := range posting {
+		s := m.snap()
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: kubeProxyName + "-" + node, Namespace: kubeSystem, Labels: labels, Annotations: map[string]string{simOwnedAnnotation: s.name}},
+			Spec:       corev1.PodSpec{NodeName: node, HostNetwork: true, Containers: containers},
+		}
+		if err := ensurePod(ctx, kc, pod, podRunning(s.host, s.host, s.booted, containers, true, "", "")); err != nil {
+			errs = append(errs, err)
+		}
+	}
+
+	n := int32(len(nodes))
+	ds.Status = appsv1.DaemonSetStatus{DesiredNumberScheduled: n, CurrentNumberScheduled: n, NumberReady: n, NumberAvailable: n, UpdatedNumberScheduled: n, ObservedGeneration: ds.Generation}
+	if _, err := kc.AppsV1().DaemonSets(kubeSystem).UpdateStatus(ctx, ds, metav1.UpdateOptions{}); err != nil {
+		errs = append(errs, fmt.Errorf("kube-proxy daemonset status: %w", err))
+	}
+
+	return errors.Join(errs...)
+}
+
+// ensurePod creates the pod if it is missing (or bound to another node)
+// and posts the status when its readiness or node changed.
+func ensurePod(ctx context.Context, kc kubernetes.Interface, want *corev1.Pod, st corev1.PodStatus) error {
+	pods := kc.CoreV1().Pods(want.Namespace)
+
+	pod, err := pods.Get(ctx, want.Name, metav1.GetOptions{})
+	if err == nil && pod.Spec.NodeName != want.Spec.NodeName {
+		if err := pods.Delete(ctx, want.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("move pod %s/%s: %w", want.Namespace, want.Name, err)
+		}
+
+		err = apierrors.NewNotFound(corev1.Resource("pods"), want.Name)
+	}
+
+	if apierrors.IsNotFound(err) {
+		if pod, err = pods.Create(ctx, want, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("create pod %s/%s: %w", want.Namespace, want.Name, err)
+		}
+	} else if err != nil {
+		return err
+	}
+
+	if prev, next := podCondition(pod, corev1.PodReady), podReady(st); prev != nil && next != nil && prev.Status == next.Status && pod.Status.Phase == st.Phase && pod.Status.HostIP == st.HostIP {
+		return nil
+	}
+
+	pod.Status = st
+	if _, err := pods.UpdateStatus(ctx, pod, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("update pod %s/%s status: %w", want.Namespace, want.Name, err)
+	}
+
+	return nil
+}
+
+func podReady(st corev1.PodStatus) *corev1.PodCondition {
+	return podCondition(&corev1.Pod{Status: st}, corev1.PodReady)
+}
