@@ -120,8 +120,9 @@ func (m *Machine) bootstrap() (*machine.BootstrapResponse, error) {
 		return nil, status.Error(codes.Unimplemented, "method Bootstrap not implemented")
 	}
 
-	// IsBootstrapAllowed: CRI must be up, and it comes up shortly after boot
-	if time.Since(s.booted) < criStartDelay {
+	// v1alpha1_runtime.go IsBootstrapAllowed: CRI must be up, and it comes
+	// up shortly after boot (Options.CRIStartDelay)
+	if time.Since(s.booted) < m.fleet.criDelay {
 		return nil, status.Error(codes.FailedPrecondition, "bootstrap is not available yet")
 	}
 
@@ -137,10 +138,6 @@ func (m *Machine) bootstrap() (*machine.BootstrapResponse, error) {
 
 	return &machine.BootstrapResponse{Messages: []*machine.Bootstrap{{}}}, nil
 }
-
-// criStartDelay is how long after boot the CRI service takes to come up;
-// until then Bootstrap is refused (v1alpha1_runtime.go IsBootstrapAllowed).
-const criStartDelay = 500 * time.Millisecond
 
 // ServiceList reports the node's services with their events.
 func (a *machineAPI) ServiceList(ctx context.Context, _ *emptypb.Empty) (*machine.ServiceListResponse, error) {

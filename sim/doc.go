@@ -52,11 +52,11 @@
 //     kubernetesTalosAPIAccess, kubePrism, hostDNS, imageCache and
 //     nodeAddressSortAlgorithm; every other v1alpha1 change needs a reboot.
 //     Other documents (UserVolumeConfig, …) always apply live. Runtime
-//     validation against the node's resources is not simulated.
+//     validation runs as on Talos (see Storage).
 //   - Bootstrap (v1alpha1_server.go Bootstrap): Unimplemented in maintenance
 //     mode (internal/app/maintenance/server.go has no Bootstrap);
-//     FailedPrecondition "bootstrap is not available yet" for the first
-//     half second after a boot, while CRI comes up (v1alpha1_runtime.go
+//     FailedPrecondition "bootstrap is not available yet" for
+//     CRIStartDelay after a boot, while CRI comes up (v1alpha1_runtime.go
 //     IsBootstrapAllowed), and on a worker; AlreadyExists once the node holds
 //     etcd data. The guard is the node's own data directory only, so a
 //     Bootstrap on a control plane that has not joined yet starts a second,
@@ -72,7 +72,7 @@
 //     is a machined log line, not a service event) until it holds data.
 //     EtcdMemberList and EtcdStatus answer on members (learners included);
 //     on a control plane whose etcd does not run they never answer
-//     Unavailable: in the first second after a boot they fail as Talos' etcd
+//     Unavailable: for CRIStartDelay after a boot they fail as Talos' etcd
 //     client does without its admin certificate (code Unknown, "error
 //     building etcd client TLS config"), later they wait EtcdClientWait (or
 //     the caller's deadline, if sooner) and answer DeadlineExceeded

@@ -187,7 +187,7 @@ func (f *Fleet) etcdMembersOf(m *Machine) (members []memberView, leader uint64) 
 // answers until the caller's deadline, modelled by the fleet's
 // EtcdClientWait. Never Unavailable, never at once.
 func (f *Fleet) etcdNotRunning(ctx context.Context, s snapshot) error {
-	if time.Since(s.booted) < time.Second {
+	if time.Since(s.booted) < f.criDelay {
 		return status.Error(codes.Unknown, "error building etcd client TLS config: open /system/secrets/etcd/admin.crt: no such file or directory")
 	}
 

@@ -44,6 +44,12 @@ type Options struct {
 	// DeadlineExceeded, unless the caller's deadline comes first (default
 	// 2s; Talos' etcd client waits until the caller's deadline).
 	EtcdClientWait time.Duration
+	// CRIStartDelay is how long after a boot the CRI service and the etcd
+	// admin certificates take to appear: until then Bootstrap answers
+	// FailedPrecondition "bootstrap is not available yet" and etcd calls
+	// fail building the client's TLS config (default 500ms; on Talos,
+	// seconds).
+	CRIStartDelay time.Duration
 }
 
 // MachineSpec describes one simulated machine.
@@ -102,6 +108,7 @@ type Fleet struct {
 	rebootDelay    time.Duration
 	joinDelay      time.Duration
 	etcdWait       time.Duration
+	criDelay       time.Duration // see Options.CRIStartDelay
 	ca             *authority
 	grpc           *grpc.Server    // serves every machine's listeners
 	maintenanceTLS *tls.Config     // shared: one self-signed certificate
@@ -137,6 +144,10 @@ func Start(ctx context.Context, opts Options) (*Fleet, error) {
 		opts.EtcdClientWait = 2 * time.Second
 	}
 
+	if opts.CRIStartDelay <= 0 {
+		opts.CRIStartDelay = 500 * time.Millisecond
+	}
+
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -157,6 +168,7 @@ func Start(ctx context.Context, opts Options) (*Fleet, error) {
 		rebootDelay: opts.RebootDelay,
 		joinDelay:   opts.EtcdJoinDelay,
 		etcdWait:    opts.EtcdClientWait,
+		criDelay:    opts.CRIStartDelay,
 		ca:          ca,
 		meta:        meta,
 		byName:      map[string]*Machine{},
@@ -231,7 +243,7 @@ func (f *Fleet) add(spec MachineSpec, loaded map[[sha256.Size]byte]config.Provid
 		addr:    spec.Address,
 		calls:   map[string]int{},
 		// a machine the fleet starts with has been up a while: its CRI
-		// and etcd admin certificates are there (see criStartDelay,
+		// and etcd admin certificates are there (see Options.CRIStartDelay,
 		// etcdNotRunning); a reboot starts the clock again
 		booted: time.Now().Add(-time.Minute),
 	}

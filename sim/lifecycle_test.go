@@ -346,3 +346,39 @@ func TestInstallDiskSelectorMeetsTheHardware(t *testing.T) {
 		}
 	}
 }
+
+// Right after a control plane boots into its config, before CRI is up
+// (v1alpha1_runtime.go IsBootstrapAllowed) Bootstrap is refused with
+// FailedPrecondition, and an etcd call fails building its client's TLS
+// config because etcd's admin certificate is not written yet
+// (internal/pkg/etcd/etcd.go): a plain error, code Unknown, not
+// Unavailable. Once CRI is up the same Bootstrap succeeds.
+func TestBootstrapRightAfterTheFirstBoot(t *testing.T) {
+	t.Parallel()
+
+	cp, _ := baseConfigs(t)
+	f := startWith(t, sim.Options{Machines: []sim.MachineSpec{{Name: "cp-1", Role: "controlplane"}}, CRIStartDelay: 2 * time.Second})
+	addr := f.Machine("cp-1").Addr()
+	if _, err := insecure(t, addr).ApplyConfiguration(t.Context(), &machine.ApplyConfigurationRequest{Data: cp, Mode: machine.ApplyConfigurationRequest_AUTO}); err != nil {
+		t.Fatal(err)
+	}
+	c := admin(t, addr)
+	eventually(t, "cp-1 answers on mTLS", func() error {
+		_, err := c.Version(t.Context())
+		return err
+	})
+	booted := time.Now()
+
+	err := c.Bootstrap(t.Context(), &machine.BootstrapRequest{})
+	if client.StatusCode(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "bootstrap is not available yet") {
+		t.Errorf("bootstrap before CRI: %v, want FailedPrecondition bootstrap is not available yet", err)
+	}
+	_, err = c.EtcdMemberList(t.Context(), &machine.EtcdMemberListRequest{})
+	if client.StatusCode(err) != codes.Unknown || !strings.Contains(err.Error(), "error building etcd client TLS config") {
+		t.Errorf("etcd members before the admin certificate: %v, want Unknown error building etcd client TLS config", err)
+	}
+	time.Sleep(time.Until(booted.Add(2 * time.Second)))
+	eventually(t, "bootstrap once CRI is up", func() error {
+		return c.Bootstrap(t.Context(), &machine.BootstrapRequest{})
+	})
+}
