@@ -14,6 +14,7 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 
+	"devata.dev/devata/bootstrap/sequence"
 	"devata.dev/devata/internal/simtest"
 	"devata.dev/devata/internal/testenv"
 	"devata.dev/devata/sim"
@@ -27,8 +28,9 @@ import (
 // (StaticPodStatus over COSI), a kube-apiserver, controller-manager and
 // scheduler pod Ready per control plane Node, every Node Ready, kube-proxy
 // (skipped: the homelab disables it), CoreDNS Ready, every Node
-// schedulable. The real talosctl v1.11.0 runs all of them against the
-// simulated fleet, each machine on an address of its own, with the
+// schedulable. The real talosctl v1.11.0 runs all of them against a
+// simulated fleet devata bootstrap built from maintenance mode, after the
+// demo's Cilium install step, each machine on an address of its own, with the
 // kubeconfig it fetches through the Talos API (talosctl kubeconfig) against
 // a real kube-apiserver that serves and trusts the bundle's Kubernetes CA.
 // Before etcd is bootstrapped it must fail, and say on what. Without node
@@ -39,7 +41,7 @@ func TestRealTalosctlHealth(t *testing.T) {
 		t.Fatal(err)
 	}
 	net := fmt.Sprintf("127.%d.%d", 100+os.Getpid()%100, os.Getpid()/100%250)
-	f := simtest.Start(t, simtest.Options{LoopbackNet: net})
+	f := simtest.Start(t, simtest.Options{LoopbackNet: net, Maintenance: []string{"cp-1", "cp-2", "cp-3", "worker-1", "worker-2"}})
 	var cps, workers []string
 	for _, m := range f.Inventory.Machines {
 		host := strings.TrimSuffix(f.Overrides[m.Name], ":50000")
@@ -51,9 +53,6 @@ func TestRealTalosctlHealth(t *testing.T) {
 	}
 
 	env := testenv.StartWith(t, testenv.Options{ClusterCA: f.Bundle.Certs.K8s, ServingHosts: []string{"10.20.0.10"}})
-	if err := sim.InstallCilium(t.Context(), env.Config); err != nil {
-		t.Fatal(err)
-	}
 	kc, err := kubernetes.NewForConfig(env.Config)
 	if err != nil {
 		t.Fatal(err)
@@ -80,13 +79,25 @@ func TestRealTalosctlHealth(t *testing.T) {
 		return string(out), err
 	}
 
-	// Before bootstrap: etcd does not run, so the first check cannot pass.
+	// In maintenance mode, before devata bootstrap: no etcd runs, so the
+	// first check cannot pass.
 	out, err := health(15*time.Second, false)
 	if err == nil || !strings.Contains(out, "waiting for etcd to be healthy") || strings.Contains(out, "waiting for etcd to be healthy: OK") {
 		t.Errorf("health before bootstrap: %v, want a failure waiting for etcd\n%s", err, out)
 	}
 
-	f.BootstrapEtcd(t, len(cps))
+	// devata bootstrap from maintenance mode, then the demo's Cilium step
+	var log strings.Builder
+	seq := sequence.New(sequence.Options{
+		InventoryPath: f.Inventory.Path, Talosconfig: f.Talosconfig(t), Overrides: f.Overrides, KubeconfigOut: filepath.Join(dir, "kubeconfig"),
+		SkipNodes: true, Timeout: 5 * time.Second, Wait: 30 * time.Second, Poll: 50 * time.Millisecond, EtcdSettle: 200 * time.Millisecond, Out: &log,
+	})
+	if err := seq.Run(t.Context()); err != nil {
+		t.Fatalf("devata bootstrap: %v\n%s", err, log.String())
+	}
+	if err := sim.InstallCilium(t.Context(), env.Config); err != nil {
+		t.Fatal(err)
+	}
 	out, err = health(3*time.Minute, false)
 	if err != nil {
 		t.Fatalf("talosctl health: %v\n%s", err, out)
