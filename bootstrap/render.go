@@ -2,7 +2,6 @@ package bootstrap
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -139,13 +138,18 @@ func (r *Renderer) patch(file string) (configpatcher.Patch, error) {
 	if p, ok := r.loaded[file]; ok {
 		return p, nil
 	}
-	data, err := os.ReadFile(inventory.ResolvePath(filepath.Dir(r.inv.Path), file))
+	path, err := inventory.Confine(filepath.Dir(r.inv.Path), r.inv.Cluster.ReadableDirs, file)
+	if err != nil {
+		return nil, fmt.Errorf("patch: %w", err)
+	}
+	data, err := inventory.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("read patch: %w", err)
 	}
 	p, err := configpatcher.LoadPatch(data)
 	if err != nil {
-		return nil, fmt.Errorf("load patch %s: %w", file, err)
+		// machinery's error quotes the patch: keep only what is safe
+		return nil, fmt.Errorf("load patch %s: %s", file, inventory.PatchError(err))
 	}
 	r.loaded[file] = p
 	return p, nil

@@ -16,6 +16,8 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 	"gopkg.in/yaml.v3"
+
+	"devata.dev/devata/inventory"
 )
 
 // SecretsFileMode is the mode every secret file devata writes gets.
@@ -53,10 +55,11 @@ func SecretsFromConfig(path string) (*secrets.Bundle, error) {
 
 // LoadSecrets reads a talosctl-format secrets bundle.
 func LoadSecrets(path string) (*secrets.Bundle, error) {
-	b, err := secrets.LoadBundle(path)
+	b, err := readBundle(path)
 	if err != nil {
 		var pe *fs.PathError
-		if !errors.As(err, &pe) {
+		var fe *inventory.FileError
+		if !errors.As(err, &pe) && !errors.As(err, &fe) {
 			// Decode errors quote the offending value, which may be a key: keep only the line.
 			err = fmt.Errorf("not a talosctl secrets bundle%s", yamlErrorLine(err))
 		}
@@ -136,4 +139,18 @@ func WriteSecretFile(path string, data []byte, force bool) error {
 		return nil
 	}
 	return os.Rename(tmp.Name(), path)
+}
+
+// readBundle is machinery's secrets.LoadBundle over a bounded read of a
+// regular file (inventory.ReadFile).
+func readBundle(path string) (*secrets.Bundle, error) {
+	data, err := inventory.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	b := &secrets.Bundle{Clock: secrets.NewClock()}
+	if err := yaml.Unmarshal(data, b); err != nil {
+		return nil, err
+	}
+	return b, nil
 }

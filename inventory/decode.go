@@ -39,9 +39,18 @@ func (e *FieldError) Error() string {
 		b.WriteString(e.Field)
 	}
 	b.WriteString(": ")
-	b.WriteString(e.Msg)
+	if len(e.Msg) > maxMsg {
+		// a message that quotes a huge value (a 50 MiB label) is cut short
+		b.WriteString(strings.ToValidUTF8(e.Msg[:maxMsg], ""))
+		b.WriteString("… (cut short)")
+	} else {
+		b.WriteString(e.Msg)
+	}
 	return b.String()
 }
+
+// maxMsg bounds one problem's message.
+const maxMsg = 512
 
 // decoder decodes a yaml.Node tree into the inventory types strictly: unknown
 // fields, wrong scalar types and duplicate keys are all errors, and every field's
@@ -51,7 +60,19 @@ type decoder struct {
 	errs []*FieldError
 	pos  map[string]Pos
 	bad  map[string]bool // paths whose value failed to decode; validation stays quiet on them
+	// aliases bounds what YAML aliases expand to (see decode)
+	inAlias, aliasNodes, plainNodes int
+	aliasRefused                    bool
 }
+
+// An inventory may use aliases, but what they expand to is bounded, as
+// yaml.v3 bounds it when it decodes into values ("document contains
+// excessive aliasing"): nested aliases can otherwise turn a few kilobytes
+// into billions of values.
+const (
+	aliasAllowance = 10000 // nodes any document may expand through aliases
+	aliasRatio     = 10    // and then this many per node written out
+)
 
 func newDecoder(file string) *decoder {
 	return &decoder{file: file, pos: map[string]Pos{}, bad: map[string]bool{}}
@@ -100,8 +121,23 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
 		d.decode(n.Content[0], v, path)
 		return
 	case yaml.AliasNode:
+		if d.aliasRefused {
+			return
+		}
+		if d.aliasNodes > aliasAllowance+aliasRatio*d.plainNodes {
+			d.aliasRefused = true
+			d.errorf(n, path, "excessive aliasing: the YAML aliases expand to more than %d values; write the values out, or nest fewer aliases", d.aliasNodes)
+			return
+		}
+		d.inAlias++
 		d.decode(n.Alias, v, path)
+		d.inAlias--
 		return
+	}
+	if d.inAlias > 0 {
+		d.aliasNodes++
+	} else {
+		d.plainNodes++
 	}
 	if path != "" {
 		d.pos[path] = Pos{n.Line, n.Column}

@@ -3,7 +3,6 @@ package inventory
 import (
 	"cmp"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -15,7 +14,7 @@ import (
 // On failure the error is a *multierror.Error whose Errors are *FieldError,
 // every problem of the file at once, sorted by position.
 func Load(path string) (*Inventory, error) {
-	data, err := os.ReadFile(path)
+	data, err := ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("read inventory: %w (point -i or DEVATA_INVENTORY at your inventory, or start from examples/homelab/inventory.yaml)", err)
 	}
@@ -29,11 +28,16 @@ func Parse(data []byte, path string) (*Inventory, error) {
 	d := newDecoder(path)
 	d.decodeDocument(data, inv)
 	inv.Path = path
+	if d.aliasRefused {
+		// what was decoded is a fragment of the expansion: the one error that matters
+		return nil, errorList(d.errs[len(d.errs)-1:])
+	}
 	if len(d.errs) > 0 && inv.APIVersion == "" && inv.Kind == "" && len(inv.Machines) == 0 {
 		// Nothing decoded (syntax error or not a mapping): validating would only add noise.
 		return nil, errorList(d.errs)
 	}
 	Default(inv)
+	inv.index()
 	v := &validator{inv: inv, dir: filepath.Dir(path), d: d}
 	v.validate()
 	inv.Warnings = v.warns
@@ -54,10 +58,17 @@ func errorList(errs []*FieldError) error {
 	return me
 }
 
+// MaxErrors is how many problems an error lists; the rest are counted.
+const MaxErrors = 50
+
 func formatErrors(errs []error) string {
-	lines := make([]string, len(errs))
-	for i, e := range errs {
+	shown := errs[:min(len(errs), MaxErrors)]
+	lines := make([]string, len(shown), len(shown)+1)
+	for i, e := range shown {
 		lines[i] = e.Error()
+	}
+	if more := len(errs) - len(shown); more > 0 {
+		lines = append(lines, fmt.Sprintf("… and %d more problems (fix these first)", more))
 	}
 	return strings.Join(lines, "\n")
 }

@@ -26,6 +26,8 @@ type Inventory struct {
 	Path string `yaml:"-" json:"-"`
 	// Warnings are findings that do not make the inventory invalid.
 	Warnings []string `yaml:"-" json:"-"`
+
+	byName map[string]int // index of Machines by name, built by Parse
 }
 
 // Cluster holds the settings shared by every machine.
@@ -39,6 +41,7 @@ type Cluster struct {
 	Network           Network     `yaml:"network" json:"network" doc:"Cluster networking."`
 	Cilium            Cilium      `yaml:"cilium" json:"cilium" doc:"What Cilium is expected to run with."`
 	Patches           []string    `yaml:"patches" json:"patches" doc:"Config patch files applied to every machine, in order."`
+	ReadableDirs      []string    `yaml:"readableDirs" json:"readableDirs" doc:"Absolute directories besides the inventory's own that patches and the secrets bundle may be read from (e.g. a mounted Secret); any other path outside the inventory's directory is refused."`
 	ControlPlane      RoleOptions `yaml:"controlPlane" json:"controlPlane" doc:"Settings for control-plane machines."`
 	Workers           RoleOptions `yaml:"workers" json:"workers" doc:"Settings for worker machines."`
 }
@@ -133,6 +136,17 @@ func (m *Machine) InstallDiskType() string {
 	return m.InstallDiskSelector.Type
 }
 
+// index builds the name index Machine uses; the first machine of a name
+// wins, as the linear scan does.
+func (inv *Inventory) index() {
+	inv.byName = make(map[string]int, len(inv.Machines))
+	for i := range inv.Machines {
+		if _, dup := inv.byName[inv.Machines[i].Name]; !dup {
+			inv.byName[inv.Machines[i].Name] = i
+		}
+	}
+}
+
 // ControlPlanes returns the control-plane machines in inventory order.
 func (inv *Inventory) ControlPlanes() []*Machine {
 	var out []*Machine
@@ -146,6 +160,9 @@ func (inv *Inventory) ControlPlanes() []*Machine {
 
 // Machine returns the machine with the given name, or nil.
 func (inv *Inventory) Machine(name string) *Machine {
+	if i, ok := inv.byName[name]; ok && i < len(inv.Machines) && inv.Machines[i].Name == name {
+		return &inv.Machines[i]
+	}
 	for i := range inv.Machines {
 		if inv.Machines[i].Name == name {
 			return &inv.Machines[i]

@@ -43,6 +43,9 @@ type validator struct {
 	d     *decoder
 	errs  []*FieldError
 	warns []string
+	// patchProblems caches each patch file's verdict: machines share a few
+	// patches, and reading them once per machine made validate slow.
+	patchProblems map[string]string
 }
 
 func (v *validator) errorf(path, format string, args ...any) {
@@ -138,6 +141,16 @@ func (v *validator) validateCluster(c *Cluster) {
 		v.errorf("cluster.cilium.k8sServiceHost", "%q is not a host name or IP address", cl.K8sServiceHost)
 	}
 
+	for i, d := range c.ReadableDirs {
+		if !filepath.IsAbs(d) {
+			v.errorf(fmt.Sprintf("cluster.readableDirs[%d]", i), "%q is not an absolute path: name the directory from the root, e.g. /etc/devata/talos", d)
+		}
+	}
+	if c.Secrets != "" {
+		if _, err := Confine(v.dir, c.ReadableDirs, c.Secrets); err != nil {
+			v.errorf("cluster.secrets", "%v", err)
+		}
+	}
 	v.patches("cluster.patches", c.Patches)
 	v.patches("cluster.controlPlane.patches", c.ControlPlane.Patches)
 	v.patches("cluster.workers.patches", c.Workers.Patches)
@@ -373,15 +386,35 @@ func (v *validator) patches(path string, files []string) {
 			v.errorf(pp, "empty patch path")
 			continue
 		}
-		data, err := os.ReadFile(ResolvePath(v.dir, f))
-		if err != nil {
-			v.errorf(pp, "cannot read patch %s: %v", f, unwrapPathError(err))
-			continue
+		msg, seen := v.patchProblems[f]
+		if !seen {
+			msg = v.patchProblem(f)
+			if v.patchProblems == nil {
+				v.patchProblems = map[string]string{}
+			}
+			v.patchProblems[f] = msg
 		}
-		if _, err := configpatcher.LoadPatch(data); err != nil {
-			v.errorf(pp, "patch %s does not load as a Talos config patch: %s", f, oneLine(err.Error()))
+		if msg != "" {
+			v.errorf(pp, "%s", msg)
 		}
 	}
+}
+
+// patchProblem reads and loads one patch file; "" when it is fine. The
+// message never quotes the file.
+func (v *validator) patchProblem(f string) string {
+	path, err := Confine(v.dir, v.inv.Cluster.ReadableDirs, f)
+	if err != nil {
+		return err.Error()
+	}
+	data, err := ReadFile(path)
+	if err != nil {
+		return fmt.Sprintf("cannot read patch %s: %v", f, unwrapPathError(err))
+	}
+	if _, err := configpatcher.LoadPatch(data); err != nil {
+		return fmt.Sprintf("patch %s does not load as a Talos config patch: %s", f, PatchError(err))
+	}
+	return ""
 }
 
 // ResolvePath makes a path from the inventory relative to the inventory's directory.
