@@ -68,8 +68,17 @@ func LoadSecrets(path string) (*secrets.Bundle, error) {
 	if err := b.Validate(); err != nil {
 		return nil, fmt.Errorf("secrets bundle %s is incomplete or damaged: %w (restore it from your backup, or recover it with `devata gen secrets --from-controlplane-config`)", path, err)
 	}
+	// machinery's Validate does not look at the token, and the API server
+	// refuses one of another shape: every kubelet's join would fail
+	if b.Secrets != nil && !bootstrapTokenRE.MatchString(b.Secrets.BootstrapToken) {
+		return nil, fmt.Errorf("secrets bundle %s: secrets.bootstraptoken is not a Kubernetes bootstrap token (six then sixteen characters of [a-z0-9], joined by a dot; the value is not shown): restore the bundle from your backup, or recover it with `devata gen secrets --from-controlplane-config`", path)
+	}
 	return b, nil
 }
+
+// bootstrapTokenRE is a bootstrap token's shape (k8s.io/cluster-bootstrap
+// BootstrapTokenPattern).
+var bootstrapTokenRE = regexp.MustCompile(`^[a-z0-9]{6}\.[a-z0-9]{16}$`)
 
 var yamlLineRE = regexp.MustCompile(`line (\d+)`)
 

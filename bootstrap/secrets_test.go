@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
@@ -119,6 +120,28 @@ func TestLoadSecretsErrorsNeverQuoteTheFile(t *testing.T) {
 	// yaml.v3 quotes the first 7 characters of a value it cannot decode.
 	if bytes.Contains([]byte(err.Error()), []byte(secret[:7])) {
 		t.Fatalf("error quotes the secret: %v", err)
+	}
+}
+
+// A bundle whose bootstrap token the API server would refuse is refused
+// on load, without the token in the error.
+func TestLoadSecretsRefusesAMalformedBootstrapToken(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("testdata", "secrets.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := bootstrap.LoadSecrets(filepath.Join("testdata", "secrets.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const bad = "NOT-A.TOKEN-hunter2"
+	path := filepath.Join(t.TempDir(), "secrets.yaml")
+	if err := os.WriteFile(path, bytes.Replace(data, []byte(b.Secrets.BootstrapToken), []byte(bad), 1), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = bootstrap.LoadSecrets(path)
+	if err == nil || !strings.Contains(err.Error(), "secrets.bootstraptoken is not a Kubernetes bootstrap token") || strings.Contains(err.Error(), "hunter2") {
+		t.Errorf("malformed token: %v", err)
 	}
 }
 
