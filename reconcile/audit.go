@@ -2,10 +2,12 @@ package reconcile
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -42,9 +44,11 @@ type AuditRecord struct {
 }
 
 // AuditLog writes AuditRecords as JSON Lines. It is safe for concurrent use;
-// a nil *AuditLog discards records.
+// a nil *AuditLog discards records. A record is on disk (synced, where the
+// writer can sync) when Record returns nil.
 type AuditLog struct {
 	mu       sync.Mutex
+	name     string // in errors: the path, or "audit log"
 	w        io.Writer
 	closer   io.Closer
 	identity string
@@ -54,7 +58,7 @@ type AuditLog struct {
 // NewAuditLog writes records to w, stamped with the writer's identity
 // (leader-election identity or host name) and shard.
 func NewAuditLog(w io.Writer, identity string, shard Shard) *AuditLog {
-	return &AuditLog{w: w, identity: identity, shard: shard.String()}
+	return &AuditLog{name: "audit log", w: w, identity: identity, shard: shard.String()}
 }
 
 // OpenAuditLog appends to the file at path (created 0600).
@@ -64,11 +68,11 @@ func OpenAuditLog(path, identity string, shard Shard) (*AuditLog, error) {
 		return nil, fmt.Errorf("audit log: %w", err)
 	}
 	a := NewAuditLog(f, identity, shard)
-	a.closer = f
+	a.name, a.closer = "audit log "+path, f
 	return a, nil
 }
 
-// Record writes one record, one line, in one write.
+// Record writes one record, one line, in one write, and syncs it.
 func (a *AuditLog) Record(r AuditRecord) error {
 	if a == nil {
 		return nil
@@ -84,10 +88,19 @@ func (a *AuditLog) Record(r AuditRecord) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.w == nil {
-		return fmt.Errorf("audit log closed")
+		return fmt.Errorf("%s: closed", a.name)
 	}
-	_, err = a.w.Write(append(b, '\n'))
-	return err
+	if _, err := a.w.Write(append(b, '\n')); err != nil {
+		return fmt.Errorf("%s: write: %w", a.name, err)
+	}
+	if s, ok := a.w.(interface{ Sync() error }); ok {
+		// A terminal, pipe or /dev/null cannot sync (EINVAL): what was
+		// written is all there is to do.
+		if err := s.Sync(); err != nil && !errors.Is(err, syscall.EINVAL) && !errors.Is(err, errors.ErrUnsupported) {
+			return fmt.Errorf("%s: sync: %w", a.name, err)
+		}
+	}
+	return nil
 }
 
 // Close closes the file OpenAuditLog opened; later records fail.

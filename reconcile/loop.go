@@ -129,6 +129,9 @@ type Loop struct {
 	ReportOnly, DryRun bool
 	Mode               machines.Mode
 	MaxUnavailable     int
+	// AllowQuorumLoss lets a rebooting change take down a control plane of
+	// an etcd of one or two members (Rollout.AllowQuorumLoss).
+	AllowQuorumLoss bool
 	// Workers handle queued machines at once; Concurrency bounds observation.
 	Workers, Concurrency int
 	// Timeout bounds one Talos API call, Wait a machine's return or a gate.
@@ -159,6 +162,7 @@ type Loop struct {
 	blocked  string // why changes are stopped; empty when not
 	awaited  map[string]bool
 	outcomes map[string]string
+	errs     map[string]string
 	passDone chan struct{}
 }
 
@@ -186,6 +190,8 @@ type PassResult struct {
 	// Queued machines were handed to the workers; Outcomes says how each ended.
 	Queued   []string
 	Outcomes map[string]string
+	// Errors says why a queued machine's sync failed, by machine.
+	Errors map[string]string
 	// BackingOff machines failed before and wait for their retry.
 	BackingOff []string
 	// Blocked says why every change is stopped (a failed gate), if it is.
@@ -346,7 +352,7 @@ func (l *Loop) startWorkers(ctx context.Context, t *term) (stop func()) {
 
 // pass is one level-triggered pass.
 func (l *Loop) pass(ctx context.Context, t *term) *PassResult {
-	res := &PassResult{Started: time.Now(), Outcomes: map[string]string{}}
+	res := &PassResult{Started: time.Now(), Outcomes: map[string]string{}, Errors: map[string]string{}}
 	defer func() {
 		res.Duration = time.Since(res.Started)
 		l.Metrics.passDuration.Observe(res.Duration.Seconds())
@@ -392,7 +398,7 @@ func (l *Loop) pass(ctx context.Context, t *term) *PassResult {
 		return compareBool(b.IsControlPlane(), a.IsControlPlane())
 	})
 	l.mu.Lock()
-	l.awaited, l.outcomes, l.passDone = map[string]bool{}, res.Outcomes, make(chan struct{})
+	l.awaited, l.outcomes, l.errs, l.passDone = map[string]bool{}, res.Outcomes, res.Errors, make(chan struct{})
 	var queue []string
 	for _, m := range owned {
 		switch {
@@ -420,7 +426,7 @@ func (l *Loop) pass(ctx context.Context, t *term) *PassResult {
 	case <-ctx.Done():
 	}
 	l.mu.Lock()
-	res.Outcomes = maps.Clone(l.outcomes)
+	res.Outcomes, res.Errors = maps.Clone(l.outcomes), maps.Clone(l.errs)
 	l.awaited = nil
 	if res.Blocked == "" {
 		res.Blocked = l.blocked
@@ -558,11 +564,11 @@ func (l *Loop) worker(ctx context.Context, t *term) {
 			t.queue.Forget(key)
 		}
 		t.queue.Done(key)
-		l.finish(key, outcome)
+		l.finish(key, outcome, err)
 	}
 }
 
-func (l *Loop) finish(key, outcome string) {
+func (l *Loop) finish(key, outcome string, err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if !l.awaited[key] {
@@ -570,6 +576,9 @@ func (l *Loop) finish(key, outcome string) {
 	}
 	delete(l.awaited, key)
 	l.outcomes[key] = outcome
+	if err != nil {
+		l.errs[key] = err.Error()
+	}
 	if len(l.awaited) == 0 {
 		close(l.passDone)
 	}
@@ -647,14 +656,21 @@ func (l *Loop) change(ctx context.Context, t *term, d *Desired, desired map[stri
 		return OutcomeInterrupted, nil
 	}
 
+	// The audit log fails closed: a change whose record cannot be written
+	// is not made.
 	rec.Result = ResultStarted
-	l.audit(rec)
+	if err := l.Audit.Record(rec); err != nil {
+		l.Metrics.errors.WithLabelValues("audit").Inc()
+		l.Log.Error("not changed: the audit log cannot be written", "machine", key, "error", err)
+		return OutcomeFailed, fmt.Errorf("%s not changed: %w; fix or free the audit log path, or run without --audit-log", key, err)
+	}
 	t.mu.Lock()
 	t.inflight[key] = rec
 	t.mu.Unlock()
 	ro := &Rollout{
 		Inventory: d.Inventory, Desired: desired, Dialer: l.Dialer, MaxUnavailable: 1,
 		Timeout: l.Timeout, Wait: l.Wait, TryTimeout: l.TryTimeout, Poll: l.Poll,
+		AllowQuorumLoss: l.AllowQuorumLoss,
 		Say: func(format string, args ...any) {
 			l.Log.Info(strings.TrimSpace(fmt.Sprintf(format, args...)), "machine", key)
 		},
@@ -684,6 +700,13 @@ func (l *Loop) change(ctx context.Context, t *term, d *Desired, desired map[stri
 			rec.Error = out.Stopped
 			l.block(out.Stopped)
 		}
+	case out.Refused:
+		// etcd is healthy but too small to lose this control plane: only
+		// this machine waits (for --allow-quorum-loss or a third control
+		// plane); the gate is not failed, so the others carry on.
+		rec.Result, rec.Error = ResultBlocked, out.Stopped
+		outcome = OutcomeBlocked
+		l.Log.Warn("not changed: taking it down loses etcd quorum", "machine", key, "why", out.Stopped)
 	case ctx.Err() != nil:
 		rec.Result, rec.Error = ResultInterrupted, "stopped before anything was sent: "+out.Stopped
 		outcome = OutcomeInterrupted

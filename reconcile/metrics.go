@@ -20,7 +20,7 @@ import (
 //	devata_reconcile_passes_total{result}                      ok, inventory-invalid, blocked, interrupted
 //	devata_reconcile_last_pass_timestamp_seconds               when the last pass ended
 //	devata_reconcile_actions_total{kind,result}                kind apply; result converged, failed, blocked, interrupted, dry-run, abandoned
-//	devata_reconcile_errors_total{stage}                       inventory, observe, plan, apply, gate
+//	devata_reconcile_errors_total{stage}                       inventory, observe, plan, apply, gate, audit
 //	devata_reconcile_machine_failures{machine}                 consecutive failed syncs (0 once it succeeds)
 //	devata_reconcile_machine_backoff_seconds{machine}          the delay before its next retry
 //	devata_reconcile_inventory_valid                           0 while the last edit is invalid (the last valid one is in force)

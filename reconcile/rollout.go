@@ -14,7 +14,8 @@ import (
 )
 
 // Rollout applies a plan under devata's rollout policy: control planes one at
-// a time, each gated before and after on etcd health and quorum; then workers
+// a time, each gated before and after on etcd health, and before a rebooting
+// change on etcd keeping quorum without it (MayTakeDown); then workers
 // in batches of MaxUnavailable. After each change it waits until the machine
 // runs the desired config again (through its reboot, if any). It stops at the
 // first failed gate or step and says where and how to resume.
@@ -28,6 +29,9 @@ type Rollout struct {
 	TryTimeout    time.Duration
 	// Poll is how often a wait looks again (default 500ms).
 	Poll time.Duration
+	// AllowQuorumLoss lets a rebooting change take down a control plane of
+	// an etcd too small to lose one (one or two members; see MayTakeDown).
+	AllowQuorumLoss bool
 	// Say prints one line of progress for people.
 	Say func(format string, args ...any)
 }
@@ -42,6 +46,9 @@ type Outcome struct {
 	// InFlight names the machines that were being changed when an interrupt
 	// came; they were finished (or failed) before the rollout stopped.
 	InFlight string
+	// Refused marks a stop by the quorum rule (MayTakeDown): etcd is healthy
+	// but too small to lose the next control plane; nothing was sent to it.
+	Refused bool
 }
 
 // Done reports whether every pending action converged.
@@ -81,7 +88,13 @@ func (r *Rollout) Run(ctx context.Context, plan *Plan) *Outcome {
 			untouched(workers)
 			return out
 		}
-		if err := r.etcdGate(ctx, "before "+a.Machine.Name); err != nil {
+		var down *inventory.Machine
+		if a.Reboots {
+			down = a.Machine
+		}
+		if err := r.etcdGate(ctx, "before "+a.Machine.Name, down); err != nil {
+			var qe *QuorumError
+			out.Refused = errors.As(err, &qe) && qe.Loss
 			out.Stopped = err.Error()
 			untouched(cps[i:])
 			untouched(workers)
@@ -98,7 +111,7 @@ func (r *Rollout) Run(ctx context.Context, plan *Plan) *Outcome {
 			untouched(workers)
 			return out
 		}
-		if err := r.etcdGate(context.WithoutCancel(ctx), "after "+a.Machine.Name); err != nil {
+		if err := r.etcdGate(context.WithoutCancel(ctx), "after "+a.Machine.Name, nil); err != nil {
 			out.Converged = append(out.Converged, a.Machine.Name)
 			out.Stopped = err.Error()
 			untouched(cps[i+1:])
@@ -230,15 +243,30 @@ func (r *Rollout) waitConverged(ctx context.Context, m *inventory.Machine) error
 
 // etcdGate waits until every control plane answers, agrees on the members,
 // which are exactly the inventory's control planes, and reports no errors and
-// a leader. Before a change this also guarantees quorum survives losing one
-// member (with three or more).
-func (r *Rollout) etcdGate(ctx context.Context, when string) error {
+// a leader. Before a change that takes control plane down (one that reboots)
+// it also waits until MayTakeDown lets it go; a refusal because etcd is too
+// small to lose a member stops at once, since waiting does not help, unless
+// AllowQuorumLoss accepts it.
+func (r *Rollout) etcdGate(ctx context.Context, when string, down *inventory.Machine) error {
 	wctx, cancel := context.WithTimeout(ctx, r.Wait)
 	defer cancel()
 	for {
-		err := EtcdHealthy(ctx, r.Inventory, r.Dialer, r.Timeout)
+		v := ObserveEtcd(ctx, r.Inventory, r.Dialer, r.Timeout)
+		err := v.Err()
+		if err == nil && down != nil {
+			var qe *QuorumError
+			switch qerr := MayTakeDown(v, down.Name); {
+			case qerr == nil:
+			case errors.As(qerr, &qe) && qe.Loss && r.AllowQuorumLoss:
+				r.say("    gate %s: quorum loss accepted (--allow-quorum-loss): %s", when, qe.Why)
+			case qe != nil && qe.Loss:
+				return fmt.Errorf("%w %s: %w", ErrGate, when, qerr)
+			default:
+				err = qerr
+			}
+		}
 		if err == nil {
-			r.say("    gate %s: etcd healthy, %d/%d members", when, len(r.Inventory.ControlPlanes()), len(r.Inventory.ControlPlanes()))
+			r.say("    gate %s: etcd healthy, %d/%d members", when, len(v.Healthy), len(v.Members))
 			return nil
 		}
 		select {
@@ -249,52 +277,11 @@ func (r *Rollout) etcdGate(ctx context.Context, when string) error {
 	}
 }
 
-// EtcdHealthy checks etcd from every control plane's point of view.
+// EtcdHealthy checks etcd from every control plane's point of view: every
+// control plane answers, they agree that the members are exactly the
+// inventory's control planes, etcd reports no errors and one leader.
 func EtcdHealthy(ctx context.Context, inv *inventory.Inventory, d *machines.Dialer, timeout time.Duration) error {
-	cps := inv.ControlPlanes()
-	var want []string
-	for _, m := range cps {
-		want = append(want, m.Name)
-	}
-	slices.Sort(want)
-	var (
-		mu       sync.Mutex
-		problems []string
-		leaders  = map[uint64]bool{}
-	)
-	_ = machines.ForEach(ctx, cps, len(cps), timeout, func(ctx context.Context, m *inventory.Machine) error {
-		o := machines.Observe(ctx, d, m)
-		mu.Lock()
-		defer mu.Unlock()
-		switch {
-		case o.Err != nil:
-			problems = append(problems, o.Err.Error())
-		case o.Etcd == nil:
-			problems = append(problems, fmt.Sprintf("%s: %v", m.Name, o.EtcdErr))
-		default:
-			got := slices.Clone(o.Etcd.Members)
-			slices.Sort(got)
-			if !slices.Equal(got, want) {
-				problems = append(problems, fmt.Sprintf("%s sees members [%s], want [%s]", m.Name, strings.Join(got, " "), strings.Join(want, " ")))
-			}
-			if o.EtcdErr != nil {
-				problems = append(problems, fmt.Sprintf("%s: %v", m.Name, o.EtcdErr))
-			}
-			if len(o.Etcd.Errors) > 0 {
-				problems = append(problems, fmt.Sprintf("%s: etcd reports %s", m.Name, strings.Join(o.Etcd.Errors, "; ")))
-			}
-			leaders[o.Etcd.Leader] = true
-		}
-		return nil
-	})
-	if len(problems) == 0 && (len(leaders) != 1 || leaders[0]) {
-		problems = append(problems, "control planes do not agree on one etcd leader")
-	}
-	if len(problems) > 0 {
-		slices.Sort(problems)
-		return errors.New(strings.Join(problems, "; "))
-	}
-	return nil
+	return ObserveEtcd(ctx, inv, d, timeout).Err()
 }
 
 func (r *Rollout) say(format string, args ...any) {

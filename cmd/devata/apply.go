@@ -20,9 +20,10 @@ func (a *app) newApplyCommand() *cobra.Command {
 	var flags struct {
 		mode           string
 		dryRun, yes    bool
+		allowQuorum    bool
 		machines       []string
 		maxUnavailable int
-		wait           time.Duration
+		wait, waitLock time.Duration
 	}
 	cmd := &cobra.Command{
 		Use:   "apply",
@@ -31,7 +32,10 @@ func (a *app) newApplyCommand() *cobra.Command {
 applied config differs (the others get no call at all), prints the plan with
 redacted diffs, then rolls it out: control planes one at a time, each gated
 before and after on etcd health and quorum, then workers in batches of
---max-unavailable. After each change it waits until the machine runs the
+--max-unavailable. A change that reboots a control plane must leave etcd a
+quorum without it: with n members, n−1 healthy ones must be at least ⌊n/2⌋+1,
+so with one or two control planes it is refused (the Kubernetes API would stop
+until the machine returns) unless --allow-quorum-loss. After each change it waits until the machine runs the
 desired config again, through its reboot if there is one. It stops at the first
 failed gate or step and says where; rerunning continues from what the machines
 report.
@@ -53,6 +57,14 @@ Exit 0 done (or nothing to do), 1 some machines not converged, 2 error.`,
 			only, err := selectMachines(s.inv, flags.machines)
 			if err != nil {
 				return exitWith(exitTrouble, err)
+			}
+			if !flags.dryRun {
+				// plan under the lock: a plan made before it may be stale
+				release, err := a.writeLock(cmd.Context(), s.inv.Path, flags.waitLock)
+				if err != nil {
+					return err
+				}
+				defer release()
 			}
 			out := a.streams.Out
 			if a.settings.Simulated {
@@ -81,7 +93,8 @@ Exit 0 done (or nothing to do), 1 some machines not converged, 2 error.`,
 			ro := &reconcile.Rollout{
 				Inventory: s.inv, Desired: s.desired, Dialer: s.dialer,
 				MaxUnavailable: flags.maxUnavailable, Timeout: a.settings.Timeout, Wait: flags.wait,
-				Say: func(format string, args ...any) { fmt.Fprintf(out, format+"\n", args...) },
+				AllowQuorumLoss: flags.allowQuorum,
+				Say:             func(format string, args ...any) { fmt.Fprintf(out, format+"\n", args...) },
 			}
 			res := ro.Run(cmd.Context(), plan)
 			fmt.Fprintf(out, "converged: %s\n", listOrNone(res.Converged))
@@ -105,9 +118,13 @@ Exit 0 done (or nothing to do), 1 some machines not converged, 2 error.`,
 	cmd.Flags().BoolVar(&flags.yes, "yes", false, "do not ask before changes that reboot machines")
 	cmd.Flags().StringSliceVar(&flags.machines, "machines", nil, "only these machines (comma-separated names)")
 	cmd.Flags().IntVar(&flags.maxUnavailable, "max-unavailable", 1, "workers changed at once")
+	cmd.Flags().BoolVar(&flags.allowQuorum, "allow-quorum-loss", false, quorumLossUsage)
 	cmd.Flags().DurationVar(&flags.wait, "wait", 10*time.Minute, "how long to wait for a machine to return and for etcd to be healthy")
+	waitLockFlag(cmd, &flags.waitLock)
 	return cmd
 }
+
+const quorumLossUsage = "let a change reboot a control plane even when etcd loses quorum meanwhile (one or two control planes): the Kubernetes API stops until it returns"
 
 func selectMachines(inv *inventory.Inventory, names []string) ([]*inventory.Machine, error) {
 	if len(names) == 0 {

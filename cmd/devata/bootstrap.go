@@ -38,6 +38,7 @@ func (a *app) newBootstrapCommand() *cobra.Command {
 	var flags struct {
 		sequenceFlags
 		yes, force bool
+		waitLock   time.Duration
 	}
 	cmd := &cobra.Command{
 		Use:   "bootstrap",
@@ -78,6 +79,11 @@ Exit 0 ready and in sync, 1 ready but the drift report is not clean, 2 error or 
 			if a.settings.Simulated {
 				fmt.Fprintln(out, "SIMULATED: the machines are devata's simulated fleet.")
 			}
+			release, err := a.writeLock(cmd.Context(), opts.InventoryPath, flags.waitLock)
+			if err != nil {
+				return err
+			}
+			defer release()
 			seq := sequence.New(opts)
 			if err := seq.Run(cmd.Context()); err != nil {
 				return exitWith(exitTrouble, err)
@@ -117,6 +123,7 @@ Exit 0 ready and in sync, 1 ready but the drift report is not clean, 2 error or 
 	flags.register(cmd)
 	cmd.Flags().BoolVar(&flags.yes, "yes", false, "do not ask before a change that reboots a running machine")
 	cmd.Flags().BoolVar(&flags.force, "force", false, "replace an existing kubeconfig that belongs to another cluster")
+	waitLockFlag(cmd, &flags.waitLock)
 	return cmd
 }
 

@@ -27,14 +27,15 @@ import (
 
 func (a *app) newReconcileCommand() *cobra.Command {
 	var flags struct {
-		interval, grace, wait, backoffMax         time.Duration
-		once, reportOnly, dryRun, leaderElect     bool
-		mode, metricsAddr, shard, auditLog        string
-		leaseNamespace, leaseName                 string
-		leaseDuration, renewDeadline, retryPeriod time.Duration
-		maxUnavailable, writeBurst                int
-		writeRate                                 float64
-		checks                                    []string
+		interval, grace, wait, backoffMax, waitLock time.Duration
+		once, reportOnly, dryRun, leaderElect       bool
+		allowQuorumLoss                             bool
+		mode, metricsAddr, shard, auditLog          string
+		leaseNamespace, leaseName                   string
+		leaseDuration, renewDeadline, retryPeriod   time.Duration
+		maxUnavailable, writeBurst                  int
+		writeRate                                   float64
+		checks                                      []string
 	}
 	cmd := &cobra.Command{
 		Use:   "reconcile",
@@ -45,9 +46,14 @@ in force), observes every machine it owns, and queues each machine whose applied
 config is not the desired one. A queued machine is planned afresh (dry run) and
 changed under apply's rollout policy: one control plane at a time with etcd
 gates before and after, at most --max-unavailable workers, a global write rate.
+A change that reboots a control plane is refused, and the machine left pending,
+when etcd would lose quorum without it (one or two control planes) unless
+--allow-quorum-loss.
 A failed gate stops every change and is reported on every pass until it clears;
 a machine that keeps failing is retried with exponential backoff while the
-others carry on. Every action is written to --audit-log as a JSON line.
+others carry on. Every action is written to --audit-log as a JSON line, synced
+before the change is sent: when the record cannot be written the change is not
+made and the pass fails.
 
 --once runs one pass (exit 0 in sync or converged, 1 drift or changes left,
 2 an error or an Unknown). --report-only observes and reports only; --dry-run
@@ -73,6 +79,15 @@ Metrics, /healthz and /readyz are served on --metrics-addr.`,
 			}
 			if flags.reportOnly && flags.dryRun {
 				return exitWith(exitTrouble, errors.New("--report-only and --dry-run exclude each other: --report-only already sends nothing"))
+			}
+			if !flags.reportOnly && !flags.dryRun {
+				// one writer per cluster: held for the whole run, so a
+				// human's apply on this host is refused while it runs
+				release, err := a.writeLock(ctx, a.settings.Inventory, flags.waitLock)
+				if err != nil {
+					return err
+				}
+				defer release()
 			}
 			log := a.loopLogger()
 			tc, err := machines.LoadTalosconfig(a.settings.Talosconfig)
@@ -101,7 +116,7 @@ Metrics, /healthz and /readyz are served on --metrics-addr.`,
 				Extensions: func(inv *inventory.Inventory) []machines.Extension { return extensions(inv, kube, ex) },
 				Checks:     flags.checks, Simulated: a.settings.Simulated,
 				Interval: flags.interval, ReportOnly: flags.reportOnly, DryRun: flags.dryRun,
-				Mode: mode, MaxUnavailable: flags.maxUnavailable,
+				Mode: mode, MaxUnavailable: flags.maxUnavailable, AllowQuorumLoss: flags.allowQuorumLoss,
 				Workers: a.settings.Concurrency, Concurrency: a.settings.Concurrency,
 				Timeout: a.settings.Timeout, Wait: flags.wait, Grace: flags.grace, Shard: shard,
 				WriteRate: flags.writeRate, WriteBurst: flags.writeBurst, BackoffMax: flags.backoffMax,
@@ -162,6 +177,7 @@ Metrics, /healthz and /readyz are served on --metrics-addr.`,
 			return nil
 		},
 	}
+	waitLockFlag(cmd, &flags.waitLock)
 	f := cmd.Flags()
 	f.DurationVar(&flags.interval, "interval", 5*time.Minute, "time between the starts of two passes")
 	f.BoolVar(&flags.once, "once", false, "run one pass and exit (for a CronJob or a runbook step)")
@@ -169,6 +185,7 @@ Metrics, /healthz and /readyz are served on --metrics-addr.`,
 	f.BoolVar(&flags.dryRun, "dry-run", false, "plan (dry runs on the machines) and record what would change; write nothing")
 	f.StringVar(&flags.mode, "mode", "auto", "apply mode: auto, no-reboot, reboot, staged, try")
 	f.IntVar(&flags.maxUnavailable, "max-unavailable", 1, "workers changed at once")
+	f.BoolVar(&flags.allowQuorumLoss, "allow-quorum-loss", false, quorumLossUsage)
 	f.StringVar(&flags.metricsAddr, "metrics-addr", "", "serve /metrics, /healthz and /readyz on this address, e.g. :9090")
 	f.StringVar(&flags.shard, "shard", "", "own only shard i of N (i/N): workers by FNV-1a of their name; control planes belong to shard 0")
 	f.BoolVar(&flags.leaderElect, "leader-elect", false, "act only while holding a Lease (in-cluster config or --kubeconfig)")
@@ -275,6 +292,9 @@ func printPass(w io.Writer, res *reconcile.PassResult) {
 	}
 	for _, name := range res.Queued {
 		fmt.Fprintf(w, "%-20s %s\n", name, res.Outcomes[name])
+		if e := res.Errors[name]; e != "" {
+			fmt.Fprintf(w, "    %s\n", e)
+		}
 	}
 	for _, name := range res.BackingOff {
 		fmt.Fprintf(w, "%-20s backing off\n", name)

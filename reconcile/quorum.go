@@ -1,0 +1,186 @@
+package reconcile
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"devata.dev/devata/inventory"
+	"devata.dev/devata/machines"
+)
+
+// EtcdView is etcd as every control plane reports it at one moment: what
+// MayTakeDown decides from.
+type EtcdView struct {
+	// Members are the voting members the answering control planes agree on,
+	// sorted; nil when they disagree or none answered.
+	Members []string
+	// Healthy are the members whose etcd answered with no error and a leader.
+	Healthy []string
+	// Learners are members not yet promoted, as any control plane reports them.
+	Learners []string
+	// Down are control planes that did not answer or whose etcd does not run
+	// (rebooting, stopped, failed).
+	Down []string
+	// Problems is everything EtcdHealthy refuses, sorted; empty when healthy.
+	Problems []string
+}
+
+// QuorumError is MayTakeDown's refusal.
+type QuorumError struct {
+	// Loss: etcd is healthy but too small to lose a member (one or two
+	// control planes); waiting does not help, --allow-quorum-loss does.
+	// Otherwise etcd is not healthy enough right now, and waiting may help.
+	Loss bool
+	// Why says what taking it down means; Next what to do about it.
+	Why, Next string
+}
+
+func (e *QuorumError) Error() string { return e.Why + "; " + e.Next }
+
+// MayTakeDown decides whether control plane name may be taken down (a
+// rebooting change) without etcd losing quorum. Every member must be healthy,
+// the control planes must agree on the members, no learner may be pending and
+// none may be down; then the healthy members left, healthy−1, must still be a
+// quorum of the n members, ⌊n/2⌋+1. With one or two members no control plane
+// can go down without the Kubernetes API stopping until it returns.
+func MayTakeDown(v EtcdView, name string) error {
+	n := len(v.Members)
+	left := len(v.Healthy)
+	if slices.Contains(v.Healthy, name) {
+		left--
+	}
+	quorum := n/2 + 1
+	var why []string
+	if n == 0 {
+		why = append(why, "the control planes do not agree on etcd's members")
+	}
+	for _, m := range v.Down {
+		why = append(why, m+" is down")
+	}
+	for _, m := range v.Members {
+		if !slices.Contains(v.Healthy, m) && !slices.Contains(v.Down, m) {
+			why = append(why, m+" is not healthy")
+		}
+	}
+	for _, l := range v.Learners {
+		if l == "" {
+			l = "(unnamed: its etcd has not started)"
+		}
+		why = append(why, "learner "+l+" is not yet promoted")
+	}
+	why = append(why, v.Problems...)
+	if len(why) > 0 {
+		msg := fmt.Sprintf("etcd cannot lose %s now: %s", name, strings.Join(why, "; "))
+		if n > 0 && left < quorum {
+			msg += fmt.Sprintf("; taking %s down now leaves %d of %d healthy, below quorum %d", name, max(left, 0), n, quorum)
+		}
+		return &QuorumError{Why: msg, Next: "wait until every member is healthy, then run again"}
+	}
+	if left < quorum {
+		return &QuorumError{Loss: true,
+			Why: fmt.Sprintf("etcd has %d %s; taking %s down leaves %d of %d, below quorum %d: the Kubernetes API stops until it returns",
+				n, plural(n, "member", "members"), name, left, n, quorum),
+			Next: fmt.Sprintf("pass --allow-quorum-loss to accept that, or add %s so that one can be down without losing quorum", addControlPlanes(n))}
+	}
+	return nil
+}
+
+// addControlPlanes says what makes a cluster of n members survive one down.
+func addControlPlanes(n int) string {
+	if n == 2 {
+		return "a third control plane"
+	}
+	return fmt.Sprintf("control planes up to three (%d more)", 3-n)
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
+// ObserveEtcd asks every control plane of inv for its view of etcd.
+func ObserveEtcd(ctx context.Context, inv *inventory.Inventory, d *machines.Dialer, timeout time.Duration) EtcdView {
+	cps := inv.ControlPlanes()
+	var want []string
+	for _, m := range cps {
+		want = append(want, m.Name)
+	}
+	slices.Sort(want)
+	var (
+		mu       sync.Mutex
+		v        EtcdView
+		seen     [][]string
+		learners = map[string]bool{}
+		leaders  = map[uint64]bool{}
+	)
+	_ = machines.ForEach(ctx, cps, len(cps), timeout, func(ctx context.Context, m *inventory.Machine) error {
+		o := machines.Observe(ctx, d, m)
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case o.Err != nil:
+			v.Problems = append(v.Problems, o.Err.Error())
+			v.Down = append(v.Down, m.Name)
+		case o.Etcd == nil:
+			v.Problems = append(v.Problems, fmt.Sprintf("%s: %v", m.Name, o.EtcdErr))
+			v.Down = append(v.Down, m.Name)
+		default:
+			got := slices.Clone(o.Etcd.Members)
+			slices.Sort(got)
+			seen = append(seen, got)
+			if !slices.Equal(got, want) {
+				v.Problems = append(v.Problems, fmt.Sprintf("%s sees members [%s], want [%s]", m.Name, strings.Join(got, " "), strings.Join(want, " ")))
+			}
+			healthy := true
+			if o.EtcdErr != nil {
+				v.Problems = append(v.Problems, fmt.Sprintf("%s: %v", m.Name, o.EtcdErr))
+				healthy = false
+			}
+			if len(o.Etcd.Errors) > 0 {
+				v.Problems = append(v.Problems, fmt.Sprintf("%s: etcd reports %s", m.Name, strings.Join(o.Etcd.Errors, "; ")))
+				healthy = false
+			}
+			if o.EtcdErr == nil && o.Etcd.Leader == 0 {
+				healthy = false
+			}
+			if healthy {
+				v.Healthy = append(v.Healthy, m.Name)
+			}
+			for _, l := range o.Etcd.Learners {
+				learners[l] = true
+			}
+			leaders[o.Etcd.Leader] = true
+		}
+		return nil
+	})
+	if len(v.Problems) == 0 && (len(leaders) != 1 || leaders[0]) {
+		v.Problems = append(v.Problems, "control planes do not agree on one etcd leader")
+	}
+	if len(seen) > 0 && !slices.ContainsFunc(seen, func(s []string) bool { return !slices.Equal(s, seen[0]) }) {
+		v.Members = seen[0]
+	}
+	// A healthy control plane that is not a member counts for nothing.
+	v.Healthy = slices.DeleteFunc(v.Healthy, func(m string) bool { return !slices.Contains(v.Members, m) })
+	for l := range learners {
+		v.Learners = append(v.Learners, l)
+	}
+	slices.Sort(v.Learners)
+	slices.Sort(v.Healthy)
+	slices.Sort(v.Down)
+	slices.Sort(v.Problems)
+	return v
+}
+
+// Err is EtcdHealthy's verdict on the view.
+func (v EtcdView) Err() error {
+	if len(v.Problems) > 0 {
+		return fmt.Errorf("%s", strings.Join(v.Problems, "; "))
+	}
+	return nil
+}
