@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
+	"regexp"
 	"strings"
 
 	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
@@ -21,6 +23,7 @@ const Redacted = "******"
 // encryption secrets and the service-account key; this list also covers what it
 // misses: registry credentials (the whole auth block), client TLS keys, WireGuard
 // keys, disk-encryption passphrases and static keys, inline manifests and files.
+// redactNode adds env values and URL credentials, which have no field of their own.
 var secretKeys = map[string]bool{
 	"key": true, "token": true, "secret": true, "password": true, "auth": true,
 	"identityToken": true, "privateKey": true, "presharedKey": true, "passphrase": true,
@@ -32,6 +35,26 @@ var secretKeys = map[string]bool{
 // carry bearer tokens. (Inline manifests and machine files are covered by
 // "contents" and "content" above: they routinely carry Kubernetes Secrets.)
 var secretParents = map[string]bool{"extraManifestHeaders": true}
+
+// userinfo matches the credentials of a URL anywhere in a value
+// ("http://admin:s3cret@proxy:3128", also inside "--flag=…" or a list):
+// scheme and host stay, so a diff still says which proxy or mirror changed.
+// Greedy up to the last "@" before the path: an unescaped "@" in a password
+// must not leave its tail showing.
+var userinfo = regexp.MustCompile(`([A-Za-z][A-Za-z0-9+.-]*://)[^/?#\s]+@`)
+
+// redactValue returns s with what is secret inside an otherwise public value
+// replaced: URL credentials. It reports whether anything was replaced.
+func redactValue(s string) (string, bool) {
+	r := userinfo.ReplaceAllString(s, "${1}"+Redacted+"@")
+	return r, r != s
+}
+
+// machineryRedacted reports whether machinery put its marker in a value: a
+// whole field, or a part of one (SideroLink's jointoken, query-escaped).
+func machineryRedacted(s string) bool {
+	return strings.Contains(s, Redacted) || strings.Contains(s, url.QueryEscape(Redacted))
+}
 
 // RedactConfig returns a machine config with every secret value replaced by
 // Redacted, and a hash of each secret by field path, so that secret drift can be
@@ -51,6 +74,24 @@ func RedactConfig(data []byte) ([]byte, map[string][32]byte, error) {
 	// Hash from the original document, so hashes change exactly when secrets do.
 	if err := walkDocs(data, func(path string, n *yaml.Node) {
 		hashes[path] = sha256.Sum256([]byte(n.Value))
+	}); err != nil {
+		return nil, nil, err
+	}
+	// Whatever machinery redacted and the walk does not know (a field added in
+	// a later machinery, SideroLink's jointoken) is hashed too, so that its
+	// change is reported rather than hidden behind an equal marker.
+	marked := map[string]bool{}
+	if err := scalars(enc, func(path, v string) {
+		if machineryRedacted(v) {
+			marked[path] = true
+		}
+	}); err != nil {
+		return nil, nil, err
+	}
+	if err := scalars(data, func(path, v string) {
+		if _, ok := hashes[path]; !ok && marked[path] && !machineryRedacted(v) {
+			hashes[path] = sha256.Sum256([]byte(v))
+		}
 	}); err != nil {
 		return nil, nil, err
 	}
@@ -80,7 +121,38 @@ func RedactConfig(data []byte) ([]byte, map[string][32]byte, error) {
 	return out.Bytes(), hashes, nil
 }
 
+// scalars calls fn with the path and value of every scalar in data's documents.
+func scalars(data []byte, fn func(path, v string)) error {
+	return eachDoc(data, func(doc *yaml.Node, prefix string) {
+		var walk func(n *yaml.Node, path string)
+		walk = func(n *yaml.Node, path string) {
+			switch n.Kind {
+			case yaml.DocumentNode:
+				for _, c := range n.Content {
+					walk(c, path)
+				}
+			case yaml.MappingNode:
+				for i := 0; i+1 < len(n.Content); i += 2 {
+					k, _ := redactValue(n.Content[i].Value)
+					walk(n.Content[i+1], joinField(path, k))
+				}
+			case yaml.SequenceNode:
+				for i, c := range n.Content {
+					walk(c, fmt.Sprintf("%s[%d]", path, i))
+				}
+			case yaml.ScalarNode:
+				fn(path, n.Value)
+			}
+		}
+		walk(doc, prefix)
+	})
+}
+
 func walkDocs(data []byte, fn func(string, *yaml.Node)) error {
+	return eachDoc(data, func(doc *yaml.Node, prefix string) { redactNode(doc, prefix, false, fn) })
+}
+
+func eachDoc(data []byte, fn func(doc *yaml.Node, prefix string)) error {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	for i := 0; ; i++ {
 		var doc yaml.Node
@@ -90,14 +162,13 @@ func walkDocs(data []byte, fn func(string, *yaml.Node)) error {
 			}
 			return err
 		}
-		prefix := docPrefix(&doc, i)
-		redactNode(&doc, prefix, false, fn)
+		fn(&doc, docPrefix(&doc, i))
 	}
 }
 
 // docPrefix names a document in hash paths: its kind (and name), else its index.
 func docPrefix(doc *yaml.Node, i int) string {
-	var kind, name string
+	var kind, name, version string
 	if len(doc.Content) == 1 && doc.Content[0].Kind == yaml.MappingNode {
 		m := doc.Content[0].Content
 		for j := 0; j+1 < len(m); j += 2 {
@@ -106,10 +177,15 @@ func docPrefix(doc *yaml.Node, i int) string {
 				kind = m[j+1].Value
 			case "name":
 				name = m[j+1].Value
+			case "version":
+				version = m[j+1].Value
 			}
 		}
 	}
+	// machinery encodes the v1alpha1 document first, wherever the input had it.
 	switch {
+	case kind == "" && version == "v1alpha1":
+		return "v1alpha1"
 	case kind != "" && name != "":
 		return kind + "/" + name
 	case kind != "":
@@ -120,8 +196,9 @@ func docPrefix(doc *yaml.Node, i int) string {
 	return fmt.Sprintf("doc%d", i)
 }
 
-// redactNode replaces secret scalars under n with Redacted, calling fn with the
-// path and original node of each before it is replaced.
+// redactNode replaces secret scalars under n with Redacted (and URL
+// credentials in any scalar), calling fn with the path and original node of
+// each before it is replaced.
 func redactNode(n *yaml.Node, path string, secret bool, fn func(string, *yaml.Node)) {
 	switch n.Kind {
 	case yaml.DocumentNode:
@@ -130,17 +207,73 @@ func redactNode(n *yaml.Node, path string, secret bool, fn func(string, *yaml.No
 		}
 	case yaml.MappingNode:
 		for i := 0; i+1 < len(n.Content); i += 2 {
-			k := n.Content[i].Value
-			redactNode(n.Content[i+1], joinField(path, k), secret || secretKeys[k] || secretParents[k], fn)
+			kn := n.Content[i]
+			k, changed := redactValue(kn.Value)
+			if changed {
+				// a key is part of every path below it: never print it whole
+				fn(joinField(path, k)+"(key)", kn)
+				kn.Value = k
+			}
+			v, p := n.Content[i+1], joinField(path, k)
+			switch {
+			case k == "env" && v.Kind == yaml.SequenceNode:
+				redactEnvList(v, p, fn)
+			case k == "environment" && v.Kind == yaml.SequenceNode:
+				redactEnvironment(v, p, fn)
+			default:
+				// machine.env is where proxies with credentials live: every
+				// value is secret, its keys are not (secretParents would not
+				// keep keys of a Kubernetes-style list, handled above).
+				redactNode(v, p, secret || secretKeys[k] || secretParents[k] || k == "env", fn)
+			}
 		}
 	case yaml.SequenceNode:
 		for i, c := range n.Content {
 			redactNode(c, fmt.Sprintf("%s[%d]", path, i), secret, fn)
 		}
 	case yaml.ScalarNode:
-		if secret && n.Value != "" && n.Tag != "!!bool" && n.Tag != "!!null" {
+		switch {
+		case secret && n.Value != "" && n.Tag != "!!bool" && n.Tag != "!!null":
 			fn(path, n)
 			n.Value, n.Tag, n.Style = Redacted, "!!str", 0
+		case !secret:
+			if v, changed := redactValue(n.Value); changed {
+				fn(path, n)
+				n.Value = v
+			}
+		}
+	}
+}
+
+// redactEnvList handles a Kubernetes-style env list (static pods in
+// machine.pods): each entry's value is secret, its name is not.
+func redactEnvList(seq *yaml.Node, path string, fn func(string, *yaml.Node)) {
+	for i, c := range seq.Content {
+		p := fmt.Sprintf("%s[%d]", path, i)
+		if c.Kind != yaml.MappingNode {
+			redactNode(c, p, true, fn)
+			continue
+		}
+		for j := 0; j+1 < len(c.Content); j += 2 {
+			k := c.Content[j].Value
+			redactNode(c.Content[j+1], joinField(p, k), k == "value", fn)
+		}
+	}
+}
+
+// redactEnvironment handles a list of KEY=VALUE strings (an
+// ExtensionServiceConfig's environment): VALUE is secret, KEY is not.
+func redactEnvironment(seq *yaml.Node, path string, fn func(string, *yaml.Node)) {
+	for i, c := range seq.Content {
+		p := fmt.Sprintf("%s[%d]", path, i)
+		key, _, ok := strings.Cut(c.Value, "=")
+		if c.Kind != yaml.ScalarNode || !ok {
+			redactNode(c, p, true, fn)
+			continue
+		}
+		if c.Value != key+"="+Redacted {
+			fn(joinField(p, key), c)
+			c.Value, c.Tag, c.Style = key+"="+Redacted, "!!str", 0
 		}
 	}
 }

@@ -1,0 +1,124 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"devata.dev/devata/internal/simtest"
+	"devata.dev/devata/sim"
+)
+
+// credentialsCommon is the homelab's common patch with credentials where
+// Talos has no secret field for them (issue 15, probe 9).
+const credentialsCommon = `machine:
+  time:
+    servers:
+      - time.cloudflare.com
+  sysctls:
+    net.core.bpf_jit_harden: "1"
+  env:
+    https_proxy: http://admin:s3cret-env@proxy.lan:3128
+  registries:
+    mirrors:
+      docker.io:
+        endpoints:
+          - https://mirror-user:s3cret-mirror@mirror.lan:5000
+    config:
+      registry.lan:
+        auth:
+          username: registry-user-secret
+          password: s3cret-registry-password
+          auth: czNjcmV0LWF1dGgtYmxvYg==
+          identityToken: s3cret-identity-token
+cluster:
+  extraManifests:
+    - https://gh-user:s3cret-manifest@manifests.lan/cni.yaml
+  extraManifestHeaders:
+    Authorization: Bearer s3cret-header-token
+`
+
+// Every output of drift (each format, the stream, the JUnit and Prometheus
+// files), plan, apply --dry-run, apply and reconcile --once is searched for
+// the credentials on both sides of a diff: the ones the desired config adds
+// and the older ones cp-2 runs with.
+func TestNoOutputLeaksCredentialsOutsideSecretFields(t *testing.T) {
+	sf := startSim(t, simtest.Options{Bootstrap: true})
+	if err := os.WriteFile(filepath.Join(sf.Dir, "patches", "common.yaml"), []byte(credentialsCommon), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := t.TempDir()
+	if r := devata(t, nil, "gen", "config", "-i", filepath.Join(sf.Dir, "inventory.yaml"), "-o", out); r.code != 0 {
+		t.Fatalf("gen config: exit %d\n%s", r.code, r.err)
+	}
+	desired, err := os.ReadFile(filepath.Join(out, "cp-2.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	secrets := []string{
+		"s3cret-env", "mirror-user", "s3cret-mirror", "registry-user-secret", "s3cret-registry-password",
+		"czNjcmV0LWF1dGgtYmxvYg==", "s3cret-identity-token", "gh-user", "s3cret-manifest", "s3cret-header-token",
+	}
+	for _, s := range secrets {
+		if !bytes.Contains(desired, []byte(s)) {
+			t.Fatalf("rendered config lacks %q: the test would prove nothing", s)
+		}
+	}
+	// cp-2 runs the same credentials, older: each shows as a changed secret.
+	old := bytes.ReplaceAll(desired, []byte("s3cret"), []byte("0ldpass"))
+	old = bytes.ReplaceAll(old, []byte("-user"), []byte("-olduser"))
+	secrets = append(secrets, "0ldpass", "-olduser")
+	sf.Sim.Machine("cp-2").SetFaults(sim.Faults{DriftedConfig: old})
+
+	dir := t.TempDir()
+	junit, prom := filepath.Join(dir, "drift.xml"), filepath.Join(dir, "drift.prom")
+	var everything bytes.Buffer
+	record := func(what string, r result) {
+		t.Helper()
+		if r.code != 0 && r.code != 1 && r.code != 2 {
+			t.Fatalf("%s: exit %d\n%s", what, r.code, r.err)
+		}
+		everything.WriteString(r.stdout + r.err)
+	}
+	for _, format := range []string{"table", "json", "junit", "prom"} {
+		record("drift -o "+format, devata(t, nil, "drift", "--config", sf.settings, "-o", format, "-vv", "--log-format", "json", "--junit-file", junit, "--prom-file", prom))
+		for _, f := range []string{junit, prom} {
+			data, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			everything.Write(data)
+		}
+	}
+	record("drift --stream", devata(t, nil, "drift", "--config", sf.settings, "-o", "json", "--stream"))
+	for _, format := range []string{"text", "json", "markdown"} {
+		record("plan -o "+format, devata(t, nil, "plan", "--config", sf.settings, "-o", format))
+	}
+	record("apply --dry-run", devata(t, nil, "apply", "--dry-run", "--config", sf.settings, "-vv", "--log-format", "json"))
+	record("reconcile --once --dry-run", devata(t, nil, "reconcile", "--once", "--dry-run", "--config", sf.settings, "--audit-log", filepath.Join(dir, "audit.jsonl"), "-vv"))
+	record("apply --yes", devata(t, nil, "apply", "--yes", "--config", sf.settings, "-vv", "--log-format", "json"))
+	record("reconcile --once", devata(t, nil, "reconcile", "--once", "--config", sf.settings, "--audit-log", filepath.Join(dir, "audit.jsonl"), "-vv"))
+	audit, err := os.ReadFile(filepath.Join(dir, "audit.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	everything.Write(audit)
+
+	all := everything.String()
+	for _, want := range []string{
+		"dry run: nothing was written", "converged: cp-1, cp-2", "https_proxy", "mirror.lan:5000", "https://******@mirror.lan:5000", "manifests.lan/cni.yaml",
+		"v1alpha1.machine.env.https_proxy", `registries.config["registry.lan"].auth.password`, "extraManifestHeaders.Authorization",
+	} {
+		if !strings.Contains(all, want) {
+			t.Errorf("output lacks %q: the non-secret part must stay readable", want)
+		}
+	}
+	for _, s := range append(secrets, secretValues(sf.Bundle)...) {
+		if strings.Contains(all, s) {
+			i := strings.Index(all, s)
+			t.Errorf("output contains secret %.12q…: %q", s, all[max(0, i-80):min(len(all), i+40)])
+		}
+	}
+}
