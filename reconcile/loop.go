@@ -597,22 +597,9 @@ func (l *Loop) sync(ctx context.Context, t *term, key string) (string, error) {
 	if err != nil {
 		return OutcomeFailed, err
 	}
-	p := &Planner{Inventory: d.Inventory, Desired: desired, Dialer: l.Dialer, Mode: l.Mode, Concurrency: 1, Timeout: l.Timeout}
-	plan, err := p.Plan(ctx, []*inventory.Machine{m})
-	if err != nil {
-		return OutcomeInterrupted, nil
-	}
-	a := plan.Actions[0]
-	switch a.Kind {
-	case KindNone:
-		return OutcomeInSync, nil
-	case KindSkip:
-		if a.Held {
-			l.Log.Warn("not changed", "machine", key, "reason", a.Reason)
-			return OutcomeHeld, nil
-		}
-		l.Metrics.errors.WithLabelValues("plan").Inc()
-		return OutcomeFailed, fmt.Errorf("%s: %s", key, a.Reason)
+	a, outcome, err := l.planOne(ctx, d, desired, m)
+	if outcome != "" {
+		return outcome, err
 	}
 	rec := AuditRecord{Machine: key, Action: string(KindApply), Mode: string(a.Mode), Reboots: a.Reboots, Reason: a.Reason, Diff: a.Diff.Summary()}
 	if l.DryRun {
@@ -623,6 +610,29 @@ func (l *Loop) sync(ctx context.Context, t *term, key string) (string, error) {
 		return OutcomeDryRun, nil
 	}
 	return l.change(ctx, t, d, desired, a, rec)
+}
+
+// planOne plans the machine alone; a non-empty outcome means there is
+// nothing to apply (in sync, held, failed to plan, interrupted).
+func (l *Loop) planOne(ctx context.Context, d *Desired, desired map[string][]byte, m *inventory.Machine) (Action, string, error) {
+	p := &Planner{Inventory: d.Inventory, Desired: desired, Dialer: l.Dialer, Mode: l.Mode, Concurrency: 1, Timeout: l.Timeout}
+	plan, err := p.Plan(ctx, []*inventory.Machine{m})
+	if err != nil {
+		return Action{}, OutcomeInterrupted, nil
+	}
+	a := plan.Actions[0]
+	switch a.Kind {
+	case KindNone:
+		return a, OutcomeInSync, nil
+	case KindSkip:
+		if a.Held {
+			l.Log.Warn("not changed", "machine", m.Name, "reason", a.Reason)
+			return a, OutcomeHeld, nil
+		}
+		l.Metrics.errors.WithLabelValues("plan").Inc()
+		return a, OutcomeFailed, fmt.Errorf("%s: %s", m.Name, a.Reason)
+	}
+	return a, "", nil
 }
 
 // change applies one planned action under the rollout policy.
@@ -654,6 +664,17 @@ func (l *Loop) change(ctx context.Context, t *term, d *Desired, desired map[stri
 	case l.Leading != nil && !l.Leading():
 		l.Log.Warn("not changed: this instance no longer leads", "machine", key)
 		return OutcomeInterrupted, nil
+	}
+	if a.Machine.IsControlPlane() {
+		// A control plane waited for the change lock, maybe through another
+		// one's reboot: plan it again now that the lock is held, never act
+		// on the plan made before it.
+		fresh, outcome, err := l.planOne(ctx, d, desired, a.Machine)
+		if outcome != "" {
+			return outcome, err
+		}
+		a = fresh
+		rec.Mode, rec.Reboots, rec.Reason, rec.Diff = string(a.Mode), a.Reboots, a.Reason, a.Diff.Summary()
 	}
 
 	// The audit log fails closed: a change whose record cannot be written

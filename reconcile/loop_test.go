@@ -612,3 +612,54 @@ func TestOnceLeavesAPendingTryAlone(t *testing.T) {
 	// the try was not made permanent: it rolls back, then reconcile has nothing to do there
 	h.waitFor(t, 10*time.Second, "the try's rollback", func() bool { return h.inSync(t, "worker-1") })
 }
+
+// Probe 1 of issue 15: a control plane's change was applied from a plan
+// made before it took the change lock. cp-2 and cp-3 drift; while the
+// first of them is being changed, the other (planned, waiting for the
+// lock) is put back to its desired config behind the loop's back. Once its
+// change holds the lock it plans again, finds it in sync and sends nothing.
+func TestAControlPlaneIsPlannedAgainOnceItHoldsTheChangeLock(t *testing.T) {
+	h := newLoop(t, nil)
+	f := h.f
+	writes := func(m string) int {
+		return f.Sim.Machine(m).Calls("ApplyConfiguration") - f.Sim.Machine(m).Calls("ApplyConfiguration(dry-run)")
+	}
+	dryRuns := func(m string) int { return f.Sim.Machine(m).Calls("ApplyConfiguration(dry-run)") }
+	f.Drift(t, "cp-2", "time.cloudflare.com", "pool.ntp.org")
+	f.Drift(t, "cp-3", "time.cloudflare.com", "pool.ntp.org")
+	base := map[string]int{"cp-2": writes("cp-2"), "cp-3": writes("cp-3")}
+	first, other := "", ""
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		deadline := time.Now().Add(10 * time.Second)
+		for time.Now().Before(deadline) {
+			if dryRuns("cp-2") > 0 && dryRuns("cp-3") > 0 {
+				for _, pair := range [][2]string{{"cp-2", "cp-3"}, {"cp-3", "cp-2"}} {
+					if writes(pair[0]) > base[pair[0]] && writes(pair[1]) == base[pair[1]] {
+						first, other = pair[0], pair[1]
+						faults := f.Sim.Machine(other).Faults()
+						faults.DriftedConfig = f.Desired[other]
+						f.Sim.Machine(other).SetFaults(faults)
+						return
+					}
+				}
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	h.start(t)
+	<-done
+	if first == "" {
+		t.Fatal("never saw one control plane changed while the other waited, planned")
+	}
+	for _, m := range []string{"cp-2", "cp-3"} {
+		h.waitFor(t, 10*time.Second, m+" in sync", func() bool { return h.inSync(t, m) })
+	}
+	if n := writes(other) - base[other]; n != 0 {
+		t.Errorf("%s was written %d times from a plan made before it held the change lock", other, n)
+	}
+	if n := writes(first) - base[first]; n != 1 {
+		t.Errorf("%s written %d times, want 1", first, n)
+	}
+}
