@@ -170,12 +170,25 @@ func (r *Rollout) change(ctx context.Context, a Action) error {
 	r.say("==> %s: apply (%s): %s", m.Name, a.Mode, a.Diff.Summary())
 	actx, cancel := context.WithTimeout(ctx, r.Timeout)
 	c, err := r.Dialer.Client(actx, m)
+	lost := false
 	if err == nil {
 		defer c.Close()
 		_, err = machines.Apply(actx, c, r.Desired[m.Name], a.Mode, r.TryTimeout)
+		// The connection dropped mid-apply: Talos may have persisted the
+		// config and rebooted before it replied. Judge by what the machine
+		// runs once it is back, not by the broken call.
+		lost = err != nil && machines.IsUnreachable(err) && ctx.Err() == nil && a.Mode != machines.ModeStaged
 	}
 	cancel()
-	if err != nil {
+	switch {
+	case lost:
+		r.say("    %s: connection lost during the apply (%v); waiting to see whether it rebooted into its config", m.Name, err)
+		if werr := r.waitConverged(ctx, m); werr != nil {
+			return fmt.Errorf("%s: the connection was lost during the apply (%v), and it did not come back running its desired config: %w", m.Name, err, werr)
+		}
+		r.say("    %s: back, runs the desired config (%s)", m.Name, time.Since(start).Round(time.Millisecond))
+		return nil
+	case err != nil:
 		return fmt.Errorf("%s: apply: %w", m.Name, err)
 	}
 	if a.Mode == machines.ModeStaged {
