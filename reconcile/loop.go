@@ -176,6 +176,10 @@ type term struct {
 	once     bool
 	mu       sync.Mutex
 	inflight map[string]AuditRecord
+	// changes is the context of changes in flight: a stop does not cancel
+	// a change that has started, only the end of the grace period does.
+	changes      context.Context
+	endOfChanges context.CancelFunc
 }
 
 // PassResult is what one pass saw and did.
@@ -273,12 +277,15 @@ func (l *Loop) newTerm(once bool) *term {
 	if l.WriteRate > 0 {
 		limit = rate.Limit(l.WriteRate)
 	}
+	changes, end := context.WithCancel(context.Background())
 	return &term{
-		queue:    newQueue(l.BackoffBase, l.BackoffMax, l.Metrics),
-		writes:   rate.NewLimiter(limit, max(l.WriteBurst, 1)),
-		sem:      make(chan struct{}, l.MaxUnavailable),
-		once:     once,
-		inflight: map[string]AuditRecord{},
+		queue:        newQueue(l.BackoffBase, l.BackoffMax, l.Metrics),
+		writes:       rate.NewLimiter(limit, max(l.WriteBurst, 1)),
+		sem:          make(chan struct{}, l.MaxUnavailable),
+		once:         once,
+		inflight:     map[string]AuditRecord{},
+		changes:      changes,
+		endOfChanges: end,
 	}
 }
 
@@ -334,8 +341,10 @@ func (l *Loop) startWorkers(ctx context.Context, t *term) (stop func()) {
 		go func() { wg.Wait(); close(done) }()
 		select {
 		case <-done:
+			t.endOfChanges()
 			l.Log.Info("reconcile stopped: no change in flight")
 		case <-time.After(l.Grace):
+			t.endOfChanges()
 			t.mu.Lock()
 			defer t.mu.Unlock()
 			for name, rec := range t.inflight {
@@ -679,15 +688,20 @@ func (l *Loop) change(ctx context.Context, t *term, d *Desired, desired map[stri
 
 	// The audit log fails closed: a change whose record cannot be written
 	// is not made.
+	// In flight from here on, so that a stop from now waits out its grace
+	// for this change rather than racing the audit record.
 	rec.Result = ResultStarted
+	t.mu.Lock()
+	t.inflight[key] = rec
+	t.mu.Unlock()
 	if err := l.Audit.Record(rec); err != nil {
+		t.mu.Lock()
+		delete(t.inflight, key)
+		t.mu.Unlock()
 		l.Metrics.errors.WithLabelValues("audit").Inc()
 		l.Log.Error("not changed: the audit log cannot be written", "machine", key, "error", err)
 		return OutcomeFailed, fmt.Errorf("%s not changed: %w; fix or free the audit log path, or run without --audit-log", key, err)
 	}
-	t.mu.Lock()
-	t.inflight[key] = rec
-	t.mu.Unlock()
 	ro := &Rollout{
 		Inventory: d.Inventory, Desired: desired, Dialer: l.Dialer, MaxUnavailable: 1,
 		Timeout: l.Timeout, Wait: l.Wait, TryTimeout: l.TryTimeout, Poll: l.Poll,
@@ -696,7 +710,9 @@ func (l *Loop) change(ctx context.Context, t *term, d *Desired, desired map[stri
 			l.Log.Info(strings.TrimSpace(fmt.Sprintf(format, args...)), "machine", key)
 		},
 	}
-	out := ro.Run(ctx, &Plan{Actions: []Action{a}})
+	// recorded as started: it runs to its end or to the end of the grace
+	// period, not to the stop signal
+	out := ro.Run(t.changes, &Plan{Actions: []Action{a}})
 	t.mu.Lock()
 	_, recorded := t.inflight[key]
 	delete(t.inflight, key)
