@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
+
 	"devata.dev/devata/bootstrap"
 )
 
@@ -42,7 +44,10 @@ cluster:
         stringData: {token: inline-manifest-secret}
 `
 
-func TestRedactConfigCoversWhatMachineryMisses(t *testing.T) {
+// renderCP1 is the fixture's cp-1 config as devata renders it, and the
+// fixture's bundle.
+func renderCP1(t *testing.T) ([]byte, *secrets.Bundle) {
+	t.Helper()
 	inv, b := loadFixture(t)
 	r, err := bootstrap.NewRenderer(inv, b)
 	if err != nil {
@@ -52,7 +57,12 @@ func TestRedactConfigCoversWhatMachineryMisses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	patched := patchBytes(t, rd.Config, extraSecretsPatch)
+	return rd.Config, b
+}
+
+func TestRedactConfigCoversWhatMachineryMisses(t *testing.T) {
+	cfg, b := renderCP1(t)
+	patched := patchBytes(t, cfg, extraSecretsPatch)
 	red, hashes, err := bootstrap.RedactConfig(patched)
 	if err != nil {
 		t.Fatal(err)

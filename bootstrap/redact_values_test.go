@@ -62,16 +62,8 @@ var credentialSecrets = []string{
 
 func credentialsConfig(t *testing.T) []byte {
 	t.Helper()
-	inv, b := loadFixture(t)
-	r, err := bootstrap.NewRenderer(inv, b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rd, err := r.Render(inv.Machine("cp-1"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return append(patchBytes(t, rd.Config, credentialsPatch), credentialsDocs...)
+	cfg, _ := renderCP1(t)
+	return append(patchBytes(t, cfg, credentialsPatch), credentialsDocs...)
 }
 
 func TestRedactConfigValuesAndURLCredentials(t *testing.T) {

@@ -60,7 +60,7 @@ Exit 0 done (or nothing to do), 1 some machines not converged, 2 error.`,
 			}
 			if !flags.dryRun {
 				// plan under the lock: a plan made before it may be stale
-				release, err := a.writeLock(cmd.Context(), s.inv.Path, flags.waitLock)
+				release, err := a.lockCluster(cmd.Context(), s.inv, flags.waitLock)
 				if err != nil {
 					return err
 				}

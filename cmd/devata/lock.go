@@ -26,6 +26,11 @@ func (a *app) writeLock(ctx context.Context, inventoryPath string, wait time.Dur
 	if lerr != nil {
 		return func() {}, nil //nolint:nilerr // the command reports the inventory's errors itself
 	}
+	return a.lockCluster(ctx, inv, wait)
+}
+
+// lockCluster is writeLock for a command that has loaded the inventory.
+func (a *app) lockCluster(ctx context.Context, inv *inventory.Inventory, wait time.Duration) (release func(), err error) {
 	l, err := lock.Acquire(ctx, lock.Path(inv.Path, inv.Cluster.Name), lock.Me(commandLine()), wait)
 	if err != nil {
 		return nil, exitWith(exitTrouble, err)
