@@ -23,7 +23,8 @@ func (a *app) newApplyCommand() *cobra.Command {
 		allowQuorum    bool
 		machines       []string
 		maxUnavailable int
-		wait, waitLock time.Duration
+		wait           time.Duration
+		lock           lockFlags
 	}
 	cmd := &cobra.Command{
 		Use:   "apply",
@@ -58,21 +59,26 @@ Exit 0 done (or nothing to do), 1 some machines not converged, 2 error.`,
 			if err != nil {
 				return exitWith(exitTrouble, err)
 			}
+			ctx := cmd.Context()
+			var held *clusterLock
 			if !flags.dryRun {
 				// plan under the lock: a plan made before it may be stale
-				release, err := a.lockCluster(cmd.Context(), s.inv, flags.waitLock)
-				if err != nil {
+				if held, err = a.lockCluster(ctx, s.inv, s.kube, flags.lock, false); err != nil {
 					return err
 				}
-				defer release()
+				defer held.Release()
+				ctx = held.Context() // ends if the cluster's Lease is lost
 			}
 			out := a.streams.Out
 			if a.settings.Simulated {
 				fmt.Fprintln(out, "SIMULATED: the machines are devata's simulated fleet.")
 			}
 			planner := &reconcile.Planner{Inventory: s.inv, Desired: s.desired, Dialer: s.dialer, Mode: mode, Concurrency: a.settings.Concurrency, Timeout: a.settings.Timeout}
-			plan, err := planner.Plan(cmd.Context(), only)
+			plan, err := planner.Plan(ctx, only)
 			if err != nil {
+				if lost := held.Lost(); lost != nil {
+					return exitWith(exitTrouble, fmt.Errorf("planning interrupted: %w; nothing was applied", lost))
+				}
 				return exitWith(exitTrouble, fmt.Errorf("planning interrupted: %w; nothing was applied", err))
 			}
 			printPlan(out, plan)
@@ -96,10 +102,16 @@ Exit 0 done (or nothing to do), 1 some machines not converged, 2 error.`,
 				AllowQuorumLoss: flags.allowQuorum,
 				Say:             func(format string, args ...any) { fmt.Fprintf(out, format+"\n", args...) },
 			}
-			res := ro.Run(cmd.Context(), plan)
+			res := ro.Run(ctx, plan)
 			fmt.Fprintf(out, "converged: %s\n", listOrNone(res.Converged))
 			if res.InFlight != "" {
 				fmt.Fprintf(out, "interrupted while changing %s: finished it before stopping; no other machine was touched\n", res.InFlight)
+			}
+			if lost := held.Lost(); lost != nil {
+				if len(res.Untouched) > 0 {
+					fmt.Fprintf(out, "not started: %s\n", strings.Join(res.Untouched, ", "))
+				}
+				return exitWith(exitTrouble, lost)
 			}
 			if res.Done() {
 				return planExit(nil, skipped)
@@ -120,7 +132,7 @@ Exit 0 done (or nothing to do), 1 some machines not converged, 2 error.`,
 	cmd.Flags().IntVar(&flags.maxUnavailable, "max-unavailable", 1, "workers changed at once")
 	cmd.Flags().BoolVar(&flags.allowQuorum, "allow-quorum-loss", false, quorumLossUsage)
 	cmd.Flags().DurationVar(&flags.wait, "wait", 10*time.Minute, "how long to wait for a machine to return and for etcd to be healthy")
-	waitLockFlag(cmd, &flags.waitLock)
+	flags.lock.register(cmd, true)
 	return cmd
 }
 

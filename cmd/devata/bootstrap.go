@@ -38,7 +38,7 @@ func (a *app) newBootstrapCommand() *cobra.Command {
 	var flags struct {
 		sequenceFlags
 		yes, force bool
-		waitLock   time.Duration
+		lock       lockFlags
 	}
 	cmd := &cobra.Command{
 		Use:   "bootstrap",
@@ -79,13 +79,22 @@ Exit 0 ready and in sync, 1 ready but the drift report is not clean, 2 error or 
 			if a.settings.Simulated {
 				fmt.Fprintln(out, "SIMULATED: the machines are devata's simulated fleet.")
 			}
-			release, err := a.writeLock(cmd.Context(), opts.InventoryPath, flags.waitLock)
+			seq := sequence.New(opts)
+			// a resumed bootstrap finds the kubeconfig it wrote: then the
+			// cluster's Lease is taken too
+			lockKube, err := existingKubeClient(seq.NodesKubeconfig())
+			if err != nil {
+				return exitWith(exitTrouble, err)
+			}
+			held, err := a.writeLock(cmd.Context(), opts.InventoryPath, lockKube, flags.lock, true)
 			if err != nil {
 				return err
 			}
-			defer release()
-			seq := sequence.New(opts)
-			if err := seq.Run(cmd.Context()); err != nil {
+			defer held.Release()
+			if err := seq.Run(held.Context()); err != nil {
+				if lost := held.Lost(); lost != nil {
+					return exitWith(exitTrouble, lost)
+				}
 				return exitWith(exitTrouble, err)
 			}
 			fmt.Fprintln(out, "==> drift report")
@@ -123,7 +132,7 @@ Exit 0 ready and in sync, 1 ready but the drift report is not clean, 2 error or 
 	flags.register(cmd)
 	cmd.Flags().BoolVar(&flags.yes, "yes", false, "do not ask before a change that reboots a running machine")
 	cmd.Flags().BoolVar(&flags.force, "force", false, "replace an existing kubeconfig that belongs to another cluster")
-	waitLockFlag(cmd, &flags.waitLock)
+	flags.lock.register(cmd, true)
 	return cmd
 }
 

@@ -27,15 +27,16 @@ import (
 
 func (a *app) newReconcileCommand() *cobra.Command {
 	var flags struct {
-		interval, grace, wait, backoffMax, waitLock time.Duration
-		once, reportOnly, dryRun, leaderElect       bool
-		allowQuorumLoss                             bool
-		mode, metricsAddr, shard, auditLog          string
-		leaseNamespace, leaseName                   string
-		leaseDuration, renewDeadline, retryPeriod   time.Duration
-		maxUnavailable, writeBurst                  int
-		writeRate                                   float64
-		checks                                      []string
+		interval, grace, wait, backoffMax         time.Duration
+		lock                                      lockFlags
+		once, reportOnly, dryRun, leaderElect     bool
+		allowQuorumLoss                           bool
+		mode, metricsAddr, shard, auditLog        string
+		leaseNamespace, leaseName                 string
+		leaseDuration, renewDeadline, retryPeriod time.Duration
+		maxUnavailable, writeBurst                int
+		writeRate                                 float64
+		checks                                    []string
 	}
 	cmd := &cobra.Command{
 		Use:   "reconcile",
@@ -80,15 +81,6 @@ Metrics, /healthz and /readyz are served on --metrics-addr.`,
 			if flags.reportOnly && flags.dryRun {
 				return exitWith(exitTrouble, errors.New("--report-only and --dry-run exclude each other: --report-only already sends nothing"))
 			}
-			if !flags.reportOnly && !flags.dryRun {
-				// one writer per cluster: held for the whole run, so a
-				// human's apply on this host is refused while it runs
-				release, err := a.writeLock(ctx, a.settings.Inventory, flags.waitLock)
-				if err != nil {
-					return err
-				}
-				defer release()
-			}
 			log := a.loopLogger()
 			tc, err := machines.LoadTalosconfig(a.settings.Talosconfig)
 			if err != nil {
@@ -101,6 +93,22 @@ Metrics, /healthz and /readyz are served on --metrics-addr.`,
 			kube, ex, err := a.loopKubeClients()
 			if err != nil {
 				return exitWith(exitTrouble, err)
+			}
+			var held *clusterLock
+			if !flags.reportOnly && !flags.dryRun {
+				// one writer per cluster, held for the whole run: a human's
+				// apply is refused while it runs. With --leader-elect the
+				// election is the Lease; without it the Lease is taken as
+				// apply takes it, so a reconcile --once from cron and a
+				// reconcile Deployment exclude each other.
+				lf := flags.lock
+				lf.leaseNamespace, lf.leaseName = flags.leaseNamespace, flags.leaseName
+				lf.electing = flags.leaderElect
+				if held, err = a.writeLock(ctx, a.settings.Inventory, kube, lf, false); err != nil {
+					return err
+				}
+				defer held.Release()
+				ctx = held.Context()
 			}
 			identity := a.identity()
 			metrics := reconcile.NewMetrics()
@@ -160,6 +168,9 @@ Metrics, /healthz and /readyz are served on --metrics-addr.`,
 			if flags.once {
 				res := loop.Once(ctx)
 				printPass(a.streams.Out, res)
+				if lost := held.Lost(); lost != nil {
+					return exitWith(exitTrouble, lost)
+				}
 				if code := res.ExitCode(); code != 0 {
 					return exitWith(code, res.InventoryErr)
 				}
@@ -173,11 +184,14 @@ Metrics, /healthz and /readyz are served on --metrics-addr.`,
 			if err != nil {
 				return exitWith(exitTrouble, err)
 			}
+			if lost := held.Lost(); lost != nil {
+				return exitWith(exitTrouble, lost)
+			}
 			log.Info("reconcile stopped")
 			return nil
 		},
 	}
-	waitLockFlag(cmd, &flags.waitLock)
+	flags.lock.register(cmd, false)
 	f := cmd.Flags()
 	f.DurationVar(&flags.interval, "interval", 5*time.Minute, "time between the starts of two passes")
 	f.BoolVar(&flags.once, "once", false, "run one pass and exit (for a CronJob or a runbook step)")
@@ -189,7 +203,7 @@ Metrics, /healthz and /readyz are served on --metrics-addr.`,
 	f.StringVar(&flags.metricsAddr, "metrics-addr", "", "serve /metrics, /healthz and /readyz on this address, e.g. :9090")
 	f.StringVar(&flags.shard, "shard", "", "own only shard i of N (i/N): workers by FNV-1a of their name; control planes belong to shard 0")
 	f.BoolVar(&flags.leaderElect, "leader-elect", false, "act only while holding a Lease (in-cluster config or --kubeconfig)")
-	f.StringVar(&flags.leaseNamespace, "lease-namespace", "", "namespace of the Lease (default: the pod's namespace, else default)")
+	f.StringVar(&flags.leaseNamespace, "lease-namespace", "", "namespace of the Lease (default: the pod's namespace, else devata)")
 	f.StringVar(&flags.leaseName, "lease-name", "devata-reconcile", "name of the Lease; with --shard, -<i>-of-<N> is appended")
 	f.DurationVar(&flags.leaseDuration, "lease-duration", 15*time.Second, "how long a standby waits after the last renewal before taking over")
 	f.DurationVar(&flags.renewDeadline, "renew-deadline", 10*time.Second, "how long the leader keeps trying to renew before it stops acting")
@@ -237,7 +251,7 @@ func (a *app) leaseNamespace(flag string) string {
 	if b, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace"); err == nil {
 		return strings.TrimSpace(string(b))
 	}
-	return "default"
+	return "devata" // deploy/'s namespace: where a reconcile Deployment holds it
 }
 
 // loopKubeClients are the kubeconfig's client and pods/exec transport or,
