@@ -2,17 +2,24 @@ package bootstrap
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/sha256"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
 	"net/url"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
 	"github.com/siderolabs/talos/pkg/machinery/config/encoder"
 	"gopkg.in/yaml.v3"
+
+	"devata.dev/devata/inventory"
 )
 
 // Redacted replaces every secret value in configs, logs, diffs and reports.
@@ -43,10 +50,80 @@ var secretParents = map[string]bool{"extraManifestHeaders": true}
 // must not leave its tail showing.
 var userinfo = regexp.MustCompile(`([A-Za-z][A-Za-z0-9+.-]*://)[^/?#\s]+@`)
 
+// urlQuery matches a URL up to the end of its query, anywhere in a value
+// ("--config=https://cfg.lan/c?token=…", a list of URLs): the query runs
+// from the first "?" to a fragment, whitespace or a character no URL holds
+// unescaped (quotes, angle brackets), so a URL quoted inside a value ends
+// where the quote does.
+var urlQuery = regexp.MustCompile(`[A-Za-z][A-Za-z0-9+.-]*://[^?#\s"'<>]*\?[^#\s"'<>]*`)
+
+// credentialParams are query parameter names (lower case, without "-", "_"
+// and ".") that carry credentials: API keys and tokens passed in a URL,
+// basic-auth stand-ins, pre-signed S3 and GCS URLs (X-Amz-Signature,
+// X-Amz-Credential, X-Goog-Signature), Azure SAS (sig) and SideroLink's
+// jointoken. credentialSuffixes catch the many spellings of the same
+// (access_token, client_secret, X-Amz-Security-Token).
+var (
+	credentialParams = map[string]bool{
+		"key": true, "apikey": true, "accesskey": true, "secretkey": true, "privatekey": true,
+		"auth": true, "authorization": true, "pass": true, "passwd": true, "pwd": true, "sig": true,
+	}
+	credentialSuffixes = []string{"token", "secret", "password", "signature", "credential", "credentials"}
+)
+
+// credentialParam reports whether a query parameter's name says its value
+// is a credential.
+func credentialParam(name string) bool {
+	if n, err := url.QueryUnescape(name); err == nil {
+		name = n
+	}
+	name = strings.NewReplacer("-", "", "_", "", ".", "").Replace(strings.ToLower(name))
+	if credentialParams[name] {
+		return true
+	}
+	for _, suffix := range credentialSuffixes {
+		if strings.HasSuffix(name, suffix) {
+			return true
+		}
+	}
+	return false
+}
+
+// redactQuery replaces the value of every credential parameter in the
+// query of u (a urlQuery match), keeping the parameter names, so that a
+// diff still says which URL and which parameter changed. Both "&" and ";"
+// separate parameters: some servers take either, and a credential after a
+// ";" must not show.
+func redactQuery(u string) string {
+	q := strings.IndexByte(u, '?')
+	var b strings.Builder
+	b.WriteString(u[:q+1])
+	rest := u[q+1:]
+	for rest != "" {
+		i := strings.IndexAny(rest, "&;")
+		part, sep := rest, ""
+		if i >= 0 {
+			part, sep, rest = rest[:i], rest[i:i+1], rest[i+1:]
+		} else {
+			rest = ""
+		}
+		if name, value, ok := strings.Cut(part, "="); ok && value != "" && credentialParam(name) {
+			part = name + "=" + Redacted
+		}
+		b.WriteString(part)
+		b.WriteString(sep)
+	}
+	return b.String()
+}
+
 // redactValue returns s with what is secret inside an otherwise public value
-// replaced: URL credentials. It reports whether anything was replaced.
+// replaced: URL credentials, in the userinfo or in the query. It reports
+// whether anything was replaced.
 func redactValue(s string) (string, bool) {
 	r := userinfo.ReplaceAllString(s, "${1}"+Redacted+"@")
+	if strings.Contains(r, "?") {
+		r = urlQuery.ReplaceAllStringFunc(r, redactQuery)
+	}
 	return r, r != s
 }
 
@@ -61,14 +138,12 @@ func machineryRedacted(s string) bool {
 // reported as "changed" without showing either value. Documents are re-encoded
 // in the same order.
 func RedactConfig(data []byte) ([]byte, map[string][32]byte, error) {
-	cfg, err := configloader.NewFromBytes(data)
-	if err != nil {
-		return nil, nil, fmt.Errorf("load config: %w", err)
-	}
 	// machinery first: it knows its own types; the walk below catches the rest.
-	enc, err := cfg.RedactSecrets(Redacted).EncodeBytes(encoder.WithComments(encoder.CommentsDisabled))
+	enc, err := machineryRedact(data)
 	if err != nil {
-		return nil, nil, err
+		// the decoder's "unknown keys" error dumps the document (a running
+		// config from a newer Talos holds fields this machinery lacks)
+		return nil, nil, errors.New(NewScrubber(data).Scrub(err.Error()))
 	}
 	hashes := map[string][32]byte{}
 	// Hash from the original document, so hashes change exactly when secrets do.
@@ -119,6 +194,15 @@ func RedactConfig(data []byte) ([]byte, map[string][32]byte, error) {
 		e.Close()
 	}
 	return out.Bytes(), hashes, nil
+}
+
+// machineryRedact is data as machinery's RedactSecrets leaves it, re-encoded.
+func machineryRedact(data []byte) ([]byte, error) {
+	cfg, err := configloader.NewFromBytes(data)
+	if err != nil {
+		return nil, fmt.Errorf("load config: %w", err)
+	}
+	return cfg.RedactSecrets(Redacted).EncodeBytes(encoder.WithComments(encoder.CommentsDisabled))
 }
 
 // scalars calls fn with the path and value of every scalar in data's documents.
@@ -286,4 +370,172 @@ func joinField(path, k string) string {
 		return fmt.Sprintf("%s[%q]", path, k)
 	}
 	return path + "." + k
+}
+
+// Scrubber removes a config's secrets from text a Talos machine answered
+// about that config. machined's ApplyConfiguration (dry run or not) quotes
+// the config in its errors: machinery's validation quotes values (a
+// WireGuard key of the wrong length, whole), the decoder's "unknown keys"
+// error dumps the part of the document it did not know, and a change that
+// cannot be applied immediately (no-reboot, try) comes back with an
+// unredacted diff of the running config against the new one. Every such
+// text passes through Scrub before anyone sees it.
+type Scrubber struct {
+	r *strings.Replacer
+}
+
+// Secrets shorter than these are not scrubbed by value: replacing a
+// two-letter string everywhere would garble the message and hide nothing.
+// URL credentials are scrubbed whatever their length (redactValue).
+const (
+	minSecret     = 4
+	minSecretLine = 12 // a line of a multi-line secret (a manifest, a PEM key)
+)
+
+// NewScrubber collects the secret values of configs: whatever RedactConfig
+// hides (secret fields, machine.env values, URL credentials, what
+// machinery's RedactSecrets marks), as written, quoted as Go's %q quotes
+// it, query-unescaped, line by line for multi-line values, and decoded for base64 ones (the
+// PEM keys). A config that does not load still gives every value the walk
+// finds by field name.
+func NewScrubber(configs ...[]byte) *Scrubber {
+	seen := map[string]bool{}
+	var secrets []string
+	add := func(v string, minLen int) {
+		if len(v) >= minLen && !seen[v] && v != Redacted {
+			seen[v] = true
+			secrets = append(secrets, v)
+		}
+	}
+	addValue := func(v string) {
+		add(v, minSecret)
+		if q := strconv.Quote(v); q[1:len(q)-1] != v {
+			add(q[1:len(q)-1], minSecret)
+		}
+		if u, err := url.QueryUnescape(v); err == nil && u != v {
+			add(u, minSecret) // a query value, as a server would print it
+		}
+		var lines []string
+		if strings.Contains(v, "\n") {
+			lines = strings.Split(v, "\n")
+		}
+		if len(v) >= 16 {
+			if dec, err := base64.StdEncoding.DecodeString(v); err == nil && utf8.Valid(dec) {
+				add(string(dec), minSecret)
+				lines = append(lines, strings.Split(string(dec), "\n")...)
+			}
+		}
+		for _, l := range lines {
+			add(strings.TrimSpace(l), minSecretLine)
+		}
+	}
+	for _, data := range configs {
+		for _, v := range configSecrets(data) {
+			addValue(v)
+		}
+	}
+	// longest first: a secret that holds another is replaced whole
+	slices.SortFunc(secrets, func(a, b string) int { return cmp.Compare(len(b), len(a)) })
+	pairs := make([]string, 0, 2*len(secrets))
+	for _, v := range secrets {
+		pairs = append(pairs, v, Redacted)
+	}
+	return &Scrubber{r: strings.NewReplacer(pairs...)}
+}
+
+// configSecrets returns the secret parts of data's values: a whole value
+// for a secret field, the replaced parts of a value that only holds
+// credentials (a URL's userinfo or query).
+func configSecrets(data []byte) []string {
+	var out []string
+	_ = eachDoc(data, func(doc *yaml.Node, prefix string) {
+		type touched struct {
+			n    *yaml.Node
+			orig string
+		}
+		var nodes []touched
+		redactNode(doc, prefix, false, func(_ string, n *yaml.Node) { nodes = append(nodes, touched{n, n.Value}) })
+		// redactNode has now replaced each node's value by its redacted form
+		for _, t := range nodes {
+			out = append(out, replacedParts(t.orig, t.n.Value)...)
+		}
+	})
+	if enc, err := machineryRedact(data); err == nil {
+		marked := map[string]string{}
+		_ = scalars(enc, func(path, v string) {
+			if machineryRedacted(v) {
+				marked[path] = strings.ReplaceAll(v, url.QueryEscape(Redacted), Redacted)
+			}
+		})
+		_ = scalars(data, func(path, v string) {
+			if red, ok := marked[path]; ok {
+				out = append(out, replacedParts(v, red)...)
+			}
+		})
+	}
+	return out
+}
+
+// replacedParts returns what of orig the markers in red stand for: red is
+// orig with some parts replaced by Redacted. When red does not line up
+// with orig, all of orig.
+func replacedParts(orig, red string) []string {
+	lits := strings.Split(red, Redacted)
+	if len(lits) == 1 {
+		return nil
+	}
+	rest, ok := strings.CutPrefix(orig, lits[0])
+	if !ok {
+		return []string{orig}
+	}
+	var out []string
+	for i, lit := range lits[1:] {
+		j := strings.Index(rest, lit)
+		if i == len(lits)-2 { // the last literal ends the value
+			j = len(rest) - len(lit)
+			if j < 0 || !strings.HasSuffix(rest, lit) {
+				return []string{orig}
+			}
+		}
+		if j < 0 {
+			return []string{orig}
+		}
+		if rest[:j] != "" {
+			out = append(out, rest[:j])
+		}
+		rest = rest[j+len(lit):]
+	}
+	return out
+}
+
+// Talos' shapes of error text that quote configs wholesale.
+const (
+	// CanApplyImmediate (v1alpha1_runtime.go): "…can't be applied in
+	// immediate mode\ndiff:\n<configdiff of running vs new>"
+	immediateDiff = "\ndiff:\n"
+	// gen's xyaml (the config decoder): "unknown keys found during
+	// decoding:\n<the unknown part of the document, values included>"
+	unknownKeys = "unknown keys found during decoding:"
+	// maxScrubbed bounds the text kept
+	maxScrubbed = 4096
+)
+
+// Scrub returns text with the config's secrets, any URL credentials, a
+// quoted config diff and a decoder's document dump removed, cut to a few
+// KiB. What is left is Talos' message shape: what failed and where.
+func (s *Scrubber) Scrub(text string) string {
+	if i := strings.Index(text, immediateDiff); i >= 0 {
+		// both sides of the diff hold values, the running config's too,
+		// which no scrubber built from the new config knows
+		text = text[:i] + " (Talos' diff not shown: it holds both configs' values; devata plan shows a redacted one)"
+	}
+	if i := strings.Index(text, unknownKeys); i >= 0 {
+		text = text[:i] + inventory.PatchError(errors.New(text[i:]))
+	}
+	text = s.r.Replace(text)
+	text, _ = redactValue(text)
+	if len(text) > maxScrubbed {
+		text = strings.ToValidUTF8(text[:maxScrubbed], "") + "… (cut short)"
+	}
+	return text
 }

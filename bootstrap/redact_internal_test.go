@@ -12,6 +12,24 @@ func TestRedactValueURLCredentials(t *testing.T) {
 		{"https://mirror.lan:5000", "https://mirror.lan:5000"},
 		{"https://host/path?mail=a@b.c", "https://host/path?mail=a@b.c"},
 		{"admin@example.com", "admin@example.com"},
+		// credentials in the query: the value goes, the name and the rest stay
+		{"https://cfg.lan/config?token=abc&node=cp-1", "https://cfg.lan/config?token=******&node=cp-1"},
+		{"https://api.lan/v1?api_key=abc;access_token=def#top", "https://api.lan/v1?api_key=******;access_token=******#top"},
+		{"https://s3.lan/b/cni.yaml?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=AKIA%2F20250101&X-Amz-Signature=0badc0de&X-Amz-Expires=3600",
+			"https://s3.lan/b/cni.yaml?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=******&X-Amz-Signature=******&X-Amz-Expires=3600"},
+		{"https://acct.blob.lan/c/f?sv=2024-01-01&sig=abc%3D&se=2030", "https://acct.blob.lan/c/f?sv=2024-01-01&sig=******&se=2030"},
+		{"https://siderolink.lan:8099/?jointoken=abc", "https://siderolink.lan:8099/?jointoken=******"},
+		{"https://siderolink.lan:8099/?jointoken=%2A%2A%2A%2A%2A%2A", "https://siderolink.lan:8099/?jointoken=******"},
+		{"https://h/?KEY=a&Password=b&client_secret=c&X-Goog-Signature=d&auth=e&sig=f", "https://h/?KEY=******&Password=******&client_secret=******&X-Goog-Signature=******&auth=******&sig=******"},
+		{"http://u:p@h/?token=t", "http://******@h/?token=******"},
+		{"talos.config=https://cfg.lan/c?token=abc talos.platform=metal", "talos.config=https://cfg.lan/c?token=****** talos.platform=metal"},
+		{`{"url":"https://h/?token=abc","other":"x"}`, `{"url":"https://h/?token=******","other":"x"}`},
+		// a value runs to "&", ";", "#" or whitespace: a second URL joined
+		// by a comma goes with it (more is hidden, nothing is shown)
+		{"https://a/?token=x,https://b/?sig=y", "https://a/?token=******"},
+		// names that only look like credentials, empty values, and no URL at all
+		{"https://h/?monkey=1&publickey=2&keys=3&token=&sort=key", "https://h/?monkey=1&publickey=2&keys=3&token=&sort=key"},
+		{"what?token=abc", "what?token=abc"},
 	} {
 		got, changed := redactValue(c.in)
 		if got != c.want || changed != (c.in != c.want) {

@@ -1,6 +1,7 @@
 package bootstrap
 
 import (
+	"context"
 	"fmt"
 	"path/filepath"
 	"runtime"
@@ -275,19 +276,21 @@ func userVolume(vol inventory.Volume) (config.Document, error) {
 // Render renders every machine of the inventory. Per-machine failures are
 // collected, so one bad machine patch does not hide the others.
 func Render(inv *inventory.Inventory, bundle *secrets.Bundle) ([]*Rendered, error) {
-	return renderAll(inv, bundle, false, nil)
+	return renderAll(context.Background(), inv, bundle, false, nil)
 }
 
 // renderAll renders (and, when validate is set, validates) every machine on
 // every core: machines are independent once the role bases are built, and
 // at 100,000 machines rendering is a large part of a pass. The output keeps
-// inventory order, and so does the aggregated error.
-func renderAll(inv *inventory.Inventory, bundle *secrets.Bundle, validate bool, only []string) ([]*Rendered, error) {
+// inventory order, and so does the aggregated error. When ctx is done
+// before every machine is rendered, the error is an
+// *inventory.InterruptedError and nothing rendered is returned.
+func renderAll(ctx context.Context, inv *inventory.Inventory, bundle *secrets.Bundle, validate bool, only []string) ([]*Rendered, error) {
 	r, err := NewRenderer(inv, bundle)
 	if err != nil {
 		return nil, err
 	}
-	return r.renderAll(inv, validate, only, true)
+	return r.renderAll(ctx, inv, validate, only, true)
 }
 
 // ValidateOnly renders and validates the named machines (all when names is
@@ -301,11 +304,11 @@ func ValidateOnly(inv *inventory.Inventory, bundle *secrets.Bundle, names []stri
 	if err != nil {
 		return nil, nil, err
 	}
-	out, err := r.renderAll(inv, true, names, false)
+	out, err := r.renderAll(context.Background(), inv, true, names, false)
 	return r, out, err
 }
 
-func (r *Renderer) renderAll(inv *inventory.Inventory, validate bool, only []string, keep bool) ([]*Rendered, error) {
+func (r *Renderer) renderAll(ctx context.Context, inv *inventory.Inventory, validate bool, only []string, keep bool) ([]*Rendered, error) {
 	todo := make([]*inventory.Machine, 0, len(inv.Machines))
 	want := make(map[string]bool, len(only))
 	for _, name := range only {
@@ -318,11 +321,15 @@ func (r *Renderer) renderAll(inv *inventory.Inventory, validate bool, only []str
 	}
 	out := make([]*Rendered, len(todo))
 	errs := make([]error, len(todo))
-	var next atomic.Int64
+	var next, finished atomic.Int64
 	var wg sync.WaitGroup
 	for range min(runtime.GOMAXPROCS(0), max(len(todo), 1)) {
 		wg.Go(func() {
 			for {
+				// a look per machine: a machine takes a millisecond or so
+				if ctx.Err() != nil {
+					return
+				}
 				i := int(next.Add(1) - 1)
 				if i >= len(todo) {
 					return
@@ -331,10 +338,18 @@ func (r *Renderer) renderAll(inv *inventory.Inventory, validate bool, only []str
 				if !keep && out[i] != nil {
 					out[i].Config = nil
 				}
+				finished.Add(1)
 			}
 		})
 	}
 	wg.Wait()
+	if done := int(finished.Load()); done < len(todo) {
+		doing := "rendering"
+		if validate {
+			doing = "rendering and validating"
+		}
+		return nil, &inventory.InterruptedError{Doing: doing, Done: done, Total: len(todo), Cause: context.Cause(ctx)}
+	}
 	var merr *multierror.Error
 	kept := out[:0]
 	for i, rd := range out {
@@ -432,7 +447,14 @@ func trimV(v string) string {
 // machinery in metal mode. Machinery's warnings are kept on each Rendered; every
 // machine whose config fails is named in the aggregated error.
 func RenderValidated(inv *inventory.Inventory, bundle *secrets.Bundle) ([]*Rendered, error) {
-	return renderAll(inv, bundle, true, nil)
+	return renderAll(context.Background(), inv, bundle, true, nil)
+}
+
+// RenderValidatedContext is RenderValidated that stops when ctx is done
+// (Ctrl-C on a large fleet): every worker looks at ctx before each machine,
+// and the error is then an *inventory.InterruptedError, nothing rendered.
+func RenderValidatedContext(ctx context.Context, inv *inventory.Inventory, bundle *secrets.Bundle) ([]*Rendered, error) {
+	return renderAll(ctx, inv, bundle, true, nil)
 }
 
 // RenderValidatedOnly is RenderValidated for the named machines only (all
@@ -440,5 +462,5 @@ func RenderValidated(inv *inventory.Inventory, bundle *secrets.Bundle) ([]*Rende
 // inventory renders those few. Names not in the inventory are ignored; the
 // caller reports them.
 func RenderValidatedOnly(inv *inventory.Inventory, bundle *secrets.Bundle, names []string) ([]*Rendered, error) {
-	return renderAll(inv, bundle, true, names)
+	return renderAll(context.Background(), inv, bundle, true, names)
 }

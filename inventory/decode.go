@@ -1,6 +1,7 @@
 package inventory
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -63,7 +64,16 @@ type decoder struct {
 	// aliases bounds what YAML aliases expand to (see decode)
 	inAlias, aliasNodes, plainNodes int
 	aliasRefused                    bool
+	// ctx stops the decoding of a very large inventory (looked at every
+	// checkEvery nodes); interrupted says it did
+	ctx         context.Context
+	visited     int
+	interrupted bool
 }
+
+// checkEvery is how many nodes the decoder visits between looks at its
+// context: often enough to stop within milliseconds, rare enough to cost nothing.
+const checkEvery = 1024
 
 // An inventory may use aliases, but what they expand to is bounded, as
 // yaml.v3 bounds it when it decodes into values ("document contains
@@ -113,6 +123,13 @@ func yamlSyntaxError(file string, err error) *FieldError {
 }
 
 func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
+	if d.interrupted {
+		return
+	}
+	if d.visited++; d.visited%checkEvery == 0 && d.ctx != nil && d.ctx.Err() != nil {
+		d.interrupted = true
+		return
+	}
 	switch n.Kind {
 	case yaml.DocumentNode:
 		if len(n.Content) == 0 {

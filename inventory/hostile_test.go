@@ -184,21 +184,8 @@ func TestAliasesAndErrorsAreBounded(t *testing.T) {
 // share their patches: validate indexes machines by name and reads each
 // patch once, so the time grows linearly with the machine count.
 func BenchmarkLoadLargeInventory(b *testing.B) {
-	dir := b.TempDir()
-	if _, err := examples.WriteHomelab(dir); err != nil {
-		b.Fatal(err)
-	}
-	var inv strings.Builder
-	inv.WriteString("apiVersion: devata.dev/v1alpha1\nkind: Inventory\ncluster: {name: lab, endpoint: 'https://10.0.0.10:6443', patches: [patches/common.yaml]}\nmachines:\n")
-	inv.WriteString("  - {name: cp-1, role: controlplane, address: 10.0.0.11, installDisk: /dev/sda}\n")
 	const n = 20000
-	for i := range n {
-		fmt.Fprintf(&inv, "  - {name: w-%d, role: worker, address: 10.%d.%d.%d, installDisk: /dev/sda, patches: [patches/worker.yaml]}\n", i, 1+i>>16, i>>8&255, i&255)
-	}
-	path := filepath.Join(dir, "large.yaml")
-	if err := os.WriteFile(path, []byte(inv.String()), 0o600); err != nil {
-		b.Fatal(err)
-	}
+	path := writeLargeInventory(b, n)
 	for b.Loop() {
 		if _, err := inventory.Load(path); err != nil {
 			b.Fatal(err)

@@ -2,6 +2,7 @@ package inventory
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -14,20 +15,36 @@ import (
 // On failure the error is a *multierror.Error whose Errors are *FieldError,
 // every problem of the file at once, sorted by position.
 func Load(path string) (*Inventory, error) {
+	return LoadContext(context.Background(), path)
+}
+
+// LoadContext is Load that stops when ctx is done (Ctrl-C on a very large
+// inventory): decoding and validation look at ctx every few nodes and every
+// machine, and return an *InterruptedError instead of the findings so far.
+func LoadContext(ctx context.Context, path string) (*Inventory, error) {
 	data, err := ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("read inventory: %w (point -i or DEVATA_INVENTORY at your inventory, or start from examples/homelab/inventory.yaml)", err)
 	}
-	return Parse(data, path)
+	return ParseContext(ctx, data, path)
 }
 
 // Parse decodes, defaults and validates an inventory held in data; path names
 // it in errors and anchors relative patch paths.
 func Parse(data []byte, path string) (*Inventory, error) {
+	return ParseContext(context.Background(), data, path)
+}
+
+// ParseContext is Parse that stops when ctx is done, as LoadContext does.
+func ParseContext(ctx context.Context, data []byte, path string) (*Inventory, error) {
 	inv := &Inventory{}
 	d := newDecoder(path)
+	d.ctx = ctx
 	d.decodeDocument(data, inv)
 	inv.Path = path
+	if d.interrupted {
+		return nil, &InterruptedError{Doing: "decoding " + path, Cause: context.Cause(ctx)}
+	}
 	if d.aliasRefused {
 		// what was decoded is a fragment of the expansion: the one error that matters
 		return nil, errorList(d.errs[len(d.errs)-1:])
@@ -38,14 +55,36 @@ func Parse(data []byte, path string) (*Inventory, error) {
 	}
 	Default(inv)
 	inv.index()
-	v := &validator{inv: inv, dir: filepath.Dir(path), d: d}
+	v := &validator{ctx: ctx, inv: inv, dir: filepath.Dir(path), d: d}
 	v.validate()
+	if v.interrupted != nil {
+		return nil, v.interrupted
+	}
 	inv.Warnings = v.warns
 	if all := append(d.errs, v.errs...); len(all) > 0 {
 		return nil, errorList(all)
 	}
 	return inv, nil
 }
+
+// InterruptedError is a pass over the inventory's machines (decoding,
+// validating, rendering) that stopped because its context was done: Ctrl-C,
+// SIGTERM or a deadline. Whatever it found so far is dropped, since it is
+// not the whole answer.
+type InterruptedError struct {
+	Doing       string // what stopped, e.g. "validating inventory.yaml"
+	Done, Total int    // machines finished of those it had; Total 0 when not counted
+	Cause       error  // context.Cause of the context: which signal, or the deadline
+}
+
+func (e *InterruptedError) Error() string {
+	if e.Total > 0 {
+		return fmt.Sprintf("interrupted: %s stopped after %d of %d machines: %v", e.Doing, e.Done, e.Total, e.Cause)
+	}
+	return fmt.Sprintf("interrupted: %s stopped: %v", e.Doing, e.Cause)
+}
+
+func (e *InterruptedError) Unwrap() error { return e.Cause }
 
 func errorList(errs []*FieldError) error {
 	slices.SortStableFunc(errs, func(a, b *FieldError) int {

@@ -1,6 +1,7 @@
 package inventory
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"net/netip"
@@ -38,6 +39,7 @@ var (
 
 // validator collects every finding of one inventory; it never stops at the first.
 type validator struct {
+	ctx   context.Context
 	inv   *Inventory
 	dir   string
 	d     *decoder
@@ -46,6 +48,8 @@ type validator struct {
 	// patchProblems caches each patch file's verdict: machines share a few
 	// patches, and reading them once per machine made validate slow.
 	patchProblems map[string]string
+	// interrupted is set when ctx was done before every machine was seen
+	interrupted *InterruptedError
 }
 
 func (v *validator) errorf(path, format string, args ...any) {
@@ -166,6 +170,12 @@ func (v *validator) validateMachines() {
 	endpoints := map[string]string{}
 	controlPlanes := 0
 	for i := range inv.Machines {
+		// one look per machine costs nanoseconds against the microseconds
+		// a machine takes, and Ctrl-C stops a fleet of any size at once
+		if v.ctx != nil && v.ctx.Err() != nil {
+			v.interrupted = &InterruptedError{Doing: "validating " + v.d.file, Done: i, Total: len(inv.Machines), Cause: context.Cause(v.ctx)}
+			return
+		}
 		m := &inv.Machines[i]
 		p := fmt.Sprintf("machines[%d]", i)
 		if v.dns1123Label(p+".name", m.Name) {

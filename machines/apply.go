@@ -2,13 +2,18 @@ package machines
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/siderolabs/talos/pkg/machinery/client"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
+
+	"devata.dev/devata/bootstrap"
 )
 
 // Mode is an apply mode as devata's CLI names it.
@@ -68,7 +73,8 @@ func fromProto(m machine.ApplyConfigurationRequest_Mode) Mode {
 }
 
 // ApplyOutcome is what Talos said about an apply or a dry run. The server's own
-// mode details carry an unredacted diff, so they are never kept.
+// mode details carry an unredacted diff, so they are never kept; warnings
+// and errors are scrubbed of the config's secrets.
 type ApplyOutcome struct {
 	// Mode is the mode Talos resolved: auto becomes no-reboot or reboot.
 	Mode     Mode
@@ -95,14 +101,52 @@ func apply(ctx context.Context, c *client.Client, config []byte, mode Mode, dryR
 	}
 	resp, err := c.ApplyConfiguration(ctx, req)
 	if err != nil {
-		return ApplyOutcome{}, PlainError(err)
+		return ApplyOutcome{}, PlainError(scrubError(err, bootstrap.NewScrubber(config)))
 	}
 	out := ApplyOutcome{Mode: mode}
+	var scrub *bootstrap.Scrubber
 	for _, msg := range resp.GetMessages() {
 		out.Mode = fromProto(msg.GetMode())
 		for _, w := range msg.GetWarnings() {
-			out.Warnings = append(out.Warnings, strings.TrimSpace(w))
+			if scrub == nil {
+				scrub = bootstrap.NewScrubber(config)
+			}
+			out.Warnings = append(out.Warnings, strings.TrimSpace(scrub.Scrub(w)))
 		}
 	}
 	return out, nil
 }
+
+// scrubError returns err with its text scrubbed of config's secrets
+// (Talos' errors about a config quote it: bootstrap.Scrubber). The gRPC
+// code stays, for client.StatusCode and IsUnreachable; the original error
+// does not stay underneath, since its text is what must not be seen. An
+// error that quoted nothing secret is returned as it is.
+func scrubError(err error, s *bootstrap.Scrubber) error {
+	msg := err.Error()
+	clean := s.Scrub(msg)
+	if clean == msg {
+		return err
+	}
+	st := client.Status(err)
+	switch {
+	case st == nil:
+		return errors.New(clean)
+	case st.Err().Error() == msg:
+		// a plain status: scrub its message, so PlainError still shortens it
+		return status.Error(st.Code(), s.Scrub(st.Message()))
+	}
+	return &scrubbedError{msg: clean, code: st.Code()}
+}
+
+// scrubbedError is a wrapped status error (a multi-node reply) after
+// scrubbing: its text and its code, nothing of the original.
+type scrubbedError struct {
+	msg  string
+	code codes.Code
+}
+
+func (e *scrubbedError) Error() string { return e.msg }
+
+// GRPCStatus lets client.StatusCode see the original code.
+func (e *scrubbedError) GRPCStatus() *status.Status { return status.New(e.code, e.msg) }

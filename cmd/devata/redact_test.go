@@ -36,6 +36,7 @@ const credentialsCommon = `machine:
 cluster:
   extraManifests:
     - https://gh-user:s3cret-manifest@manifests.lan/cni.yaml
+    - https://s3.lan/bucket/cilium.yaml?X-Amz-Credential=AKIAs3cretcred&X-Amz-Expires=3600&X-Amz-Signature=s3cret-amz-signature
   extraManifestHeaders:
     Authorization: Bearer s3cret-header-token
 `
@@ -60,6 +61,7 @@ func TestNoOutputLeaksCredentialsOutsideSecretFields(t *testing.T) {
 	secrets := []string{
 		"s3cret-env", "mirror-user", "s3cret-mirror", "registry-user-secret", "s3cret-registry-password",
 		"czNjcmV0LWF1dGgtYmxvYg==", "s3cret-identity-token", "gh-user", "s3cret-manifest", "s3cret-header-token",
+		"AKIAs3cretcred", "s3cret-amz-signature",
 	}
 	for _, s := range secrets {
 		if !bytes.Contains(desired, []byte(s)) {
@@ -97,6 +99,14 @@ func TestNoOutputLeaksCredentialsOutsideSecretFields(t *testing.T) {
 		record("plan -o "+format, devata(t, nil, "plan", "--config", sf.settings, "-o", format))
 	}
 	record("apply --dry-run", devata(t, nil, "apply", "--dry-run", "--config", sf.settings, "-vv", "--log-format", "json"))
+	// no-reboot cannot apply a machine.env change: Talos refuses with an
+	// unredacted diff of both configs, which must not come through
+	noReboot := devata(t, nil, "apply", "--dry-run", "--mode", "no-reboot", "--config", sf.settings, "-vv", "--log-format", "json")
+	if !strings.Contains(noReboot.stdout+noReboot.err, "can't be applied in immediate mode") {
+		t.Errorf("apply --dry-run --mode no-reboot does not show Talos' refusal:\n%s%s", noReboot.stdout, noReboot.err)
+	}
+	record("apply --dry-run --mode no-reboot", noReboot)
+	record("reconcile --once --dry-run --mode no-reboot", devata(t, nil, "reconcile", "--once", "--dry-run", "--mode", "no-reboot", "--config", sf.settings, "--audit-log", filepath.Join(dir, "audit.jsonl"), "-vv"))
 	record("reconcile --once --dry-run", devata(t, nil, "reconcile", "--once", "--dry-run", "--config", sf.settings, "--audit-log", filepath.Join(dir, "audit.jsonl"), "-vv"))
 	record("apply --yes", devata(t, nil, "apply", "--yes", "--config", sf.settings, "-vv", "--log-format", "json"))
 	record("reconcile --once", devata(t, nil, "reconcile", "--once", "--config", sf.settings, "--audit-log", filepath.Join(dir, "audit.jsonl"), "-vv"))

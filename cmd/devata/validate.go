@@ -25,10 +25,16 @@ keys), applies defaults, validates every field, renders each machine's Talos
 config and validates it as Talos would on bare metal. Nothing is sent to any
 machine and nothing is written.
 
-Exit 0 valid, 1 invalid.`,
+Ctrl-C (or SIGTERM) stops it between machines, however large the inventory.
+
+Exit 0 valid, 1 invalid, 2 interrupted or could not complete.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			inv, err := inventory.Load(a.settings.Inventory)
+			ctx := cmd.Context()
+			inv, err := inventory.LoadContext(ctx, a.settings.Inventory)
+			if interrupted(err) {
+				return exitWith(exitTrouble, err)
+			}
 			if err != nil {
 				return a.invalid(err)
 			}
@@ -37,7 +43,10 @@ Exit 0 valid, 1 invalid.`,
 			if err != nil {
 				return exitWith(exitFailed, err)
 			}
-			rendered, err := bootstrap.RenderValidated(inv, bundle)
+			rendered, err := bootstrap.RenderValidatedContext(ctx, inv, bundle)
+			if interrupted(err) {
+				return exitWith(exitTrouble, err)
+			}
 			printRendered(a.streams.Out, inv, rendered)
 			if err != nil {
 				return a.invalid(err)
@@ -50,6 +59,13 @@ Exit 0 valid, 1 invalid.`,
 			return nil
 		},
 	}
+}
+
+// interrupted says err is a pass stopped by Ctrl-C, SIGTERM or a deadline:
+// that is trouble (exit 2), not an invalid inventory.
+func interrupted(err error) bool {
+	var ie *inventory.InterruptedError
+	return errors.As(err, &ie)
 }
 
 // invalid prints every error of an invalid inventory and exits 1.

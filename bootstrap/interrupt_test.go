@@ -1,0 +1,83 @@
+package bootstrap_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"devata.dev/devata/bootstrap"
+	"devata.dev/devata/inventory"
+)
+
+// Ctrl-C stops rendering between machines (issue 15, probe 6): nothing
+// rendered comes back, and the error says how far it got.
+func TestRenderValidatedContextStopsWhenInterrupted(t *testing.T) {
+	const n = 2000 // a second or more of rendering on two cores
+	inv := fleet(t, n)
+	_, bundle := loadFixture(t)
+
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, tc := range []struct {
+		name string
+		ctx  context.Context
+	}{
+		{name: "cancelled before", ctx: cancelled},
+		// each worker looks before each machine: cancelled some 100 machines in
+		{name: "cancelled mid-way", ctx: cancelAfter(100)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			type answer struct {
+				out []*bootstrap.Rendered
+				err error
+			}
+			done := make(chan answer, 1)
+			go func() {
+				out, err := bootstrap.RenderValidatedContext(tc.ctx, inv, bundle)
+				done <- answer{out, err}
+			}()
+			var a answer
+			select {
+			case a = <-done:
+			case <-time.After(60 * time.Second): // generous: it stops within a machine's render
+				t.Fatal("RenderValidatedContext did not stop when its context was cancelled")
+			}
+			var ie *inventory.InterruptedError
+			if !errors.As(a.err, &ie) || !errors.Is(a.err, context.Canceled) {
+				t.Fatalf("want an *inventory.InterruptedError wrapping context.Canceled, got %T: %v", a.err, a.err)
+			}
+			if ie.Total != n || ie.Done >= n || tc.ctx != cancelled && ie.Done == 0 {
+				t.Errorf("stopped after %d of %d machines, want some but fewer than all %d", ie.Done, ie.Total, n)
+			}
+			if !strings.HasPrefix(a.err.Error(), "interrupted: rendering and validating stopped after ") {
+				t.Errorf("error %q does not say it was interrupted", a.err)
+			}
+			if a.out != nil {
+				t.Errorf("an interrupted render returned %d configs", len(a.out))
+			}
+		})
+	}
+}
+
+// cancelAfter is a context that turns cancelled once its Err has been asked
+// n times: cancelled mid-run, however fast the machine running the test.
+func cancelAfter(n int64) context.Context {
+	c := &countdown{Context: context.Background()}
+	c.left.Store(n)
+	return c
+}
+
+type countdown struct {
+	context.Context
+	left atomic.Int64
+}
+
+func (c *countdown) Err() error {
+	if c.left.Add(-1) < 0 {
+		return context.Canceled
+	}
+	return nil
+}

@@ -1,0 +1,94 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"devata.dev/devata/examples"
+)
+
+// Ctrl-C stops devata validate on an inventory of any size (issue 15,
+// probe 6: 539,832 machines ignored SIGINT and SIGTERM for 11.5 minutes):
+// it exits 2, says it was interrupted, and prints no verdict.
+func TestValidateStopsWhenInterrupted(t *testing.T) {
+	const workers = 3000
+	dir := t.TempDir()
+	if _, err := examples.WriteHomelab(dir); err != nil {
+		t.Fatal(err)
+	}
+	var inv strings.Builder
+	inv.WriteString("apiVersion: devata.dev/v1alpha1\nkind: Inventory\ncluster: {name: lab, endpoint: 'https://10.0.0.10:6443', patches: [patches/common.yaml]}\nmachines:\n")
+	inv.WriteString("  - {name: cp-1, role: controlplane, address: 10.0.0.11, installDisk: /dev/sda}\n")
+	for i := range workers {
+		fmt.Fprintf(&inv, "  - {name: w-%d, role: worker, address: 10.%d.%d.%d, installDisk: /dev/sda}\n", i, 1+i>>16, i>>8&255, i&255)
+	}
+	path := filepath.Join(dir, "large.yaml")
+	if err := os.WriteFile(path, []byte(inv.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, tc := range []struct {
+		name string
+		ctx  context.Context
+		want string
+	}{
+		{name: "cancelled before", ctx: cancelled, want: "error: interrupted: "},
+		// Load looks at ctx a few dozen times decoding and once per machine
+		// validating, rendering once per machine: 5,500 looks stop the render
+		// some 2,400 machines in
+		{name: "cancelled while rendering", ctx: cancelAfter(5500), want: "error: interrupted: rendering and validating stopped after "},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("XDG_CONFIG_HOME", t.TempDir())
+			var out, errb bytes.Buffer
+			done := make(chan int, 1)
+			go func() {
+				done <- run(tc.ctx, []string{"validate", "-i", path}, Streams{In: strings.NewReader(""), Out: &out, Err: &errb}, func(string) string { return "" })
+			}()
+			var code int
+			select {
+			case code = <-done:
+			case <-time.After(2 * time.Minute): // generous: it stops within a machine
+				t.Fatal("devata validate did not stop when its context was cancelled")
+			}
+			if code != exitTrouble {
+				t.Errorf("exit %d, want %d (interrupted is trouble, not an invalid inventory)", code, exitTrouble)
+			}
+			if !strings.Contains(errb.String(), tc.want) {
+				t.Errorf("stderr lacks %q:\n%s", tc.want, errb.String())
+			}
+			if strings.Contains(out.String(), "is valid") || strings.Contains(out.String(), "w-1 ") || strings.Contains(errb.String(), "is invalid") {
+				t.Errorf("an interrupted validate gave a verdict or a partial table:\nstdout:\n%.500s\nstderr:\n%.500s", out.String(), errb.String())
+			}
+		})
+	}
+}
+
+// cancelAfter is a context that turns cancelled once its Err has been asked
+// n times: cancelled mid-run, however fast the machine running the test.
+func cancelAfter(n int64) context.Context {
+	c := &countdown{Context: context.Background()}
+	c.left.Store(n)
+	return c
+}
+
+type countdown struct {
+	context.Context
+	left atomic.Int64
+}
+
+func (c *countdown) Err() error {
+	if c.left.Add(-1) < 0 {
+		return context.Canceled
+	}
+	return nil
+}
