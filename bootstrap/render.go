@@ -461,6 +461,7 @@ func RenderValidatedContext(ctx context.Context, inv *inventory.Inventory, bundl
 // of them when names is empty): a check of a few machines of a large
 // inventory renders those few. Names not in the inventory are ignored; the
 // caller reports them.
-func RenderValidatedOnly(inv *inventory.Inventory, bundle *secrets.Bundle, names []string) ([]*Rendered, error) {
-	return renderAll(context.Background(), inv, bundle, true, names)
+// It stops between machines once ctx is done.
+func RenderValidatedOnly(ctx context.Context, inv *inventory.Inventory, bundle *secrets.Bundle, names []string) ([]*Rendered, error) {
+	return renderAll(ctx, inv, bundle, true, names)
 }

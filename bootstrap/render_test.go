@@ -155,7 +155,7 @@ func TestRenderValidatedOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	some, err := bootstrap.RenderValidatedOnly(inv, b, []string{"worker-2", "cp-1", "no-such-machine"})
+	some, err := bootstrap.RenderValidatedOnly(t.Context(), inv, b, []string{"worker-2", "cp-1", "no-such-machine"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -51,7 +51,7 @@ Exit 0 done (or nothing to do), 1 some machines not converged, 2 error.`,
 			if err != nil {
 				return exitWith(exitTrouble, err)
 			}
-			s, err := a.openSession(false)
+			s, err := a.openSession(cmd.Context(), false)
 			if err != nil {
 				return err
 			}

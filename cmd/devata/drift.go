@@ -50,7 +50,7 @@ Exit 0 all in sync, 1 drift found, 2 could not complete (any Unknown or an error
 			if slices.Contains(flags.checks, netcheck.CheckProbe) && !flags.probe {
 				return exitWith(exitTrouble, errors.New("cilium-probe creates pods in the cluster: it runs only with --probe"))
 			}
-			s, err := a.openSession(true, flags.machines...)
+			s, err := a.openSession(cmd.Context(), true, flags.machines...)
 			if err != nil {
 				return err
 			}

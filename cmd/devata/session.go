@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -40,8 +41,14 @@ var leanAbove = 5000
 // limits rendering to those machines. A lean session (drift over more than
 // leanAbove machines) holds no configs, only the means to render them. Any
 // failure is exit 2: the run could not start.
-func (a *app) openSession(leanOK bool, only ...string) (*session, error) {
-	inv, err := inventory.Load(a.settings.Inventory)
+//
+// It stops, exit 2, once ctx is done (Ctrl-C while a large inventory is
+// loaded and rendered).
+func (a *app) openSession(ctx context.Context, leanOK bool, only ...string) (*session, error) {
+	inv, err := inventory.LoadContext(ctx, a.settings.Inventory)
+	if interrupted(err) {
+		return nil, exitWith(exitTrouble, fmt.Errorf("%w; nothing was sent to any machine", err))
+	}
 	if err != nil {
 		fmt.Fprintln(a.streams.Err, err)
 		return nil, exitWith(exitTrouble, fmt.Errorf("%s is invalid: nothing was sent to any machine; run devata validate", a.settings.Inventory))
@@ -73,7 +80,10 @@ func (a *app) openSession(leanOK bool, only ...string) (*session, error) {
 			return rd.Config, nil
 		}
 	} else {
-		rendered, err := bootstrap.RenderValidatedOnly(inv, bundle, only)
+		rendered, err := bootstrap.RenderValidatedOnly(ctx, inv, bundle, only)
+		if interrupted(err) {
+			return nil, exitWith(exitTrouble, fmt.Errorf("%w; nothing was sent to any machine", err))
+		}
 		if err != nil {
 			fmt.Fprintln(a.streams.Err, err)
 			return nil, exitWith(exitTrouble, fmt.Errorf("rendering failed: nothing was sent to any machine; run devata validate"))

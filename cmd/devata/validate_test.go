@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"devata.dev/devata/examples"
+	"devata.dev/devata/internal/simtest"
 )
 
 // Ctrl-C stops devata validate on an inventory of any size (issue 15,
@@ -70,6 +71,26 @@ func TestValidateStopsWhenInterrupted(t *testing.T) {
 				t.Errorf("an interrupted validate gave a verdict or a partial table:\nstdout:\n%.500s\nstderr:\n%.500s", out.String(), errb.String())
 			}
 		})
+	}
+}
+
+// Every command that opens a session (drift, apply) stops the same way
+// while it loads and renders, before it dials any machine.
+func TestSessionStopsWhenInterrupted(t *testing.T) {
+	sf := startSim(t, simtest.Options{Bootstrap: true})
+	before := sf.Sim.Machine("cp-1").Calls("Version")
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, args := range [][]string{{"drift"}, {"apply", "--yes"}} {
+		t.Setenv("XDG_CONFIG_HOME", t.TempDir())
+		var out, errb bytes.Buffer
+		code := run(cancelled, append(args, "--config", sf.settings), Streams{In: strings.NewReader(""), Out: &out, Err: &errb}, func(string) string { return "" })
+		if code != exitTrouble || !strings.Contains(errb.String(), "interrupted") || !strings.Contains(errb.String(), "nothing was sent to any machine") {
+			t.Errorf("%v with a cancelled context: exit %d\n%s", args, code, errb.String())
+		}
+	}
+	if n := sf.Sim.Machine("cp-1").Calls("Version") - before; n != 0 {
+		t.Errorf("an interrupted session still dialled cp-1 (%d Version calls)", n)
 	}
 }
 
