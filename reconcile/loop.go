@@ -327,6 +327,22 @@ func (l *Loop) Once(ctx context.Context) *PassResult {
 	stop := l.startWorkers(ctx, t)
 	res := l.pass(ctx, t)
 	stop()
+	// Stopped mid-pass (SIGTERM), pass returned before the changes in
+	// flight finished within the grace period: their outcomes arrived since.
+	// A queued machine with none was not started, or was abandoned.
+	l.mu.Lock()
+	for _, name := range res.Queued {
+		if o, ok := l.outcomes[name]; ok {
+			res.Outcomes[name] = o
+			if e, ok := l.errs[name]; ok {
+				res.Errors[name] = e
+			}
+		} else if res.Outcomes[name] == "" {
+			res.Outcomes[name] = OutcomeInterrupted
+		}
+	}
+	l.awaited = nil
+	l.mu.Unlock()
 	return res
 }
 
@@ -436,7 +452,9 @@ func (l *Loop) pass(ctx context.Context, t *term) *PassResult {
 	}
 	l.mu.Lock()
 	res.Outcomes, res.Errors = maps.Clone(l.outcomes), maps.Clone(l.errs)
-	l.awaited = nil
+	if !t.once {
+		l.awaited = nil // Once collects what finishes during the grace period
+	}
 	if res.Blocked == "" {
 		res.Blocked = l.blocked
 	}
