@@ -1,0 +1,62 @@
+package sim
+
+import "time"
+
+// Observation is one machine as the fleet itself sees it at one moment,
+// without going through the Talos API: what a test needs to tell what a
+// client did to the machine (a reboot) from what the test did to it (a
+// fault). It changes nothing.
+type Observation struct {
+	// Down: a reboot or crash has the machine away (its reboot delay has
+	// not passed). The Unreachable fault is not down: the machine runs,
+	// only its connections are dropped.
+	Down bool
+	// Reboots counts the reboots and crashes begun since Start; it grows
+	// when the machine goes down, so a reboot shorter than a test's polling
+	// interval is still seen.
+	Reboots int
+	// Booted is when the machine last came up (a time before Start for a
+	// machine that never rebooted).
+	Booted time.Time
+}
+
+// Observe returns the machine's Observation.
+func (m *Machine) Observe() Observation {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+
+	return Observation{Down: m.down, Reboots: m.bootGen, Booted: m.booted}
+}
+
+// EtcdCluster is one etcd cluster of the fleet, by machine name.
+type EtcdCluster struct {
+	// Members are the voting members; Learners joined but are not yet
+	// promoted.
+	Members, Learners []string
+}
+
+// EtcdClusters returns every etcd cluster the fleet holds, in the order
+// they were bootstrapped. A healthy cluster has exactly one: a second
+// means Bootstrap ran on a control plane without etcd data and split etcd.
+func (f *Fleet) EtcdClusters() []EtcdCluster {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+
+	out := make([]EtcdCluster, 0, len(f.etcd))
+
+	for _, c := range f.etcd {
+		var ec EtcdCluster
+
+		for _, mem := range c.members {
+			if mem.learner {
+				ec.Learners = append(ec.Learners, mem.m.name)
+			} else {
+				ec.Members = append(ec.Members, mem.m.name)
+			}
+		}
+
+		out = append(out, ec)
+	}
+
+	return out
+}
