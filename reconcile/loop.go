@@ -164,6 +164,11 @@ type Loop struct {
 	outcomes map[string]string
 	errs     map[string]string
 	passDone chan struct{}
+	// cpsAwaited are the pass's queued control planes not yet finished;
+	// cpsDone is closed when there are none: a worker's change waits for it,
+	// so a pass changes its control planes before any worker.
+	cpsAwaited map[string]bool
+	cpsDone    chan struct{}
 }
 
 // term is one run of the loop (Run or Once; a leader runs once per term of
@@ -424,6 +429,7 @@ func (l *Loop) pass(ctx context.Context, t *term) *PassResult {
 	})
 	l.mu.Lock()
 	l.awaited, l.outcomes, l.errs, l.passDone = map[string]bool{}, res.Outcomes, res.Errors, make(chan struct{})
+	l.cpsAwaited, l.cpsDone = map[string]bool{}, make(chan struct{})
 	var queue []string
 	for _, m := range owned {
 		switch {
@@ -434,8 +440,14 @@ func (l *Loop) pass(ctx context.Context, t *term) *PassResult {
 			res.BackingOff = append(res.BackingOff, m.Name)
 		default:
 			l.awaited[m.Name] = true
+			if m.IsControlPlane() {
+				l.cpsAwaited[m.Name] = true
+			}
 			queue = append(queue, m.Name)
 		}
+	}
+	if len(l.cpsAwaited) == 0 {
+		close(l.cpsDone)
 	}
 	done := l.passDone
 	if len(queue) == 0 {
@@ -602,6 +614,12 @@ func (l *Loop) finish(key, outcome string, err error) {
 		return
 	}
 	delete(l.awaited, key)
+	if l.cpsAwaited[key] {
+		delete(l.cpsAwaited, key)
+		if len(l.cpsAwaited) == 0 {
+			close(l.cpsDone)
+		}
+	}
 	l.outcomes[key] = outcome
 	if err != nil {
 		l.errs[key] = err.Error()
@@ -669,6 +687,18 @@ func (l *Loop) change(ctx context.Context, t *term, d *Desired, desired map[stri
 		l.changeMu.Lock()
 		defer l.changeMu.Unlock()
 	} else {
+		// control planes first: a worker waits until the pass has
+		// finished with every control plane it queued
+		l.mu.Lock()
+		cps := l.cpsDone
+		l.mu.Unlock()
+		if cps != nil {
+			select {
+			case <-cps:
+			case <-ctx.Done():
+				return OutcomeInterrupted, nil
+			}
+		}
 		l.changeMu.RLock()
 		defer l.changeMu.RUnlock()
 		select {

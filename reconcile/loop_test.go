@@ -663,3 +663,35 @@ func TestAControlPlaneIsPlannedAgainOnceItHoldsTheChangeLock(t *testing.T) {
 		t.Errorf("%s written %d times, want 1", first, n)
 	}
 }
+
+// A pass changes its control planes before any worker (docs/reconcile.md;
+// issue 17 saw worker-1 applied before cp-2): with a control plane slow to
+// plan, a worker queued after it still waits until it is done, gate
+// included.
+func TestAPassChangesControlPlanesBeforeWorkers(t *testing.T) {
+	h := newLoop(t, nil)
+	h.loop.Workers = 4
+	for _, m := range []string{"cp-2", "worker-1", "worker-2"} {
+		h.f.Drift(t, m, "time.cloudflare.com", "pool.ntp.org")
+	}
+	faults := h.f.Sim.Machine("cp-2").Faults()
+	faults.Latency = 150 * time.Millisecond
+	h.f.Sim.Machine("cp-2").SetFaults(faults)
+	res := h.loop.Once(context.Background())
+	for _, m := range []string{"cp-2", "worker-1", "worker-2"} {
+		if res.Outcomes[m] != reconcile.OutcomeConverged {
+			t.Fatalf("%s: %q, want converged\n%s", m, res.Outcomes[m], h.logs.String())
+		}
+	}
+	var cpDone time.Time
+	for _, r := range h.audit.records(t) {
+		if r.Machine == "cp-2" && r.Result != reconcile.ResultStarted {
+			cpDone = r.Time
+		}
+	}
+	for _, r := range h.audit.records(t) {
+		if r.Machine != "cp-2" && r.Result == reconcile.ResultStarted && (cpDone.IsZero() || r.Time.Before(cpDone)) {
+			t.Errorf("%s started at %s, before cp-2 was done (%s)", r.Machine, r.Time.Format(time.StampMicro), cpDone.Format(time.StampMicro))
+		}
+	}
+}
