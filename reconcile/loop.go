@@ -800,7 +800,16 @@ func (l *Loop) change(ctx context.Context, t *term, d *Desired, desired map[stri
 		outcome = OutcomeBlocked
 		l.block(out.Stopped)
 	}
-	l.audit(rec)
+	if aerr := l.Audit.Record(rec); aerr != nil {
+		// the change is made and cannot be unmade; no further one is made
+		// in this pass (fail closed); the next pass tries again, and its
+		// first started record is written or its change is not made
+		l.Metrics.errors.WithLabelValues("audit").Inc()
+		l.block(fmt.Sprintf("the audit record of %s's %s could not be written: %v; fix or free the audit log path", key, rec.Result, aerr))
+		if err == nil {
+			err = fmt.Errorf("%s %s, but its audit record could not be written: %w", key, rec.Result, aerr)
+		}
+	}
 	l.Metrics.actions.WithLabelValues(rec.Action, rec.Result).Inc()
 	l.Log.Info("action done", "machine", key, "result", rec.Result, "interrupted", rec.Interrupted, "error", rec.Error)
 	return outcome, err

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
@@ -693,5 +694,48 @@ func TestAPassChangesControlPlanesBeforeWorkers(t *testing.T) {
 		if r.Machine != "cp-2" && r.Result == reconcile.ResultStarted && (cpDone.IsZero() || r.Time.Before(cpDone)) {
 			t.Errorf("%s started at %s, before cp-2 was done (%s)", r.Machine, r.Time.Format(time.StampMicro), cpDone.Format(time.StampMicro))
 		}
+	}
+}
+
+// failAfter accepts n writes, then fails every one, as a disk that fills.
+type failAfter struct {
+	mu sync.Mutex
+	n  int
+}
+
+func (w *failAfter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.n == 0 {
+		return 0, errors.New("no space left on device")
+	}
+	w.n--
+	return len(p), nil
+}
+
+// The audit log fails closed after a change too: when a change's final
+// record cannot be written, the pass makes no further change and says why.
+func TestAChangeWhoseFinalRecordIsLostStopsThePass(t *testing.T) {
+	h := newLoop(t, nil)
+	h.loop.Workers, h.loop.Concurrency = 1, 1
+	h.loop.Audit = reconcile.NewAuditLog(&failAfter{n: 1}, "test", reconcile.Shard{})
+	for _, m := range []string{"worker-1", "worker-2"} {
+		h.f.Drift(t, m, "time.cloudflare.com", "pool.ntp.org")
+	}
+	res := h.loop.Once(context.Background())
+	changed := 0
+	for _, m := range []string{"worker-1", "worker-2"} {
+		if res.Outcomes[m] == reconcile.OutcomeConverged {
+			changed++
+			if !strings.Contains(res.Errors[m], "audit record could not be written") {
+				t.Errorf("%s converged without its record and says %q", m, res.Errors[m])
+			}
+		}
+	}
+	if changed != 1 || !strings.Contains(res.Blocked, "could not be written") {
+		t.Fatalf("%d workers changed, blocked %q: want one, then the pass stopped\n%v", changed, res.Blocked, res.Outcomes)
+	}
+	if res.ExitCode() == 0 {
+		t.Error("a pass that lost an audit record exits 0")
 	}
 }
