@@ -102,8 +102,12 @@ func (s *session) stopGracefully() {
 			time.Sleep(5 * time.Millisecond)
 		}
 
-		// the last reply is still on its way out of gRPC's write loop
-		time.Sleep(20 * time.Millisecond)
+		// The last reply is still on its way out of gRPC's write loop. On
+		// Talos it always arrives: the maintenance server replies and only
+		// then does the installer run, and machined's reboot after an apply
+		// goes through the sequencer, both far slower than a reply. 20 ms
+		// lost the reply under the race detector on a busy 2-core machine.
+		time.Sleep(100 * time.Millisecond)
 		s.stop()
 	}()
 }
