@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"devata.dev/devata/bootstrap"
+	"devata.dev/devata/internal/testctx"
 	"devata.dev/devata/inventory"
 )
 
@@ -27,7 +27,7 @@ func TestRenderValidatedContextStopsWhenInterrupted(t *testing.T) {
 	}{
 		{name: "cancelled before", ctx: cancelled},
 		// each worker looks before each machine: cancelled some 100 machines in
-		{name: "cancelled mid-way", ctx: cancelAfter(100)},
+		{name: "cancelled mid-way", ctx: testctx.CancelAfter(100)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			type answer struct {
@@ -60,24 +60,4 @@ func TestRenderValidatedContextStopsWhenInterrupted(t *testing.T) {
 			}
 		})
 	}
-}
-
-// cancelAfter is a context that turns cancelled once its Err has been asked
-// n times: cancelled mid-run, however fast the machine running the test.
-func cancelAfter(n int64) context.Context {
-	c := &countdown{Context: context.Background()}
-	c.left.Store(n)
-	return c
-}
-
-type countdown struct {
-	context.Context
-	left atomic.Int64
-}
-
-func (c *countdown) Err() error {
-	if c.left.Add(-1) < 0 {
-		return context.Canceled
-	}
-	return nil
 }

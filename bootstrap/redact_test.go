@@ -8,6 +8,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 
 	"devata.dev/devata/bootstrap"
+	"devata.dev/devata/internal/simtest"
 )
 
 // Secrets that machinery's RedactSecrets does not know about.
@@ -62,7 +63,7 @@ func renderCP1(t *testing.T) ([]byte, *secrets.Bundle) {
 
 func TestRedactConfigCoversWhatMachineryMisses(t *testing.T) {
 	cfg, b := renderCP1(t)
-	patched := patchBytes(t, cfg, extraSecretsPatch)
+	patched := simtest.Patch(t, cfg, extraSecretsPatch)
 	red, hashes, err := bootstrap.RedactConfig(patched)
 	if err != nil {
 		t.Fatal(err)

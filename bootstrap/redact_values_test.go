@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"devata.dev/devata/bootstrap"
+	"devata.dev/devata/internal/simtest"
 )
 
 // CredentialsPatch puts credentials where Talos has no secret field for
@@ -72,7 +73,7 @@ var credentialSecrets = []string{
 func credentialsConfig(t *testing.T) []byte {
 	t.Helper()
 	cfg, _ := renderCP1(t)
-	return append(patchBytes(t, cfg, credentialsPatch), credentialsDocs...)
+	return append(simtest.Patch(t, cfg, credentialsPatch), credentialsDocs...)
 }
 
 func TestRedactConfigValuesAndURLCredentials(t *testing.T) {
@@ -153,7 +154,7 @@ func TestRedactConfigValuesAndURLCredentials(t *testing.T) {
 // them and still says what failed.
 func TestScrubTalosErrorText(t *testing.T) {
 	cfg, b := renderCP1(t)
-	cfg = append(patchBytes(t, patchBytes(t, cfg, credentialsPatch), extraSecretsPatch), credentialsDocs...)
+	cfg = append(simtest.Patch(t, simtest.Patch(t, cfg, credentialsPatch), extraSecretsPatch), credentialsDocs...)
 	scrub := bootstrap.NewScrubber(cfg)
 
 	pem := string(b.Certs.OS.Key)

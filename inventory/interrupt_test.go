@@ -7,11 +7,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"devata.dev/devata/examples"
+	"devata.dev/devata/internal/testctx"
 	"devata.dev/devata/inventory"
 )
 
@@ -59,7 +59,7 @@ func TestLoadContextStopsWhenInterrupted(t *testing.T) {
 		// too few nodes for the decoder to look: validation stops at its first machine
 		{name: "small, cancelled before", path: small, ctx: cancelled, want: "interrupted: validating " + small + " stopped after 0 of 5 machines: context canceled"},
 		// a few hundred looks are the decoder's; the rest stop validation mid-way
-		{name: "large, cancelled mid-way", path: large, ctx: cancelAfter(1000), want: "interrupted: "},
+		{name: "large, cancelled mid-way", path: large, ctx: testctx.CancelAfter(1000), want: "interrupted: "},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			done := make(chan error, 1)
@@ -100,24 +100,4 @@ func TestLoadContextStopsWhenInterrupted(t *testing.T) {
 	if len(inv.Machines) != 20001 {
 		t.Errorf("loaded %d machines, want 20001", len(inv.Machines))
 	}
-}
-
-// cancelAfter is a context that turns cancelled once its Err has been asked
-// n times: cancelled mid-run, however fast the machine running the test.
-func cancelAfter(n int64) context.Context {
-	c := &countdown{Context: context.Background()}
-	c.left.Store(n)
-	return c
-}
-
-type countdown struct {
-	context.Context
-	left atomic.Int64
-}
-
-func (c *countdown) Err() error {
-	if c.left.Add(-1) < 0 {
-		return context.Canceled
-	}
-	return nil
 }

@@ -7,39 +7,12 @@ import (
 	"testing"
 
 	"github.com/siderolabs/talos/pkg/machinery/client"
-	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
-	"github.com/siderolabs/talos/pkg/machinery/config/configpatcher"
-	"github.com/siderolabs/talos/pkg/machinery/config/encoder"
 	"google.golang.org/grpc/codes"
 
+	"devata.dev/devata/internal/simtest"
 	"devata.dev/devata/machines"
 	"devata.dev/devata/sim"
 )
-
-func patched(t *testing.T, cfg []byte, patch string) []byte {
-	t.Helper()
-	p, err := configpatcher.LoadPatch([]byte(patch))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := configloader.NewFromBytes(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := configpatcher.Apply(configpatcher.WithConfig(c), []configpatcher.Patch{p})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pc, err := out.Config()
-	if err != nil {
-		t.Fatal(err)
-	}
-	data, err := pc.EncodeBytes(encoder.WithComments(encoder.CommentsDisabled))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return data
-}
 
 // What Talos answers to an apply that fails quotes the config (issue 15):
 // a change that cannot be applied without a reboot comes back with an
@@ -57,11 +30,11 @@ func TestApplyErrorsHoldNoSecrets(t *testing.T) {
 	}
 	defer c.Close()
 
-	running := patched(t, tf.Desired["worker-1"], "machine:\n  env:\n    https_proxy: http://admin:0ld-proxy-pass@proxy.lan:3128\n    API_TOKEN: 0ld-api-token-value\n")
+	running := simtest.Patch(t, tf.Desired["worker-1"], "machine:\n  env:\n    https_proxy: http://admin:0ld-proxy-pass@proxy.lan:3128\n    API_TOKEN: 0ld-api-token-value\n")
 	tf.Sim.Machine("worker-1").SetFaults(sim.Faults{DriftedConfig: running})
-	wanted := patched(t, tf.Desired["worker-1"], "machine:\n  env:\n    https_proxy: http://admin:s3cret-proxy-pass@proxy.lan:3128\n    API_TOKEN: s3cret-api-token-value\n")
+	wanted := simtest.Patch(t, tf.Desired["worker-1"], "machine:\n  env:\n    https_proxy: http://admin:s3cret-proxy-pass@proxy.lan:3128\n    API_TOKEN: s3cret-api-token-value\n")
 	wgKey := base64.StdEncoding.EncodeToString([]byte("s3cret-wg-key-16"))
-	badKey := patched(t, tf.Desired["worker-1"], "machine:\n  network:\n    interfaces:\n      - interface: wg0\n        wireguard:\n          privateKey: "+wgKey+"\n")
+	badKey := simtest.Patch(t, tf.Desired["worker-1"], "machine:\n  network:\n    interfaces:\n      - interface: wg0\n        wireguard:\n          privateKey: "+wgKey+"\n")
 
 	secrets := []string{"0ld-proxy-pass", "0ld-api-token-value", "s3cret-proxy-pass", "s3cret-api-token-value", wgKey}
 	for _, k := range [][]byte{tf.Bundle.Certs.OS.Key, tf.Bundle.Certs.K8s.Key} {

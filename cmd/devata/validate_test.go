@@ -7,12 +7,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"devata.dev/devata/examples"
 	"devata.dev/devata/internal/simtest"
+	"devata.dev/devata/internal/testctx"
 )
 
 // Ctrl-C stops devata validate on an inventory of any size (issue 15,
@@ -46,7 +46,7 @@ func TestValidateStopsWhenInterrupted(t *testing.T) {
 		// Load looks at ctx a few dozen times decoding and once per machine
 		// validating, rendering once per machine: 5,500 looks stop the render
 		// some 2,400 machines in
-		{name: "cancelled while rendering", ctx: cancelAfter(5500), want: "error: interrupted: rendering and validating stopped after "},
+		{name: "cancelled while rendering", ctx: testctx.CancelAfter(5500), want: "error: interrupted: rendering and validating stopped after "},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv("XDG_CONFIG_HOME", t.TempDir())
@@ -92,24 +92,4 @@ func TestSessionStopsWhenInterrupted(t *testing.T) {
 	if n := sf.Sim.Machine("cp-1").Calls("Version") - before; n != 0 {
 		t.Errorf("an interrupted session still dialled cp-1 (%d Version calls)", n)
 	}
-}
-
-// cancelAfter is a context that turns cancelled once its Err has been asked
-// n times: cancelled mid-run, however fast the machine running the test.
-func cancelAfter(n int64) context.Context {
-	c := &countdown{Context: context.Background()}
-	c.left.Store(n)
-	return c
-}
-
-type countdown struct {
-	context.Context
-	left atomic.Int64
-}
-
-func (c *countdown) Err() error {
-	if c.left.Add(-1) < 0 {
-		return context.Canceled
-	}
-	return nil
 }

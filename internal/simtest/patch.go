@@ -1,4 +1,4 @@
-package bootstrap_test
+package simtest
 
 import (
 	"testing"
@@ -8,7 +8,9 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/config/encoder"
 )
 
-func patchBytes(t *testing.T, cfg []byte, patch string) []byte {
+// Patch applies one machinery config patch (strategic merge or JSON 6902)
+// to cfg and encodes the result without comments, as devata renders.
+func Patch(t testing.TB, cfg []byte, patch string) []byte {
 	t.Helper()
 	p, err := configpatcher.LoadPatch([]byte(patch))
 	if err != nil {
