@@ -28,6 +28,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"devata.dev/devata/inventory"
+	"devata.dev/devata/redact"
 )
 
 // Rendered is one machine's desired Talos config.
@@ -150,7 +151,7 @@ func (r *Renderer) patch(file string) (configpatcher.Patch, error) {
 	p, err := configpatcher.LoadPatch(data)
 	if err != nil {
 		// machinery's error quotes the patch: keep only what is safe
-		return nil, fmt.Errorf("load patch %s: %s", file, inventory.PatchError(err))
+		return nil, fmt.Errorf("load patch %s: %s", file, redact.DecodeError(err))
 	}
 	r.loaded[file] = p
 	return p, nil

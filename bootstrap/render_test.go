@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 
 	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
@@ -14,7 +13,9 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/config/types/block"
 
 	"devata.dev/devata/bootstrap"
+	"devata.dev/devata/internal/simtest"
 	"devata.dev/devata/inventory"
+	"devata.dev/devata/redact"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
@@ -203,9 +204,9 @@ func TestRenderGolden(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	secretValues := bundleSecrets(b)
+	secretValues := simtest.BundleSecrets(b)
 	for _, r := range out {
-		red, _, err := bootstrap.RedactConfig(r.Config)
+		red, _, err := redact.Config(r.Config)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -231,30 +232,4 @@ func TestRenderGolden(t *testing.T) {
 			t.Errorf("%s differs from %s (run go test ./bootstrap -update and review the diff)", r.Machine, golden)
 		}
 	}
-}
-
-// bundleSecrets lists every secret value in a bundle: keys, tokens, secrets.
-func bundleSecrets(b *secrets.Bundle) []string {
-	out := []string{
-		b.Cluster.Secret, b.Secrets.BootstrapToken, b.Secrets.AESCBCEncryptionSecret,
-		b.Secrets.SecretboxEncryptionSecret, b.TrustdInfo.Token,
-	}
-	for _, k := range [][]byte{b.Certs.Etcd.Key, b.Certs.K8s.Key, b.Certs.K8sAggregator.Key, b.Certs.K8sServiceAccount.Key, b.Certs.OS.Key} {
-		if len(k) > 0 {
-			out = append(out, string(k))
-			// The PEM body lines, which is what would leak in a base64-encoded field.
-			for _, line := range strings.Split(string(k), "\n") {
-				if len(line) > 40 && !strings.HasPrefix(line, "-----") {
-					out = append(out, line)
-				}
-			}
-		}
-	}
-	var nonEmpty []string
-	for _, s := range out {
-		if s != "" {
-			nonEmpty = append(nonEmpty, s)
-		}
-	}
-	return nonEmpty
 }

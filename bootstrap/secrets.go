@@ -1,6 +1,7 @@
-// Package bootstrap owns the first build of a cluster: the secrets bundle
-// (talosctl-compatible), rendering each machine's desired Talos config from the
-// inventory, and the bootstrap sequence. It never decides drift; checks do.
+// Package bootstrap owns the secrets bundle (talosctl-compatible) and
+// rendering each machine's desired Talos config from the inventory. The
+// first-build sequence is bootstrap/sequence; redaction is package redact.
+// It never decides drift; checks do.
 package bootstrap
 
 import (

@@ -6,10 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
-
-	"gopkg.in/yaml.v3"
 )
 
 // MaxFileSize bounds every file devata reads on the inventory's behalf: the
@@ -119,64 +116,4 @@ func realPath(p string) (string, error) {
 		return filepath.Clean(abs), nil //nolint:nilerr // nothing there to follow; reading it will say so
 	}
 	return filepath.Join(parent, filepath.Base(abs)), nil
-}
-
-// PatchError describes why a patch did not load without quoting the
-// patch: machinery's "unknown keys found during decoding" error repeats
-// the offending part of the document, values included, which for a
-// misplaced file (a secrets bundle given as a patch) or a misspelled key
-// beside a password would print secrets. Only the unknown keys' paths are
-// kept; any other error keeps its first line, cut short.
-func PatchError(err error) string {
-	msg := err.Error()
-	const unknown = "unknown keys found during decoding:"
-	if rest, ok := strings.CutPrefix(msg, unknown); ok {
-		var n yaml.Node
-		if yaml.Unmarshal([]byte(rest), &n) == nil {
-			var paths []string
-			keyPaths(&n, "", &paths)
-			if len(paths) > 0 {
-				const show = 5
-				more := ""
-				if len(paths) > show {
-					more = fmt.Sprintf(" and %d more", len(paths)-show)
-					paths = paths[:show]
-				}
-				return fmt.Sprintf("unknown keys %s%s (misspelled or misplaced fields, or not a Talos config patch at all)", strings.Join(paths, ", "), more)
-			}
-		}
-		return "unknown keys (misspelled or misplaced fields, or not a Talos config patch at all)"
-	}
-	// yaml.v3 quotes an offending scalar in backticks: keep the shape only
-	line := quotedValue.ReplaceAllString(strings.Join(strings.Fields(msg), " "), "`…`")
-	if len(line) > 240 {
-		line = line[:240] + "…"
-	}
-	return line
-}
-
-var quotedValue = regexp.MustCompile("`[^`]*`")
-
-// keyPaths collects the dotted paths of the leaves of a YAML mapping,
-// never its values.
-func keyPaths(n *yaml.Node, prefix string, out *[]string) {
-	switch n.Kind {
-	case yaml.DocumentNode:
-		for _, c := range n.Content {
-			keyPaths(c, prefix, out)
-		}
-	case yaml.MappingNode:
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			p := joinPath(prefix, n.Content[i].Value)
-			if v := n.Content[i+1]; v.Kind == yaml.MappingNode {
-				keyPaths(v, p, out)
-			} else {
-				*out = append(*out, p)
-			}
-		}
-	default:
-		if prefix != "" {
-			*out = append(*out, prefix)
-		}
-	}
 }

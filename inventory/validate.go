@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 
+	"devata.dev/devata/redact"
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/siderolabs/talos/pkg/machinery/cel"
 	"github.com/siderolabs/talos/pkg/machinery/cel/celenv"
@@ -422,7 +423,7 @@ func (v *validator) patchProblem(f string) string {
 		return fmt.Sprintf("cannot read patch %s: %v", f, unwrapPathError(err))
 	}
 	if _, err := configpatcher.LoadPatch(data); err != nil {
-		return fmt.Sprintf("patch %s does not load as a Talos config patch: %s", f, PatchError(err))
+		return fmt.Sprintf("patch %s does not load as a Talos config patch: %s", f, redact.DecodeError(err))
 	}
 	return ""
 }

@@ -7,13 +7,12 @@ import (
 	"strings"
 	"time"
 
+	"devata.dev/devata/redact"
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/siderolabs/talos/pkg/machinery/client"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
-
-	"devata.dev/devata/bootstrap"
 )
 
 // Mode is an apply mode as devata's CLI names it.
@@ -101,15 +100,15 @@ func apply(ctx context.Context, c *client.Client, config []byte, mode Mode, dryR
 	}
 	resp, err := c.ApplyConfiguration(ctx, req)
 	if err != nil {
-		return ApplyOutcome{}, PlainError(scrubError(err, bootstrap.NewScrubber(config)))
+		return ApplyOutcome{}, PlainError(scrubError(err, redact.NewScrubber(config)))
 	}
 	out := ApplyOutcome{Mode: mode}
-	var scrub *bootstrap.Scrubber
+	var scrub *redact.Scrubber
 	for _, msg := range resp.GetMessages() {
 		out.Mode = fromProto(msg.GetMode())
 		for _, w := range msg.GetWarnings() {
 			if scrub == nil {
-				scrub = bootstrap.NewScrubber(config)
+				scrub = redact.NewScrubber(config)
 			}
 			out.Warnings = append(out.Warnings, strings.TrimSpace(scrub.Scrub(w)))
 		}
@@ -118,11 +117,11 @@ func apply(ctx context.Context, c *client.Client, config []byte, mode Mode, dryR
 }
 
 // scrubError returns err with its text scrubbed of config's secrets
-// (Talos' errors about a config quote it: bootstrap.Scrubber). The gRPC
+// (Talos' errors about a config quote it: redact.Scrubber). The gRPC
 // code stays, for client.StatusCode and IsUnreachable; the original error
 // does not stay underneath, since its text is what must not be seen. An
 // error that quoted nothing secret is returned as it is.
-func scrubError(err error, s *bootstrap.Scrubber) error {
+func scrubError(err error, s *redact.Scrubber) error {
 	msg := err.Error()
 	clean := s.Scrub(msg)
 	if clean == msg {

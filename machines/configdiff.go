@@ -7,11 +7,10 @@ import (
 	"slices"
 	"strings"
 
+	"devata.dev/devata/redact"
 	"github.com/hexops/gotextdiff"
 	"github.com/hexops/gotextdiff/myers"
 	"github.com/hexops/gotextdiff/span"
-
-	"devata.dev/devata/bootstrap"
 )
 
 // ConfigDiff is the difference between an applied and a desired machine
@@ -31,11 +30,11 @@ func DiffConfigs(active, desired []byte) (ConfigDiff, error) {
 	if bytes.Equal(active, desired) {
 		return ConfigDiff{Equal: true}, nil
 	}
-	redActive, hashActive, err := bootstrap.RedactConfig(active)
+	redActive, hashActive, err := redact.Config(active)
 	if err != nil {
 		return ConfigDiff{}, fmt.Errorf("applied config: %w", err)
 	}
-	redDesired, hashDesired, err := bootstrap.RedactConfig(desired)
+	redDesired, hashDesired, err := redact.Config(desired)
 	if err != nil {
 		return ConfigDiff{}, fmt.Errorf("desired config: %w", err)
 	}

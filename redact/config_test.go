@@ -1,4 +1,4 @@
-package bootstrap_test
+package redact_test
 
 import (
 	"bytes"
@@ -9,6 +9,8 @@ import (
 
 	"devata.dev/devata/bootstrap"
 	"devata.dev/devata/internal/simtest"
+	"devata.dev/devata/inventory"
+	"devata.dev/devata/redact"
 )
 
 // Secrets that machinery's RedactSecrets does not know about.
@@ -49,7 +51,14 @@ cluster:
 // fixture's bundle.
 func renderCP1(t *testing.T) ([]byte, *secrets.Bundle) {
 	t.Helper()
-	inv, b := loadFixture(t)
+	inv, err := inventory.Load("../examples/homelab/inventory.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := bootstrap.LoadSecrets("../bootstrap/testdata/secrets.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
 	r, err := bootstrap.NewRenderer(inv, b)
 	if err != nil {
 		t.Fatal(err)
@@ -64,11 +73,11 @@ func renderCP1(t *testing.T) ([]byte, *secrets.Bundle) {
 func TestRedactConfigCoversWhatMachineryMisses(t *testing.T) {
 	cfg, b := renderCP1(t)
 	patched := simtest.Patch(t, cfg, extraSecretsPatch)
-	red, hashes, err := bootstrap.RedactConfig(patched)
+	red, hashes, err := redact.Config(patched)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range append(bundleSecrets(b), "hunter2-registry-password", "wg-private-key-value", "disk-passphrase-value", "inline-manifest-secret") {
+	for _, s := range append(simtest.BundleSecrets(b), "hunter2-registry-password", "wg-private-key-value", "disk-passphrase-value", "inline-manifest-secret") {
 		if bytes.Contains(red, []byte(s)) {
 			t.Errorf("redacted config still holds %.12q…", s)
 		}
@@ -95,7 +104,7 @@ func TestRedactConfigCoversWhatMachineryMisses(t *testing.T) {
 	}
 	// A changed secret changes its hash and nothing else.
 	changed := bytes.Replace(patched, []byte("hunter2-registry-password"), []byte("rotated-password"), 1)
-	_, hashes2, err := bootstrap.RedactConfig(changed)
+	_, hashes2, err := redact.Config(changed)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package bootstrap
+package redact
 
 import "testing"
 
@@ -31,9 +31,9 @@ func TestRedactValueURLCredentials(t *testing.T) {
 		{"https://h/?monkey=1&publickey=2&keys=3&token=&sort=key", "https://h/?monkey=1&publickey=2&keys=3&token=&sort=key"},
 		{"what?token=abc", "what?token=abc"},
 	} {
-		got, changed := redactValue(c.in)
+		got, changed := credentials(c.in)
 		if got != c.want || changed != (c.in != c.want) {
-			t.Errorf("redactValue(%q) = %q, %t; want %q", c.in, got, changed, c.want)
+			t.Errorf("credentials(%q) = %q, %t; want %q", c.in, got, changed, c.want)
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package bootstrap_test
+package redact_test
 
 import (
 	"bytes"
@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"devata.dev/devata/bootstrap"
 	"devata.dev/devata/internal/simtest"
+	"devata.dev/devata/redact"
 )
 
 // CredentialsPatch puts credentials where Talos has no secret field for
@@ -83,7 +83,7 @@ func TestRedactConfigValuesAndURLCredentials(t *testing.T) {
 			t.Fatalf("the test config lacks %q: the test would prove nothing", s)
 		}
 	}
-	red, hashes, err := bootstrap.RedactConfig(cfg)
+	red, hashes, err := redact.Config(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +121,7 @@ func TestRedactConfigValuesAndURLCredentials(t *testing.T) {
 	} {
 		t.Run(c.path, func(t *testing.T) {
 			rotated := bytes.Replace(cfg, []byte(c.secret), []byte("rotated-value"), 1)
-			red2, hashes2, err := bootstrap.RedactConfig(rotated)
+			red2, hashes2, err := redact.Config(rotated)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -155,7 +155,7 @@ func TestRedactConfigValuesAndURLCredentials(t *testing.T) {
 func TestScrubTalosErrorText(t *testing.T) {
 	cfg, b := renderCP1(t)
 	cfg = append(simtest.Patch(t, simtest.Patch(t, cfg, credentialsPatch), extraSecretsPatch), credentialsDocs...)
-	scrub := bootstrap.NewScrubber(cfg)
+	scrub := redact.NewScrubber(cfg)
 
 	pem := string(b.Certs.OS.Key)
 	b64 := base64.StdEncoding.EncodeToString(b.Certs.OS.Key)
@@ -194,13 +194,13 @@ func TestScrubTalosErrorText(t *testing.T) {
 		},
 		{
 			name: "the bundle's and machinery's secrets, raw",
-			text: "unexpected: " + strings.Join(append(bundleSecrets(b), "s3cret-join-token", "s3cret-query-token", "AKIAs3cretcred/20250101"), " | "),
+			text: "unexpected: " + strings.Join(append(simtest.BundleSecrets(b), "s3cret-join-token", "s3cret-query-token", "AKIAs3cretcred/20250101"), " | "),
 			keep: []string{"unexpected: "},
 		},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			got := scrub.Scrub(c.text)
-			all := append(append(slices.Clone(credentialSecrets), bundleSecrets(b)...), "wg-private-key-value", "disk-passphrase-value", "inline-manifest-secret", "hunter2-registry-password", b64)
+			all := append(append(slices.Clone(credentialSecrets), simtest.BundleSecrets(b)...), "wg-private-key-value", "disk-passphrase-value", "inline-manifest-secret", "hunter2-registry-password", b64)
 			for _, s := range append(all, c.secrets...) {
 				if strings.Contains(got, s) {
 					t.Errorf("scrubbed text holds %.16q…:\n%s", s, got)
@@ -222,13 +222,13 @@ func TestScrubTalosErrorText(t *testing.T) {
 }
 
 // A config that does not load (a running config from a newer Talos, with
-// fields this machinery does not know) fails RedactConfig with the
+// fields this machinery does not know) fails Config with the
 // decoder's error, which dumps the unknown part of the document, values
 // included: the error names the keys only.
 func TestRedactConfigErrorQuotesNoValues(t *testing.T) {
 	cfg, _ := renderCP1(t)
 	newer := bytes.Replace(cfg, []byte("machine:\n"), []byte("machine:\n    futureAuth:\n        password: s3cret-future-password\n"), 1)
-	_, _, err := bootstrap.RedactConfig(newer)
+	_, _, err := redact.Config(newer)
 	if err == nil {
 		t.Fatal("a config with an unknown field loaded: the test would prove nothing")
 	}

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -129,7 +128,7 @@ func TestDriftAndApplyNeverLeakSecrets(t *testing.T) {
 	if !strings.Contains(all, "cluster.token") {
 		t.Errorf("the rotated token is not reported as a changed secret path")
 	}
-	for _, s := range secretValues(sf.Bundle) {
+	for _, s := range simtest.BundleSecrets(sf.Bundle) {
 		if strings.Contains(all, s) {
 			t.Fatalf("output contains a secret of the bundle (%.8s…)", s)
 		}
@@ -137,21 +136,6 @@ func TestDriftAndApplyNeverLeakSecrets(t *testing.T) {
 	if strings.Contains(all, "abcdef.0123456789abcdef") {
 		t.Fatal("output contains the drifted token's value")
 	}
-}
-
-func secretValues(b *secrets.Bundle) []string {
-	out := []string{b.Cluster.Secret, b.Secrets.BootstrapToken, b.Secrets.SecretboxEncryptionSecret, b.TrustdInfo.Token}
-	if b.Secrets.AESCBCEncryptionSecret != "" {
-		out = append(out, b.Secrets.AESCBCEncryptionSecret)
-	}
-	for _, k := range [][]byte{b.Certs.Etcd.Key, b.Certs.K8s.Key, b.Certs.K8sAggregator.Key, b.Certs.K8sServiceAccount.Key, b.Certs.OS.Key} {
-		for _, line := range strings.Split(string(k), "\n") {
-			if len(line) > 40 && !strings.HasPrefix(line, "-----") {
-				out = append(out, line)
-			}
-		}
-	}
-	return out
 }
 
 func TestApplyConvergesAndSecondApplyWritesNothing(t *testing.T) {

@@ -885,7 +885,7 @@ func checkAudit(t *testing.T, w *faultWriter, data []byte) map[string]int {
 
 func checkNoSecrets(t *testing.T, sf *simFleet, what, text string) {
 	t.Helper()
-	for _, s := range secretValues(sf.Bundle) {
+	for _, s := range simtest.BundleSecrets(sf.Bundle) {
 		if strings.Contains(text, s) {
 			t.Errorf("%s holds a secret of the bundle (%.8s…)", what, s)
 			return

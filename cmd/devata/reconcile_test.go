@@ -56,7 +56,7 @@ func TestReconcileOnce(t *testing.T) {
 	if len(lines) != 3 || !strings.Contains(lines[0], `"result":"dry-run"`) || !strings.Contains(lines[1], `"result":"started"`) || !strings.Contains(lines[2], `"result":"converged"`) {
 		t.Errorf("audit log:\n%s", data)
 	}
-	for _, s := range secretValues(sf.Bundle) {
+	for _, s := range simtest.BundleSecrets(sf.Bundle) {
 		if strings.Contains(string(data)+r.stdout+r.err, s) {
 			t.Fatalf("output or audit log holds a secret of the bundle (%.8s…)", s)
 		}

@@ -125,7 +125,7 @@ func TestNoOutputLeaksCredentialsOutsideSecretFields(t *testing.T) {
 			t.Errorf("output lacks %q: the non-secret part must stay readable", want)
 		}
 	}
-	for _, s := range append(secrets, secretValues(sf.Bundle)...) {
+	for _, s := range append(secrets, simtest.BundleSecrets(sf.Bundle)...) {
 		if strings.Contains(all, s) {
 			i := strings.Index(all, s)
 			t.Errorf("output contains secret %.12q…: %q", s, all[max(0, i-80):min(len(all), i+40)])
