@@ -19,6 +19,7 @@ import (
 
 	"devata.dev/devata/bootstrap"
 	"devata.dev/devata/drift"
+	"devata.dev/devata/gate"
 	"devata.dev/devata/inventory"
 	"devata.dev/devata/machines"
 )
@@ -548,7 +549,7 @@ func (l *Loop) recheckGate(ctx context.Context, d *Desired) string {
 	if blocked == "" {
 		return ""
 	}
-	if err := EtcdHealthy(ctx, d.Inventory, l.Dialer, l.Timeout); err != nil {
+	if err := gate.EtcdHealthy(ctx, d.Inventory, l.Dialer, l.Timeout); err != nil {
 		l.Metrics.errors.WithLabelValues("gate").Inc()
 		l.Log.Warn("rollout stopped by a failed gate: no machine is changed until it passes", "stopped", blocked, "now", err.Error())
 		return blocked

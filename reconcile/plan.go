@@ -1,7 +1,9 @@
 // Package reconcile owns moving actual toward desired: the planner that
 // decides the smallest set of actions from a fresh observation, the rollout
-// policy and its gates (etcd quorum and health), and, later, the loop. It does
-// not speak the Talos API itself (machines does) or render reports (drift).
+// policy (which asks package gate before and after each control plane), and
+// the level-triggered loop with its queue, audit log, metrics and leader
+// election. It does not speak the Talos API itself (machines does), decide
+// etcd health (gate) or render reports (drift).
 package reconcile
 
 import (

@@ -9,13 +9,14 @@ import (
 	"sync"
 	"time"
 
+	"devata.dev/devata/gate"
 	"devata.dev/devata/inventory"
 	"devata.dev/devata/machines"
 )
 
 // Rollout applies a plan under devata's rollout policy: control planes one at
 // a time, each gated before and after on etcd health, and before a rebooting
-// change on etcd keeping quorum without it (MayTakeDown); then workers
+// change on etcd keeping quorum without it (gate.MayTakeDown); then workers
 // in batches of MaxUnavailable. After each change it waits until the machine
 // runs the desired config again (through its reboot, if any). It stops at the
 // first failed gate or step and says where and how to resume.
@@ -30,7 +31,7 @@ type Rollout struct {
 	// Poll is how often a wait looks again (default 500ms).
 	Poll time.Duration
 	// AllowQuorumLoss lets a rebooting change take down a control plane of
-	// an etcd too small to lose one (one or two members; see MayTakeDown).
+	// an etcd too small to lose one (one or two members; see gate.MayTakeDown).
 	AllowQuorumLoss bool
 	// Say prints one line of progress for people.
 	Say func(format string, args ...any)
@@ -46,16 +47,13 @@ type Outcome struct {
 	// InFlight names the machines that were being changed when an interrupt
 	// came; they were finished (or failed) before the rollout stopped.
 	InFlight string
-	// Refused marks a stop by the quorum rule (MayTakeDown): etcd is healthy
+	// Refused marks a stop by the quorum rule (gate.MayTakeDown): etcd is healthy
 	// but too small to lose the next control plane; nothing was sent to it.
 	Refused bool
 }
 
 // Done reports whether every pending action converged.
 func (o *Outcome) Done() bool { return len(o.Failed) == 0 && len(o.Untouched) == 0 && o.Stopped == "" }
-
-// ErrGate is wrapped by every gate failure.
-var ErrGate = errors.New("gate failed")
 
 // Run rolls out the pending actions of plan. Cancelling ctx stops taking new
 // machines; a machine already being changed is finished (bounded by Wait) on
@@ -66,6 +64,10 @@ func (r *Rollout) Run(ctx context.Context, plan *Plan) *Outcome {
 	}
 	if r.MaxUnavailable < 1 {
 		r.MaxUnavailable = 1
+	}
+	g := &gate.Etcd{
+		Inventory: r.Inventory, Dialer: r.Dialer, Timeout: r.Timeout, Wait: r.Wait, Poll: r.Poll,
+		AllowQuorumLoss: r.AllowQuorumLoss, Say: r.Say,
 	}
 	out := &Outcome{}
 	var cps, workers []Action
@@ -92,8 +94,8 @@ func (r *Rollout) Run(ctx context.Context, plan *Plan) *Outcome {
 		if a.Reboots {
 			down = a.Machine
 		}
-		if err := r.etcdGate(ctx, "before "+a.Machine.Name, down); err != nil {
-			var qe *QuorumError
+		if err := g.Pass(ctx, "before "+a.Machine.Name, down); err != nil {
+			var qe *gate.QuorumError
 			out.Refused = errors.As(err, &qe) && qe.Loss
 			out.Stopped = err.Error()
 			untouched(cps[i:])
@@ -111,7 +113,7 @@ func (r *Rollout) Run(ctx context.Context, plan *Plan) *Outcome {
 			untouched(workers)
 			return out
 		}
-		if err := r.etcdGate(context.WithoutCancel(ctx), "after "+a.Machine.Name, nil); err != nil {
+		if err := g.Pass(context.WithoutCancel(ctx), "after "+a.Machine.Name, nil); err != nil {
 			out.Converged = append(out.Converged, a.Machine.Name)
 			out.Stopped = err.Error()
 			untouched(cps[i+1:])
@@ -252,49 +254,6 @@ func (r *Rollout) waitConverged(ctx context.Context, m *inventory.Machine) error
 		case <-time.After(r.Poll):
 		}
 	}
-}
-
-// etcdGate waits until every control plane answers, agrees on the members,
-// which are exactly the inventory's control planes, and reports no errors and
-// a leader. Before a change that takes control plane down (one that reboots)
-// it also waits until MayTakeDown lets it go; a refusal because etcd is too
-// small to lose a member stops at once, since waiting does not help, unless
-// AllowQuorumLoss accepts it.
-func (r *Rollout) etcdGate(ctx context.Context, when string, down *inventory.Machine) error {
-	wctx, cancel := context.WithTimeout(ctx, r.Wait)
-	defer cancel()
-	for {
-		v := ObserveEtcd(ctx, r.Inventory, r.Dialer, r.Timeout)
-		err := v.Err()
-		if err == nil && down != nil {
-			var qe *QuorumError
-			switch qerr := MayTakeDown(v, down.Name); {
-			case qerr == nil:
-			case errors.As(qerr, &qe) && qe.Loss && r.AllowQuorumLoss:
-				r.say("    gate %s: quorum loss accepted (--allow-quorum-loss): %s", when, qe.Why)
-			case qe != nil && qe.Loss:
-				return fmt.Errorf("%w %s: %w", ErrGate, when, qerr)
-			default:
-				err = qerr
-			}
-		}
-		if err == nil {
-			r.say("    gate %s: etcd healthy, %d/%d members", when, len(v.Healthy), len(v.Members))
-			return nil
-		}
-		select {
-		case <-wctx.Done():
-			return fmt.Errorf("%w %s: %v", ErrGate, when, err)
-		case <-time.After(r.Poll):
-		}
-	}
-}
-
-// EtcdHealthy checks etcd from every control plane's point of view: every
-// control plane answers, they agree that the members are exactly the
-// inventory's control planes, etcd reports no errors and one leader.
-func EtcdHealthy(ctx context.Context, inv *inventory.Inventory, d *machines.Dialer, timeout time.Duration) error {
-	return ObserveEtcd(ctx, inv, d, timeout).Err()
 }
 
 func (r *Rollout) say(format string, args ...any) {

@@ -30,9 +30,9 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"devata.dev/devata/bootstrap"
+	"devata.dev/devata/gate"
 	"devata.dev/devata/inventory"
 	"devata.dev/devata/machines"
-	"devata.dev/devata/reconcile"
 )
 
 // Options configure one bootstrap run or plan.
@@ -217,7 +217,7 @@ func (s *Sequence) Plan(ctx context.Context) (*Plan, error) {
 	}
 	in := planInput{inv: s.inv, secretsPath: s.secretsPath, secretsMissing: s.secretsMissing, st: s.st, skipNodes: s.opts.SkipNodes}
 	if v, _ := etcdVerdict(s.inv, s.st); v == etcdOurs {
-		in.etcdHealthy = reconcile.EtcdHealthy(ctx, s.inv, s.dialer, s.opts.Timeout)
+		in.etcdHealthy = gate.EtcdHealthy(ctx, s.inv, s.dialer, s.opts.Timeout)
 	}
 	in.kubeconfig = s.kubeconfigState()
 	if !s.opts.SkipNodes {
@@ -673,7 +673,7 @@ func (s *Sequence) waitEtcd(ctx context.Context) (string, error) {
 	deadline := time.Now().Add(s.opts.Wait)
 	last := ""
 	for {
-		err := reconcile.EtcdHealthy(ctx, s.inv, s.dialer, s.opts.Timeout)
+		err := gate.EtcdHealthy(ctx, s.inv, s.dialer, s.opts.Timeout)
 		if err == nil {
 			return "etcd healthy, members [" + strings.Join(sortedCPNames(s.inv), " ") + "]", nil
 		}

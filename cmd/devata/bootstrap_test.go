@@ -14,10 +14,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"devata.dev/devata/gate"
 	"devata.dev/devata/internal/simtest"
 	"devata.dev/devata/internal/testenv"
 	"devata.dev/devata/machines"
-	"devata.dev/devata/reconcile"
 	"devata.dev/devata/sim"
 )
 
@@ -94,7 +94,7 @@ func bootstrapArgs(sf *simFleet, k *kube, extra ...string) []string {
 func assertBuilt(t *testing.T, sf *simFleet, k *kube) {
 	t.Helper()
 	ctx := context.Background()
-	if err := reconcile.EtcdHealthy(ctx, sf.Inventory, sf.Dialer, 5*time.Second); err != nil {
+	if err := gate.EtcdHealthy(ctx, sf.Inventory, sf.Dialer, 5*time.Second); err != nil {
 		t.Errorf("etcd: %v", err)
 	}
 	st, err := os.Stat(filepath.Join(sf.Dir, "kubeconfig"))

@@ -22,6 +22,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"devata.dev/devata/gate"
 	"devata.dev/devata/internal/simtest"
 	"devata.dev/devata/reconcile"
 	"devata.dev/devata/sim"
@@ -706,7 +707,7 @@ func faultRound(t *testing.T, seed int64) {
 	if len(clusters) != 1 || !slices.Equal(slices.Sorted(slices.Values(clusters[0].Members)), homelabControlPlanes) || len(clusters[0].Learners) > 0 {
 		t.Errorf("etcd after the round: %+v, want one cluster of %v", clusters, homelabControlPlanes)
 	}
-	if err := reconcile.EtcdHealthy(ctx, sf.Inventory, sf.Dialer, 5*time.Second); err != nil {
+	if err := gate.EtcdHealthy(ctx, sf.Inventory, sf.Dialer, 5*time.Second); err != nil {
 		t.Errorf("etcd as the control planes see it after the round: %v", err)
 	}
 

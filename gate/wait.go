@@ -1,0 +1,79 @@
+package gate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"devata.dev/devata/inventory"
+	"devata.dev/devata/machines"
+)
+
+// ErrFailed is wrapped by every gate failure.
+var ErrFailed = errors.New("gate failed")
+
+// EtcdHealthy checks etcd from every control plane's point of view: every
+// control plane answers, they agree that the members are exactly the
+// inventory's control planes, etcd reports no errors and one leader.
+func EtcdHealthy(ctx context.Context, inv *inventory.Inventory, d *machines.Dialer, timeout time.Duration) error {
+	return ObserveEtcd(ctx, inv, d, timeout).Err()
+}
+
+// Etcd is the etcd gate of a rollout, passed before and after each change
+// to a control plane.
+type Etcd struct {
+	Inventory *inventory.Inventory
+	Dialer    *machines.Dialer
+	// Timeout bounds one Talos API call; Wait bounds waiting for the gate;
+	// Poll is how often it looks again.
+	Timeout, Wait, Poll time.Duration
+	// AllowQuorumLoss lets a change take down a control plane of an etcd
+	// too small to lose one (one or two members; see MayTakeDown).
+	AllowQuorumLoss bool
+	// Say prints one line of progress for people.
+	Say func(format string, args ...any)
+}
+
+// Pass waits until every control plane answers, agrees on the members,
+// which are exactly the inventory's control planes, and reports no errors and
+// a leader. Before a change that takes control plane down (one that reboots)
+// it also waits until MayTakeDown lets it go; a refusal because etcd is too
+// small to lose a member stops at once, since waiting does not help, unless
+// AllowQuorumLoss accepts it. when names the moment in its lines and errors
+// ("before cp-2").
+func (g *Etcd) Pass(ctx context.Context, when string, down *inventory.Machine) error {
+	wctx, cancel := context.WithTimeout(ctx, g.Wait)
+	defer cancel()
+	for {
+		v := ObserveEtcd(ctx, g.Inventory, g.Dialer, g.Timeout)
+		err := v.Err()
+		if err == nil && down != nil {
+			var qe *QuorumError
+			switch qerr := MayTakeDown(v, down.Name); {
+			case qerr == nil:
+			case errors.As(qerr, &qe) && qe.Loss && g.AllowQuorumLoss:
+				g.say("    gate %s: quorum loss accepted (--allow-quorum-loss): %s", when, qe.Why)
+			case qe != nil && qe.Loss:
+				return fmt.Errorf("%w %s: %w", ErrFailed, when, qerr)
+			default:
+				err = qerr
+			}
+		}
+		if err == nil {
+			g.say("    gate %s: etcd healthy, %d/%d members", when, len(v.Healthy), len(v.Members))
+			return nil
+		}
+		select {
+		case <-wctx.Done():
+			return fmt.Errorf("%w %s: %v", ErrFailed, when, err)
+		case <-time.After(g.Poll):
+		}
+	}
+}
+
+func (g *Etcd) say(format string, args ...any) {
+	if g.Say != nil {
+		g.Say(format, args...)
+	}
+}
