@@ -1,0 +1,122 @@
+package layers_test
+
+import (
+	"errors"
+	"go/build"
+	"io/fs"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+const module = "devata.dev/devata/"
+
+// allowed is the import graph: each package and the devata packages its
+// non-test files may import. Reading down the list is reading down the
+// layers; a package may only import packages listed before it. A new
+// package must be added here, in its place (docs/architecture.md).
+var allowed = []struct {
+	pkg     string
+	imports []string
+}{
+	// leaves
+	{"redact", nil},
+	{"drift", nil},
+	{"config", nil},
+	{"lock", nil},
+	{"examples", nil},
+	{"deploy", nil},
+	{"sim", nil},
+	{"internal/testenv", nil},
+	{"internal/testctx", nil},
+	{"internal/layers", nil},
+	// the spec and what is rendered from it
+	{"inventory", []string{"redact"}},
+	{"bootstrap", []string{"inventory", "redact"}},
+	// the Talos API and the checks of what it reports
+	{"machines", []string{"drift", "inventory", "redact"}},
+	{"gate", []string{"inventory", "machines"}},
+	{"netcheck", []string{"drift", "inventory", "machines"}},
+	{"storagecheck", []string{"drift", "inventory", "machines"}},
+	// what changes machines
+	{"reconcile", []string{"bootstrap", "drift", "gate", "inventory", "machines"}},
+	{"bootstrap/sequence", []string{"bootstrap", "drift", "gate", "inventory", "machines"}},
+	// test bed and tools
+	{"internal/simtest", []string{"bootstrap", "examples", "inventory", "machines", "sim"}},
+	{"internal/testenv/cmd/testbin", []string{"internal/testenv"}},
+	{"internal/fleetbench", []string{"bootstrap", "internal/testenv", "inventory", "machines"}},
+	// the command: parse, call, render
+	{"cmd/devata", []string{
+		"bootstrap", "bootstrap/sequence", "config", "drift", "examples", "gate", "internal/testenv",
+		"inventory", "lock", "machines", "netcheck", "reconcile", "redact", "sim", "storagecheck",
+	}},
+}
+
+// TestImportsRunDownTheLayers reads every package's non-test imports (as
+// the build sees them, build tags and all) and fails on any devata import
+// the graph does not allow, or any package missing from it.
+func TestImportsRunDownTheLayers(t *testing.T) {
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rank := map[string]int{}
+	for i, p := range allowed {
+		if _, dup := rank[p.pkg]; dup {
+			t.Errorf("%s is listed twice", p.pkg)
+		}
+		rank[p.pkg] = i
+		for _, imp := range p.imports {
+			if r, ok := rank[imp]; !ok || r >= i {
+				t.Errorf("the graph lets %s import %s, which is not listed before it: the layers would not run one way", p.pkg, imp)
+			}
+		}
+	}
+	found := map[string]bool{}
+	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() {
+			return nil
+		}
+		if name := d.Name(); path != root && (strings.HasPrefix(name, ".") || name == "testdata" || name == "tools") {
+			return filepath.SkipDir
+		}
+		bp, err := build.ImportDir(path, 0)
+		var none *build.NoGoError
+		if errors.As(err, &none) {
+			return nil // no Go files here, or only tests
+		}
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		rel = filepath.ToSlash(rel)
+		found[rel] = true
+		i, ok := rank[rel]
+		if !ok {
+			t.Errorf("package %s is not in the import graph: add it to allowed in internal/layers, in its layer", rel)
+			return nil
+		}
+		for _, imp := range bp.Imports {
+			dep, ok := strings.CutPrefix(imp, module)
+			if !ok {
+				continue
+			}
+			if !slices.Contains(allowed[i].imports, dep) {
+				t.Errorf("%s imports %s, which the graph does not allow (%s may import: %s)", rel, dep, rel, strings.Join(allowed[i].imports, ", "))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range allowed {
+		if !found[p.pkg] {
+			t.Errorf("the graph lists %s, which is not a package under %s: remove it from allowed", p.pkg, root)
+		}
+	}
+}
