@@ -56,7 +56,7 @@ func WritePrometheus(w io.Writer, r *Report) error {
 			if n.Machine != res.Machine || n.Rung != res.Rung || n.Check != res.Check {
 				break
 			}
-			status = worse(status, n.Status)
+			status = Worse(status, n.Status)
 		}
 		labels := strings.Join([]string{cluster, label("machine", res.Machine), label("check", res.Check), label("rung", string(res.Rung))}, ",")
 		oneHot("devata_drift_status", labels, status)

@@ -35,12 +35,22 @@ func (s Status) severity() int {
 	}
 }
 
-// worse returns the worse of two statuses: Unknown > Drifted > InSync.
-func worse(a, b Status) Status {
+// Worse returns the worse of two statuses: Unknown > Drifted > InSync; an
+// invalid status counts as Unknown.
+func Worse(a, b Status) Status {
 	if b.severity() > a.severity() {
 		return b
 	}
 	return a
+}
+
+// Worst is the worst status of results, InSync for none.
+func Worst(results []Result) Status {
+	w := StatusInSync
+	for _, r := range results {
+		w = Worse(w, r.Status)
+	}
+	return w
 }
 
 // Rung is a step of the evidence ladder (DESIGN.md, "Evidence ladder and checks"):

@@ -143,30 +143,13 @@ func (c *driftCollector) Collect(ch chan<- prometheus.Metric) {
 			order = append(order, k)
 			s = r.Status
 		}
-		worst[k] = worseOf(s, r.Status)
+		worst[k] = drift.Worse(s, r.Status)
 	}
 	for _, k := range order {
 		for _, s := range []drift.Status{drift.StatusInSync, drift.StatusDrifted, drift.StatusUnknown} {
 			ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, b2f(worst[k] == s), c.cluster, k.machine, k.check, k.rung, string(s))
 		}
 	}
-}
-
-// worseOf orders Unknown > Drifted > InSync, as drift does for a series.
-func worseOf(a, b drift.Status) drift.Status {
-	rank := func(s drift.Status) int {
-		switch s {
-		case drift.StatusInSync:
-			return 0
-		case drift.StatusDrifted:
-			return 1
-		}
-		return 2
-	}
-	if rank(b) > rank(a) {
-		return b
-	}
-	return a
 }
 
 // queueMetrics is a workqueue.MetricsProvider over Prometheus vectors

@@ -172,12 +172,6 @@ func (a *app) progress(total int) func(string, []drift.Result) {
 	done := 0
 	return func(machine string, results []drift.Result) {
 		done++
-		worst := drift.StatusInSync
-		for _, r := range results {
-			if r.Status == drift.StatusUnknown || r.Status == drift.StatusDrifted && worst == drift.StatusInSync {
-				worst = r.Status
-			}
-		}
-		fmt.Fprintf(f, "[%d/%d] %-20s %s\n", done, total, machine, worst)
+		fmt.Fprintf(f, "[%d/%d] %-20s %s\n", done, total, machine, drift.Worst(results))
 	}
 }
