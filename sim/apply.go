@@ -29,8 +29,6 @@ func (metalMode) InContainer() bool       { return false }
 
 // ApplyConfiguration applies a config in one of Talos' modes. The config is
 // loaded and validated before anything else, a dry run included.
-//
-//nolint:gocyclo,cyclop // one switch per mode, as machined has it
 func (a *machineAPI) ApplyConfiguration(ctx context.Context, in *machine.ApplyConfigurationRequest) (*machine.ApplyConfigurationResponse, error) {
 	t, s := target(ctx)
 
@@ -42,91 +40,26 @@ func (a *machineAPI) ApplyConfiguration(ctx context.Context, in *machine.ApplyCo
 		t.cancelTry()
 	}
 
-	cfg, err := configloader.NewFromBytes(in.GetData())
+	cfg, warnings, err := loadApplied(ctx, t, in.GetData())
 	if err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+		return nil, err
 	}
 
-	if cfg.RawV1Alpha1() == nil {
-		return nil, status.Error(codes.InvalidArgument, "the applied machine configuration doesn't contain v1alpha1 config, did you mean to patch the machine config instead?")
-	}
-
-	warnings, err := cfg.Validate(metalMode{})
+	mode, details, why, err := resolveMode(s.active, cfg, in.Mode)
 	if err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
-	}
-
-	// v1alpha1_server.go ApplyConfiguration: then RuntimeValidate against
-	// the node's resources (Kubernetes images supported by this Talos).
-	warningsRuntime, err := cfg.RuntimeValidate(ctx, t.st, metalMode{})
-	if err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
-	}
-
-	warnings = slices.Concat(warnings, warningsRuntime)
-
-	mode := in.Mode
-	details := "Applied configuration with a reboot"
-	why := ""
-
-	switch mode { //nolint:exhaustive // REBOOT keeps the defaults
-	case machine.ApplyConfigurationRequest_TRY, machine.ApplyConfigurationRequest_NO_REBOOT:
-		if err = canApplyImmediate(s.active, cfg); err != nil {
-			return nil, status.Error(codes.InvalidArgument, err.Error())
-		}
-
-		details = "Applied configuration without a reboot"
-	case machine.ApplyConfigurationRequest_STAGED:
-		details = "Staged configuration to be applied after the next reboot"
-	case machine.ApplyConfigurationRequest_AUTO:
-		if err = canApplyImmediate(s.active, cfg); err != nil {
-			mode = machine.ApplyConfigurationRequest_REBOOT
-			why = ": " + err.Error()
-		} else {
-			mode = machine.ApplyConfigurationRequest_NO_REBOOT
-			details = "Applied configuration without a reboot"
-		}
+		return nil, err
 	}
 
 	if in.DryRun {
-		diff, err := configdiff.DiffToString(s.active, cfg)
-		if err != nil {
-			return nil, fmt.Errorf("failed to generate diff: %w", err)
-		}
-
-		if diff == "" {
-			diff = "No changes."
-		}
-
-		return &machine.ApplyConfigurationResponse{Messages: []*machine.ApplyConfiguration{{
-			Mode:        mode,
-			ModeDetails: fmt.Sprintf("Dry run summary:\n%s (skipped in dry-run).\n%s", details, "Config diff:\n\n"+diff),
-		}}}, nil
+		return dryRun(s.active, cfg, mode, details)
 	}
 
 	if t.rebootDuringApply(cfg) {
 		return nil, interrupted(ctx, t)
 	}
 
-	switch mode { //nolint:exhaustive // AUTO was resolved above
-	case machine.ApplyConfigurationRequest_TRY:
-		timeout := constants.ConfigTryTimeout
-		if in.TryModeTimeout != nil {
-			timeout = in.TryModeTimeout.AsDuration()
-		}
-
-		details += fmt.Sprintf("\nThe config is applied in 'try' mode and will be automatically reverted back in %s", timeout)
-
-		t.try(cfg, timeout)
-	case machine.ApplyConfigurationRequest_NO_REBOOT:
-		t.setConfig(cfg, true, true)
-	case machine.ApplyConfigurationRequest_STAGED:
-		t.setConfig(cfg, false, true)
-	case machine.ApplyConfigurationRequest_REBOOT:
-		t.setConfig(cfg, false, true)
-		t.reboot(true)
-	default:
-		return nil, fmt.Errorf("incorrect mode '%s' specified for the apply config call", in.Mode)
+	if details, err = t.applyIn(cfg, mode, in, details); err != nil {
+		return nil, err
 	}
 
 	a.fleet.log.Info("sim: config applied", "machine", t.name, "mode", strings.ToLower(mode.String()))
@@ -136,6 +69,108 @@ func (a *machineAPI) ApplyConfiguration(ctx context.Context, in *machine.ApplyCo
 		Warnings:    warnings,
 		ModeDetails: details + why,
 	}}}, nil
+}
+
+// loadApplied loads and validates the config a configured node is given,
+// and returns it with the validation warnings.
+func loadApplied(ctx context.Context, t *Machine, data []byte) (config.Provider, []string, error) {
+	cfg, err := configloader.NewFromBytes(data)
+	if err != nil {
+		return nil, nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+
+	if cfg.RawV1Alpha1() == nil {
+		return nil, nil, status.Error(codes.InvalidArgument, "the applied machine configuration doesn't contain v1alpha1 config, did you mean to patch the machine config instead?")
+	}
+
+	warnings, err := cfg.Validate(metalMode{})
+	if err != nil {
+		return nil, nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+
+	// v1alpha1_server.go ApplyConfiguration: then RuntimeValidate against
+	// the node's resources (Kubernetes images supported by this Talos).
+	warningsRuntime, err := cfg.RuntimeValidate(ctx, t.st, metalMode{})
+	if err != nil {
+		return nil, nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+
+	return cfg, slices.Concat(warnings, warningsRuntime), nil
+}
+
+// resolveMode is the mode the config is applied in, with the reply's mode
+// details and, when AUTO fell back to a reboot, why: TRY and NO_REBOOT
+// refuse a change that needs a reboot, AUTO picks NO_REBOOT for a live
+// change and REBOOT for any other.
+func resolveMode(current, cfg config.Provider, requested machine.ApplyConfigurationRequest_Mode) (mode machine.ApplyConfigurationRequest_Mode, details, why string, err error) {
+	mode = requested
+	details = "Applied configuration with a reboot"
+
+	switch mode { //nolint:exhaustive // REBOOT keeps the defaults
+	case machine.ApplyConfigurationRequest_TRY, machine.ApplyConfigurationRequest_NO_REBOOT:
+		if err = canApplyImmediate(current, cfg); err != nil {
+			return mode, "", "", status.Error(codes.InvalidArgument, err.Error())
+		}
+
+		details = "Applied configuration without a reboot"
+	case machine.ApplyConfigurationRequest_STAGED:
+		details = "Staged configuration to be applied after the next reboot"
+	case machine.ApplyConfigurationRequest_AUTO:
+		if err = canApplyImmediate(current, cfg); err != nil {
+			mode = machine.ApplyConfigurationRequest_REBOOT
+			why = ": " + err.Error()
+		} else {
+			mode = machine.ApplyConfigurationRequest_NO_REBOOT
+			details = "Applied configuration without a reboot"
+		}
+	}
+
+	return mode, details, why, nil
+}
+
+// dryRun is machined's reply to a dry run: what the mode would have done,
+// and the config diff.
+func dryRun(current, cfg config.Provider, mode machine.ApplyConfigurationRequest_Mode, details string) (*machine.ApplyConfigurationResponse, error) {
+	diff, err := configdiff.DiffToString(current, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("failed to generate diff: %w", err)
+	}
+
+	if diff == "" {
+		diff = "No changes."
+	}
+
+	return &machine.ApplyConfigurationResponse{Messages: []*machine.ApplyConfiguration{{
+		Mode:        mode,
+		ModeDetails: fmt.Sprintf("Dry run summary:\n%s (skipped in dry-run).\n%s", details, "Config diff:\n\n"+diff),
+	}}}, nil
+}
+
+// applyIn applies cfg in the resolved mode and returns the mode details,
+// which in TRY mode also say when the config is reverted.
+func (m *Machine) applyIn(cfg config.Provider, mode machine.ApplyConfigurationRequest_Mode, in *machine.ApplyConfigurationRequest, details string) (string, error) {
+	switch mode { //nolint:exhaustive // AUTO was resolved by resolveMode
+	case machine.ApplyConfigurationRequest_TRY:
+		timeout := constants.ConfigTryTimeout
+		if in.TryModeTimeout != nil {
+			timeout = in.TryModeTimeout.AsDuration()
+		}
+
+		details += fmt.Sprintf("\nThe config is applied in 'try' mode and will be automatically reverted back in %s", timeout)
+
+		m.try(cfg, timeout)
+	case machine.ApplyConfigurationRequest_NO_REBOOT:
+		m.setConfig(cfg, true, true)
+	case machine.ApplyConfigurationRequest_STAGED:
+		m.setConfig(cfg, false, true)
+	case machine.ApplyConfigurationRequest_REBOOT:
+		m.setConfig(cfg, false, true)
+		m.reboot(true)
+	default:
+		return "", fmt.Errorf("incorrect mode '%s' specified for the apply config call", in.Mode)
+	}
+
+	return details, nil
 }
 
 // applyMaintenance is the maintenance service's apply: install the config

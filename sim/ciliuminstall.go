@@ -38,8 +38,8 @@ var installKinds = map[string]schema.GroupVersionResource{
 // ServiceAccount, cilium-config ConfigMap and DaemonSet as its Helm chart
 // renders them (manifests/cilium-helm.yaml). It waits until the CRD is
 // served. Objects that exist are left as they are. The agents are the
-// sim's: SyncKubelets runs one per node (see cilium.go); nothing here runs
-// a datapath.
+// sim's: SyncKubelets runs one per node (see cilium_pods.go); nothing here
+// runs a datapath.
 func InstallCilium(ctx context.Context, cfg *rest.Config) error {
 	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {

@@ -192,9 +192,10 @@
 // NotReady (NetworkPluginNotReady) until a cilium agent pod runs on it.
 // envtest runs no controllers and no containers, so once InstallCilium has
 // put the Kubernetes side of a Cilium install there, the sim also plays the
-// agent DaemonSet's pods and the agent (cilium.go: cilium-dbg replies from
-// Cilium's models and tables, derived from cilium-config, CiliumNodeConfigs,
-// Services and EndpointSlices), and runs devata's probe pods (probe.go). The
+// agent DaemonSet's pods (cilium_pods.go) and the agent (cilium_exec.go,
+// cilium_agent.go, cilium_dbg.go: cilium-dbg replies from Cilium's models
+// and tables, derived from cilium-config, CiliumNodeConfigs, Services and
+// EndpointSlices), and runs devata's probe pods (probe.go). The
 // Cilium faults (CiliumAgentNotReady, CiliumStatusReply,
 // CiliumControllersFailing, CiliumBackendsMissing, CiliumFrontendsStuck,
 // CiliumNoShell, CiliumPodNetworkBroken) bend that.

@@ -53,8 +53,8 @@ func every(ctx context.Context, interval time.Duration, fn func()) {
 // each machine that failed to post, by machine name.
 //
 // Once Nodes are registered it also runs the cilium agent pods (see
-// cilium.go) when the cluster has a cilium DaemonSet, and devata's probe
-// pods bound to its nodes (probe.go); their errors are under the keys
+// cilium_pods.go) when the cluster has a cilium DaemonSet, and devata's
+// probe pods bound to its nodes (probe.go); their errors are under the keys
 // "cilium" and "probes".
 func (f *Fleet) SyncKubelets(ctx context.Context, kc kubernetes.Interface) map[string]error {
 	f.mu.Lock()

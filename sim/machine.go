@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
-	"maps"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,117 +12,7 @@ import (
 	"github.com/cosi-project/runtime/pkg/state/protobuf/server"
 	"github.com/siderolabs/talos/pkg/machinery/config"
 	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
-	machinetype "github.com/siderolabs/talos/pkg/machinery/config/machine"
-	"google.golang.org/grpc/codes"
 )
-
-// Faults are injected into one machine. The zero value is a healthy machine.
-type Faults struct {
-	// Unreachable drops the machine's connections and closes each new one as
-	// soon as it is accepted (the port stays the machine's), so calls fail
-	// with Unavailable; apid routing to it fails the same way.
-	Unreachable bool
-	// Latency delays every call the machine serves.
-	Latency time.Duration
-	// ErrorCodes fails calls with the given code, by short method name
-	// ("Version", "Get", …) or, where a short name is ambiguous ("List" is
-	// both COSI's and MachineService's), by full name
-	// ("/cosi.resource.State/List").
-	ErrorCodes map[string]codes.Code
-	// DriftedConfig replaces the machine's config behind devata's back when it
-	// is set (or changed), as an out-of-band `talosctl apply-config
-	// --mode=no-reboot` would: active and persisted alike. A later apply
-	// undoes the drift like any other config change. A machine in maintenance
-	// mode has no config to drift and ignores it.
-	DriftedConfig []byte
-	// TalosVersion overrides the version the machine reports.
-	TalosVersion string
-	// KubeletUnhealthy marks the kubelet service unhealthy and the machine
-	// status not ready.
-	KubeletUnhealthy bool
-	// VolumeFailed fails user volumes by name with an error message, in
-	// phase provisioned, as a partition that existed before this boot and
-	// then failed would.
-	VolumeFailed map[string]string
-	// VolumeMissing drops user volumes by name, as if never configured.
-	VolumeMissing []string
-	// VolumeFilesystem is what blkid finds on user volumes' existing
-	// partitions, by name ("ext4", …), as a disk formatted earlier by
-	// someone else would hold. Talos' Format keeps the same filesystem,
-	// formats a blank one, and fails any other with "filesystem type
-	// mismatch: <found> != <wanted>" (sim/storage.go, storageOf).
-	VolumeFilesystem map[string]string
-	// VolumeSize gives user volumes' existing partitions another size in
-	// bytes, by name.
-	VolumeSize map[string]uint64
-	// DisksMissing takes disks away by device path ("/dev/sdb"), as if pulled
-	// or dead: a user volume whose selector then matches no disk fails while
-	// waiting, with Talos' "no disks matched selector for volume".
-	DisksMissing []string
-	// DiskSignatures leaves a signature ("xfs", "bluestore", …) on disks by
-	// device path, as an earlier use would: the disk stops being blank, and
-	// a volume that must be carved from it fails to find a disk, as
-	// CheckDiskForProvisioning refuses any signature but gpt.
-	DiskSignatures map[string]string
-	// MountMissing leaves volumes ready but unmounted: user volumes by name,
-	// machine.disks partitions by mount point.
-	MountMissing []string
-	// PartitionMissing drops machine.disks partitions by mount point, as if
-	// never provisioned.
-	PartitionMissing []string
-	// KubeletMountMissing drops kubelet extraMounts by destination from the
-	// KubeletSpec, as a kubelet started before the config had them would.
-	KubeletMountMissing []string
-	// KubeletMountOptions replaces the options of kubelet extraMounts by
-	// destination, e.g. {"/var/mnt/longhorn": {"bind", "rw"}} (not rshared).
-	KubeletMountOptions map[string][]string
-	// RebootDuringApply makes the next non-dry-run ApplyConfiguration persist
-	// the config, then drop the connection and reboot before replying. It
-	// clears itself once it fired.
-	RebootDuringApply bool
-
-	// CiliumAgentNotReady keeps the node's cilium agent pod Running but not
-	// Ready (ContainersNotReady).
-	CiliumAgentNotReady bool
-	// CiliumStatusReply replaces the agent's `cilium-dbg status -o json`
-	// reply verbatim, e.g. with an older Cilium's shape.
-	CiliumStatusReply string
-	// CiliumControllersFailing names agent controllers that keep failing.
-	CiliumControllersFailing []string
-	// CiliumBackendsMissing names Services ("default/kubernetes") whose
-	// frontends in the agent lack the last backend of their EndpointSlices.
-	CiliumBackendsMissing []string
-	// CiliumFrontendsStuck names Services whose frontends the agent never
-	// reconciles: status Pending, or Error with the message when one is given.
-	CiliumFrontendsStuck map[string]string
-	// CiliumNoShell makes `cilium-dbg shell` fail, as on an agent built
-	// without the statedb shell: only `service list` shows frontends.
-	CiliumNoShell bool
-	// CiliumPodNetworkBroken makes connections from the node's pod network
-	// time out although every agent-side fact looks right: a datapath
-	// failure only a transaction (devata drift --probe) sees.
-	CiliumPodNetworkBroken bool
-}
-
-func (f Faults) clone() Faults {
-	f.ErrorCodes = maps.Clone(f.ErrorCodes)
-	f.CiliumControllersFailing = slices.Clone(f.CiliumControllersFailing)
-	f.CiliumBackendsMissing = slices.Clone(f.CiliumBackendsMissing)
-	f.CiliumFrontendsStuck = maps.Clone(f.CiliumFrontendsStuck)
-	f.VolumeFailed = maps.Clone(f.VolumeFailed)
-	f.VolumeMissing = slices.Clone(f.VolumeMissing)
-	f.VolumeFilesystem = maps.Clone(f.VolumeFilesystem)
-	f.VolumeSize = maps.Clone(f.VolumeSize)
-	f.DisksMissing = slices.Clone(f.DisksMissing)
-	f.DiskSignatures = maps.Clone(f.DiskSignatures)
-	f.MountMissing = slices.Clone(f.MountMissing)
-	f.PartitionMissing = slices.Clone(f.PartitionMissing)
-	f.KubeletMountMissing = slices.Clone(f.KubeletMountMissing)
-	f.KubeletMountOptions = maps.Clone(f.KubeletMountOptions)
-	f.DriftedConfig = bytes.Clone(f.DriftedConfig)
-
-	return f
-}
 
 // Machine is one simulated Talos node.
 type Machine struct {
@@ -402,90 +290,6 @@ func (m *Machine) certificate() (*tls.Certificate, error) {
 	}
 
 	return m.cert, nil
-}
-
-// snapshot is a consistent copy of what handlers read.
-type snapshot struct {
-	name      string
-	host      string
-	addr      string
-	version   string
-	sysDisk   SystemDisk
-	down      bool
-	booted    time.Time
-	faults    Faults
-	active    config.Provider
-	persisted config.Provider
-	etcdID    uint64
-	role      string
-	bootDone  bool
-	node      nodeFacts
-	// apiUp: an API server can run (some etcd cluster does); set by sync,
-	// which may take the fleet's lock where snap may not.
-	apiUp bool
-}
-
-func (m *Machine) snap() snapshot {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-
-	s := snapshot{
-		name:      m.name,
-		host:      m.host,
-		addr:      m.addr,
-		version:   m.version,
-		sysDisk:   m.sysDisk,
-		down:      m.down || m.closed,
-		booted:    m.booted,
-		faults:    m.faults,
-		active:    m.active,
-		persisted: m.persisted,
-		etcdID:    m.etcdID,
-		role:      m.role,
-		bootDone:  m.bootDone,
-		node:      m.node,
-	}
-
-	if s.faults.TalosVersion != "" {
-		s.version = s.faults.TalosVersion
-	}
-
-	return s
-}
-
-func (s snapshot) configured() bool { return s.active != nil }
-
-// cniNone reports a config that leaves the CNI to the operator
-// (cluster.network.cni.name none).
-func (s snapshot) cniNone() bool {
-	if s.active == nil || s.active.Cluster() == nil || s.active.Cluster().Network() == nil || s.active.Cluster().Network().CNI() == nil {
-		return false
-	}
-
-	return s.active.Cluster().Network().CNI().Name() == "none"
-}
-
-// hostname is the config's machine.network.hostname, else the machine's name.
-func (s snapshot) hostname() string {
-	if s.active != nil && s.active.Machine() != nil && s.active.Machine().Network() != nil {
-		if h := s.active.Machine().Network().Hostname(); h != "" {
-			return h
-		}
-	}
-
-	return s.name
-}
-
-// controlPlane reports the machine type from the active config, or the
-// spec's role while unconfigured.
-func (s snapshot) controlPlane() bool {
-	if s.active != nil && s.active.Machine() != nil {
-		t := s.active.Machine().Type()
-
-		return t == machinetype.TypeControlPlane || t == machinetype.TypeInit
-	}
-
-	return s.role == "controlplane"
 }
 
 func (m *Machine) etcdMemberID() uint64 {

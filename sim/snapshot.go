@@ -1,0 +1,92 @@
+package sim
+
+import (
+	"time"
+
+	"github.com/siderolabs/talos/pkg/machinery/config"
+	machinetype "github.com/siderolabs/talos/pkg/machinery/config/machine"
+)
+
+// snapshot is a consistent copy of what handlers read.
+type snapshot struct {
+	name      string
+	host      string
+	addr      string
+	version   string
+	sysDisk   SystemDisk
+	down      bool
+	booted    time.Time
+	faults    Faults
+	active    config.Provider
+	persisted config.Provider
+	etcdID    uint64
+	role      string
+	bootDone  bool
+	node      nodeFacts
+	// apiUp: an API server can run (some etcd cluster does); set by sync,
+	// which may take the fleet's lock where snap may not.
+	apiUp bool
+}
+
+func (m *Machine) snap() snapshot {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+
+	s := snapshot{
+		name:      m.name,
+		host:      m.host,
+		addr:      m.addr,
+		version:   m.version,
+		sysDisk:   m.sysDisk,
+		down:      m.down || m.closed,
+		booted:    m.booted,
+		faults:    m.faults,
+		active:    m.active,
+		persisted: m.persisted,
+		etcdID:    m.etcdID,
+		role:      m.role,
+		bootDone:  m.bootDone,
+		node:      m.node,
+	}
+
+	if s.faults.TalosVersion != "" {
+		s.version = s.faults.TalosVersion
+	}
+
+	return s
+}
+
+func (s snapshot) configured() bool { return s.active != nil }
+
+// cniNone reports a config that leaves the CNI to the operator
+// (cluster.network.cni.name none).
+func (s snapshot) cniNone() bool {
+	if s.active == nil || s.active.Cluster() == nil || s.active.Cluster().Network() == nil || s.active.Cluster().Network().CNI() == nil {
+		return false
+	}
+
+	return s.active.Cluster().Network().CNI().Name() == "none"
+}
+
+// hostname is the config's machine.network.hostname, else the machine's name.
+func (s snapshot) hostname() string {
+	if s.active != nil && s.active.Machine() != nil && s.active.Machine().Network() != nil {
+		if h := s.active.Machine().Network().Hostname(); h != "" {
+			return h
+		}
+	}
+
+	return s.name
+}
+
+// controlPlane reports the machine type from the active config, or the
+// spec's role while unconfigured.
+func (s snapshot) controlPlane() bool {
+	if s.active != nil && s.active.Machine() != nil {
+		t := s.active.Machine().Type()
+
+		return t == machinetype.TypeControlPlane || t == machinetype.TypeInit
+	}
+
+	return s.role == "controlplane"
+}
