@@ -1,0 +1,185 @@
+package sequence
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/siderolabs/talos/pkg/machinery/client"
+	"google.golang.org/grpc/codes"
+
+	"devata.dev/devata/inventory"
+	"devata.dev/devata/machines"
+)
+
+// etcdFact is what one control plane said about etcd.
+type etcdFact struct {
+	// HasData: the member list answered, so the node holds etcd data.
+	HasData bool
+	// None: etcd is not running there and the node is configured (no data).
+	None    bool
+	Members []string
+	Leader  uint64
+	// Seen is the evidence line; Err is set when the answer was inconclusive.
+	Seen string
+	Err  error
+}
+
+// fleetState is one observation of every machine, with the facts the
+// sequence decides on.
+type fleetState struct {
+	obs  map[string]*machines.Observation
+	etcd map[string]etcdFact
+	// diff and dry are set for configured machines whose applied config differs.
+	diff map[string]machines.ConfigDiff
+	dry  map[string]machines.ApplyOutcome
+	// dryErr holds dry runs that were refused.
+	dryErr map[string]error
+}
+
+func (st *fleetState) maintenance(name string) bool {
+	o := st.obs[name]
+	return o != nil && o.Maintenance
+}
+
+func (st *fleetState) differs(name string) bool {
+	_, ok := st.diff[name]
+	return ok
+}
+
+func (st *fleetState) configured(name string) bool {
+	o := st.obs[name]
+	return o != nil && o.Err == nil
+}
+
+// inconclusive reports the machines whose state is not known well enough to
+// act on: unreachable, or a control plane whose etcd answer was unclear.
+// permanent is set when waiting cannot help (the talosconfig lacks a role).
+func (st *fleetState) inconclusive(inv *inventory.Inventory) (out []string, permanent bool) {
+	note := func(name string, err error) {
+		out = append(out, fmt.Sprintf("%s: %v", name, err))
+		permanent = permanent || client.StatusCode(err) == codes.PermissionDenied
+	}
+	for i := range inv.Machines {
+		m := &inv.Machines[i]
+		o := st.obs[m.Name]
+		switch {
+		case o == nil:
+			out = append(out, m.Name+": not observed")
+		case o.Maintenance:
+		case o.Err != nil:
+			note(m.Name, o.Err)
+		case o.ConfigErr != nil:
+			note(m.Name, o.ConfigErr)
+		case m.IsControlPlane() && st.etcd[m.Name].Err != nil:
+			note(m.Name, st.etcd[m.Name].Err)
+		}
+	}
+	return out, permanent
+}
+
+// observeFleet observes every machine at once; with dryRun, for configured
+// machines whose applied config differs it also asks Talos (a dry run, no
+// write) what applying would do.
+func observeFleet(ctx context.Context, inv *inventory.Inventory, d *machines.Dialer, desired map[string][]byte, concurrency int, timeout time.Duration, dryRun bool) *fleetState {
+	st := &fleetState{
+		obs: map[string]*machines.Observation{}, etcd: map[string]etcdFact{},
+		diff: map[string]machines.ConfigDiff{}, dry: map[string]machines.ApplyOutcome{}, dryErr: map[string]error{},
+	}
+	var ms []*inventory.Machine
+	for i := range inv.Machines {
+		ms = append(ms, &inv.Machines[i])
+	}
+	var mu sync.Mutex
+	_ = machines.ForEach(ctx, ms, concurrency, timeout, func(ctx context.Context, m *inventory.Machine) error {
+		o := machines.Observe(ctx, d, m)
+		var fact etcdFact
+		if m.IsControlPlane() {
+			fact = etcdFactOf(o)
+		}
+		var (
+			diff   machines.ConfigDiff
+			dry    machines.ApplyOutcome
+			dryErr error
+			differ bool
+		)
+		if o.Err == nil && o.ConfigErr == nil {
+			var err error
+			diff, err = machines.DiffConfigs(o.Active, desired[m.Name])
+			switch {
+			case err != nil:
+				dryErr = fmt.Errorf("compare configs: %w", err)
+				differ = true
+			case !diff.Equal && o.PendingConfig():
+				differ = true
+				dryErr = errPendingConfig
+			case !diff.Equal && !dryRun:
+				differ = true
+			case !diff.Equal:
+				differ = true
+				c, err := d.Client(ctx, m)
+				if err == nil {
+					dry, dryErr = machines.DryRun(ctx, c, desired[m.Name], machines.ModeAuto)
+					c.Close()
+				} else {
+					dryErr = err
+				}
+			}
+		}
+		o.Active = nil // compared; the hash stays
+		mu.Lock()
+		defer mu.Unlock()
+		st.obs[m.Name] = o
+		if m.IsControlPlane() {
+			st.etcd[m.Name] = fact
+		}
+		if differ {
+			st.diff[m.Name] = diff
+			if dryErr != nil {
+				st.dryErr[m.Name] = dryErr
+			} else {
+				st.dry[m.Name] = dry
+			}
+		}
+		return nil
+	})
+	return st
+}
+
+// errPendingConfig is why a machine whose active config is not its persisted
+// one is not even dry-run.
+var errPendingConfig = errors.New("its active config is not the one it would boot (a `--mode try` waiting for its rollback, or a staged config): " +
+	"no apply is sent, not even a dry run, since any apply but a try cancels a pending rollback; wait for the rollback or reboot it, then run again")
+
+// etcdFactOf reads a control plane's etcd evidence. A member list is proof
+// of etcd data. "No data" is read only from positive evidence: the etcd
+// service Preparing in its PreFunc, where a control plane without data waits
+// to be bootstrapped or to join (services/etcd.go). Never from an error
+// code: Talos' etcd calls on such a node wait until the caller's deadline
+// or fail on missing certificates (internal/pkg/etcd/etcd.go). Anything else
+// is inconclusive and blocks bootstrapping (fail closed).
+func etcdFactOf(o *machines.Observation) etcdFact {
+	switch {
+	case o.Maintenance:
+		return etcdFact{None: true, Seen: "maintenance mode: not configured, no etcd"}
+	case o.Err != nil:
+		return etcdFact{Err: o.Err, Seen: "did not answer: " + o.Err.Error()}
+	case o.Etcd != nil:
+		members := slices.Clone(o.Etcd.Members)
+		slices.Sort(members)
+		return etcdFact{HasData: true, Members: members, Leader: o.Etcd.Leader,
+			Seen: fmt.Sprintf("EtcdMemberList answers: members [%s]", strings.Join(members, " "))}
+	case o.WaitingForEtcd():
+		return etcdFact{None: true, Seen: fmt.Sprintf("service etcd Preparing (%q since %s): waiting to be bootstrapped or to join", o.EtcdService.Event, o.EtcdService.Since.UTC().Format(time.RFC3339))}
+	default:
+		err := o.EtcdErr
+		if err == nil {
+			err = fmt.Errorf("no etcd answer")
+		}
+		return etcdFact{Err: err, Seen: "etcd state unclear: " + err.Error()}
+	}
+}

@@ -1,0 +1,93 @@
+package sequence
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/siderolabs/talos/pkg/machinery/api/machine"
+	"github.com/siderolabs/talos/pkg/machinery/client"
+	"google.golang.org/grpc/codes"
+)
+
+// bootstrapEtcd checks etcd on every control plane and bootstraps the first by
+// name only when none has any data: every control plane's etcd service has
+// been seen waiting in its PreFunc for EtcdSettle, on devata's own clock.
+// AlreadyExists counts as done.
+func (s *Sequence) bootstrapEtcd(ctx context.Context) (string, error) {
+	deadline := time.Now().Add(s.opts.Wait)
+	waitingSince := map[string]time.Time{}
+	said := ""
+	for {
+		s.st = observeFleet(ctx, s.inv, s.dialer, s.desired, s.opts.Concurrency, s.opts.Timeout, false)
+		v, why := etcdVerdict(s.inv, s.st)
+		var notReady, unsettled []string
+		now := time.Now()
+		for _, m := range s.inv.ControlPlanes() {
+			if !s.st.configured(m.Name) {
+				notReady = append(notReady, m.Name)
+			}
+			if f := s.st.etcd[m.Name]; !f.None || s.st.maintenance(m.Name) {
+				delete(waitingSince, m.Name)
+				continue
+			}
+			if _, ok := waitingSince[m.Name]; !ok {
+				waitingSince[m.Name] = now
+			}
+			if now.Sub(waitingSince[m.Name]) < s.opts.EtcdSettle {
+				unsettled = append(unsettled, m.Name)
+			}
+		}
+		switch {
+		case v == etcdForeign:
+			return "", fmt.Errorf("%w: %s", ErrRefused, why)
+		case v == etcdOurs:
+			return why + ": nothing to bootstrap", nil
+		case v == etcdNone && len(notReady) == 0 && len(unsettled) > 0:
+			if msg := strings.Join(unsettled, ", "); msg != said {
+				s.say("    etcd waits to be bootstrapped on every control plane; watching it hold for %s before bootstrapping (%s)", s.opts.EtcdSettle, msg)
+				said = msg
+			}
+		case v == etcdNone && len(notReady) == 0:
+			msg, err := s.bootstrapFirst(ctx, why)
+			if client.StatusCode(err) != codes.FailedPrecondition || time.Now().After(deadline) {
+				return msg, err
+			}
+			// Talos takes a bootstrap only once etcd waits for one; look again, then retry.
+			s.say("    %v: not ready for it yet, trying again", err)
+		}
+		if time.Now().After(deadline) {
+			if v == etcdUnclear {
+				return "", fmt.Errorf("%w: %s", ErrRefused, why)
+			}
+			return "", fmt.Errorf("control planes not configured and up within %s: %s", s.opts.Wait, strings.Join(append(notReady, unsettled...), ", "))
+		}
+		if err := sleep(ctx, s.opts.Poll); err != nil {
+			return "", err
+		}
+	}
+}
+
+func (s *Sequence) bootstrapFirst(ctx context.Context, why string) (string, error) {
+	m := bootstrapNode(s.inv)
+	for _, cp := range s.inv.ControlPlanes() {
+		s.say("    %s: %s", cp.Name, s.st.etcd[cp.Name].Seen)
+	}
+	s.say("    %s: bootstrapping %s, the first control plane by name", why, m.Name)
+	bctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	defer cancel()
+	c, err := s.dialer.Client(bctx, m)
+	if err != nil {
+		return "", fmt.Errorf("dial %s: %w", m.Name, err)
+	}
+	defer c.Close()
+	err = c.Bootstrap(bctx, &machine.BootstrapRequest{})
+	switch client.StatusCode(err) {
+	case codes.OK:
+		return "bootstrapped etcd on " + m.Name, nil
+	case codes.AlreadyExists:
+		return m.Name + " already holds etcd data (AlreadyExists): treated as bootstrapped", nil
+	}
+	return "", fmt.Errorf("bootstrap %s: %w", m.Name, err)
+}

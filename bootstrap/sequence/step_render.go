@@ -1,0 +1,46 @@
+package sequence
+
+import (
+	"context"
+	"fmt"
+
+	clientconfig "github.com/siderolabs/talos/pkg/machinery/client/config"
+
+	"devata.dev/devata/bootstrap"
+	"devata.dev/devata/machines"
+)
+
+// render renders and validates every machine's config and makes the dialer,
+// from the given talosconfig or one derived from the bundle.
+func (s *Sequence) render(context.Context) (string, error) {
+	rendered, err := bootstrap.RenderValidated(s.inv, s.bundle)
+	if err != nil {
+		return "", fmt.Errorf("rendering failed, nothing was sent to any machine: %w", err)
+	}
+	s.desired = map[string][]byte{}
+	for _, r := range rendered {
+		s.desired[r.Machine] = r.Config
+	}
+	tc := s.opts.Talosconfig
+	note := ""
+	if tc == nil {
+		r, err := bootstrap.NewRenderer(s.inv, s.bundle)
+		if err != nil {
+			return "", err
+		}
+		data, err := r.Talosconfig()
+		if err != nil {
+			return "", err
+		}
+		if tc, err = clientconfig.FromBytes(data); err != nil {
+			return "", err
+		}
+		note = "; talosconfig derived from the bundle (os:admin)"
+	} else if !sameCA(tc, s.bundle) {
+		s.say("    warning: the talosconfig's CA is not the secrets bundle's OS CA: machines configured from this bundle will not accept it")
+	}
+	if s.dialer, err = machines.NewDialer(tc, s.opts.Overrides); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%d configs rendered and validated%s", len(rendered), note), nil
+}

@@ -1,0 +1,54 @@
+package sequence
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"devata.dev/devata/inventory"
+	"devata.dev/devata/machines"
+)
+
+// waitConfigured polls until the machine answers on mTLS and runs the
+// desired config, at stage booting or running: a control plane stays
+// booting until etcd runs (machined's boot sequence waits for every service,
+// v1alpha1_sequencer_tasks.go StartAllServices), which needs the bootstrap
+// that comes after this. With reapply, seeing it back in maintenance mode
+// returns errBackInMaintenance.
+func (s *Sequence) waitConfigured(ctx context.Context, m *inventory.Machine, reapply bool) error {
+	start := time.Now()
+	deadline := start.Add(s.opts.Wait)
+	last := "no answer yet"
+	for {
+		octx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+		o := machines.Observe(octx, s.dialer, m)
+		cancel()
+		switch {
+		case o.Maintenance && reapply:
+			return errBackInMaintenance
+		case o.Err != nil:
+			last = o.Err.Error()
+		case o.ConfigErr != nil:
+			last = o.ConfigErr.Error()
+		default:
+			d, err := machines.DiffConfigs(o.Active, s.desired[m.Name])
+			switch {
+			case err != nil:
+				last = err.Error()
+			case !d.Equal:
+				last = "applied config differs: " + d.Summary()
+			case o.Stage != "running" && o.Stage != "booting":
+				last = "stage " + o.Stage
+			default:
+				s.say("    %s: answers on mTLS and runs its desired config, stage %s (%s)", m.Name, o.Stage, time.Since(start).Round(time.Millisecond))
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("did not come back on mTLS with its config within %s: %s", s.opts.Wait, last)
+		}
+		if err := sleep(ctx, s.opts.Poll); err != nil {
+			return fmt.Errorf("waiting for it: %w (last: %s)", err, last)
+		}
+	}
+}

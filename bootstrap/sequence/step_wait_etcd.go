@@ -1,0 +1,33 @@
+package sequence
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"devata.dev/devata/gate"
+)
+
+// waitEtcd waits until every control plane agrees etcd is healthy with
+// exactly the configured control planes as members.
+func (s *Sequence) waitEtcd(ctx context.Context) (string, error) {
+	deadline := time.Now().Add(s.opts.Wait)
+	last := ""
+	for {
+		err := gate.EtcdHealthy(ctx, s.inv, s.dialer, s.opts.Timeout)
+		if err == nil {
+			return "etcd healthy, members [" + strings.Join(sortedCPNames(s.inv), " ") + "]", nil
+		}
+		if err.Error() != last {
+			s.say("    waiting: %v", err)
+			last = err.Error()
+		}
+		if time.Now().After(deadline) {
+			return "", fmt.Errorf("etcd not healthy within %s: %w", s.opts.Wait, err)
+		}
+		if err := sleep(ctx, s.opts.Poll); err != nil {
+			return "", err
+		}
+	}
+}
