@@ -1,10 +1,18 @@
 package reconcile
 
 import (
+	"context"
+	"fmt"
+	"sync"
 	"time"
 
+	"golang.org/x/time/rate"
 	"k8s.io/client-go/util/workqueue"
 )
+
+// The work queue and its workers, as a controller-runtime controller keeps
+// them: workers take keys from a client-go rate-limiting queue, hand each to
+// the machine reconciler, and re-add a failed one with its backoff.
 
 // queueName labels the work queue's metrics.
 const queueName = "devata"
@@ -44,3 +52,92 @@ func (o *observedLimiter) Forget(key string) {
 }
 
 func (o *observedLimiter) NumRequeues(key string) int { return o.inner.NumRequeues(key) }
+
+// term is one run of the loop (Run or Once; a leader runs once per term of
+// leadership): its queue and limits. Workers of an earlier term that are
+// still finishing a change keep theirs.
+type term struct {
+	queue    workqueue.TypedRateLimitingInterface[string]
+	writes   *rate.Limiter
+	sem      chan struct{}
+	once     bool
+	mu       sync.Mutex
+	inflight map[string]AuditRecord
+	// changes is the context of changes in flight: a stop does not cancel
+	// a change that has started, only the end of the grace period does.
+	changes      context.Context
+	endOfChanges context.CancelFunc
+}
+
+func (l *Loop) newTerm(once bool) *term {
+	l.setup.Do(l.defaults)
+	limit := rate.Inf
+	if l.WriteRate > 0 {
+		limit = rate.Limit(l.WriteRate)
+	}
+	changes, end := context.WithCancel(context.Background())
+	return &term{
+		queue:        newQueue(l.BackoffBase, l.BackoffMax, l.Metrics),
+		writes:       rate.NewLimiter(limit, max(l.WriteBurst, 1)),
+		sem:          make(chan struct{}, l.MaxUnavailable),
+		once:         once,
+		inflight:     map[string]AuditRecord{},
+		changes:      changes,
+		endOfChanges: end,
+	}
+}
+
+func (l *Loop) startWorkers(ctx context.Context, t *term) (stop func()) {
+	var wg sync.WaitGroup
+	for range l.Workers {
+		wg.Go(func() { l.worker(ctx, t) })
+	}
+	return func() {
+		t.queue.ShutDown()
+		done := make(chan struct{})
+		go func() { wg.Wait(); close(done) }()
+		select {
+		case <-done:
+			t.endOfChanges()
+			l.Log.Info("reconcile stopped: no change in flight")
+		case <-time.After(l.Grace):
+			t.endOfChanges()
+			t.mu.Lock()
+			defer t.mu.Unlock()
+			for name, rec := range t.inflight {
+				rec.Time, rec.Result = time.Time{}, ResultAbandoned
+				rec.Error = fmt.Sprintf("still in flight after the %s grace period; the next pass observes %s afresh", l.Grace, name)
+				l.audit(rec)
+				l.Metrics.actions.WithLabelValues(rec.Action, ResultAbandoned).Inc()
+				l.Log.Error("change abandoned at shutdown", "machine", name, "grace", l.Grace)
+				delete(t.inflight, name) // its final record is this one
+			}
+		}
+	}
+}
+
+func (l *Loop) worker(ctx context.Context, t *term) {
+	r := &machineReconciler{loop: l, term: t}
+	for {
+		key, quit := t.queue.Get()
+		if quit {
+			return
+		}
+		outcome := OutcomeInterrupted
+		var err error
+		if ctx.Err() == nil { // stopping: take no new work
+			outcome, err = r.Reconcile(ctx, key)
+		}
+		switch {
+		case err != nil && ctx.Err() == nil && !t.once:
+			t.queue.AddRateLimited(key)
+			l.Log.Warn("sync failed; retrying with backoff", "machine", key, "failures", t.queue.NumRequeues(key), "error", err.Error())
+		case err != nil:
+			l.Log.Warn("sync failed", "machine", key, "error", err.Error())
+		default:
+			t.queue.Forget(key)
+		}
+		t.queue.Done(key)
+		l.finish(key, outcome, err)
+	}
+}

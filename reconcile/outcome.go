@@ -1,0 +1,21 @@
+package reconcile
+
+// Outcomes of one machine's sync in a pass: the values of PassResult.Outcomes,
+// one per queued machine. They are not rollout's Outcome, the struct that says
+// what one Rollout.Run did over a plan (which machines converged, failed or
+// were left untouched, and why it stopped); a machine's sync runs such a
+// rollout of that machine alone and sums it up as one of these strings. The
+// ones that name an action's end are the audit results of the same name.
+// They stay untyped strings, so that PassResult.Outcomes stays the
+// map[string]string its callers read and compare.
+const (
+	OutcomeInSync      = "in-sync"
+	OutcomeConverged   = ResultConverged
+	OutcomeFailed      = ResultFailed
+	OutcomeBlocked     = ResultBlocked
+	OutcomeDryRun      = ResultDryRun
+	OutcomeInterrupted = ResultInterrupted
+	OutcomeGone        = "gone" // no longer in the inventory or the shard
+	// OutcomeHeld: left alone on purpose (a pending try or a staged config); drift is left.
+	OutcomeHeld = "held"
+)

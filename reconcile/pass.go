@@ -1,0 +1,316 @@
+package reconcile
+
+import (
+	"context"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"devata.dev/devata/drift"
+	"devata.dev/devata/gate"
+	"devata.dev/devata/inventory"
+	"devata.dev/devata/machines"
+)
+
+// One pass: read the spec, observe the owned machines, compare (queue the
+// ones whose config is not InSync), and collect the outcomes the workers
+// report back into a PassResult.
+
+// PassResult is what one pass saw and did.
+type PassResult struct {
+	Started  time.Time
+	Duration time.Duration
+	// InventoryErr is set when the spec read this pass was invalid; the last
+	// valid one (if any) was used.
+	InventoryErr error
+	// Report is the observation of the owned machines; nil when nothing could be observed.
+	Report *drift.Report
+	// Queued machines were handed to the workers; Outcomes says how each ended.
+	Queued   []string
+	Outcomes map[string]string
+	// Errors says why a queued machine's sync failed, by machine.
+	Errors map[string]string
+	// BackingOff machines failed before and wait for their retry.
+	BackingOff []string
+	// Blocked says why every change is stopped (a failed gate), if it is.
+	Blocked string
+}
+
+// ExitCode is --once's exit code: 0 everything in sync or converged, 1 drift
+// or a change left pending, 2 an invalid inventory, a failure or an Unknown.
+func (r *PassResult) ExitCode() int {
+	if r.InventoryErr != nil || r.Report == nil {
+		return 2
+	}
+	code := 0
+	for _, o := range r.Outcomes {
+		switch o {
+		case OutcomeFailed, OutcomeInterrupted:
+			return 2
+		case OutcomeBlocked, OutcomeDryRun, OutcomeHeld:
+			code = 1
+		}
+	}
+	fixed := func(machine string) bool { return r.Outcomes[machine] == OutcomeConverged }
+	for _, res := range r.Report.Results {
+		switch {
+		case res.Status == drift.StatusUnknown && !fixed(res.Machine):
+			return 2
+		case res.Status == drift.StatusDrifted && !(fixed(res.Machine) && res.Check == machines.CheckConfig):
+			code = 1
+		}
+	}
+	if r.Blocked != "" || len(r.BackingOff) > 0 {
+		code = max(code, 1)
+	}
+	return code
+}
+
+// passBook is the running pass's bookkeeping: the machines it queued and
+// has not heard back from, and the outcomes and errors of those it has.
+type passBook struct {
+	awaited  map[string]bool
+	outcomes map[string]string
+	errs     map[string]string
+	passDone chan struct{}
+	// cpsAwaited are the pass's queued control planes not yet finished;
+	// cpsDone is closed when there are none: a worker's change waits for it,
+	// so a pass changes its control planes before any worker.
+	cpsAwaited map[string]bool
+	cpsDone    chan struct{}
+}
+
+// pass is one level-triggered pass.
+func (l *Loop) pass(ctx context.Context, t *term) *PassResult {
+	res := &PassResult{Started: time.Now(), Outcomes: map[string]string{}, Errors: map[string]string{}}
+	defer func() {
+		res.Duration = time.Since(res.Started)
+		l.Metrics.passDuration.Observe(res.Duration.Seconds())
+		l.Metrics.lastPass.SetToCurrentTime()
+		result := "ok"
+		switch {
+		case ctx.Err() != nil:
+			result = "interrupted"
+		case res.Report == nil:
+			result = "inventory-invalid"
+		case res.Blocked != "":
+			result = "blocked"
+		}
+		l.Metrics.passes.WithLabelValues(result).Inc()
+	}()
+
+	d := l.readSpec(ctx, res)
+	if d == nil {
+		return res
+	}
+	var owned []*inventory.Machine
+	for i := range d.Inventory.Machines {
+		if m := &d.Inventory.Machines[i]; l.Shard.Owns(m) {
+			owned = append(owned, m)
+		}
+	}
+	res.Report = l.observe(ctx, d, owned)
+	if l.ReportOnly || ctx.Err() != nil {
+		l.logPass(res)
+		return res
+	}
+	res.Blocked = l.recheckGate(ctx, d)
+
+	// The machines whose applied config is not known to be the desired one,
+	// control planes first: the queue hands keys out in order.
+	needs := map[string]bool{}
+	for _, r := range res.Report.Results {
+		if r.Check == machines.CheckConfig && r.Status != drift.StatusInSync {
+			needs[r.Machine] = true
+		}
+	}
+	slices.SortStableFunc(owned, func(a, b *inventory.Machine) int {
+		return compareBool(b.IsControlPlane(), a.IsControlPlane())
+	})
+	l.mu.Lock()
+	l.awaited, l.outcomes, l.errs, l.passDone = map[string]bool{}, res.Outcomes, res.Errors, make(chan struct{})
+	l.cpsAwaited, l.cpsDone = map[string]bool{}, make(chan struct{})
+	var queue []string
+	for _, m := range owned {
+		switch {
+		case !needs[m.Name]:
+		case t.queue.NumRequeues(m.Name) > 0 && !t.once:
+			// Its retry is already scheduled with its backoff; a pass must not
+			// shortcut that, or a failing machine would be hit every interval.
+			res.BackingOff = append(res.BackingOff, m.Name)
+		default:
+			l.awaited[m.Name] = true
+			if m.IsControlPlane() {
+				l.cpsAwaited[m.Name] = true
+			}
+			queue = append(queue, m.Name)
+		}
+	}
+	if len(l.cpsAwaited) == 0 {
+		close(l.cpsDone)
+	}
+	done := l.passDone
+	if len(queue) == 0 {
+		close(done)
+	}
+	l.mu.Unlock()
+	res.Queued = queue
+	for _, name := range queue {
+		t.queue.Add(name)
+	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+	l.mu.Lock()
+	res.Outcomes, res.Errors = maps.Clone(l.outcomes), maps.Clone(l.errs)
+	if !t.once {
+		l.awaited = nil // Once collects what finishes during the grace period
+	}
+	if res.Blocked == "" {
+		res.Blocked = l.blocked
+	}
+	l.mu.Unlock()
+	l.logPass(res)
+	return res
+}
+
+// readSpec reads the spec; an invalid one is reported and the last valid one
+// stays in force.
+func (l *Loop) readSpec(ctx context.Context, res *PassResult) *Desired {
+	d, err := l.Source(ctx)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err != nil {
+		res.InventoryErr = err
+		l.invErr = err
+		l.Metrics.inventoryValid.Set(0)
+		l.Metrics.errors.WithLabelValues("inventory").Inc()
+		if l.desired == nil {
+			l.Log.Error("inventory is invalid and no valid one was read before: nothing is observed or changed until it is fixed", "error", err)
+			return nil
+		}
+		l.Log.Error("inventory is invalid: the last valid one stays in force until it is fixed", "error", err, "in-force", l.desired.Inventory.Path)
+		return l.desired
+	}
+	if l.invErr != nil {
+		l.Log.Info("inventory is valid again", "inventory", d.Inventory.Path)
+	}
+	for _, w := range d.Inventory.Warnings {
+		l.Log.Debug("inventory warning", "warning", w)
+	}
+	l.desired, l.invErr = d, nil
+	l.Metrics.inventoryValid.Set(1)
+	return d
+}
+
+// observe runs the drift checks over the owned machines and publishes them.
+func (l *Loop) observe(ctx context.Context, d *Desired, owned []*inventory.Machine) *drift.Report {
+	h := drift.Header{Cluster: d.Inventory.Cluster.Name, Inventory: d.Inventory.Path, Simulated: l.Simulated}
+	var names []string
+	for _, m := range owned {
+		names = append(names, m.Name)
+		h.Machines = append(h.Machines, drift.Machine{Name: m.Name, Role: m.Role, Address: l.Dialer.Endpoint(m)})
+	}
+	rep := drift.NewReport(h)
+	if len(owned) > 0 {
+		checks := l.Checks
+		if len(checks) > 0 && !slices.Contains(checks, machines.CheckConfig) {
+			checks = append(slices.Clone(checks), machines.CheckConfig)
+		}
+		fc := &machines.FleetCheck{
+			Inventory: d.Inventory, Desired: d.Configs, DesiredFor: d.Render, Dialer: l.Dialer, Kube: l.Kube,
+			Machines: names, Checks: checks, Concurrency: l.Concurrency, Timeout: l.Timeout,
+		}
+		if l.Extensions != nil {
+			fc.Extensions = l.Extensions(d.Inventory)
+		}
+		if err := fc.Run(ctx, rep); err != nil {
+			rep.AddError(err)
+		}
+	}
+	rep.Finish()
+	for _, r := range rep.Results {
+		if r.Status == drift.StatusUnknown {
+			l.Metrics.errors.WithLabelValues("observe").Inc()
+		}
+	}
+	l.Metrics.drift.set(d.Inventory.Cluster.Name, rep.Results)
+	return rep
+}
+
+// recheckGate keeps a failed gate in force, reporting it, until etcd is
+// healthy again.
+func (l *Loop) recheckGate(ctx context.Context, d *Desired) string {
+	l.mu.Lock()
+	blocked := l.blocked
+	l.mu.Unlock()
+	if blocked == "" {
+		return ""
+	}
+	if err := gate.EtcdHealthy(ctx, d.Inventory, l.Dialer, l.Timeout); err != nil {
+		l.Metrics.errors.WithLabelValues("gate").Inc()
+		l.Log.Warn("rollout stopped by a failed gate: no machine is changed until it passes", "stopped", blocked, "now", err.Error())
+		return blocked
+	}
+	l.mu.Lock()
+	l.blocked = ""
+	l.mu.Unlock()
+	l.Metrics.gateBlocked.Set(0)
+	l.Log.Info("gate passes again: changes resume", "was", blocked)
+	return ""
+}
+
+func (l *Loop) logPass(res *PassResult) {
+	s := res.Report.Summary
+	attrs := []any{
+		"duration", time.Since(res.Started).Round(time.Millisecond),
+		"machines", s.Machines.Total(), "in-sync", s.Machines.InSync, "drifted", s.Machines.Drifted, "unknown", s.Machines.Unknown,
+	}
+	if len(res.Queued) > 0 {
+		attrs = append(attrs, "queued", strings.Join(res.Queued, ","))
+	}
+	if len(res.BackingOff) > 0 {
+		attrs = append(attrs, "backing-off", strings.Join(res.BackingOff, ","))
+	}
+	if res.Blocked != "" {
+		attrs = append(attrs, "blocked", res.Blocked)
+	}
+	if res.InventoryErr != nil {
+		attrs = append(attrs, "inventory-error", res.InventoryErr.Error())
+	}
+	l.Log.Info("pass done", attrs...)
+}
+
+func (l *Loop) finish(key, outcome string, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.awaited[key] {
+		return
+	}
+	delete(l.awaited, key)
+	if l.cpsAwaited[key] {
+		delete(l.cpsAwaited, key)
+		if len(l.cpsAwaited) == 0 {
+			close(l.cpsDone)
+		}
+	}
+	l.outcomes[key] = outcome
+	if err != nil {
+		l.errs[key] = err.Error()
+	}
+	if len(l.awaited) == 0 {
+		close(l.passDone)
+	}
+}
+
+func compareBool(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case a:
+		return 1
+	}
+	return -1
+}
