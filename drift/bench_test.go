@@ -26,10 +26,10 @@ func fleetResults(n int) ([]drift.Machine, []drift.Result) {
 		machines[i] = drift.Machine{Name: name, Role: "worker", Address: fmt.Sprintf("10.%d.%d.%d", i>>16&255, i>>8&255, i&255)}
 		for j, c := range checks {
 			if (i+j)%97 == 0 {
-				results = append(results, drift.Drifted(name, c.name, c.rung, "differs", "a", "b").WithNext("devata apply --machines "+name))
+				results = append(results, drift.Drifted("differs", "a", "b").Of(name, c.name, c.rung).WithNext("devata apply --machines "+name))
 				continue
 			}
-			results = append(results, drift.InSync(name, c.name, c.rung, "observed"))
+			results = append(results, drift.InSync("observed").Of(name, c.name, c.rung))
 		}
 	}
 	return machines, results

@@ -46,31 +46,29 @@ func fixtureResults() []drift.Result {
 		fmt.Errorf("10.20.0.21: %w", errors.New("context deadline exceeded")))
 	next := "talosctl -n 10.20.0.21 version (is the machine up and port 50000 reachable?)"
 	return []drift.Result{
-		drift.InSync("worker-2", "storage", drift.RungInfrastructure, "VolumeStatus u-longhorn phase ready, xfs, 120 GiB", "MountStatus /var/mnt/longhorn"),
-		drift.InSync("cp-1", "talos-version", drift.RungReconciliation, "Version tag v1.11.0"),
-		drift.InSync("cp-1", "config", drift.RungReconciliation, "MachineConfig v1alpha1 version 7"),
-		drift.InSync("cp-1", "cilium-declaration", drift.RungDeclaration, "cluster.proxy.disabled true", "cluster.network.cni none"),
-		drift.InSync("cp-1", "kubelet", drift.RungResources, "service kubelet running, healthy", "Node cp-1 Ready"),
-		drift.InSync("cp-1", "etcd", drift.RungResources, "3 members, all healthy"),
-		drift.Drifted("cp-2", "config", drift.RungReconciliation,
-			"active MachineConfig differs from the rendered config", "version 8", "version 7").
+		drift.InSync("VolumeStatus u-longhorn phase ready, xfs, 120 GiB", "MountStatus /var/mnt/longhorn").Of("worker-2", "storage", drift.RungInfrastructure),
+		drift.InSync("Version tag v1.11.0").Of("cp-1", "talos-version", drift.RungReconciliation),
+		drift.InSync("MachineConfig v1alpha1 version 7").Of("cp-1", "config", drift.RungReconciliation),
+		drift.InSync("cluster.proxy.disabled true", "cluster.network.cni none").Of("cp-1", "cilium-declaration", drift.RungDeclaration),
+		drift.InSync("service kubelet running, healthy", "Node cp-1 Ready").Of("cp-1", "kubelet", drift.RungResources),
+		drift.InSync("3 members, all healthy").Of("cp-1", "etcd", drift.RungResources),
+		drift.Drifted("active MachineConfig differs from the rendered config", "version 8", "version 7").Of("cp-2", "config", drift.RungReconciliation).
 			WithDiff(fixtureDiff).
 			WithEvidence("MachineConfig v1alpha1 version 7").
 			WithNext("devata apply --machines cp-2"),
-		drift.InSync("cp-2", "talos-version", drift.RungReconciliation, "Version tag v1.11.0"),
-		drift.Drifted("cp-2", "kubelet", drift.RungResources, "node labels differ",
-			"topology.kubernetes.io/zone=rack-b", "topology.kubernetes.io/zone=rack-a").
+		drift.InSync("Version tag v1.11.0").Of("cp-2", "talos-version", drift.RungReconciliation),
+		drift.Drifted("node labels differ", "topology.kubernetes.io/zone=rack-b", "topology.kubernetes.io/zone=rack-a").Of("cp-2", "kubelet", drift.RungResources).
 			WithEvidence("Node cp-2 labels").
 			WithNext("devata apply --machines cp-2"),
-		drift.InSync("cp-2", "etcd", drift.RungResources, "3 members, all healthy"),
+		drift.InSync("3 members, all healthy").Of("cp-2", "etcd", drift.RungResources),
 		func() drift.Result {
-			r := drift.Unknown("worker-1", "config", drift.RungReconciliation, dialErr, next)
+			r := drift.Unknown(dialErr, next).Of("worker-1", "config", drift.RungReconciliation)
 			r.FailClosed = true
 			return r
 		}(),
-		drift.Unknown("worker-1", "talos-version", drift.RungReconciliation, versionErr, next),
-		drift.InSync("worker-2", "config", drift.RungReconciliation, "MachineConfig v1alpha1 version 3"),
-		drift.InSync("worker-2", "talos-version", drift.RungReconciliation, "Version tag v1.11.0"),
+		drift.Unknown(versionErr, next).Of("worker-1", "talos-version", drift.RungReconciliation),
+		drift.InSync("MachineConfig v1alpha1 version 3").Of("worker-2", "config", drift.RungReconciliation),
+		drift.InSync("Version tag v1.11.0").Of("worker-2", "talos-version", drift.RungReconciliation),
 	}
 }
 

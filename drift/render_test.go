@@ -158,7 +158,7 @@ func TestTableDetails(t *testing.T) {
 // bidi overrides and invalid UTF-8 print escaped, in every field.
 func TestTableEscapesObservedText(t *testing.T) {
 	r := drift.NewReport(drift.Header{Cluster: "c", Machines: []drift.Machine{{Name: "m\x1b]0;pwned\a", Role: "worker\u202e"}}})
-	r.Add(drift.Drifted("m\x1b]0;pwned\a", "kubelet", drift.RungResources, "labels differ", "zone=a", "zone=\x1b[2Jb\xff").
+	r.Add(drift.Drifted("labels differ", "zone=a", "zone=\x1b[2Jb\xff").Of("m\x1b]0;pwned\a", "kubelet", drift.RungResources).
 		WithDiff("-\tzone: a\n+\tzone: \x1b[2Jb").WithEvidence("Node \x9b1m").WithNext("look\rhere"))
 	r.AddError(errors.New("stopped: \x1b[31mred"))
 	out := string(render(t, renderers()[0].write, r))
@@ -176,7 +176,7 @@ func TestTableEscapesObservedText(t *testing.T) {
 
 func TestTableErrors(t *testing.T) {
 	r := drift.NewReport(drift.Header{Cluster: "c", Machines: []drift.Machine{{Name: "cp-1"}}})
-	r.Add(drift.InSync("cp-1", "config", drift.RungReconciliation))
+	r.Add(drift.InSync().Of("cp-1", "config", drift.RungReconciliation))
 	r.AddError(errors.New("render cp-1: patch patches/cp-1.yaml: line 3: unknown field\nsecond line"))
 	out := string(render(t, renderers()[0].write, r))
 	for _, want := range []string{
@@ -191,7 +191,7 @@ func TestTableErrors(t *testing.T) {
 
 func TestJSONRoundTrip(t *testing.T) {
 	want := fixtureReport(true)
-	want.Add(drift.Drifted("cp-1", "kubelet", drift.RungResources, "kubelet version differs", "<v1.34.1>", "v1.34.0 & older"))
+	want.Add(drift.Drifted("kubelet version differs", "<v1.34.1>", "v1.34.0 & older").Of("cp-1", "kubelet", drift.RungResources))
 	want.AddError(errors.New("kubernetes: list nodes: forbidden"))
 	want.Finish()
 	out := render(t, drift.WriteJSON, want)
@@ -229,12 +229,12 @@ func TestFinishIsDeterministic(t *testing.T) {
 	// Results that differ only after machine, rung and check are ordered too.
 	same := func() []drift.Result {
 		return []drift.Result{
-			drift.Drifted("cp-1", "storage", drift.RungInfrastructure, "volume a missing", "", ""),
-			drift.Drifted("cp-1", "storage", drift.RungInfrastructure, "volume b missing", "", ""),
-			drift.InSync("cp-1", "storage", drift.RungInfrastructure, "volume c"),
-			drift.InSync("cp-1", "storage", drift.RungInfrastructure, "volume d"),
-			drift.Drifted("cp-1", "storage", drift.RungInfrastructure, "volume e small", "100GiB", "50GiB"),
-			drift.Drifted("cp-1", "storage", drift.RungInfrastructure, "volume e small", "100GiB", "60GiB"),
+			drift.Drifted("volume a missing", "", "").Of("cp-1", "storage", drift.RungInfrastructure),
+			drift.Drifted("volume b missing", "", "").Of("cp-1", "storage", drift.RungInfrastructure),
+			drift.InSync("volume c").Of("cp-1", "storage", drift.RungInfrastructure),
+			drift.InSync("volume d").Of("cp-1", "storage", drift.RungInfrastructure),
+			drift.Drifted("volume e small", "100GiB", "50GiB").Of("cp-1", "storage", drift.RungInfrastructure),
+			drift.Drifted("volume e small", "100GiB", "60GiB").Of("cp-1", "storage", drift.RungInfrastructure),
 		}
 	}
 	all := func() []drift.Result { return append(fixtureResults(), same()...) }
@@ -372,7 +372,7 @@ type junit struct {
 
 func TestJUnitParses(t *testing.T) {
 	r := fixtureReport(false)
-	r.Add(drift.Drifted("cp-1", "kubelet", drift.RungResources, "label \x1b[31m\x00 differs", "a", "b").
+	r.Add(drift.Drifted("label \x1b[31m\x00 differs", "a", "b").Of("cp-1", "kubelet", drift.RungResources).
 		WithDiff("-a ]]> b\n+\x00c\xff\n"))
 	r.AddError(errors.New("kubernetes: list nodes: forbidden"))
 	out := render(t, drift.WriteJUnit, r)
@@ -469,7 +469,7 @@ func promSeries(t *testing.T, b []byte) map[string]float64 {
 func TestPrometheus(t *testing.T) {
 	r := fixtureReport(true)
 	// A second result of the same check and machine: one series, worst status.
-	r.Add(drift.Drifted("worker-2", "storage", drift.RungInfrastructure, "volume u-scratch missing", "present", "absent"))
+	r.Add(drift.Drifted("volume u-scratch missing", "present", "absent").Of("worker-2", "storage", drift.RungInfrastructure))
 	series := promSeries(t, render(t, drift.WritePrometheus, r))
 	for key, want := range map[string]float64{
 		"devata_drift_status{check=config,cluster=devata-test,machine=cp-2,rung=reconciliation,status=Drifted}":      1,
@@ -516,7 +516,7 @@ func TestPrometheus(t *testing.T) {
 func TestPrometheusEscapesLabels(t *testing.T) {
 	name := "we\"ird\\name\nline\xff"
 	r := drift.NewReport(drift.Header{Cluster: `c"1`})
-	r.Add(drift.InSync(name, "config", drift.RungReconciliation))
+	r.Add(drift.InSync().Of(name, "config", drift.RungReconciliation))
 	series := promSeries(t, render(t, drift.WritePrometheus, r))
 	key := "devata_drift_status{check=config,cluster=c\"1,machine=we\"ird\\name\nline\uFFFD,rung=reconciliation,status=InSync}"
 	if series[key] != 1 {
@@ -581,7 +581,7 @@ func TestWritePromTextfileNeverHalf(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "devata.prom")
 	small := drift.NewReport(drift.Header{Cluster: "c", GeneratedAt: fixtureTime})
-	small.Add(drift.InSync("cp-1", "config", drift.RungReconciliation))
+	small.Add(drift.InSync().Of("cp-1", "config", drift.RungReconciliation))
 	big := fixtureReport(false)
 	whole := map[string]bool{
 		string(render(t, drift.WritePrometheus, small)): true,

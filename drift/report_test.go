@@ -16,9 +16,9 @@ import (
 )
 
 func TestExitCode(t *testing.T) {
-	insync := drift.InSync("cp-1", "config", drift.RungReconciliation)
-	drifted := drift.Drifted("cp-1", "kubelet", drift.RungResources, "labels differ", "a", "b")
-	unknown := drift.Unknown("cp-2", "config", drift.RungReconciliation, errors.New("timeout"), "")
+	insync := drift.InSync().Of("cp-1", "config", drift.RungReconciliation)
+	drifted := drift.Drifted("labels differ", "a", "b").Of("cp-1", "kubelet", drift.RungResources)
+	unknown := drift.Unknown(errors.New("timeout"), "").Of("cp-2", "config", drift.RungReconciliation)
 	one := []drift.Machine{{Name: "cp-1"}}
 	two := []drift.Machine{{Name: "cp-1"}, {Name: "cp-2"}}
 	tests := []struct {
@@ -149,7 +149,7 @@ func TestUnknownCarriesTheError(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := drift.Unknown("cp-1", "config", drift.RungReconciliation, tt.err, "talosctl -n cp-1 version")
+			r := drift.Unknown(tt.err, "talosctl -n cp-1 version").Of("cp-1", "config", drift.RungReconciliation)
 			if r.Status != drift.StatusUnknown || r.Reason != tt.want || r.Next != "talosctl -n cp-1 version" {
 				t.Errorf("got %+v, want reason %q", r, tt.want)
 			}
@@ -158,7 +158,7 @@ func TestUnknownCarriesTheError(t *testing.T) {
 }
 
 func TestConstructors(t *testing.T) {
-	d := drift.Drifted("cp-1", "config", drift.RungReconciliation, "differs\nreally", "v8", "v7").
+	d := drift.Drifted("differs\nreally", "v8", "v7").Of("cp-1", "config", drift.RungReconciliation).
 		WithDiff("-a\n+b\n").WithEvidence("e1").WithEvidence("e2").WithNext("devata apply")
 	want := drift.Result{
 		Machine: "cp-1", Check: "config", Rung: drift.RungReconciliation, Status: drift.StatusDrifted,
@@ -168,12 +168,12 @@ func TestConstructors(t *testing.T) {
 		t.Errorf("Drifted:\ngot  %+v\nwant %+v", d, want)
 	}
 	// WithEvidence never writes into the evidence of the result it came from.
-	base := drift.InSync("cp-1", "config", drift.RungReconciliation, make([]string, 1, 4)...)
+	base := drift.InSync(make([]string, 1, 4)...).Of("cp-1", "config", drift.RungReconciliation)
 	a, b := base.WithEvidence("a"), base.WithEvidence("b")
 	if a.Evidence[1] != "a" || b.Evidence[1] != "b" || len(base.Evidence) != 1 {
 		t.Errorf("WithEvidence shares memory: %q %q %q", base.Evidence, a.Evidence, b.Evidence)
 	}
-	u := drift.Unknown("cp-1", "config", drift.RungReconciliation, errors.New("x"), "")
+	u := drift.Unknown(errors.New("x"), "").Of("cp-1", "config", drift.RungReconciliation)
 	if u.Blocks() {
 		t.Errorf("a fail-open Unknown blocks")
 	}

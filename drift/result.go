@@ -1,8 +1,6 @@
 package drift
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"strings"
 )
@@ -88,61 +86,6 @@ func (r Rung) order() int {
 	}
 }
 
-// Check is a named condition: a name, a rung, a failure policy and a function
-// from a target to results. A check never prints; the report renders.
-type Check[T any] struct {
-	Name string
-	Rung Rung
-	// FailClosed says an Unknown result of this check blocks a rollout; when
-	// false the result is reported and the rollout continues.
-	FailClosed bool
-	Run        func(ctx context.Context, target T) []Result
-}
-
-// Evaluate runs the check against the target of one machine and returns its
-// results with the check's name, rung and failure policy filled in. It always
-// returns at least one result: a check that returns none, panics or is started
-// after ctx is done yields an Unknown, so one broken check never hides a machine
-// or stops the rest of the fleet.
-func (c Check[T]) Evaluate(ctx context.Context, machine string, target T) (results []Result) {
-	stamp := func(rs []Result) []Result {
-		for i := range rs {
-			if rs[i].Machine == "" {
-				rs[i].Machine = machine
-			}
-			if rs[i].Check == "" {
-				rs[i].Check = c.Name
-			}
-			if rs[i].Rung == "" {
-				rs[i].Rung = c.Rung
-			}
-			rs[i].FailClosed = rs[i].FailClosed || c.FailClosed
-			rs[i] = normalize(rs[i])
-		}
-		return rs
-	}
-	unknown := func(err error) []Result {
-		return stamp([]Result{Unknown(machine, c.Name, c.Rung, err, "")})
-	}
-	if c.Run == nil {
-		return unknown(errors.New("check has no Run function"))
-	}
-	if err := ctx.Err(); err != nil {
-		return unknown(fmt.Errorf("not started: %w", err))
-	}
-	defer func() {
-		// A panicking check is a bug, but the fleet's report must still be printed.
-		if p := recover(); p != nil {
-			results = unknown(fmt.Errorf("check panicked: %v", p))
-		}
-	}()
-	rs := c.Run(ctx, target)
-	if len(rs) == 0 {
-		return unknown(errors.New("check returned no result"))
-	}
-	return stamp(rs)
-}
-
 // Result is the outcome of one check on one machine. Desired, Actual and Diff
 // must already be redacted by the check that made them: drift never sees secret
 // values and cannot tell them apart from others.
@@ -166,28 +109,35 @@ type Result struct {
 	FailClosed bool `json:"failClosed"`
 }
 
-// InSync is a result saying the machine matches, with what was read to know it.
-func InSync(machine, check string, rung Rung, evidence ...string) Result {
-	return Result{Machine: machine, Check: check, Rung: rung, Status: StatusInSync, Evidence: evidence}
+// InSync is a check's result saying the machine matches, with what was
+// read to know it. Evaluate fills in the machine, check and rung; a result
+// made outside a check takes them from Of.
+func InSync(evidence ...string) Result {
+	return Result{Status: StatusInSync, Evidence: evidence}
 }
 
-// Drifted is a result saying the machine differs; desired and actual must be
-// redacted. Add a diff, evidence and the next step with the With methods.
-func Drifted(machine, check string, rung Rung, reason, desired, actual string) Result {
-	return Result{
-		Machine: machine, Check: check, Rung: rung, Status: StatusDrifted,
-		Reason: oneLine(reason), Desired: desired, Actual: actual,
-	}
+// Drifted is a check's result saying the machine differs; desired and
+// actual must be redacted. Add a diff, evidence and the next step with the
+// With methods.
+func Drifted(reason, desired, actual string) Result {
+	return Result{Status: StatusDrifted, Reason: oneLine(reason), Desired: desired, Actual: actual}
 }
 
-// Unknown is a result saying the check could not observe the machine; the
+// Unknown is a check's result saying it could not observe the machine; the
 // reason is the error's text on one line and next says what to look at.
-func Unknown(machine, check string, rung Rung, err error, next string) Result {
+func Unknown(err error, next string) Result {
 	reason := "could not observe (no error given)"
 	if err != nil {
 		reason = oneLine(err.Error())
 	}
-	return Result{Machine: machine, Check: check, Rung: rung, Status: StatusUnknown, Reason: reason, Next: next}
+	return Result{Status: StatusUnknown, Reason: reason, Next: next}
+}
+
+// Of returns r as the result of check on machine, at rung: for results
+// made outside Evaluate (reports of work that never reached a check).
+func (r Result) Of(machine, check string, rung Rung) Result {
+	r.Machine, r.Check, r.Rung = machine, check, rung
+	return r
 }
 
 // WithDiff returns r with a redacted unified diff.

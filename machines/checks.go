@@ -48,65 +48,63 @@ func Checks() []drift.Check[*Target] {
 		{Name: CheckTalosVersion, Rung: drift.RungReconciliation, FailClosed: false, Run: checkTalosVersion},
 		{Name: CheckMachineStage, Rung: drift.RungResources, FailClosed: true, Run: checkMachineStage},
 		{Name: CheckKubelet, Rung: drift.RungResources, FailClosed: true, Run: checkKubelet},
-		{Name: CheckEtcd, Rung: drift.RungResources, FailClosed: true, Run: checkEtcd},
+		{Name: CheckEtcd, Rung: drift.RungResources, FailClosed: true, Applies: onControlPlanes, Run: checkEtcd},
 	}
 }
 
-// AppliesTo reports whether a check is meaningful for a machine: etcd runs on control planes only.
-func AppliesTo(check string, m *inventory.Machine) bool {
-	return check != CheckEtcd || m.IsControlPlane()
-}
+// onControlPlanes is the Applies of checks that mean something on control
+// planes only (etcd runs there alone).
+func onControlPlanes(t *Target) bool { return t.Machine.IsControlPlane() }
 
 // unreachable turns a machine-level observation failure into this check's
 // result: Unknown when the machine did not answer, Drifted when it answered
 // from maintenance mode (observed: not configured at all).
-func unreachable(t *Target, check string, rung drift.Rung) (drift.Result, bool) {
+func unreachable(t *Target) (drift.Result, bool) {
 	o := t.Obs
 	if o.Err == nil {
 		return drift.Result{}, false
 	}
 	name := t.Machine.Name
 	if o.Maintenance {
-		return drift.Drifted(name, check, rung, "machine is in maintenance mode: no config applied", "configured", "maintenance mode").
+		return drift.Drifted("machine is in maintenance mode: no config applied", "configured", "maintenance mode").
 			WithEvidence("Talos API " + o.Endpoint + " answers only insecurely").
 			WithNext("devata bootstrap (or: talosctl apply-config --insecure -n " + t.addr() + ")"), true
 	}
-	return drift.Unknown(name, check, rung, o.Err, "check that "+name+" is up and its Talos API reachable: talosctl -n "+t.addr()+" version"), true
+	return drift.Unknown(o.Err, "check that "+name+" is up and its Talos API reachable: talosctl -n "+t.addr()+" version"), true
 }
 
-func unknownRead(t *Target, check string, rung drift.Rung, err error) drift.Result {
+func unknownRead(t *Target, err error) drift.Result {
 	next := "talosctl -n " + t.addr() + " get machinestatus"
 	if client.StatusCode(err) == codes.PermissionDenied {
 		next = "the talosconfig's certificate lacks the role this read needs (MachineConfig needs os:admin): use an os:admin talosconfig"
 	}
-	return drift.Unknown(t.Machine.Name, check, rung, err, next)
+	return drift.Unknown(err, next)
 }
 
 func checkConfig(_ context.Context, t *Target) []drift.Result {
-	const rung = drift.RungReconciliation
-	if r, ok := unreachable(t, CheckConfig, rung); ok {
+	if r, ok := unreachable(t); ok {
 		return []drift.Result{r}
 	}
 	o, name := t.Obs, t.Machine.Name
 	if o.ConfigErr != nil {
-		return []drift.Result{unknownRead(t, CheckConfig, rung, o.ConfigErr)}
+		return []drift.Result{unknownRead(t, o.ConfigErr)}
 	}
 	if len(t.Desired) == 0 {
-		return []drift.Result{drift.Unknown(name, CheckConfig, rung, errors.New("no desired config was rendered for this machine"), "devata validate, then devata gen config: does "+name+" render?")}
+		return []drift.Result{drift.Unknown(errors.New("no desired config was rendered for this machine"), "devata validate, then devata gen config: does "+name+" render?")}
 	}
 	d, err := DiffConfigs(o.Active, t.Desired)
 	if err != nil {
-		return []drift.Result{drift.Unknown(name, CheckConfig, rung, fmt.Errorf("compare configs: %w", err), "talosctl -n "+t.addr()+" get machineconfig -o yaml")}
+		return []drift.Result{drift.Unknown(fmt.Errorf("compare configs: %w", err), "talosctl -n "+t.addr()+" get machineconfig -o yaml")}
 	}
 	evidence := []string{"MachineConfig v1alpha1 sha256:" + short(o.ActiveHash)}
 	desiredHash := sumOf(t.Desired)
 	if d.Equal {
 		if o.HasPersistent && o.PersistentHash != o.ActiveHash {
-			return []drift.Result{drift.Drifted(name, CheckConfig, rung, "another config is staged for the next boot", "sha256:"+short(desiredHash), "staged sha256:"+short(o.PersistentHash)).
+			return []drift.Result{drift.Drifted("another config is staged for the next boot", "sha256:"+short(desiredHash), "staged sha256:"+short(o.PersistentHash)).
 				WithEvidence(append(evidence, "MachineConfig persistent sha256:"+short(o.PersistentHash))...).
 				WithNext("devata apply --machines " + name + " (re-applies the desired config, replacing the staged one)")}
 		}
-		return []drift.Result{drift.InSync(name, CheckConfig, rung, evidence...)}
+		return []drift.Result{drift.InSync(evidence...)}
 	}
 	reason := "applied config differs from the rendered one: " + d.Summary()
 	next := "devata apply --machines " + name
@@ -114,41 +112,39 @@ func checkConfig(_ context.Context, t *Target) []drift.Result {
 		reason = "desired config is staged but not applied (it takes effect on the next reboot); applied differs: " + d.Summary()
 		next = "reboot " + name + " to apply it (talosctl -n " + t.addr() + " reboot), or devata apply --machines " + name
 	}
-	return []drift.Result{drift.Drifted(name, CheckConfig, rung, reason, "sha256:"+short(desiredHash), "sha256:"+short(o.ActiveHash)).
+	return []drift.Result{drift.Drifted(reason, "sha256:"+short(desiredHash), "sha256:"+short(o.ActiveHash)).
 		WithDiff(d.Text).WithEvidence(evidence...).WithNext(next)}
 }
 
 func checkTalosVersion(_ context.Context, t *Target) []drift.Result {
-	const rung = drift.RungReconciliation
-	if r, ok := unreachable(t, CheckTalosVersion, rung); ok {
+	if r, ok := unreachable(t); ok {
 		return []drift.Result{r}
 	}
-	name, got := t.Machine.Name, t.Obs.Version
+	got := t.Obs.Version
 	if got == t.TalosVersion {
-		return []drift.Result{drift.InSync(name, CheckTalosVersion, rung, "Version tag "+got)}
+		return []drift.Result{drift.InSync("Version tag " + got)}
 	}
-	return []drift.Result{drift.Drifted(name, CheckTalosVersion, rung, "Talos version differs from cluster.talosVersion", t.TalosVersion, got).
+	return []drift.Result{drift.Drifted("Talos version differs from cluster.talosVersion", t.TalosVersion, got).
 		WithEvidence("Version tag " + got).
 		WithNext("upgrade: talosctl -n " + t.addr() + " upgrade --image ghcr.io/siderolabs/installer:" + t.TalosVersion + " (or fix cluster.talosVersion)")}
 }
 
 func checkMachineStage(_ context.Context, t *Target) []drift.Result {
-	const rung = drift.RungResources
-	if r, ok := unreachable(t, CheckMachineStage, rung); ok {
+	if r, ok := unreachable(t); ok {
 		return []drift.Result{r}
 	}
-	o, name := t.Obs, t.Machine.Name
+	o := t.Obs
 	if o.StatusErr != nil {
-		return []drift.Result{unknownRead(t, CheckMachineStage, rung, o.StatusErr)}
+		return []drift.Result{unknownRead(t, o.StatusErr)}
 	}
 	evidence := fmt.Sprintf("MachineStatus stage %s, ready %t", o.Stage, o.Ready)
 	if o.Stage == "running" && o.Ready {
-		return []drift.Result{drift.InSync(name, CheckMachineStage, rung, evidence)}
+		return []drift.Result{drift.InSync(evidence)}
 	}
 	if o.Stage == "running" && o.NotReadyOnlyForNode() {
 		// Talos' readiness includes the Node's (machine_status.go
 		// nodeReadyCheck); the kubelet check reports the Node itself.
-		return []drift.Result{drift.InSync(name, CheckMachineStage, rung, evidence, "not ready only for its Node ("+strings.Join(o.Unmet, "; ")+"): see the kubelet check")}
+		return []drift.Result{drift.InSync(evidence, "not ready only for its Node ("+strings.Join(o.Unmet, "; ")+"): see the kubelet check")}
 	}
 	reason := "machine is " + o.Stage
 	if len(o.Unmet) > 0 {
@@ -159,7 +155,7 @@ func checkMachineStage(_ context.Context, t *Target) []drift.Result {
 		// machined's boot sequence waits for etcd (StartAllServices)
 		next = "its boot waits for etcd: devata bootstrap if no control plane has etcd yet, else " + next
 	}
-	return []drift.Result{drift.Drifted(name, CheckMachineStage, rung, reason, "running, ready", fmt.Sprintf("%s, ready=%t", o.Stage, o.Ready)).
+	return []drift.Result{drift.Drifted(reason, "running, ready", fmt.Sprintf("%s, ready=%t", o.Stage, o.Ready)).
 		WithEvidence(evidence).WithNext(next)}
 }
 
@@ -167,8 +163,7 @@ func checkMachineStage(_ context.Context, t *Target) []drift.Result {
 // observed problem is Drifted; otherwise any part that could not be read
 // makes it Unknown.
 func checkKubelet(_ context.Context, t *Target) []drift.Result {
-	const rung = drift.RungResources
-	if r, ok := unreachable(t, CheckKubelet, rung); ok {
+	if r, ok := unreachable(t); ok {
 		return []drift.Result{r}
 	}
 	o, name := t.Obs, t.Machine.Name
@@ -224,7 +219,7 @@ func checkKubelet(_ context.Context, t *Target) []drift.Result {
 		if node, ok := t.nodeFacts(name); ok && NetworkNotReady(node.ReadyReason) {
 			next = "no CNI runs on the node yet: with cluster.network.cni none, install Cilium (helm install cilium …), then see the cilium checks; kubectl describe node " + name
 		}
-		return []drift.Result{drift.Drifted(name, CheckKubelet, rung, strings.Join(problems, "; "), "kubelet healthy, Node Ready, "+t.KubernetesVersion, problems[0]).
+		return []drift.Result{drift.Drifted(strings.Join(problems, "; "), "kubelet healthy, Node Ready, "+t.KubernetesVersion, problems[0]).
 			WithEvidence(evidence...).
 			WithNext(next)}
 	case unknown != nil:
@@ -232,14 +227,13 @@ func checkKubelet(_ context.Context, t *Target) []drift.Result {
 		if t.Nodes == nil || t.Nodes.Err != nil {
 			next = "pass --kubeconfig (or set KUBECONFIG) so the Node can be checked"
 		}
-		return []drift.Result{drift.Unknown(name, CheckKubelet, rung, unknown, next).WithEvidence(evidence...)}
+		return []drift.Result{drift.Unknown(unknown, next).WithEvidence(evidence...)}
 	}
-	return []drift.Result{drift.InSync(name, CheckKubelet, rung, evidence...)}
+	return []drift.Result{drift.InSync(evidence...)}
 }
 
 func checkEtcd(_ context.Context, t *Target) []drift.Result {
-	const rung = drift.RungResources
-	if r, ok := unreachable(t, CheckEtcd, rung); ok {
+	if r, ok := unreachable(t); ok {
 		return []drift.Result{r}
 	}
 	o, name := t.Obs, t.Machine.Name
@@ -249,11 +243,11 @@ func checkEtcd(_ context.Context, t *Target) []drift.Result {
 		if o.WaitingForEtcd() {
 			next = "bootstrap the cluster (devata bootstrap) if no control plane has etcd yet, else check why it does not join: " + next
 		}
-		return []drift.Result{drift.Drifted(name, CheckEtcd, rung, "etcd does not run on "+name+": service etcd "+o.EtcdService.State+" ("+o.EtcdService.Event+")", "etcd running, a member", "service etcd "+o.EtcdService.State).
+		return []drift.Result{drift.Drifted("etcd does not run on "+name+": service etcd "+o.EtcdService.State+" ("+o.EtcdService.Event+")", "etcd running, a member", "service etcd "+o.EtcdService.State).
 			WithEvidence("ServiceList etcd: " + o.EtcdService.State + ", " + o.EtcdService.Event).WithNext(next)}
 	}
 	if o.EtcdErr != nil && o.Etcd == nil {
-		return []drift.Result{drift.Unknown(name, CheckEtcd, rung, o.EtcdErr, "talosctl -n "+t.addr()+" service etcd; talosctl -n "+t.addr()+" etcd members")}
+		return []drift.Result{drift.Unknown(o.EtcdErr, "talosctl -n "+t.addr()+" service etcd; talosctl -n "+t.addr()+" etcd members")}
 	}
 	e := o.Etcd
 	want := slices.Clone(t.ControlPlanes)
@@ -291,9 +285,9 @@ func checkEtcd(_ context.Context, t *Target) []drift.Result {
 		problems = append(problems, "learners not yet promoted: "+strings.Join(ls, " "))
 	}
 	if len(problems) == 0 {
-		return []drift.Result{drift.InSync(name, CheckEtcd, rung, evidence...)}
+		return []drift.Result{drift.InSync(evidence...)}
 	}
-	return []drift.Result{drift.Drifted(name, CheckEtcd, rung, strings.Join(problems, "; "), "members ["+strings.Join(want, " ")+"]", "members ["+strings.Join(got, " ")+"]").
+	return []drift.Result{drift.Drifted(strings.Join(problems, "; "), "members ["+strings.Join(want, " ")+"]", "members ["+strings.Join(got, " ")+"]").
 		WithEvidence(evidence...).WithNext("talosctl -n " + t.addr() + " etcd members; talosctl -n " + t.addr() + " etcd status")}
 }
 

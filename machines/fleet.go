@@ -15,13 +15,16 @@ import (
 	"devata.dev/devata/inventory"
 )
 
-// Extension adds checks that read more from each machine on the connection
-// the machine checks use (storagecheck, netcheck): Names are what --checks
-// takes; Run observes and evaluates the named ones of them for one machine,
-// given the machine checks' target (its Obs holds the active config).
-type Extension struct {
-	Names []string
-	Run   func(ctx context.Context, c *client.Client, t *Target, names []string) []drift.Result
+// Extension is a family of checks that read more from each machine on the
+// connection the machine checks use (storagecheck, netcheck).
+type Extension interface {
+	// Checks lists the family's checks in the order they run: their names
+	// are what --checks takes.
+	Checks() []drift.Info
+	// Run observes and evaluates the named ones of them (never empty) for
+	// one machine, given the machine checks' target (its Obs holds the
+	// active config); c is nil when the machine could not be dialled.
+	Run(ctx context.Context, c *client.Client, t *Target, names []string) []drift.Result
 }
 
 // FleetCheck is one drift pass over (part of) an inventory.
@@ -74,7 +77,9 @@ func (f *FleetCheck) Select() ([]*inventory.Machine, []drift.Check[*Target], err
 		names = append(names, c.Name)
 	}
 	for _, e := range f.Extensions {
-		names = append(names, e.Names...)
+		for _, c := range e.Checks() {
+			names = append(names, c.Name)
+		}
 	}
 	for _, name := range f.Checks {
 		if !slices.Contains(names, name) {
@@ -137,15 +142,15 @@ func (f *FleetCheck) Run(ctx context.Context, out drift.Collector) error {
 		}
 		var results []drift.Result
 		for _, c := range checks {
-			if AppliesTo(c.Name, m) {
+			if c.AppliesTo(t) {
 				results = append(results, c.Evaluate(ctx, m.Name, t)...)
 			}
 		}
 		for _, e := range f.Extensions {
 			var want []string
-			for _, n := range e.Names {
-				if len(f.Checks) == 0 || slices.Contains(f.Checks, n) {
-					want = append(want, n)
+			for _, c := range e.Checks() {
+				if len(f.Checks) == 0 || slices.Contains(f.Checks, c.Name) {
+					want = append(want, c.Name)
 				}
 			}
 			if len(want) > 0 {

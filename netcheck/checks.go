@@ -100,52 +100,13 @@ type Problem struct {
 	Next   string
 }
 
-// findings gathers one check's evidence: any problem makes the result
-// Drifted; otherwise anything not observed makes it Unknown; else InSync.
-type findings struct {
-	problems []Problem
-	unknowns []Problem // Reason is the error's text
-	evidence []string
-}
-
-func (f *findings) problem(reason, next string) {
-	f.problems = append(f.problems, Problem{reason, next})
-}
-func (f *findings) unknown(err error, next string) {
-	f.unknowns = append(f.unknowns, Problem{err.Error(), next})
-}
-func (f *findings) saw(evidence string) { f.evidence = append(f.evidence, evidence) }
-
-func (f *findings) result(name, check string, rung drift.Rung, desired string) drift.Result {
-	join := func(ps []Problem) (reasons, nexts string) {
-		var rs, ns []string
-		for _, p := range ps {
-			rs = append(rs, p.Reason)
-			if p.Next != "" && !slices.Contains(ns, p.Next) {
-				ns = append(ns, p.Next)
-			}
-		}
-		return strings.Join(rs, "; "), strings.Join(ns, "; ")
-	}
-	switch {
-	case len(f.problems) > 0:
-		reasons, nexts := join(f.problems)
-		return drift.Drifted(name, check, rung, reasons, desired, f.problems[0].Reason).
-			WithEvidence(f.evidence...).WithNext(nexts)
-	case len(f.unknowns) > 0:
-		reasons, nexts := join(f.unknowns)
-		return drift.Unknown(name, check, rung, errors.New(reasons), nexts).WithEvidence(f.evidence...)
-	}
-	return drift.InSync(name, check, rung, f.evidence...)
-}
-
 // notExpected is the InSync of a cilium check when the inventory does not ask
 // for kube-proxy replacement: there is nothing for it to prove.
-func notExpected(t *Target, check string, rung drift.Rung) (drift.Result, bool) {
+func notExpected(t *Target) (drift.Result, bool) {
 	if t.Expect.KubeProxyReplacement {
 		return drift.Result{}, false
 	}
-	return drift.InSync(t.Machine.Name, check, rung, "cluster.cilium.kubeProxyReplacement is false: no kube-proxy replacement expected"), true
+	return drift.InSync("cluster.cilium.kubeProxyReplacement is false: no kube-proxy replacement expected"), true
 }
 
 // kubeSide returns why the Kubernetes snapshot cannot be used, if it cannot.
@@ -165,39 +126,38 @@ const nextKubeconfig = "pass --kubeconfig (or set KUBECONFIG) so the cluster's C
 // that decides it: the active Talos config, Talos' applied manifests and
 // KubePrism, the agent DaemonSet, cilium-config and CiliumNodeConfigs.
 func checkDeclaration(_ context.Context, t *Target) []drift.Result {
-	const rung, check = drift.RungDeclaration, CheckDeclaration
-	if r, ok := notExpected(t, check, rung); ok {
+	if r, ok := notExpected(t); ok {
 		return []drift.Result{r}
 	}
-	var f findings
+	var f drift.Findings
 	e := t.Expect
 	desired := fmt.Sprintf("cni %s, proxy disabled, kube-proxy-replacement true, agent → %s:%d", e.CNI, e.ServiceHost, e.ServicePort)
 	if t.Obs != nil && t.Obs.Err != nil {
-		return []drift.Result{drift.Unknown(t.Machine.Name, check, rung, t.Obs.Err, "check that "+t.Machine.Name+" is up and its Talos API reachable: "+t.talosctl("version"))}
+		return []drift.Result{drift.Unknown(t.Obs.Err, "check that "+t.Machine.Name+" is up and its Talos API reachable: "+t.talosctl("version"))}
 	}
 	declareTalosConfig(t, &f)
 	declareTalosResources(t, &f)
 	declareKubernetes(t, &f)
-	return []drift.Result{f.result(t.Machine.Name, check, rung, desired)}
+	return []drift.Result{f.Result(desired, "")}
 }
 
-func declareTalosConfig(t *Target, f *findings) {
+func declareTalosConfig(t *Target, f *drift.Findings) {
 	if t.ActiveErr != nil {
-		f.unknown(t.ActiveErr, talosRoleNext(t.ActiveErr, t.talosctl("get machineconfig v1alpha1 -o yaml")))
+		f.Unknown(t.ActiveErr, talosRoleNext(t.ActiveErr, t.talosctl("get machineconfig v1alpha1 -o yaml")))
 		return
 	}
 	if t.Active == nil {
-		f.unknown(errors.New("the active MachineConfig was not read"), t.talosctl("get machineconfig v1alpha1 -o yaml"))
+		f.Unknown(errors.New("the active MachineConfig was not read"), t.talosctl("get machineconfig v1alpha1 -o yaml"))
 		return
 	}
 	cfg, err := configloader.NewFromBytes(t.Active)
 	if err != nil {
-		f.unknown(fmt.Errorf("active config does not load: %w", err), t.talosctl("get machineconfig v1alpha1 -o yaml"))
+		f.Unknown(fmt.Errorf("active config does not load: %w", err), t.talosctl("get machineconfig v1alpha1 -o yaml"))
 		return
 	}
 	cc := cfg.Cluster()
 	if cc == nil {
-		f.problem("active config has no cluster section", "devata apply --machines "+t.Machine.Name)
+		f.Problem("active config has no cluster section", "devata apply --machines "+t.Machine.Name)
 		return
 	}
 	cni := ""
@@ -205,57 +165,57 @@ func declareTalosConfig(t *Target, f *findings) {
 		cni = n.CNI().Name()
 	}
 	if cni != t.Expect.CNI {
-		f.problem(fmt.Sprintf("active config has cluster.network.cni.name %q, inventory %q", cni, t.Expect.CNI),
+		f.Problem(fmt.Sprintf("active config has cluster.network.cni.name %q, inventory %q", cni, t.Expect.CNI),
 			"devata apply --machines "+t.Machine.Name+" (then "+t.talosctl("get machineconfig v1alpha1 -o yaml")+")")
 	} else {
-		f.saw("MachineConfig cluster.network.cni.name " + cni)
+		f.Saw("MachineConfig cluster.network.cni.name " + cni)
 	}
 	// Talos applies the kube-proxy manifest from control planes only; a
 	// worker's config has no cluster.proxy section (it reads as enabled).
 	if !t.Machine.IsControlPlane() {
-		f.saw("cluster.proxy is decided by the control planes' configs")
+		f.Saw("cluster.proxy is decided by the control planes' configs")
 		return
 	}
 	proxyOn := cc.Proxy() != nil && cc.Proxy().Enabled()
 	if proxyOn != t.Expect.KubeProxy {
-		f.problem(fmt.Sprintf("active config has cluster.proxy.disabled %t, inventory kubeProxy %t", !proxyOn, t.Expect.KubeProxy),
+		f.Problem(fmt.Sprintf("active config has cluster.proxy.disabled %t, inventory kubeProxy %t", !proxyOn, t.Expect.KubeProxy),
 			"devata apply --machines "+t.Machine.Name+"; Talos then stops applying kube-proxy but never deletes it: see cilium-services")
 	} else {
-		f.saw(fmt.Sprintf("MachineConfig cluster.proxy.disabled %t", !proxyOn))
+		f.Saw(fmt.Sprintf("MachineConfig cluster.proxy.disabled %t", !proxyOn))
 	}
 }
 
-func declareTalosResources(t *Target, f *findings) {
+func declareTalosResources(t *Target, f *drift.Findings) {
 	o := t.Obs
 	if o == nil {
-		f.unknown(errors.New("Talos resources were not observed"), t.talosctl("get manifeststatus"))
+		f.Unknown(errors.New("Talos resources were not observed"), t.talosctl("get manifeststatus"))
 		return
 	}
 	switch {
 	case o.ManifestsErr != nil:
-		f.unknown(o.ManifestsErr, talosRoleNext(o.ManifestsErr, t.talosctl("get manifeststatus -o yaml")))
+		f.Unknown(o.ManifestsErr, talosRoleNext(o.ManifestsErr, t.talosctl("get manifeststatus -o yaml")))
 	case !o.ManifestsFound:
-		f.saw("no ManifestStatus (this node applies no bootstrap manifests)")
+		f.Saw("no ManifestStatus (this node applies no bootstrap manifests)")
 	default:
 		if i := slices.IndexFunc(o.Manifests, func(m string) bool { return strings.Contains(m, "kube-proxy") }); i >= 0 && !t.Expect.KubeProxy {
-			f.problem("Talos applies the kube-proxy manifest "+o.Manifests[i],
+			f.Problem("Talos applies the kube-proxy manifest "+o.Manifests[i],
 				"set cluster.proxy.disabled (inventory kubeProxy: false) and devata apply --machines "+t.Machine.Name+"; "+t.talosctl("get manifeststatus -o yaml"))
 		} else {
-			f.saw("ManifestStatus without kube-proxy")
+			f.Saw("ManifestStatus without kube-proxy")
 		}
 	}
 	if !t.Expect.viaKubePrism() {
 		return
 	}
 	if o.KubePrismErr != nil {
-		f.unknown(o.KubePrismErr, talosRoleNext(o.KubePrismErr, t.talosctl("get kubeprismstatuses")))
+		f.Unknown(o.KubePrismErr, talosRoleNext(o.KubePrismErr, t.talosctl("get kubeprismstatuses")))
 		return
 	}
 	for _, p := range EvaluateKubePrism(t.Expect, o.KubePrism, o.KubePrismFound, t.talosctl("")) {
-		f.problem(p.Reason, p.Next)
+		f.Problem(p.Reason, p.Next)
 	}
 	if o.KubePrismFound {
-		f.saw(fmt.Sprintf("KubePrismStatuses %s healthy %t", o.KubePrism.Host, o.KubePrism.Healthy))
+		f.Saw(fmt.Sprintf("KubePrismStatuses %s healthy %t", o.KubePrism.Host, o.KubePrism.Healthy))
 	}
 }
 
@@ -287,17 +247,17 @@ func EvaluateKubePrism(e Expect, kp KubePrism, found bool, talosctl string) []Pr
 	return ps
 }
 
-func declareKubernetes(t *Target, f *findings) {
+func declareKubernetes(t *Target, f *drift.Findings) {
 	if err := kubeSide(t); err != nil {
-		f.unknown(err, nextKubeconfig)
+		f.Unknown(err, nextKubeconfig)
 		return
 	}
 	cl, e, node := t.Cluster, t.Expect, t.node()
 	switch {
 	case cl.AgentErr != nil:
-		f.unknown(cl.AgentErr, "kubectl get daemonsets -A: netcheck needs list on daemonsets")
+		f.Unknown(cl.AgentErr, "kubectl get daemonsets -A: netcheck needs list on daemonsets")
 	case cl.Agent == nil:
-		f.problem("no cilium agent DaemonSet in the cluster", "helm -n kube-system status cilium; kubectl get daemonsets -A -l k8s-app=cilium")
+		f.Problem("no cilium agent DaemonSet in the cluster", "helm -n kube-system status cilium; kubectl get daemonsets -A -l k8s-app=cilium")
 	default:
 		a := cl.Agent
 		ref := a.Namespace + "/" + a.Name
@@ -306,13 +266,13 @@ func declareKubernetes(t *Target, f *findings) {
 			got, ok := a.Env[kv.env]
 			switch {
 			case slices.Contains(a.ValueFrom, kv.env):
-				f.unknown(fmt.Errorf("DaemonSet %s sets %s through valueFrom, which netcheck does not resolve", ref, kv.env), next)
+				f.Unknown(fmt.Errorf("DaemonSet %s sets %s through valueFrom, which netcheck does not resolve", ref, kv.env), next)
 			case !ok:
-				f.problem(fmt.Sprintf("DaemonSet %s container %s has no %s (inventory %s)", ref, AgentContainer, kv.env, kv.want), next)
+				f.Problem(fmt.Sprintf("DaemonSet %s container %s has no %s (inventory %s)", ref, AgentContainer, kv.env, kv.want), next)
 			case got != kv.want:
-				f.problem(fmt.Sprintf("DaemonSet %s has %s=%s, inventory %s", ref, kv.env, got, kv.want), next)
+				f.Problem(fmt.Sprintf("DaemonSet %s has %s=%s, inventory %s", ref, kv.env, got, kv.want), next)
 			default:
-				f.saw(fmt.Sprintf("DaemonSet %s %s=%s", ref, kv.env, got))
+				f.Saw(fmt.Sprintf("DaemonSet %s %s=%s", ref, kv.env, got))
 			}
 		}
 	}
@@ -322,14 +282,14 @@ func declareKubernetes(t *Target, f *findings) {
 	}
 	switch {
 	case cl.ConfigErr != nil:
-		f.unknown(cl.ConfigErr, "kubectl -n "+ns+" get configmap "+ConfigMapName+": netcheck needs get on configmaps")
+		f.Unknown(cl.ConfigErr, "kubectl -n "+ns+" get configmap "+ConfigMapName+": netcheck needs get on configmaps")
 	case cl.Config == nil:
-		f.problem("no ConfigMap "+ns+"/"+ConfigMapName, "helm -n "+ns+" status cilium")
+		f.Problem("no ConfigMap "+ns+"/"+ConfigMapName, "helm -n "+ns+" status cilium")
 	case cl.Config[KeyKPR] != "true":
-		f.problem(fmt.Sprintf("ConfigMap %s/%s has %s=%q, want \"true\"", ns, ConfigMapName, KeyKPR, cl.Config[KeyKPR]),
+		f.Problem(fmt.Sprintf("ConfigMap %s/%s has %s=%q, want \"true\"", ns, ConfigMapName, KeyKPR, cl.Config[KeyKPR]),
 			"set kubeProxyReplacement=true in the Helm values (helm upgrade cilium … --reuse-values --set kubeProxyReplacement=true), then restart the agents: kubectl -n "+ns+" rollout restart daemonset "+AgentDaemonSet)
 	default:
-		f.saw(fmt.Sprintf("ConfigMap %s/%s %s=true", ns, ConfigMapName, KeyKPR))
+		f.Saw(fmt.Sprintf("ConfigMap %s/%s %s=true", ns, ConfigMapName, KeyKPR))
 	}
 	declareNodeConfigs(cl, node, f)
 }
@@ -337,14 +297,14 @@ func declareKubernetes(t *Target, f *findings) {
 // declareNodeConfigs finds the CiliumNodeConfigs that override
 // kube-proxy-replacement on this node: Cilium applies them on top of
 // cilium-config, so one of them turns KPR off for the nodes it selects.
-func declareNodeConfigs(cl *Cluster, node string, f *findings) {
+func declareNodeConfigs(cl *Cluster, node string, f *drift.Findings) {
 	const next = "kubectl get ciliumnodeconfigs -A: netcheck needs list on ciliumnodeconfigs.cilium.io"
 	switch {
 	case cl.NodeConfigsErr != nil:
-		f.unknown(cl.NodeConfigsErr, next)
+		f.Unknown(cl.NodeConfigsErr, next)
 		return
 	case !cl.NodeConfigsCRD:
-		f.saw("no CiliumNodeConfig resource served")
+		f.Saw("no CiliumNodeConfig resource served")
 		return
 	}
 	var overriding []NodeConfig
@@ -354,16 +314,16 @@ func declareNodeConfigs(cl *Cluster, node string, f *findings) {
 		}
 	}
 	if len(overriding) == 0 {
-		f.saw(fmt.Sprintf("%d CiliumNodeConfigs, none overrides %s", len(cl.NodeConfigs), KeyKPR))
+		f.Saw(fmt.Sprintf("%d CiliumNodeConfigs, none overrides %s", len(cl.NodeConfigs), KeyKPR))
 		return
 	}
 	if cl.NodesErr != nil {
-		f.unknown(fmt.Errorf("CiliumNodeConfigs override %s but the Nodes were not read: %w", KeyKPR, cl.NodesErr), "kubectl get nodes --show-labels: netcheck needs list on nodes")
+		f.Unknown(fmt.Errorf("CiliumNodeConfigs override %s but the Nodes were not read: %w", KeyKPR, cl.NodesErr), "kubectl get nodes --show-labels: netcheck needs list on nodes")
 		return
 	}
 	nodeLabels, ok := cl.NodeLabels[node]
 	if !ok {
-		f.unknown(fmt.Errorf("CiliumNodeConfigs override %s but no Node %s is registered to match their selectors against", KeyKPR, node), "kubectl get node "+node)
+		f.Unknown(fmt.Errorf("CiliumNodeConfigs override %s but no Node %s is registered to match their selectors against", KeyKPR, node), "kubectl get node "+node)
 		return
 	}
 	matched := false
@@ -373,14 +333,14 @@ func declareNodeConfigs(cl *Cluster, node string, f *findings) {
 		}
 		matched = true
 		if v := nc.Defaults[KeyKPR]; v != "true" {
-			f.problem(fmt.Sprintf("CiliumNodeConfig %s sets %s=%q on node %s", nc.Ref(), KeyKPR, v, node),
+			f.Problem(fmt.Sprintf("CiliumNodeConfig %s sets %s=%q on node %s", nc.Ref(), KeyKPR, v, node),
 				"kubectl -n "+nc.Namespace+" get ciliumnodeconfig "+nc.Name+" -o yaml: remove the override (or narrow its nodeSelector), then delete the node's cilium agent pod so it restarts with cilium-config")
 		} else {
-			f.saw(fmt.Sprintf("CiliumNodeConfig %s sets %s=true", nc.Ref(), KeyKPR))
+			f.Saw(fmt.Sprintf("CiliumNodeConfig %s sets %s=true", nc.Ref(), KeyKPR))
 		}
 	}
 	if !matched {
-		f.saw(fmt.Sprintf("no CiliumNodeConfig overriding %s selects node %s", KeyKPR, node))
+		f.Saw(fmt.Sprintf("no CiliumNodeConfig overriding %s selects node %s", KeyKPR, node))
 	}
 }
 
@@ -391,23 +351,22 @@ func declareNodeConfigs(cl *Cluster, node string, f *findings) {
 // deletes them); and the agent's frontends for the kubernetes Service hold
 // exactly the backends its EndpointSlices list, reconciled.
 func checkServices(_ context.Context, t *Target) []drift.Result {
-	const rung, check = drift.RungInfrastructure, CheckServices
-	if r, ok := notExpected(t, check, rung); ok {
+	if r, ok := notExpected(t); ok {
 		return []drift.Result{r}
 	}
-	var f findings
+	var f drift.Findings
 	cl := t.Cluster
 	if err := kubeSide(t); err != nil {
-		f.unknown(err, nextKubeconfig)
-		return []drift.Result{f.result(t.Machine.Name, check, rung, servicesDesired)}
+		f.Unknown(err, nextKubeconfig)
+		return []drift.Result{f.Result(servicesDesired, "")}
 	}
 	switch {
 	case cl.KubeProxyErr != nil:
-		f.unknown(cl.KubeProxyErr, "kubectl get daemonsets,pods -A -l k8s-app=kube-proxy: netcheck needs list on daemonsets and pods")
+		f.Unknown(cl.KubeProxyErr, "kubectl get daemonsets,pods -A -l k8s-app=kube-proxy: netcheck needs list on daemonsets and pods")
 	default:
 		for _, ref := range cl.KubeProxyDaemonSets {
 			ns, name, _ := strings.Cut(ref, "/")
-			f.problem("kube-proxy DaemonSet "+ref+" still present",
+			f.Problem("kube-proxy DaemonSet "+ref+" still present",
 				"Talos never deletes manifests it created: confirm cluster.proxy.disabled ("+t.talosctl("get machineconfig v1alpha1 -o yaml")+"), then kubectl -n "+ns+" delete daemonset "+name+"; its iptables rules stay until each node reboots")
 		}
 		for _, ref := range cl.KubeProxyPods {
@@ -415,15 +374,15 @@ func checkServices(_ context.Context, t *Target) []drift.Result {
 				continue
 			}
 			ns, name, _ := strings.Cut(ref, "/")
-			f.problem("kube-proxy pod "+ref+" runs on node "+t.node(),
+			f.Problem("kube-proxy pod "+ref+" runs on node "+t.node(),
 				"kubectl -n "+ns+" get pod "+name+" -o yaml (who owns it?); delete its DaemonSet, or the pod if it is static")
 		}
-		if len(f.problems) == 0 {
-			f.saw(fmt.Sprintf("no kube-proxy DaemonSet in the cluster, no kube-proxy pod on node %s", t.node()))
+		if !f.HasProblems() {
+			f.Saw(fmt.Sprintf("no kube-proxy DaemonSet in the cluster, no kube-proxy pod on node %s", t.node()))
 		}
 	}
 	compareFrontends(t, &f)
-	return []drift.Result{f.result(t.Machine.Name, check, rung, servicesDesired)}
+	return []drift.Result{f.Result(servicesDesired, "")}
 }
 
 const servicesDesired = "no kube-proxy; the agent's frontends for default/kubernetes hold its EndpointSlices' backends, reconciled"
@@ -434,25 +393,25 @@ const stuckAfter = time.Minute
 
 // compareFrontends compares the agent's frontends for the kubernetes
 // Service with what its EndpointSlices say.
-func compareFrontends(t *Target, f *findings) {
+func compareFrontends(t *Target, f *drift.Findings) {
 	cl, a := t.Cluster, t.Agent
 	switch {
 	case cl.APIServiceErr != nil:
-		f.unknown(cl.APIServiceErr, "kubectl get service,endpointslices -n default -l kubernetes.io/service-name=kubernetes: netcheck needs get on services and list on endpointslices")
+		f.Unknown(cl.APIServiceErr, "kubectl get service,endpointslices -n default -l kubernetes.io/service-name=kubernetes: netcheck needs get on services and list on endpointslices")
 		return
 	case a == nil:
-		f.unknown(fmt.Errorf("frontends not read: %w", t.AgentSkipped), "see the cilium-agent result")
+		f.Unknown(fmt.Errorf("frontends not read: %w", t.AgentSkipped), "see the cilium-agent result")
 		return
 	case a.Err != nil:
-		f.unknown(fmt.Errorf("frontends not read: %w", a.Err), "see the cilium-agent result")
+		f.Unknown(fmt.Errorf("frontends not read: %w", a.Err), "see the cilium-agent result")
 		return
 	case a.FrontendsErr != nil:
-		f.unknown(a.FrontendsErr, agentExec(a.Pod, "cilium-dbg shell -- db/show frontends"))
+		f.Unknown(a.FrontendsErr, agentExec(a.Pod, "cilium-dbg shell -- db/show frontends"))
 		return
 	}
 	svc := cl.APIService
 	if len(svc.Frontends) == 0 {
-		f.unknown(errors.New("Service default/kubernetes has no ClusterIP"), "kubectl -n default get service kubernetes -o yaml")
+		f.Unknown(errors.New("Service default/kubernetes has no ClusterIP"), "kubectl -n default get service kubernetes -o yaml")
 		return
 	}
 	source := "db/get frontends"
@@ -463,18 +422,18 @@ func compareFrontends(t *Target, f *findings) {
 		want := svc.Frontends[addr]
 		row, ok := a.Frontends[addr]
 		if !ok {
-			f.problem(fmt.Sprintf("agent %s has no frontend for the kubernetes Service ClusterIP %s", a.Pod, addr),
+			f.Problem(fmt.Sprintf("agent %s has no frontend for the kubernetes Service ClusterIP %s", a.Pod, addr),
 				agentExec(a.Pod, "cilium-dbg shell -- db/show frontends")+"; kubectl -n "+podNamespace(a.Pod)+" logs "+podName(a.Pod)+" -c cilium-agent | grep -i 'default/kubernetes'")
 			continue
 		}
 		got := row.BackendAddrs()
 		missing, extra := setDiff(want, got), setDiff(got, want)
 		for _, b := range missing {
-			f.problem(fmt.Sprintf("frontend %s lacks backend %s that EndpointSlice %s lists", addr, b, strings.Join(svc.Slices, ",")),
+			f.Problem(fmt.Sprintf("frontend %s lacks backend %s that EndpointSlice %s lists", addr, b, strings.Join(svc.Slices, ",")),
 				agentExec(a.Pod, "cilium-dbg shell -- db/get frontends "+addr)+"; the agent's EndpointSlice watch may be stuck: kubectl -n "+podNamespace(a.Pod)+" logs "+podName(a.Pod)+" -c cilium-agent, then delete the pod")
 		}
 		for _, b := range extra {
-			f.problem(fmt.Sprintf("frontend %s routes to backend %s that no EndpointSlice lists", addr, b),
+			f.Problem(fmt.Sprintf("frontend %s routes to backend %s that no EndpointSlice lists", addr, b),
 				agentExec(a.Pod, "cilium-dbg shell -- db/get frontends "+addr)+"; kubectl -n default get endpointslices -l kubernetes.io/service-name=kubernetes -o yaml")
 		}
 		switch kind := row.Status.Kind; {
@@ -483,14 +442,14 @@ func compareFrontends(t *Target, f *findings) {
 			if row.Status.Error != nil {
 				msg = ": " + *row.Status.Error
 			}
-			f.problem(fmt.Sprintf("frontend %s failed to reconcile into the BPF maps%s", addr, msg),
+			f.Problem(fmt.Sprintf("frontend %s failed to reconcile into the BPF maps%s", addr, msg),
 				agentExec(a.Pod, "cilium-dbg shell -- db/show frontends")+"; kubectl -n "+podNamespace(a.Pod)+" logs "+podName(a.Pod)+" -c cilium-agent | grep -i frontend")
 		case kind == "Pending" && !row.Status.UpdatedAt.IsZero() && time.Since(row.Status.UpdatedAt) > stuckAfter:
-			f.problem(fmt.Sprintf("frontend %s stuck Pending since %s", addr, row.Status.UpdatedAt.UTC().Format(time.RFC3339)),
+			f.Problem(fmt.Sprintf("frontend %s stuck Pending since %s", addr, row.Status.UpdatedAt.UTC().Format(time.RFC3339)),
 				agentExec(a.Pod, "cilium-dbg shell -- db/show frontends")+"; kubectl -n "+podNamespace(a.Pod)+" logs "+podName(a.Pod)+" -c cilium-agent | grep -i reconcil")
 		}
 		if len(missing)+len(extra) == 0 {
-			f.saw(fmt.Sprintf("agent %s %s: frontend %s → %s (%s)", a.Pod, source, addr, strings.Join(got, ","), orDash(row.Status.Kind)))
+			f.Saw(fmt.Sprintf("agent %s %s: frontend %s → %s (%s)", a.Pod, source, addr, strings.Join(got, ","), orDash(row.Status.Kind)))
 		}
 	}
 }
@@ -527,70 +486,69 @@ const nextExecRBAC = "netcheck needs create on pods/exec in the agent's namespac
 // and its own status (one exec per pass) reporting kube-proxy replacement
 // "True", NodePort, Kubernetes connectivity and no failing controllers.
 func checkAgent(_ context.Context, t *Target) []drift.Result {
-	const rung, check = drift.RungReconciliation, CheckAgent
-	if r, ok := notExpected(t, check, rung); ok {
+	if r, ok := notExpected(t); ok {
 		return []drift.Result{r}
 	}
 	const desired = "agent pod Ready; status: kube-proxy replacement True, NodePort enabled, Kubernetes Ok, no failing controllers"
-	var f findings
+	var f drift.Findings
 	if err := kubeSide(t); err != nil {
-		f.unknown(err, nextKubeconfig)
-		return []drift.Result{f.result(t.Machine.Name, check, rung, desired)}
+		f.Unknown(err, nextKubeconfig)
+		return []drift.Result{f.Result(desired, "")}
 	}
 	pod, ok := agentPodOf(t, &f)
 	if !ok {
-		return []drift.Result{f.result(t.Machine.Name, check, rung, desired)}
+		return []drift.Result{f.Result(desired, "")}
 	}
 	if pod.Ready {
-		f.saw("pod " + pod.Ref() + " Ready on node " + t.node())
+		f.Saw("pod " + pod.Ref() + " Ready on node " + t.node())
 	} else {
-		f.problem(fmt.Sprintf("agent pod %s on node %s is not Ready (%s, %s)", pod.Ref(), t.node(), pod.Phase, pod.NotReady),
+		f.Problem(fmt.Sprintf("agent pod %s on node %s is not Ready (%s, %s)", pod.Ref(), t.node(), pod.Phase, pod.NotReady),
 			"kubectl -n "+pod.Namespace+" describe pod "+pod.Name+"; kubectl -n "+pod.Namespace+" logs "+pod.Name+" -c cilium-agent --tail 50")
 	}
 	a := t.Agent
 	switch {
 	case a == nil:
-		f.unknown(fmt.Errorf("agent status not read: %w", t.AgentSkipped), agentExec(pod.Ref(), "cilium-dbg status"))
+		f.Unknown(fmt.Errorf("agent status not read: %w", t.AgentSkipped), agentExec(pod.Ref(), "cilium-dbg status"))
 	case a.Err != nil && IsForbidden(a.Err):
-		f.unknown(fmt.Errorf("exec into %s forbidden: %w", pod.Ref(), a.Err), nextExecRBAC+pod.Namespace)
+		f.Unknown(fmt.Errorf("exec into %s forbidden: %w", pod.Ref(), a.Err), nextExecRBAC+pod.Namespace)
 	case a.Err != nil:
-		f.unknown(fmt.Errorf("exec into %s: %w", pod.Ref(), a.Err), "kubectl -n "+pod.Namespace+" exec "+pod.Name+" -c cilium-agent -- cilium-dbg status (is the node's kubelet reachable from the API server?)")
+		f.Unknown(fmt.Errorf("exec into %s: %w", pod.Ref(), a.Err), "kubectl -n "+pod.Namespace+" exec "+pod.Name+" -c cilium-agent -- cilium-dbg status (is the node's kubelet reachable from the API server?)")
 	case a.StatusErr != nil:
-		f.unknown(a.StatusErr, agentExec(pod.Ref(), "cilium-dbg status -o json"))
+		f.Unknown(a.StatusErr, agentExec(pod.Ref(), "cilium-dbg status -o json"))
 	default:
 		for _, p := range EvaluateAgent(a.Status) {
 			next := strings.ReplaceAll(p.Next, "POD", pod.Name)
 			next = strings.ReplaceAll(next, "-n kube-system", "-n "+pod.Namespace)
 			next = strings.ReplaceAll(next, "talosctl -n NODE", "talosctl -n "+t.addr())
-			f.problem(p.Reason, next)
+			f.Problem(p.Reason, next)
 		}
 		st := a.Status
-		if len(f.problems) == 0 {
-			f.saw(fmt.Sprintf("cilium-dbg status: KubeProxyReplacement %s, NodePort enabled, Kubernetes %s, %d controllers none failing",
+		if !f.HasProblems() {
+			f.Saw(fmt.Sprintf("cilium-dbg status: KubeProxyReplacement %s, NodePort enabled, Kubernetes %s, %d controllers none failing",
 				st.KubeProxyReplacement.Mode, st.Kubernetes.State, len(st.Controllers)))
 		}
 	}
-	return []drift.Result{f.result(t.Machine.Name, check, rung, desired)}
+	return []drift.Result{f.Result(desired, "")}
 }
 
 // agentPodOf finds the node's agent pod; without one, f holds why (Unknown
 // or Drifted).
-func agentPodOf(t *Target, f *findings) (AgentPod, bool) {
+func agentPodOf(t *Target, f *drift.Findings) (AgentPod, bool) {
 	cl := t.Cluster
 	switch {
 	case cl.AgentErr != nil:
-		f.unknown(cl.AgentErr, "kubectl get daemonsets -A: netcheck needs list on daemonsets")
+		f.Unknown(cl.AgentErr, "kubectl get daemonsets -A: netcheck needs list on daemonsets")
 		return AgentPod{}, false
 	case cl.Agent == nil:
-		f.problem("no cilium agent DaemonSet in the cluster", "helm -n kube-system status cilium; kubectl get daemonsets -A | grep cilium")
+		f.Problem("no cilium agent DaemonSet in the cluster", "helm -n kube-system status cilium; kubectl get daemonsets -A | grep cilium")
 		return AgentPod{}, false
 	case cl.AgentPodsErr != nil:
-		f.unknown(cl.AgentPodsErr, "kubectl -n "+cl.Agent.Namespace+" get pods -l "+cl.Agent.Selector.String()+": netcheck needs list on pods")
+		f.Unknown(cl.AgentPodsErr, "kubectl -n "+cl.Agent.Namespace+" get pods -l "+cl.Agent.Selector.String()+": netcheck needs list on pods")
 		return AgentPod{}, false
 	}
 	pod, ok := cl.AgentPods[t.node()]
 	if !ok {
-		f.problem(fmt.Sprintf("no cilium agent pod on node %s", t.node()),
+		f.Problem(fmt.Sprintf("no cilium agent pod on node %s", t.node()),
 			"kubectl -n "+cl.Agent.Namespace+" get daemonset "+cl.Agent.Name+" -o wide; kubectl describe node "+t.node()+" (taints, or a nodeSelector that leaves it out?)")
 		return AgentPod{}, false
 	}

@@ -52,44 +52,44 @@ func ExtensionWith(kube kubernetes.Interface, dyn dynamic.Interface, ex Execer, 
 	for _, opt := range opts {
 		opt(&eo)
 	}
-	var names []string
-	for _, c := range Checks() {
-		names = append(names, c.Name)
-	}
+	checks := Checks()
 	if eo.probe != nil {
-		names = append(names, CheckProbe)
+		checks = append(checks, ProbeCheck(kube, *eo.probe))
 	}
-	snap := &snapshot{kube: kube, dyn: dyn}
-	expect := ExpectFrom(inv)
-	return machines.Extension{
-		Names: names,
-		Run: func(ctx context.Context, c *client.Client, mt *machines.Target, want []string) []drift.Result {
-			o := mt.Obs
-			var no *Observation
-			switch {
-			case o.Err != nil:
-				no = &Observation{Err: o.Err}
-			case c == nil:
-				no = &Observation{Err: errors.New("no Talos connection")}
-			default:
-				no = Observe(ctx, c)
-			}
-			t := &Target{Machine: mt.Machine, Expect: expect, Active: o.Active, ActiveErr: o.ConfigErr, Obs: no, Cluster: snap.get(ctx)}
-			if expect.KubeProxyReplacement && (slices.Contains(want, CheckAgent) || slices.Contains(want, CheckServices)) {
-				t.Agent, t.AgentSkipped = observeAgent(ctx, ex, t, slices.Contains(want, CheckServices))
-			}
-			var out []drift.Result
-			for _, ch := range Checks() {
-				if slices.Contains(want, ch.Name) {
-					out = append(out, ch.Evaluate(ctx, mt.Machine.Name, t)...)
-				}
-			}
-			if eo.probe != nil && slices.Contains(want, CheckProbe) {
-				out = append(out, checkProbe(ctx, t, kube, *eo.probe)...)
-			}
-			return out
-		},
+	return &extension{checks: checks, ex: ex, expect: ExpectFrom(inv), snap: &snapshot{kube: kube, dyn: dyn}}
+}
+
+type extension struct {
+	checks []drift.Check[*Target]
+	ex     Execer
+	expect Expect
+	snap   *snapshot
+}
+
+func (e *extension) Checks() []drift.Info { return drift.Infos(e.checks) }
+
+func (e *extension) Run(ctx context.Context, c *client.Client, mt *machines.Target, want []string) []drift.Result {
+	o := mt.Obs
+	var no *Observation
+	switch {
+	case o.Err != nil:
+		no = &Observation{Err: o.Err}
+	case c == nil:
+		no = &Observation{Err: errors.New("no Talos connection")}
+	default:
+		no = Observe(ctx, c)
 	}
+	t := &Target{Machine: mt.Machine, Expect: e.expect, Active: o.Active, ActiveErr: o.ConfigErr, Obs: no, Cluster: e.snap.get(ctx)}
+	if e.expect.KubeProxyReplacement && (slices.Contains(want, CheckAgent) || slices.Contains(want, CheckServices)) {
+		t.Agent, t.AgentSkipped = observeAgent(ctx, e.ex, t, slices.Contains(want, CheckServices))
+	}
+	var out []drift.Result
+	for _, ch := range e.checks {
+		if slices.Contains(want, ch.Name) {
+			out = append(out, ch.Evaluate(ctx, mt.Machine.Name, t)...)
+		}
+	}
+	return out
 }
 
 // snapshot reads the Cluster once for every machine of a pass. Machines wait

@@ -209,30 +209,39 @@ func probeTarget(cl *Cluster) (string, bool) {
 	return "", false
 }
 
+// ProbeCheck is the cilium-probe check: the transaction rung, failing open
+// like the other cilium checks. It creates pods through kube (and deletes
+// them), so it runs only when asked for (WithProbe).
+func ProbeCheck(kube kubernetes.Interface, opts ProbeOptions) drift.Check[*Target] {
+	return drift.Check[*Target]{
+		Name: CheckProbe, Rung: drift.RungTransaction,
+		Run: func(ctx context.Context, t *Target) []drift.Result { return checkProbe(ctx, t, kube, opts) },
+	}
+}
+
 // checkProbe runs the transaction: from this node, one pod on the host
 // network and one on the pod network connect to the kubernetes Service's
 // ClusterIP, which only Cilium's kube-proxy replacement routes once
 // kube-proxy is gone.
 func checkProbe(ctx context.Context, t *Target, kube kubernetes.Interface, opts ProbeOptions) []drift.Result {
-	const rung, check = drift.RungTransaction, CheckProbe
-	if r, ok := notExpected(t, check, rung); ok {
+	if r, ok := notExpected(t); ok {
 		return []drift.Result{r}
 	}
 	opts = opts.withDefaults()
 	const desired = "from the host and the pod network, the kubernetes Service ClusterIP accepts a connection"
-	var f findings
+	var f drift.Findings
 	if err := kubeSide(t); err != nil {
-		f.unknown(err, nextKubeconfig)
-		return []drift.Result{f.result(t.Machine.Name, check, rung, desired)}
+		f.Unknown(err, nextKubeconfig)
+		return []drift.Result{f.Result(desired, "")}
 	}
 	if t.Cluster.APIServiceErr != nil {
-		f.unknown(t.Cluster.APIServiceErr, "kubectl -n default get service kubernetes")
-		return []drift.Result{f.result(t.Machine.Name, check, rung, desired)}
+		f.Unknown(t.Cluster.APIServiceErr, "kubectl -n default get service kubernetes")
+		return []drift.Result{f.Result(desired, "")}
 	}
 	target, ok := probeTarget(t.Cluster)
 	if !ok {
-		f.unknown(errors.New("Service default/kubernetes has no ClusterIP to probe"), "kubectl -n default get service kubernetes -o yaml")
-		return []drift.Result{f.result(t.Machine.Name, check, rung, desired)}
+		f.Unknown(errors.New("Service default/kubernetes has no ClusterIP to probe"), "kubectl -n default get service kubernetes -o yaml")
+		return []drift.Result{f.Result(desired, "")}
 	}
 	var results [2]ProbeResult
 	var wg sync.WaitGroup
@@ -244,22 +253,22 @@ func checkProbe(ctx context.Context, t *Target, kube kubernetes.Interface, opts 
 		r := results[i]
 		switch {
 		case r.Err != nil && apierrors.IsForbidden(r.Err) && strings.Contains(r.Err.Error(), "PodSecurity"):
-			f.unknown(r.Err, "the host-network probe needs a privileged namespace: kubectl label namespace "+opts.Namespace+" pod-security.kubernetes.io/enforce=privileged (deploy/netcheck-probe.yaml does)")
+			f.Unknown(r.Err, "the host-network probe needs a privileged namespace: kubectl label namespace "+opts.Namespace+" pod-security.kubernetes.io/enforce=privileged (deploy/netcheck-probe.yaml does)")
 		case r.Err != nil && apierrors.IsForbidden(r.Err):
-			f.unknown(r.Err, "--probe needs create, get and delete on pods in "+opts.Namespace+": kubectl apply -f deploy/netcheck-probe.yaml (or run without --probe)")
+			f.Unknown(r.Err, "--probe needs create, get and delete on pods in "+opts.Namespace+": kubectl apply -f deploy/netcheck-probe.yaml (or run without --probe)")
 		case r.Err != nil && apierrors.IsNotFound(r.Err):
-			f.unknown(r.Err, "create the probe namespace: kubectl apply -f deploy/netcheck-probe.yaml (or pass --probe-namespace)")
+			f.Unknown(r.Err, "create the probe namespace: kubectl apply -f deploy/netcheck-probe.yaml (or pass --probe-namespace)")
 		case r.Err != nil:
-			f.unknown(r.Err, "kubectl -n "+opts.Namespace+" get events --field-selector involvedObject.kind=Pod; is "+opts.Image+" pullable on node "+t.node()+"?")
+			f.Unknown(r.Err, "kubectl -n "+opts.Namespace+" get events --field-selector involvedObject.kind=Pod; is "+opts.Image+" pullable on node "+t.node()+"?")
 		case r.Reached:
-			f.saw(fmt.Sprintf("%s on node %s: connected to %s (Service default/kubernetes), pod %s", where, t.node(), target, r.Pod))
+			f.Saw(fmt.Sprintf("%s on node %s: connected to %s (Service default/kubernetes), pod %s", where, t.node(), target, r.Pod))
 		default:
 			next := "cilium-dbg shell -- db/get frontends " + target + "/TCP"
 			if pod, ok := t.Cluster.AgentPods[t.node()]; ok {
 				next = agentExec(pod.Ref(), next) + "; " + agentExec(pod.Ref(), "cilium-dbg monitor --type drop")
 			}
-			f.problem(fmt.Sprintf("from the %s on node %s, %s (Service default/kubernetes) did not accept a connection: %s", where, t.node(), target, r.Message), next)
+			f.Problem(fmt.Sprintf("from the %s on node %s, %s (Service default/kubernetes) did not accept a connection: %s", where, t.node(), target, r.Message), next)
 		}
 	}
-	return []drift.Result{f.result(t.Machine.Name, check, rung, desired)}
+	return []drift.Result{f.Result(desired, "")}
 }

@@ -2,6 +2,7 @@ package netcheck_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -123,8 +124,9 @@ func probeTests(t *testing.T, b *bed, machinesOf []string) {
 	})
 
 	t.Run("without --probe there is no cilium-probe check", func(t *testing.T) {
-		if names := b.ext().Names; len(names) != 3 || strings.Contains(strings.Join(names, ","), netcheck.CheckProbe) {
-			t.Errorf("names %v", names)
+		infos := b.ext().Checks()
+		if len(infos) != 3 || slices.ContainsFunc(infos, func(i drift.Info) bool { return i.Name == netcheck.CheckProbe }) {
+			t.Errorf("checks %v", infos)
 		}
 	})
 }

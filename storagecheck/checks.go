@@ -77,21 +77,21 @@ func Checks() []drift.Check[*Target] {
 }
 
 // notObserved is the Unknown of a check whose machine was not observed.
-func notObserved(t *Target, check string, rung drift.Rung) (drift.Result, bool) {
+func notObserved(t *Target) (drift.Result, bool) {
 	switch {
 	case t.Obs == nil:
-		return drift.Unknown(t.Machine.Name, check, rung, errors.New("storage was not observed"), t.talosctl("get volumestatus")), true
+		return drift.Unknown(errors.New("storage was not observed"), t.talosctl("get volumestatus")), true
 	case t.Obs.Err != nil:
-		return drift.Unknown(t.Machine.Name, check, rung, t.Obs.Err, "check that "+t.Machine.Name+" is up and its Talos API reachable: "+t.talosctl("version")), true
+		return drift.Unknown(t.Obs.Err, "check that "+t.Machine.Name+" is up and its Talos API reachable: "+t.talosctl("version")), true
 	}
 	return drift.Result{}, false
 }
 
-func unknownRead(t *Target, check string, rung drift.Rung, err error, next string) drift.Result {
+func unknownRead(t *Target, err error, next string) drift.Result {
 	if client.StatusCode(err) == codes.PermissionDenied {
 		next = "the talosconfig's certificate lacks the role this read needs (storage resources need os:reader, the active MachineConfig os:admin): use a talosconfig with that role"
 	}
-	return drift.Unknown(t.Machine.Name, check, rung, err, next)
+	return drift.Unknown(err, next)
 }
 
 // checkDeclaration compares the storage documents of the active config with
@@ -100,18 +100,17 @@ func unknownRead(t *Target, check string, rung drift.Rung, err error, next strin
 //
 //nolint:gocognit,gocyclo,cyclop // one comparison per kind of document, top to bottom
 func checkDeclaration(_ context.Context, t *Target) []drift.Result {
-	const rung, check = drift.RungDeclaration, CheckDeclaration
 	name := t.Machine.Name
 	e := t.expectations()
 	if e.desiredErr != nil {
-		return []drift.Result{drift.Unknown(name, check, rung, fmt.Errorf("rendered config does not load: %w", e.desiredErr), "devata validate")}
+		return []drift.Result{drift.Unknown(fmt.Errorf("rendered config does not load: %w", e.desiredErr), "devata validate")}
 	}
 	if len(t.Active) == 0 && e.empty() {
 		// nothing to declare; a stray document in the active config is the config check's to find
-		return []drift.Result{drift.InSync(name, check, rung, noneExpected)}
+		return []drift.Result{drift.InSync(noneExpected)}
 	}
 	if t.Obs != nil && t.Obs.Err != nil {
-		r, _ := notObserved(t, check, rung)
+		r, _ := notObserved(t)
 		return []drift.Result{r}
 	}
 	if len(t.Active) == 0 {
@@ -119,11 +118,11 @@ func checkDeclaration(_ context.Context, t *Target) []drift.Result {
 		if err == nil {
 			err = errors.New("the active config was not read")
 		}
-		return []drift.Result{unknownRead(t, check, rung, err, t.talosctl("get machineconfig v1alpha1 -o yaml (needs os:admin)"))}
+		return []drift.Result{unknownRead(t, err, t.talosctl("get machineconfig v1alpha1 -o yaml (needs os:admin)"))}
 	}
 	active, err := configloader.NewFromBytes(t.Active)
 	if err != nil {
-		return []drift.Result{drift.Unknown(name, check, rung, fmt.Errorf("active config does not load: %w", err), t.talosctl("get machineconfig v1alpha1 -o yaml"))}
+		return []drift.Result{drift.Unknown(fmt.Errorf("active config does not load: %w", err), t.talosctl("get machineconfig v1alpha1 -o yaml"))}
 	}
 
 	var problems, evidence, desiredNames, activeNames []string
@@ -241,13 +240,12 @@ func checkDeclaration(_ context.Context, t *Target) []drift.Result {
 	}
 
 	if len(problems) > 0 {
-		return []drift.Result{drift.Drifted(name, check, rung, strings.Join(problems, "; "),
-			declared(desiredNames, e), declared(activeNames, nil)).WithEvidence(evidence...).WithNext(next)}
+		return []drift.Result{drift.Drifted(strings.Join(problems, "; "), declared(desiredNames, e), declared(activeNames, nil)).WithEvidence(evidence...).WithNext(next)}
 	}
 	if e.empty() {
-		return []drift.Result{drift.InSync(name, check, rung, append([]string{noneExpected}, evidence...)...)}
+		return []drift.Result{drift.InSync(append([]string{noneExpected}, evidence...)...)}
 	}
-	return []drift.Result{drift.InSync(name, check, rung, evidence...)}
+	return []drift.Result{drift.InSync(evidence...)}
 }
 
 func declared(names []string, e *expectations) string {
@@ -288,17 +286,15 @@ func missingOptions(opts []string, mode string) []string {
 // checkVolumes reports each expected volume's VolumeStatus: phase ready, the
 // expected filesystem, at least minSize.
 func checkVolumes(_ context.Context, t *Target) []drift.Result {
-	const rung, check = drift.RungReconciliation, CheckVolumes
-	name := t.Machine.Name
 	e := t.expectations()
 	if len(e.volumes) == 0 {
 		ev := "no volumes expected"
 		if !e.empty() {
 			ev = "no volumes expected (mounts or raw disks only)"
 		}
-		return []drift.Result{drift.InSync(name, check, rung, ev)}
+		return []drift.Result{drift.InSync(ev)}
 	}
-	if r, ok := notObserved(t, check, rung); ok {
+	if r, ok := notObserved(t); ok {
 		return []drift.Result{r}
 	}
 	o := t.Obs
@@ -306,7 +302,7 @@ func checkVolumes(_ context.Context, t *Target) []drift.Result {
 	for _, v := range e.volumes {
 		next := t.talosctl("get volumestatus " + v.id + " -o yaml")
 		if o.VolumesErr != nil {
-			out = append(out, unknownRead(t, check, rung, o.VolumesErr, next))
+			out = append(out, unknownRead(t, o.VolumesErr, next))
 			continue
 		}
 		st, ok := o.Volumes[v.id]
@@ -316,7 +312,7 @@ func checkVolumes(_ context.Context, t *Target) []drift.Result {
 		}
 		if !ok {
 			reason := "Talos has no VolumeStatus " + v.id + " for " + v.label()
-			out = append(out, drift.Drifted(name, check, rung, reason, want, "no VolumeStatus").
+			out = append(out, drift.Drifted(reason, want, "no VolumeStatus").
 				WithEvidence("VolumeStatus IDs ["+strings.Join(sortedKeys(o.Volumes), " ")+"]").
 				WithNext(t.talosctl("get volumeconfig "+v.id+" -o yaml")+" (is it declared? see "+CheckDeclaration+")"))
 			continue
@@ -326,7 +322,7 @@ func checkVolumes(_ context.Context, t *Target) []drift.Result {
 		case st.Phase == "waiting" || st.Phase == "failed":
 			out = append(out, t.volumeNotReady(v, st, o.Volumes).WithEvidence(evidence))
 		case st.Phase != "ready":
-			out = append(out, drift.Drifted(name, check, rung, v.id+" is "+st.Phase+", not ready", "ready", st.Phase).
+			out = append(out, drift.Drifted(v.id+" is "+st.Phase+", not ready", "ready", st.Phase).
 				WithEvidence(evidence).WithNext(next))
 		default:
 			var problems []string
@@ -337,7 +333,7 @@ func checkVolumes(_ context.Context, t *Target) []drift.Result {
 				problems = append(problems, fmt.Sprintf("%s is %s, below minSize %s", v.id, size(st.Size), size(v.minSize)))
 			}
 			if len(problems) == 0 {
-				out = append(out, drift.InSync(name, check, rung, evidence))
+				out = append(out, drift.InSync(evidence))
 				continue
 			}
 			n := next
@@ -349,8 +345,7 @@ func checkVolumes(_ context.Context, t *Target) []drift.Result {
 				// locate.go keeps a partition it finds at its size; grow.go grows it only with grow: true, into free space right after it
 				n += "; " + t.talosctl("get discoveredvolumes "+devName(st.Location)+" -o yaml") + ": Talos keeps a partition it finds at the size it has (made before minSize was raised, or on a disk with no more room) and grows it only with grow: true; " + t.talosctl("get disks")
 			}
-			out = append(out, drift.Drifted(name, check, rung, strings.Join(problems, "; "), want,
-				fmt.Sprintf("ready, %s, %s", orNone(st.Filesystem), size(st.Size))).WithEvidence(evidence).WithNext(n))
+			out = append(out, drift.Drifted(strings.Join(problems, "; "), want, fmt.Sprintf("ready, %s, %s", orNone(st.Filesystem), size(st.Size))).WithEvidence(evidence).WithNext(n))
 		}
 	}
 	return out
@@ -371,7 +366,6 @@ const (
 //
 //nolint:gocognit,gocyclo,cyclop // one case per way Talos stops
 func (t *Target) volumeNotReady(v *expectedVolume, st Volume, all map[string]Volume) drift.Result {
-	const rung, check = drift.RungReconciliation, CheckVolumes
 	name, msg := t.Machine.Name, st.ErrorMessage
 	status := t.talosctl("get volumestatus " + v.id + " -o yaml")
 	selector, fix := "", t.talosctl("get disks")+": no disk fits"
@@ -400,11 +394,9 @@ func (t *Target) volumeNotReady(v *expectedVolume, st Volume, all map[string]Vol
 			blockers = append(blockers, id+" (failed)")
 		}
 		if len(blockers) == 0 {
-			return drift.Drifted(name, check, rung, v.id+" is waiting for a disk"+selector, "ready", "waiting").WithNext(fix + "; then " + status)
+			return drift.Drifted(v.id+" is waiting for a disk"+selector, "ready", "waiting").WithNext(fix + "; then " + status)
 		}
-		return drift.Drifted(name, check, rung,
-			fmt.Sprintf("%s is waiting behind %s: Talos provisions volumes one after another and starts none while one before it is not ready", v.id, strings.Join(blockers, ", ")),
-			"ready", "waiting").WithNext("fix " + strings.Join(blockers, ", ") + " first (see its " + CheckVolumes + " result); then " + status)
+		return drift.Drifted(fmt.Sprintf("%s is waiting behind %s: Talos provisions volumes one after another and starts none while one before it is not ready", v.id, strings.Join(blockers, ", ")), "ready", "waiting").WithNext("fix " + strings.Join(blockers, ", ") + " first (see its " + CheckVolumes + " result); then " + status)
 	case waiting:
 		reason := v.id + " is waiting for a disk"
 		if msg != "" {
@@ -436,7 +428,7 @@ func (t *Target) volumeNotReady(v *expectedVolume, st Volume, all map[string]Vol
 		} else if strings.HasPrefix(msg, talosNoSpace) {
 			reason += ": the disk Talos picked had too little room left once partitioned"
 		}
-		return drift.Drifted(name, check, rung, reason, "ready", "waiting").WithNext(fix + "; then " + status)
+		return drift.Drifted(reason, "ready", "waiting").WithNext(fix + "; then " + status)
 	case strings.HasPrefix(msg, talosFSMismatch):
 		// format.go: a partition with another filesystem is never reformatted
 		found, wanted, _ := strings.Cut(strings.TrimPrefix(msg, talosFSMismatch), " != ")
@@ -448,7 +440,7 @@ func (t *Target) volumeNotReady(v *expectedVolume, st Volume, all map[string]Vol
 		}
 		next += "only if its data is disposable: " + t.talosctl("wipe disk "+dev+" --skip-volume-check") +
 			" (" + v.id + " holds it, so a plain wipe is refused), then Talos formats it " + wanted
-		return drift.Drifted(name, check, rung, reason, "ready, "+v.filesystem, fmt.Sprintf("failed: %s on %s", found, orNone(st.Location))).WithNext(next)
+		return drift.Drifted(reason, "ready, "+v.filesystem, fmt.Sprintf("failed: %s on %s", found, orNone(st.Location))).WithNext(next)
 	}
 	reason := v.id + " failed"
 	if st.PreFailPhase != "" {
@@ -457,7 +449,7 @@ func (t *Target) volumeNotReady(v *expectedVolume, st Volume, all map[string]Vol
 	if msg != "" {
 		reason += ": " + msg
 	}
-	return drift.Drifted(name, check, rung, reason, "ready", "failed").WithNext(status + "; " + t.talosctl("dmesg"))
+	return drift.Drifted(reason, "ready", "failed").WithNext(status + "; " + t.talosctl("dmesg"))
 }
 
 // signedDisks are the disks whose DiscoveredVolume shows a signature other
@@ -508,17 +500,15 @@ func sortedKeys[V any](m map[string]V) []string {
 // MountStatus (target, filesystem, read-write), the Mounts API's capacity and,
 // where kubeletMount is set, the KubeletSpec's extraMount (rshared, rw|ro).
 func checkMounts(_ context.Context, t *Target) []drift.Result {
-	const rung, check = drift.RungInfrastructure, CheckMounts
-	name := t.Machine.Name
 	e := t.expectations()
 	if len(e.volumes) == 0 && len(e.mounts) == 0 {
 		ev := noneExpected
 		if !e.empty() {
 			ev = "no mounts expected (raw disks only)"
 		}
-		return []drift.Result{drift.InSync(name, check, rung, ev)}
+		return []drift.Result{drift.InSync(ev)}
 	}
-	if r, ok := notObserved(t, check, rung); ok {
+	if r, ok := notObserved(t); ok {
 		return []drift.Result{r}
 	}
 	var out []drift.Result
@@ -549,7 +539,6 @@ type mountExpectation struct {
 
 //nolint:gocognit,gocyclo,cyclop // one fact after the other
 func (t *Target) mountResult(me mountExpectation) drift.Result {
-	const rung, check = drift.RungInfrastructure, CheckMounts
 	o, name := t.Obs, t.Machine.Name
 	var problems, evidence, actual []string
 	var unknown []error
@@ -673,7 +662,7 @@ func (t *Target) mountResult(me mountExpectation) drift.Result {
 
 	switch {
 	case len(problems) > 0:
-		r := drift.Drifted(name, check, rung, me.what+": "+strings.Join(problems, "; "), want, strings.Join(actual, ", ")).
+		r := drift.Drifted(me.what+": "+strings.Join(problems, "; "), want, strings.Join(actual, ", ")).
 			WithEvidence(evidence...).WithNext(next)
 		for _, err := range unknown {
 			r = r.WithEvidence("not read: " + err.Error())
@@ -685,9 +674,9 @@ func (t *Target) mountResult(me mountExpectation) drift.Result {
 			// machined's Mounts (v1alpha1_server.go) answers nothing, code Unknown, when statfs fails on one mount point
 			n = t.talosctl("mounts") + " fails as a whole when statfs fails on any one mount point (a dead disk, FUSE or NFS mount): " + t.talosctl("dmesg") + "; meanwhile " + statusNext
 		}
-		return unknownRead(t, check, rung, fmt.Errorf("%s: %w", me.what, errors.Join(unknown...)), n).WithEvidence(evidence...)
+		return unknownRead(t, fmt.Errorf("%s: %w", me.what, errors.Join(unknown...)), n).WithEvidence(evidence...)
 	}
-	return drift.InSync(name, check, rung, evidence...)
+	return drift.InSync(evidence...)
 }
 
 func rwText(rw bool) string {
@@ -703,17 +692,15 @@ func rwText(rw bool) string {
 //
 //nolint:gocognit,gocyclo,cyclop // one fact after the other
 func checkRawDisks(_ context.Context, t *Target) []drift.Result {
-	const rung, check = drift.RungInfrastructure, CheckRawDisks
-	name := t.Machine.Name
 	e := t.expectations()
 	if len(e.rawDisks) == 0 {
 		ev := noneExpected
 		if !e.empty() {
 			ev = "no raw disks expected"
 		}
-		return []drift.Result{drift.InSync(name, check, rung, ev)}
+		return []drift.Result{drift.InSync(ev)}
 	}
-	if r, ok := notObserved(t, check, rung); ok {
+	if r, ok := notObserved(t); ok {
 		return []drift.Result{r}
 	}
 	o := t.Obs
@@ -723,18 +710,18 @@ func checkRawDisks(_ context.Context, t *Target) []drift.Result {
 		what := fmt.Sprintf("rawDisks %q", rd.Selector)
 		switch {
 		case !o.DisksRead:
-			out = append(out, drift.Unknown(name, check, rung, errors.New(what+": disks were not read"), next))
+			out = append(out, drift.Unknown(errors.New(what+": disks were not read"), next))
 			continue
 		case o.DisksErr != nil:
-			out = append(out, unknownRead(t, check, rung, o.DisksErr, next))
+			out = append(out, unknownRead(t, o.DisksErr, next))
 			continue
 		case o.DiscoveredErr != nil:
-			out = append(out, unknownRead(t, check, rung, o.DiscoveredErr, next))
+			out = append(out, unknownRead(t, o.DiscoveredErr, next))
 			continue
 		}
 		expr, err := parseSelector(rd.Selector)
 		if err != nil {
-			out = append(out, drift.Unknown(name, check, rung, fmt.Errorf("%s: %w", what, err), "fix the selector in the inventory"))
+			out = append(out, drift.Unknown(fmt.Errorf("%s: %w", what, err), "fix the selector in the inventory"))
 			continue
 		}
 		var matched []Disk
@@ -757,7 +744,7 @@ func checkRawDisks(_ context.Context, t *Target) []drift.Result {
 			}
 		}
 		if evalErr != nil {
-			out = append(out, drift.Unknown(name, check, rung, evalErr, next))
+			out = append(out, drift.Unknown(evalErr, next))
 			continue
 		}
 		var ids []string
@@ -818,13 +805,13 @@ func checkRawDisks(_ context.Context, t *Target) []drift.Result {
 			}
 		}
 		if len(problems) == 0 {
-			out = append(out, drift.InSync(name, check, rung, evidence...))
+			out = append(out, drift.InSync(evidence...))
 			continue
 		}
 		if len(matched) < rd.MinCount {
 			nextFix = next + ": which disks does " + fmt.Sprintf("%q", rd.Selector) + " miss?"
 		}
-		out = append(out, drift.Drifted(name, check, rung, what+": "+strings.Join(problems, "; "), want, strings.Join(actualParts, ", ")).
+		out = append(out, drift.Drifted(what+": "+strings.Join(problems, "; "), want, strings.Join(actualParts, ", ")).
 			WithEvidence(evidence...).WithNext(nextFix))
 	}
 	return out

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -14,9 +15,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"devata.dev/devata/bootstrap/sequence"
+	"devata.dev/devata/checks"
 	"devata.dev/devata/drift"
 	"devata.dev/devata/machines"
-	"devata.dev/devata/storagecheck"
 )
 
 // sequenceFlags are the flags bootstrap and plan share.
@@ -99,8 +100,9 @@ Exit 0 ready and in sync, 1 ready but the drift report is not clean, 2 error or 
 			}
 			fmt.Fprintln(out, "==> drift report")
 			var kube kubernetes.Interface
-			checks := []string{machines.CheckConfig, machines.CheckTalosVersion, machines.CheckMachineStage, machines.CheckEtcd}
-			checks = append(checks, storagecheck.Extension().Names...)
+			// The machine and storage checks, the kubelet's only once its
+			// Node can be Ready; Cilium is installed after bootstrap.
+			names := slices.DeleteFunc(checks.Of(checks.FamilyMachine, checks.FamilyStorage), func(n string) bool { return n == machines.CheckKubelet })
 			if !flags.skipNodes {
 				if kube, err = machines.KubeClient(seq.NodesKubeconfig()); err != nil {
 					return exitWith(exitTrouble, err)
@@ -109,10 +111,10 @@ Exit 0 ready and in sync, 1 ready but the drift report is not clean, 2 error or 
 				// installed, which comes after bootstrap: devata drift
 				// checks the kubelets then.
 				if !seq.CNINone() {
-					checks = append(checks, machines.CheckKubelet)
+					names = append(names, machines.CheckKubelet)
 				}
 			}
-			code, err := a.driftReport(cmd, seq, kube, checks)
+			code, err := a.driftReport(cmd, seq, kube, names)
 			if err != nil {
 				return exitWith(exitTrouble, err)
 			}

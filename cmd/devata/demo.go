@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -17,12 +18,14 @@ import (
 	"k8s.io/client-go/rest"
 
 	"devata.dev/devata/bootstrap"
+	"devata.dev/devata/checks"
 	"devata.dev/devata/examples"
 	"devata.dev/devata/internal/testenv"
 	"devata.dev/devata/inventory"
 	"devata.dev/devata/machines"
 	"devata.dev/devata/netcheck"
 	"devata.dev/devata/sim"
+	"devata.dev/devata/storagecheck"
 )
 
 func (a *app) newDemoCommand() *cobra.Command {
@@ -148,10 +151,7 @@ func (a *app) demo(ctx context.Context, withKubernetes bool) error {
 	}
 	done("listening; each kubelet registers its Node once its machine is configured")
 
-	checks := "--checks=config,talos-version,machine-stage,kubelet,etcd,storage-volumes,storage-mounts,cilium-declaration,cilium-agent,cilium-services"
-	if kc == nil {
-		checks = "--checks=config,talos-version,machine-stage,etcd,storage-volumes,storage-mounts"
-	}
+	checks := "--checks=" + strings.Join(demoChecks(kc != nil), ",")
 	// The demo runs devata's own commands; explicit flags keep a user's
 	// DEVATA_* or TALOSCONFIG variables from pointing them elsewhere.
 	pinned := []string{"--config", settings, "-i", invPath, "--talosconfig", filepath.Join(simDir, "talosconfig"), "--kubeconfig", kubeconfig}
@@ -305,4 +305,17 @@ func editConfig(cfg []byte, old, new string) ([]byte, error) {
 		return nil, fmt.Errorf("%q not in config", old)
 	}
 	return bytes.Replace(cfg, []byte(old), []byte(new), 1), nil
+}
+
+// demoChecks are the checks the demo's drift reports run: every check that
+// always runs but storage-declaration and storage-raw-disks, and without
+// Kubernetes neither the kubelet nor the cilium checks.
+func demoChecks(kubernetes bool) []string {
+	families := []checks.Family{checks.FamilyMachine, checks.FamilyStorage}
+	if kubernetes {
+		families = append(families, checks.FamilyCilium)
+	}
+	return slices.DeleteFunc(checks.Of(families...), func(n string) bool {
+		return n == storagecheck.CheckDeclaration || n == storagecheck.CheckRawDisks || !kubernetes && n == machines.CheckKubelet
+	})
 }

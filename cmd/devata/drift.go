@@ -3,9 +3,11 @@ package main
 import (
 	"errors"
 	"slices"
+	"strings"
 
 	"github.com/spf13/cobra"
 
+	"devata.dev/devata/checks"
 	"devata.dev/devata/config"
 	"devata.dev/devata/drift"
 	"devata.dev/devata/netcheck"
@@ -32,9 +34,7 @@ short-lived pods (host network, pod network) connect to the kubernetes Service
 ClusterIP and are deleted when they end (deploy/netcheck-probe.yaml has the
 namespace and RBAC they need).
 
-Checks: config, talos-version, machine-stage, kubelet, etcd (control planes),
-storage-declaration, storage-volumes, storage-mounts, storage-raw-disks,
-cilium-declaration, cilium-agent, cilium-services, and cilium-probe with --probe.
+Checks: ` + checkList() + `.
 See docs/checks.md, docs/checks-storage.md and docs/checks-netcheck.md.
 
 Exit 0 all in sync, 1 drift found, 2 could not complete (any Unknown or an error).`,
@@ -57,7 +57,7 @@ Exit 0 all in sync, 1 drift found, 2 could not complete (any Unknown or an error
 			fc := a.fleetCheck(s.inv, s.desired, s.dialer, s.kube, s.exec)
 			fc.DesiredFor = s.desiredFor
 			if flags.probe {
-				fc.Extensions = extensions(s.inv, s.kube, s.exec, netcheck.WithProbe(flags.probeOpts))
+				fc.Extensions = checks.Extensions(s.inv, checks.Options{Kube: s.kube, Exec: s.exec, Probe: &flags.probeOpts})
 			}
 			fc.Machines, fc.Checks = flags.machines, flags.checks
 			ms, _, err := fc.Select()
@@ -114,7 +114,7 @@ Exit 0 all in sync, 1 drift found, 2 could not complete (any Unknown or an error
 	}
 	config.AddOutputFlag(cmd.Flags())
 	cmd.Flags().StringSliceVar(&flags.machines, "machines", nil, "only these machines (comma-separated names)")
-	cmd.Flags().StringSliceVar(&flags.checks, "checks", nil, "only these checks (comma-separated): config, talos-version, machine-stage, kubelet, etcd, storage-declaration, storage-volumes, storage-mounts, storage-raw-disks, cilium-declaration, cilium-agent, cilium-services, cilium-probe (with --probe)")
+	cmd.Flags().StringSliceVar(&flags.checks, "checks", nil, "only these checks (comma-separated): "+checkList())
 	cmd.Flags().BoolVar(&flags.probe, "probe", false, "also run cilium-probe: per node, a host-network and a pod-network pod connect to the kubernetes Service ClusterIP (created, awaited, always deleted)")
 	cmd.Flags().StringVar(&flags.probeOpts.Namespace, "probe-namespace", netcheck.DefaultProbeNamespace, "namespace of the --probe pods (the host-network one needs Pod Security level privileged there)")
 	cmd.Flags().StringVar(&flags.probeOpts.Image, "probe-image", netcheck.DefaultProbeImage, "image of the --probe pods (it must have agnhost's connect subcommand)")
@@ -123,4 +123,18 @@ Exit 0 all in sync, 1 drift found, 2 could not complete (any Unknown or an error
 	cmd.Flags().BoolVar(&flags.stream, "stream", false, "write the JSON report as machines finish, holding no results (for very large fleets; results in arrival order; not with --junit-file/--prom-file)")
 	cmd.Flags().StringVar(&flags.promFile, "prom-file", "", "also write the report as a Prometheus textfile (atomically) to this path")
 	return cmd
+}
+
+// checkList names every check for help text, with the flag an optional one
+// needs: "config, …, cilium-services, cilium-probe (with --probe)".
+func checkList() string {
+	var names []string
+	for _, e := range checks.All() {
+		n := e.Name
+		if e.Optional != "" {
+			n += " (with " + e.Optional + ")"
+		}
+		names = append(names, n)
+	}
+	return strings.Join(names, ", ")
 }

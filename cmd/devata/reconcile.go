@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"devata.dev/devata/checks"
 	"devata.dev/devata/drift"
 	"devata.dev/devata/inventory"
 	"devata.dev/devata/machines"
@@ -121,8 +122,10 @@ Metrics, /healthz and /readyz are served on --metrics-addr.`,
 			}
 			loop := &reconcile.Loop{
 				Source: reconcile.FileSource(a.settings.Inventory), Dialer: dialer, Kube: kube,
-				Extensions: func(inv *inventory.Inventory) []machines.Extension { return extensions(inv, kube, ex) },
-				Checks:     flags.checks, Simulated: a.settings.Simulated,
+				Extensions: func(inv *inventory.Inventory) []machines.Extension {
+					return checks.Extensions(inv, checks.Options{Kube: kube, Exec: ex})
+				},
+				Checks: flags.checks, Simulated: a.settings.Simulated,
 				Interval: flags.interval, ReportOnly: flags.reportOnly, DryRun: flags.dryRun,
 				Mode: mode, MaxUnavailable: flags.maxUnavailable, AllowQuorumLoss: flags.allowQuorumLoss,
 				Workers: a.settings.Concurrency, Concurrency: a.settings.Concurrency,

@@ -11,11 +11,11 @@ import (
 	"k8s.io/client-go/rest"
 
 	"devata.dev/devata/bootstrap"
+	"devata.dev/devata/checks"
 	"devata.dev/devata/drift"
 	"devata.dev/devata/inventory"
 	"devata.dev/devata/machines"
 	"devata.dev/devata/netcheck"
-	"devata.dev/devata/storagecheck"
 )
 
 // session is what the commands that talk to machines share: the validated
@@ -143,14 +143,9 @@ func kubeClientsFor(cfg *rest.Config) (kubernetes.Interface, netcheck.Execer, er
 func (a *app) fleetCheck(inv *inventory.Inventory, desired map[string][]byte, d *machines.Dialer, kube kubernetes.Interface, ex netcheck.Execer) *machines.FleetCheck {
 	return &machines.FleetCheck{
 		Inventory: inv, Desired: desired, Dialer: d, Kube: kube,
-		Extensions:  extensions(inv, kube, ex),
+		Extensions:  checks.Extensions(inv, checks.Options{Kube: kube, Exec: ex}),
 		Concurrency: a.settings.Concurrency, Timeout: a.settings.Timeout,
 	}
-}
-
-// extensions are the checks that ride on the machine checks' connection.
-func extensions(inv *inventory.Inventory, kube kubernetes.Interface, ex netcheck.Execer, opts ...netcheck.Option) []machines.Extension {
-	return []machines.Extension{storagecheck.Extension(), netcheck.Extension(kube, ex, inv, opts...)}
 }
 
 func (s *session) header(simulated bool) drift.Header {

@@ -39,6 +39,8 @@ var allowed = []struct {
 	{"gate", []string{"inventory", "machines"}},
 	{"netcheck", []string{"drift", "inventory", "machines"}},
 	{"storagecheck", []string{"drift", "inventory", "machines"}},
+	// the one list of checks
+	{"checks", []string{"drift", "inventory", "machines", "netcheck", "storagecheck"}},
 	// what changes machines
 	{"reconcile", []string{"bootstrap", "drift", "gate", "inventory", "machines"}},
 	{"bootstrap/sequence", []string{"bootstrap", "drift", "gate", "inventory", "machines"}},
@@ -48,7 +50,7 @@ var allowed = []struct {
 	{"internal/fleetbench", []string{"bootstrap", "internal/testenv", "inventory", "machines"}},
 	// the command: parse, call, render
 	{"cmd/devata", []string{
-		"bootstrap", "bootstrap/sequence", "config", "drift", "examples", "gate", "internal/testenv",
+		"bootstrap", "bootstrap/sequence", "checks", "config", "drift", "examples", "gate", "internal/testenv",
 		"inventory", "lock", "machines", "netcheck", "reconcile", "redact", "sim", "storagecheck",
 	}},
 }
