@@ -3,6 +3,8 @@
 // render Talos configs (bootstrap does) and never talks to a machine.
 package inventory
 
+import "path/filepath"
+
 // APIVersion and Kind identify an inventory document.
 const (
 	APIVersion = "devata.dev/v1alpha1"
@@ -169,4 +171,10 @@ func (inv *Inventory) Machine(name string) *Machine {
 		}
 	}
 	return nil
+}
+
+// SecretsPath is the path of the cluster's secrets bundle: cluster.secrets,
+// relative to the inventory's directory unless absolute.
+func (inv *Inventory) SecretsPath() string {
+	return ResolvePath(filepath.Dir(inv.Path), inv.Cluster.Secrets)
 }

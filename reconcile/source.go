@@ -3,7 +3,6 @@ package reconcile
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 
 	"devata.dev/devata/bootstrap"
 	"devata.dev/devata/inventory"
@@ -60,7 +59,7 @@ func FileSource(path string) Source {
 		if err != nil {
 			return nil, err
 		}
-		bundle, err := bootstrap.LoadSecrets(inventory.ResolvePath(filepath.Dir(inv.Path), inv.Cluster.Secrets))
+		bundle, err := bootstrap.LoadSecrets(inv.SecretsPath())
 		if err != nil {
 			return nil, err
 		}

@@ -3,15 +3,13 @@ package sequence
 import (
 	"errors"
 	"io/fs"
-	"path/filepath"
 
 	"devata.dev/devata/bootstrap"
-	"devata.dev/devata/inventory"
 )
 
 // secrets loads the bundle, or creates it (write) only when it is missing.
 func (s *Sequence) secrets(write bool) (string, error) {
-	s.secretsPath = inventory.ResolvePath(filepath.Dir(s.inv.Path), s.inv.Cluster.Secrets)
+	s.secretsPath = s.inv.SecretsPath()
 	b, err := bootstrap.LoadSecrets(s.secretsPath)
 	if err == nil {
 		s.bundle = b

@@ -44,7 +44,7 @@ exists, else ./secrets.yaml.`,
 			out, version := flags.output, flags.talosVersion
 			if inv, err := inventory.Load(a.settings.Inventory); err == nil {
 				if out == "" {
-					out = inventory.ResolvePath(filepath.Dir(inv.Path), inv.Cluster.Secrets)
+					out = inv.SecretsPath()
 				}
 				if version == "" {
 					version = inv.Cluster.TalosVersion
@@ -116,7 +116,7 @@ only replaced with --force. An existing talosconfig is kept unless --force.`,
 				return a.invalid(err)
 			}
 			a.printWarnings(inv)
-			b, err := bootstrap.LoadSecrets(inventory.ResolvePath(filepath.Dir(inv.Path), inv.Cluster.Secrets))
+			b, err := bootstrap.LoadSecrets(inv.SecretsPath())
 			if err != nil {
 				return exitWith(exitTrouble, err)
 			}

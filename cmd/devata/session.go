@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 
 	"golang.org/x/term"
 	"k8s.io/client-go/kubernetes"
@@ -59,7 +58,7 @@ func (a *app) openSession(ctx context.Context, leanOK bool, only ...string) (*se
 		n = len(inv.Machines)
 	}
 	lean := leanOK && n > leanAbove
-	bundle, err := bootstrap.LoadSecrets(inventory.ResolvePath(filepath.Dir(inv.Path), inv.Cluster.Secrets))
+	bundle, err := bootstrap.LoadSecrets(inv.SecretsPath())
 	if err != nil {
 		return nil, exitWith(exitTrouble, err)
 	}

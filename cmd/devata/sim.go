@@ -61,7 +61,7 @@ Nothing here is a real machine: reports made against it say SIMULATED.`,
 					return exitWith(exitTrouble, fmt.Errorf("--maintenance: no machine %q in %s", name, inv.Path))
 				}
 			}
-			bundle, err := bootstrap.LoadSecrets(inventory.ResolvePath(filepath.Dir(inv.Path), inv.Cluster.Secrets))
+			bundle, err := bootstrap.LoadSecrets(inv.SecretsPath())
 			if err != nil {
 				return exitWith(exitTrouble, err)
 			}

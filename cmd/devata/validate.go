@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"path/filepath"
 	"strings"
 	"text/tabwriter"
 
@@ -91,7 +90,7 @@ func (a *app) printWarnings(inv *inventory.Inventory) {
 // one in memory when none exists yet, so an inventory validates before any
 // secret is created. Nothing is written.
 func (a *app) secretsForRender(inv *inventory.Inventory) (*secrets.Bundle, bool, error) {
-	path := inventory.ResolvePath(filepath.Dir(inv.Path), inv.Cluster.Secrets)
+	path := inv.SecretsPath()
 	b, err := bootstrap.LoadSecrets(path)
 	if err == nil {
 		return b, false, nil
