@@ -2,8 +2,6 @@ package bootstrap_test
 
 import (
 	"bytes"
-	"flag"
-	"os"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -13,12 +11,11 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/config/types/block"
 
 	"devata.dev/devata/bootstrap"
+	"devata.dev/devata/internal/golden"
 	"devata.dev/devata/internal/simtest"
 	"devata.dev/devata/inventory"
 	"devata.dev/devata/redact"
 )
-
-var update = flag.Bool("update", false, "rewrite golden files")
 
 const exampleInventory = "../examples/homelab/inventory.yaml"
 
@@ -215,21 +212,6 @@ func TestRenderGolden(t *testing.T) {
 				t.Fatalf("%s: redacted config still holds a secret of the bundle", r.Machine)
 			}
 		}
-		golden := filepath.Join("testdata", "golden", r.Machine+".yaml")
-		if *update {
-			if err := os.MkdirAll(filepath.Dir(golden), 0o755); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(golden, red, 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
-		want, err := os.ReadFile(golden)
-		if err != nil {
-			t.Fatalf("%v (run go test ./bootstrap -update)", err)
-		}
-		if !bytes.Equal(red, want) {
-			t.Errorf("%s differs from %s (run go test ./bootstrap -update and review the diff)", r.Machine, golden)
-		}
+		golden.Assert(t, filepath.Join("testdata", "golden", r.Machine+".yaml"), red)
 	}
 }

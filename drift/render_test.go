@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"encoding/xml"
 	"errors"
-	"flag"
 	"io"
 	"math/rand/v2"
 	"os"
@@ -20,9 +19,8 @@ import (
 	"github.com/prometheus/common/model"
 
 	"devata.dev/devata/drift"
+	"devata.dev/devata/internal/golden"
 )
-
-var update = flag.Bool("update", false, "rewrite golden files")
 
 type renderer struct {
 	name, golden string
@@ -56,22 +54,7 @@ func TestGolden(t *testing.T) {
 	for _, rd := range renderers() {
 		t.Run(rd.name, func(t *testing.T) {
 			got := render(t, rd.write, fixtureReport(true))
-			golden := filepath.Join("testdata", rd.golden)
-			if *update {
-				if err := os.MkdirAll("testdata", 0o755); err != nil {
-					t.Fatal(err)
-				}
-				if err := os.WriteFile(golden, got, 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatalf("%v (run go test ./drift -update)", err)
-			}
-			if !bytes.Equal(got, want) {
-				t.Errorf("%s differs from %s (run go test ./drift -update and review the diff):\n%s", rd.name, golden, got)
-			}
+			golden.Assert(t, filepath.Join("testdata", rd.golden), got)
 		})
 	}
 }

@@ -1,16 +1,13 @@
 package inventory_test
 
 import (
-	"flag"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"devata.dev/devata/internal/golden"
 	"devata.dev/devata/inventory"
 )
-
-var update = flag.Bool("update", false, "rewrite expected error files and the JSON Schema")
 
 func TestValidInventories(t *testing.T) {
 	files, _ := filepath.Glob("testdata/valid-*.yaml")
@@ -41,20 +38,7 @@ func TestInvalidInventories(t *testing.T) {
 			if inv != nil {
 				t.Errorf("Load returned an inventory along with errors")
 			}
-			got := err.Error() + "\n"
-			want := strings.TrimSuffix(f, ".yaml") + ".err"
-			if *update {
-				if err := os.WriteFile(want, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			exp, rerr := os.ReadFile(want)
-			if rerr != nil {
-				t.Fatalf("read expected errors: %v (run go test ./inventory -update)", rerr)
-			}
-			if got != string(exp) {
-				t.Errorf("errors differ\n--- got\n%s--- want\n%s", got, exp)
-			}
+			golden.Assert(t, strings.TrimSuffix(f, ".yaml")+".err", []byte(err.Error()+"\n"))
 			for _, fe := range inventory.FieldErrors(err) {
 				if fe.File != f {
 					t.Errorf("error names file %q, want %q", fe.File, f)

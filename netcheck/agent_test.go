@@ -1,20 +1,16 @@
 package netcheck_test
 
 import (
-	"bytes"
 	"encoding/json"
-	"flag"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/cilium/cilium/api/v1/models"
 
+	"devata.dev/devata/internal/golden"
 	"devata.dev/devata/netcheck"
 )
-
-var update = flag.Bool("update", false, "rewrite the agent status fixtures in testdata from cilium's models")
 
 // healthyStatus is a Cilium 1.20 agent with kube-proxy replacement on, as
 // cilium-dbg status -o json reports it (the parts netcheck reads, and a few
@@ -50,20 +46,11 @@ func fixture(t *testing.T, name string, st *models.StatusResponse) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.WriteFile(path, append(data, '\n'), 0o644); err != nil {
-			t.Fatal(err)
-		}
+	data = append(data, '\n')
+	if !golden.Assert(t, filepath.Join("testdata", name), data) {
+		t.FailNow() // the fixture is not cilium's models marshalled
 	}
-	got, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test -update)", err)
-	}
-	if !bytes.Equal(bytes.TrimSpace(got), data) {
-		t.Fatalf("%s is not cilium's models marshalled: run go test ./netcheck -update", path)
-	}
-	return got
+	return data
 }
 
 func TestAgentStatus(t *testing.T) {

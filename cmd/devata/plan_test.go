@@ -2,16 +2,14 @@ package main
 
 import (
 	"encoding/json"
-	"flag"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"devata.dev/devata/internal/golden"
 	"devata.dev/devata/internal/simtest"
 )
-
-var updatePlan = flag.Bool("update", false, "rewrite golden files under testdata/")
 
 // The runbook for a fleet that is all in maintenance mode: every step, in
 // order, with inventory addresses only, so the file does not depend on ports
@@ -22,19 +20,7 @@ func TestPlanMarkdownOnMaintenanceFleet(t *testing.T) {
 	if r.code != 1 {
 		t.Fatalf("exit %d, want 1 (actions pending)\n%s%s", r.code, r.stdout, r.err)
 	}
-	golden := filepath.Join("testdata", "plan-maintenance.md")
-	if *updatePlan {
-		if err := os.WriteFile(golden, []byte(r.stdout), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(golden)
-	if err != nil {
-		t.Fatalf("%v (run go test -run TestPlanMarkdown ./cmd/devata/ -update to create it)", err)
-	}
-	if r.stdout != string(want) {
-		t.Errorf("plan -o markdown differs from %s (rerun with -update if intended):\n%s", golden, r.stdout)
-	}
+	golden.Assert(t, filepath.Join("testdata", "plan-maintenance.md"), []byte(r.stdout))
 	for _, leak := range []string{"127.0.0.1", sf.Dir} {
 		if strings.Contains(r.stdout, leak) {
 			t.Errorf("runbook contains %q: it must use inventory addresses and relative paths", leak)

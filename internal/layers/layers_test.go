@@ -30,6 +30,7 @@ var allowed = []struct {
 	{"sim", nil},
 	{"internal/testenv", nil},
 	{"internal/testctx", nil},
+	{"internal/golden", nil},
 	{"internal/layers", nil},
 	// the spec and what is rendered from it
 	{"inventory", []string{"redact"}},
