@@ -27,6 +27,10 @@ type Dialer struct {
 	source    string
 }
 
+// ErrNoTalosconfig is LoadTalosconfig's error when no path is given and no
+// talosconfig is at talosctl's default paths.
+var ErrNoTalosconfig = errors.New("no talosconfig: pass --talosconfig or set TALOSCONFIG (devata gen config writes one)")
+
 // LoadTalosconfig reads a talosctl client config. An empty path means the
 // default locations talosctl uses ($TALOSCONFIG is resolved by the caller).
 func LoadTalosconfig(path string) (*clientconfig.Config, error) {
@@ -42,7 +46,7 @@ func LoadTalosconfig(path string) (*clientconfig.Config, error) {
 			}
 		}
 		if path == "" {
-			return nil, errors.New("no talosconfig: pass --talosconfig or set TALOSCONFIG (devata gen config writes one)")
+			return nil, ErrNoTalosconfig
 		}
 	}
 	f, err := os.Open(path)

@@ -95,6 +95,32 @@ func (f *FleetCheck) Select() ([]*inventory.Machine, []drift.Check[*Target], err
 	return ms, checks, nil
 }
 
+// Report runs the pass into a new, finished report whose header is h with
+// the pass's machines (inventory order, at the endpoints dialled). A
+// selection error (a --machines or --checks name that does not exist) is
+// returned before anything is observed.
+func (f *FleetCheck) Report(ctx context.Context, h drift.Header) (*drift.Report, error) {
+	ms, _, err := f.Select()
+	if err != nil {
+		return nil, err
+	}
+	rep := drift.NewReport(f.Header(h, ms))
+	if err := f.Run(ctx, rep); err != nil {
+		return nil, err
+	}
+	rep.Finish()
+	return rep, nil
+}
+
+// Header is h listing machines ms as the pass dials them.
+func (f *FleetCheck) Header(h drift.Header, ms []*inventory.Machine) drift.Header {
+	h.Machines = make([]drift.Machine, 0, len(ms))
+	for _, m := range ms {
+		h.Machines = append(h.Machines, drift.Machine{Name: m.Name, Role: m.Role, Address: f.Dialer.Endpoint(m)})
+	}
+	return h
+}
+
 // Run observes every selected machine with bounded concurrency and adds each
 // machine's results to out as soon as it is done; the observation, whole
 // configs included, is dropped then. One machine's failure never stops the

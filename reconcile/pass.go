@@ -208,29 +208,34 @@ func (l *Loop) readSpec(ctx context.Context, res *PassResult) *Desired {
 // observe runs the drift checks over the owned machines and publishes them.
 func (l *Loop) observe(ctx context.Context, d *Desired, owned []*inventory.Machine) *drift.Report {
 	h := drift.Header{Cluster: d.Inventory.Cluster.Name, Inventory: d.Inventory.Path, Simulated: l.Simulated}
-	var names []string
+	names := make([]string, 0, len(owned))
 	for _, m := range owned {
 		names = append(names, m.Name)
-		h.Machines = append(h.Machines, drift.Machine{Name: m.Name, Role: m.Role, Address: l.Dialer.Endpoint(m)})
 	}
-	rep := drift.NewReport(h)
-	if len(owned) > 0 {
-		checks := l.Checks
-		if len(checks) > 0 && !slices.Contains(checks, machines.CheckConfig) {
-			checks = append(slices.Clone(checks), machines.CheckConfig)
-		}
-		fc := &machines.FleetCheck{
-			Inventory: d.Inventory, Desired: d.Configs, DesiredFor: d.Render, Dialer: l.Dialer, Kube: l.Kube,
-			Machines: names, Checks: checks, Concurrency: l.Concurrency, Timeout: l.Timeout,
-		}
+	checks := l.Checks
+	if len(checks) > 0 && !slices.Contains(checks, machines.CheckConfig) {
+		checks = append(slices.Clone(checks), machines.CheckConfig)
+	}
+	fc := &machines.FleetCheck{
+		Inventory: d.Inventory, Desired: d.Configs.Held(), DesiredFor: d.Configs.Config, Dialer: l.Dialer, Kube: l.Kube,
+		Machines: names, Checks: checks, Concurrency: l.Concurrency, Timeout: l.Timeout,
+	}
+	var rep *drift.Report
+	if len(owned) == 0 {
+		// no machine is this replica's: an empty report, not the whole fleet's
+		rep = drift.NewReport(fc.Header(h, nil))
+		rep.Finish()
+	} else {
 		if l.Extensions != nil {
 			fc.Extensions = l.Extensions(d.Inventory)
 		}
-		if err := fc.Run(ctx, rep); err != nil {
+		var err error
+		if rep, err = fc.Report(ctx, h); err != nil {
+			rep = drift.NewReport(fc.Header(h, owned))
 			rep.AddError(err)
+			rep.Finish()
 		}
 	}
-	rep.Finish()
 	for _, r := range rep.Results {
 		if r.Status == drift.StatusUnknown {
 			l.Metrics.errors.WithLabelValues("observe").Inc()

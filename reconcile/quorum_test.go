@@ -106,7 +106,7 @@ func TestLoopLeavesARefusedRebootPendingAndChangesTheOthers(t *testing.T) {
 			return nil, err
 		}
 		d.Inventory.Machines = slices.DeleteFunc(d.Inventory.Machines, func(m inventory.Machine) bool { return m.Name == "cp-3" })
-		delete(d.Configs, "cp-3")
+		delete(d.Configs.Held(), "cp-3")
 		return d, nil
 	}
 	res := h.loop.Once(context.Background())

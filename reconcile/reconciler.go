@@ -33,7 +33,7 @@ func (r *machineReconciler) Reconcile(ctx context.Context, key string) (string, 
 	if m == nil || !l.Shard.Owns(m) {
 		return OutcomeGone, nil
 	}
-	desired, err := d.only(m)
+	desired, err := d.Configs.Only(m)
 	if err != nil {
 		return OutcomeFailed, err
 	}

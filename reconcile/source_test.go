@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"devata.dev/devata/bootstrap"
 	"devata.dev/devata/internal/simtest"
 	"devata.dev/devata/reconcile"
 )
@@ -46,12 +47,12 @@ func TestInvalidInventoryEditKeepsTheLastValidOne(t *testing.T) {
 	})
 }
 
-// Past LeanAbove machines the spec holds no configs: the pass renders each
+// Past bootstrap.LeanAbove machines the spec holds no configs: the pass renders each
 // where it observes or changes it, and converges all the same.
 func TestLeanDesiredConverges(t *testing.T) {
-	before := reconcile.LeanAbove
-	reconcile.LeanAbove = 0
-	defer func() { reconcile.LeanAbove = before }()
+	before := bootstrap.LeanAbove
+	bootstrap.LeanAbove = 0
+	defer func() { bootstrap.LeanAbove = before }()
 	f := simtest.Start(t, simtest.Options{Bootstrap: true})
 	f.Drift(t, "worker-1", "time.cloudflare.com", "pool.ntp.org")
 	m := f.Sim.Machine("worker-1")

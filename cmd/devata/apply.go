@@ -2,8 +2,8 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"fmt"
-	"io"
 	"os"
 	"strings"
 	"time"
@@ -16,16 +16,19 @@ import (
 	"devata.dev/devata/reconcile"
 )
 
+// applyFlags are apply's flags.
+type applyFlags struct {
+	mode           string
+	dryRun, yes    bool
+	allowQuorum    bool
+	machines       []string
+	maxUnavailable int
+	wait           time.Duration
+	lock           lockFlags
+}
+
 func (a *app) newApplyCommand() *cobra.Command {
-	var flags struct {
-		mode           string
-		dryRun, yes    bool
-		allowQuorum    bool
-		machines       []string
-		maxUnavailable int
-		wait           time.Duration
-		lock           lockFlags
-	}
+	var flags applyFlags
 	cmd := &cobra.Command{
 		Use:   "apply",
 		Short: "Roll the desired configs out to the machines that drifted",
@@ -47,82 +50,7 @@ no terminal apply refuses rather than guess.
 Exit 0 done (or nothing to do), 1 some machines not converged, 2 error.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			mode, err := machines.ParseMode(flags.mode)
-			if err != nil {
-				return exitWith(exitTrouble, err)
-			}
-			s, err := a.openSession(cmd.Context(), false)
-			if err != nil {
-				return err
-			}
-			only, err := selectMachines(s.inv, flags.machines)
-			if err != nil {
-				return exitWith(exitTrouble, err)
-			}
-			ctx := cmd.Context()
-			var held *clusterLock
-			if !flags.dryRun {
-				// plan under the lock: a plan made before it may be stale
-				if held, err = a.lockCluster(ctx, s.inv, s.kube, flags.lock, false); err != nil {
-					return err
-				}
-				defer held.Release()
-				ctx = held.Context() // ends if the cluster's Lease is lost
-			}
-			out := a.streams.Out
-			if a.settings.Simulated {
-				fmt.Fprintln(out, "SIMULATED: the machines are devata's simulated fleet.")
-			}
-			planner := &reconcile.Planner{Inventory: s.inv, Desired: s.desired, Dialer: s.dialer, Mode: mode, Concurrency: a.settings.Concurrency, Timeout: a.settings.Timeout}
-			plan, err := planner.Plan(ctx, only)
-			if err != nil {
-				if lost := held.Lost(); lost != nil {
-					return exitWith(exitTrouble, fmt.Errorf("planning interrupted: %w; nothing was applied", lost))
-				}
-				return exitWith(exitTrouble, fmt.Errorf("planning interrupted: %w; nothing was applied", err))
-			}
-			printPlan(out, plan)
-			pending, skipped := plan.Pending(), plan.Skipped()
-			switch {
-			case flags.dryRun:
-				fmt.Fprintln(out, "dry run: nothing was written")
-				return planExit(pending, skipped)
-			case len(pending) == 0:
-				fmt.Fprintf(out, "nothing to apply: %d of %d machines run their desired config\n", len(plan.Actions)-len(skipped), len(plan.Actions))
-				return planExit(nil, skipped)
-			}
-			if plan.Reboots() && !flags.yes {
-				if err := a.confirmReboots(plan); err != nil {
-					return err
-				}
-			}
-			ro := &reconcile.Rollout{
-				Inventory: s.inv, Desired: s.desired, Dialer: s.dialer,
-				MaxUnavailable: flags.maxUnavailable, Timeout: a.settings.Timeout, Wait: flags.wait,
-				AllowQuorumLoss: flags.allowQuorum,
-				Say:             func(format string, args ...any) { fmt.Fprintf(out, format+"\n", args...) },
-			}
-			res := ro.Run(ctx, plan)
-			fmt.Fprintf(out, "converged: %s\n", listOrNone(res.Converged))
-			if res.InFlight != "" {
-				fmt.Fprintf(out, "interrupted while changing %s: finished it before stopping; no other machine was touched\n", res.InFlight)
-			}
-			if lost := held.Lost(); lost != nil {
-				if len(res.Untouched) > 0 {
-					fmt.Fprintf(out, "not started: %s\n", strings.Join(res.Untouched, ", "))
-				}
-				return exitWith(exitTrouble, lost)
-			}
-			if res.Done() {
-				return planExit(nil, skipped)
-			}
-			if len(res.Failed) > 0 {
-				fmt.Fprintf(out, "failed: %s\n", strings.Join(res.Failed, ", "))
-			}
-			if len(res.Untouched) > 0 {
-				fmt.Fprintf(out, "not started: %s\n", strings.Join(res.Untouched, ", "))
-			}
-			return exitWith(exitFailed, fmt.Errorf("rollout stopped: %s\nresolve it, then run devata apply again: it continues from what the machines report", res.Stopped))
+			return a.apply(cmd.Context(), flags)
 		},
 	}
 	cmd.Flags().StringVar(&flags.mode, "mode", "auto", "apply mode: auto, no-reboot, reboot, staged, try")
@@ -151,32 +79,6 @@ func selectMachines(inv *inventory.Inventory, names []string) ([]*inventory.Mach
 		out = append(out, m)
 	}
 	return out, nil
-}
-
-func printPlan(w io.Writer, plan *reconcile.Plan) {
-	fmt.Fprintln(w, "plan:")
-	for _, act := range plan.Actions {
-		switch act.Kind {
-		case reconcile.KindApply:
-			reboot := "no reboot"
-			if act.Reboots {
-				reboot = "REBOOTS"
-			}
-			fmt.Fprintf(w, "  %-20s apply %s (%s): %s\n", act.Machine.Name, act.Mode, reboot, act.Diff.Summary())
-			for _, line := range strings.Split(strings.TrimRight(act.Diff.Text, "\n"), "\n") {
-				if line != "" {
-					fmt.Fprintf(w, "      %s\n", line)
-				}
-			}
-			for _, warn := range act.Warnings {
-				fmt.Fprintf(w, "      warning: %s\n", warn)
-			}
-		case reconcile.KindNone:
-			fmt.Fprintf(w, "  %-20s in sync\n", act.Machine.Name)
-		default:
-			fmt.Fprintf(w, "  %-20s skipped: %s\n", act.Machine.Name, act.Reason)
-		}
-	}
 }
 
 // planExit: 2 when a machine could not be planned, 1 when changes are pending, else 0.
@@ -210,9 +112,70 @@ func (a *app) confirmReboots(plan *reconcile.Plan) error {
 	return nil
 }
 
-func listOrNone(s []string) string {
-	if len(s) == 0 {
-		return "none"
+// apply plans under the cluster's lock (unless a dry run), prints the plan,
+// confirms reboots and rolls it out.
+func (a *app) apply(ctx context.Context, flags applyFlags) error {
+	mode, err := machines.ParseMode(flags.mode)
+	if err != nil {
+		return exitWith(exitTrouble, err)
 	}
-	return strings.Join(s, ", ")
+	s, err := a.openSession(ctx, false)
+	if err != nil {
+		return err
+	}
+	only, err := selectMachines(s.inv, flags.machines)
+	if err != nil {
+		return exitWith(exitTrouble, err)
+	}
+	var held *clusterLock
+	if !flags.dryRun {
+		// plan under the lock: a plan made before it may be stale
+		if held, err = a.lockCluster(ctx, s.inv, s.kube, flags.lock, false); err != nil {
+			return err
+		}
+		defer held.Release()
+		ctx = held.Context() // ends if the cluster's Lease is lost
+	}
+	out := a.streams.Out
+	if a.settings.Simulated {
+		fmt.Fprintln(out, "SIMULATED: the machines are devata's simulated fleet.")
+	}
+	planner := &reconcile.Planner{Inventory: s.inv, Desired: s.desired.Held(), Dialer: s.dialer, Mode: mode, Concurrency: a.settings.Concurrency, Timeout: a.settings.Timeout}
+	plan, err := planner.Plan(ctx, only)
+	if err != nil {
+		if lost := held.Lost(); lost != nil {
+			err = lost
+		}
+		return exitWith(exitTrouble, fmt.Errorf("planning interrupted: %w; nothing was applied", err))
+	}
+	plan.Write(out)
+	pending, skipped := plan.Pending(), plan.Skipped()
+	switch {
+	case flags.dryRun:
+		fmt.Fprintln(out, "dry run: nothing was written")
+		return planExit(pending, skipped)
+	case len(pending) == 0:
+		fmt.Fprintf(out, "nothing to apply: %d of %d machines run their desired config\n", len(plan.Actions)-len(skipped), len(plan.Actions))
+		return planExit(nil, skipped)
+	}
+	if plan.Reboots() && !flags.yes {
+		if err := a.confirmReboots(plan); err != nil {
+			return err
+		}
+	}
+	ro := &reconcile.Rollout{
+		Inventory: s.inv, Desired: s.desired.Held(), Dialer: s.dialer,
+		MaxUnavailable: flags.maxUnavailable, Timeout: a.settings.Timeout, Wait: flags.wait,
+		AllowQuorumLoss: flags.allowQuorum,
+		Say:             func(format string, args ...any) { fmt.Fprintf(out, format+"\n", args...) },
+	}
+	res := ro.Run(ctx, plan)
+	res.Write(out)
+	switch lost := held.Lost(); {
+	case lost != nil:
+		return exitWith(exitTrouble, lost)
+	case res.Done():
+		return planExit(nil, skipped)
+	}
+	return exitWith(exitFailed, fmt.Errorf("rollout stopped: %s\nresolve it, then run devata apply again: it continues from what the machines report", res.Stopped))
 }

@@ -2,20 +2,18 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"os"
-	"slices"
 	"strings"
 	"time"
 
-	clientconfig "github.com/siderolabs/talos/pkg/machinery/client/config"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 	"k8s.io/client-go/kubernetes"
 
 	"devata.dev/devata/bootstrap/sequence"
-	"devata.dev/devata/checks"
 	"devata.dev/devata/drift"
 	"devata.dev/devata/machines"
 )
@@ -35,12 +33,15 @@ func (f *sequenceFlags) register(cmd *cobra.Command) {
 	cmd.Flags().DurationVar(&f.etcdSettle, "etcd-settle", 15*time.Second, "how long every control plane's etcd must be seen waiting for a bootstrap before one is bootstrapped (a control plane with etcd data passes through that state briefly after a boot)")
 }
 
+// bootstrapFlags are bootstrap's flags.
+type bootstrapFlags struct {
+	sequenceFlags
+	yes, force bool
+	lock       lockFlags
+}
+
 func (a *app) newBootstrapCommand() *cobra.Command {
-	var flags struct {
-		sequenceFlags
-		yes, force bool
-		lock       lockFlags
-	}
+	var flags bootstrapFlags
 	cmd := &cobra.Command{
 		Use:   "bootstrap",
 		Short: "Build the cluster from machines in maintenance mode, resumably",
@@ -70,65 +71,7 @@ fetched kubeconfig is.
 Exit 0 ready and in sync, 1 ready but the drift report is not clean, 2 error or refused.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			opts, err := a.sequenceOptions(flags.sequenceFlags)
-			if err != nil {
-				return err
-			}
-			out := a.streams.Out
-			opts.Out, opts.Yes, opts.Force = out, flags.yes, flags.force
-			opts.Confirm = a.confirmBootstrapReboots
-			if a.settings.Simulated {
-				fmt.Fprintln(out, "SIMULATED: the machines are devata's simulated fleet.")
-			}
-			seq := sequence.New(opts)
-			// a resumed bootstrap finds the kubeconfig it wrote: then the
-			// cluster's Lease is taken too
-			lockKube, err := existingKubeClient(seq.NodesKubeconfig())
-			if err != nil {
-				return exitWith(exitTrouble, err)
-			}
-			held, err := a.writeLock(cmd.Context(), opts.InventoryPath, lockKube, flags.lock, true)
-			if err != nil {
-				return err
-			}
-			defer held.Release()
-			if err := seq.Run(held.Context()); err != nil {
-				if lost := held.Lost(); lost != nil {
-					return exitWith(exitTrouble, lost)
-				}
-				return exitWith(exitTrouble, err)
-			}
-			fmt.Fprintln(out, "==> drift report")
-			var kube kubernetes.Interface
-			// The machine and storage checks, the kubelet's only once its
-			// Node can be Ready; Cilium is installed after bootstrap.
-			names := slices.DeleteFunc(checks.Of(checks.FamilyMachine, checks.FamilyStorage), func(n string) bool { return n == machines.CheckKubelet })
-			if !flags.skipNodes {
-				if kube, err = machines.KubeClient(seq.NodesKubeconfig()); err != nil {
-					return exitWith(exitTrouble, err)
-				}
-				// With cni none the Nodes cannot be Ready before Cilium is
-				// installed, which comes after bootstrap: devata drift
-				// checks the kubelets then.
-				if !seq.CNINone() {
-					names = append(names, machines.CheckKubelet)
-				}
-			}
-			code, err := a.driftReport(cmd, seq, kube, names)
-			if err != nil {
-				return exitWith(exitTrouble, err)
-			}
-			switch code {
-			case drift.ExitInSync:
-				fmt.Fprintf(out, "bootstrap complete: cluster %s is ready and in sync\n", seq.Inventory().Cluster.Name)
-				if seq.CNINone() {
-					fmt.Fprintln(out, "next: cluster.network.cni is none, so the Nodes become Ready once a CNI runs: install Cilium (kube-proxy replacement, k8sServiceHost localhost, k8sServicePort from cluster.cilium), then devata drift (the kubelet and cilium checks)")
-				}
-				return nil
-			case drift.ExitDrifted:
-				return exitWith(exitFailed, errors.New("the cluster is up but the drift report is not clean: see above (devata apply converges configs)"))
-			}
-			return exitWith(exitTrouble, errors.New("the cluster is up but some checks could not observe: see above"))
+			return a.bootstrap(cmd.Context(), flags)
 		},
 	}
 	flags.register(cmd)
@@ -136,6 +79,61 @@ Exit 0 ready and in sync, 1 ready but the drift report is not clean, 2 error or 
 	cmd.Flags().BoolVar(&flags.force, "force", false, "replace an existing kubeconfig that belongs to another cluster")
 	flags.lock.register(cmd, true)
 	return cmd
+}
+
+// bootstrap runs the sequence under the cluster's lock, then the drift
+// report that closes it.
+func (a *app) bootstrap(ctx context.Context, flags bootstrapFlags) error {
+	opts, err := a.sequenceOptions(flags.sequenceFlags)
+	if err != nil {
+		return err
+	}
+	out := a.streams.Out
+	opts.Out, opts.Yes, opts.Force = out, flags.yes, flags.force
+	opts.Confirm = a.confirmBootstrapReboots
+	if a.settings.Simulated {
+		fmt.Fprintln(out, "SIMULATED: the machines are devata's simulated fleet.")
+	}
+	seq := sequence.New(opts)
+	// a resumed bootstrap finds the kubeconfig it wrote: then the
+	// cluster's Lease is taken too
+	lockKube, err := existingKubeClient(seq.NodesKubeconfig())
+	if err != nil {
+		return exitWith(exitTrouble, err)
+	}
+	held, err := a.writeLock(ctx, opts.InventoryPath, lockKube, flags.lock, true)
+	if err != nil {
+		return err
+	}
+	defer held.Release()
+	if err := seq.Run(held.Context()); err != nil {
+		if lost := held.Lost(); lost != nil {
+			return exitWith(exitTrouble, lost)
+		}
+		return exitWith(exitTrouble, err)
+	}
+	fmt.Fprintln(out, "==> drift report")
+	var kube kubernetes.Interface
+	if !flags.skipNodes {
+		if kube, err = machines.KubeClient(seq.NodesKubeconfig()); err != nil {
+			return exitWith(exitTrouble, err)
+		}
+	}
+	code, err := a.driftReport(ctx, seq, kube, seq.ReportChecks())
+	if err != nil {
+		return exitWith(exitTrouble, err)
+	}
+	switch code {
+	case drift.ExitInSync:
+		fmt.Fprintf(out, "bootstrap complete: cluster %s is ready and in sync\n", seq.Inventory().Cluster.Name)
+		if seq.CNINone() {
+			fmt.Fprintln(out, "next: cluster.network.cni is none, so the Nodes become Ready once a CNI runs: install Cilium (kube-proxy replacement, k8sServiceHost localhost, k8sServicePort from cluster.cilium), then devata drift (the kubelet and cilium checks)")
+		}
+		return nil
+	case drift.ExitDrifted:
+		return exitWith(exitFailed, errors.New("the cluster is up but the drift report is not clean: see above (devata apply converges configs)"))
+	}
+	return exitWith(exitTrouble, errors.New("the cluster is up but some checks could not observe: see above"))
 }
 
 // sequenceOptions resolves what bootstrap and plan share from the settings.
@@ -151,44 +149,28 @@ func (a *app) sequenceOptions(f sequenceFlags) (sequence.Options, error) {
 		Wait:          f.wait,
 		EtcdSettle:    f.etcdSettle,
 	}
-	path := a.settings.Talosconfig
-	if path == "" {
+	tc, err := machines.LoadTalosconfig(a.settings.Talosconfig)
+	switch {
+	case errors.Is(err, machines.ErrNoTalosconfig):
 		// Without a talosconfig anywhere, the sequence derives one from the bundle.
-		if paths, err := clientconfig.GetDefaultPaths(); err == nil {
-			for _, p := range paths {
-				if _, err := os.Stat(p.Path); err == nil {
-					path = p.Path
-					break
-				}
-			}
-		}
-	}
-	if path != "" {
-		tc, err := machines.LoadTalosconfig(path)
-		if err != nil {
-			return opts, exitWith(exitTrouble, err)
-		}
+	case err != nil:
+		return opts, exitWith(exitTrouble, err)
+	default:
 		opts.Talosconfig = tc
 	}
 	return opts, nil
 }
 
 // driftReport renders the closing drift report and returns its exit code.
-func (a *app) driftReport(cmd *cobra.Command, seq *sequence.Sequence, kube kubernetes.Interface, checks []string) (int, error) {
+func (a *app) driftReport(ctx context.Context, seq *sequence.Sequence, kube kubernetes.Interface, checks []string) (int, error) {
 	inv := seq.Inventory()
 	// Cilium comes after bootstrap: its checks are not in this report.
 	fc := a.fleetCheck(inv, seq.Desired(), seq.Dialer(), kube, nil)
 	fc.Checks = checks
-	h := drift.Header{Cluster: inv.Cluster.Name, Inventory: inv.Path, Simulated: a.settings.Simulated}
-	for i := range inv.Machines {
-		m := &inv.Machines[i]
-		h.Machines = append(h.Machines, drift.Machine{Name: m.Name, Role: m.Role, Address: seq.Dialer().Endpoint(m)})
-	}
-	rep := drift.NewReport(h)
-	if err := fc.Run(cmd.Context(), rep); err != nil {
+	rep, err := fc.Report(ctx, drift.Header{Cluster: inv.Cluster.Name, Inventory: inv.Path, Simulated: a.settings.Simulated})
+	if err != nil {
 		return 0, err
 	}
-	rep.Finish()
 	if err := drift.Render(a.streams.Out, drift.FormatTable, rep, drift.TableOptions{Color: drift.AutoColor(a.streams.Out, a.getenv)}); err != nil {
 		return 0, err
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"slices"
 	"strings"
@@ -10,17 +11,21 @@ import (
 	"devata.dev/devata/checks"
 	"devata.dev/devata/config"
 	"devata.dev/devata/drift"
+	"devata.dev/devata/machines"
 	"devata.dev/devata/netcheck"
 )
 
+// driftFlags are drift's flags.
+type driftFlags struct {
+	machines, checks    []string
+	junitFile, promFile string
+	stream              bool
+	probe               bool
+	probeOpts           netcheck.ProbeOptions
+}
+
 func (a *app) newDriftCommand() *cobra.Command {
-	var flags struct {
-		machines, checks    []string
-		junitFile, promFile string
-		stream              bool
-		probe               bool
-		probeOpts           netcheck.ProbeOptions
-	}
+	var flags driftFlags
 	cmd := &cobra.Command{
 		Use:   "drift",
 		Short: "Observe every machine and report desired-vs-actual drift",
@@ -40,76 +45,7 @@ See docs/checks.md, docs/checks-storage.md and docs/checks-netcheck.md.
 Exit 0 all in sync, 1 drift found, 2 could not complete (any Unknown or an error).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			format, err := drift.ParseFormat(a.settings.Output)
-			if err != nil {
-				return exitWith(exitTrouble, err)
-			}
-			if flags.stream && (format != drift.FormatJSON || flags.junitFile != "" || flags.promFile != "") {
-				return exitWith(exitTrouble, errors.New("--stream writes JSON as it goes: use it with -o json and without --junit-file or --prom-file"))
-			}
-			if slices.Contains(flags.checks, netcheck.CheckProbe) && !flags.probe {
-				return exitWith(exitTrouble, errors.New("cilium-probe creates pods in the cluster: it runs only with --probe"))
-			}
-			s, err := a.openSession(cmd.Context(), true, flags.machines...)
-			if err != nil {
-				return err
-			}
-			fc := a.fleetCheck(s.inv, s.desired, s.dialer, s.kube, s.exec)
-			fc.DesiredFor = s.desiredFor
-			if flags.probe {
-				fc.Extensions = checks.Extensions(s.inv, checks.Options{Kube: s.kube, Exec: s.exec, Probe: &flags.probeOpts})
-			}
-			fc.Machines, fc.Checks = flags.machines, flags.checks
-			ms, _, err := fc.Select()
-			if err != nil {
-				return exitWith(exitTrouble, err)
-			}
-			fc.Done = a.progress(len(ms))
-			h := s.header(a.settings.Simulated)
-			h.Machines = nil
-			for _, m := range ms {
-				h.Machines = append(h.Machines, drift.Machine{Name: m.Name, Role: m.Role, Address: s.dialer.Endpoint(m)})
-			}
-			if flags.stream {
-				// Results are written as machines finish and never held: for
-				// fleets too large to keep a report in memory.
-				st := drift.NewJSONStream(a.streams.Out)
-				if err := st.Begin(h); err != nil {
-					return exitWith(exitTrouble, err)
-				}
-				if err := fc.Run(cmd.Context(), st); err != nil {
-					st.AddError(err)
-				}
-				if err := st.Close(); err != nil {
-					return exitWith(exitTrouble, err)
-				}
-				if code := st.ExitCode(); code != 0 {
-					return exitWith(code, nil)
-				}
-				return nil
-			}
-			rep := drift.NewReport(h)
-			if err := fc.Run(cmd.Context(), rep); err != nil {
-				return exitWith(exitTrouble, err)
-			}
-			rep.Finish()
-			if err := drift.Render(a.streams.Out, format, rep, drift.TableOptions{Color: drift.AutoColor(a.streams.Out, a.getenv)}); err != nil {
-				return exitWith(exitTrouble, err)
-			}
-			if flags.junitFile != "" {
-				if err := writeFileWith(flags.junitFile, func(w *fileWriter) error { return drift.WriteJUnit(w, rep) }); err != nil {
-					return exitWith(exitTrouble, err)
-				}
-			}
-			if flags.promFile != "" {
-				if err := drift.WritePromTextfile(flags.promFile, rep); err != nil {
-					return exitWith(exitTrouble, err)
-				}
-			}
-			if code := rep.ExitCode(); code != 0 {
-				return exitWith(code, nil)
-			}
-			return nil
+			return a.drift(cmd.Context(), flags)
 		},
 	}
 	config.AddOutputFlag(cmd.Flags())
@@ -137,4 +73,78 @@ func checkList() string {
 		names = append(names, n)
 	}
 	return strings.Join(names, ", ")
+}
+
+// drift observes the machines and reports, as a table or JSON (streamed with
+// --stream), and as JUnit or a Prometheus textfile beside it.
+func (a *app) drift(ctx context.Context, flags driftFlags) error {
+	format, err := drift.ParseFormat(a.settings.Output)
+	if err != nil {
+		return exitWith(exitTrouble, err)
+	}
+	if flags.stream && (format != drift.FormatJSON || flags.junitFile != "" || flags.promFile != "") {
+		return exitWith(exitTrouble, errors.New("--stream writes JSON as it goes: use it with -o json and without --junit-file or --prom-file"))
+	}
+	if slices.Contains(flags.checks, netcheck.CheckProbe) && !flags.probe {
+		return exitWith(exitTrouble, errors.New("cilium-probe creates pods in the cluster: it runs only with --probe"))
+	}
+	s, err := a.openSession(ctx, true, flags.machines...)
+	if err != nil {
+		return err
+	}
+	fc := a.fleetCheck(s.inv, s.desired.Held(), s.dialer, s.kube, s.exec)
+	fc.DesiredFor = s.desired.Config
+	if flags.probe {
+		fc.Extensions = checks.Extensions(s.inv, checks.Options{Kube: s.kube, Exec: s.exec, Probe: &flags.probeOpts})
+	}
+	fc.Machines, fc.Checks = flags.machines, flags.checks
+	ms, _, err := fc.Select()
+	if err != nil {
+		return exitWith(exitTrouble, err)
+	}
+	fc.Done = a.progress(len(ms))
+	h := s.header(a.settings.Simulated)
+	if flags.stream {
+		return a.driftStream(ctx, fc, fc.Header(h, ms))
+	}
+	rep, err := fc.Report(ctx, h)
+	if err != nil {
+		return exitWith(exitTrouble, err)
+	}
+	if err := drift.Render(a.streams.Out, format, rep, drift.TableOptions{Color: drift.AutoColor(a.streams.Out, a.getenv)}); err != nil {
+		return exitWith(exitTrouble, err)
+	}
+	if flags.junitFile != "" {
+		if err := writeFileWith(flags.junitFile, func(w *fileWriter) error { return drift.WriteJUnit(w, rep) }); err != nil {
+			return exitWith(exitTrouble, err)
+		}
+	}
+	if flags.promFile != "" {
+		if err := drift.WritePromTextfile(flags.promFile, rep); err != nil {
+			return exitWith(exitTrouble, err)
+		}
+	}
+	if code := rep.ExitCode(); code != 0 {
+		return exitWith(code, nil)
+	}
+	return nil
+}
+
+// driftStream writes the JSON report as machines finish, holding no
+// results: for fleets too large to keep a report in memory.
+func (a *app) driftStream(ctx context.Context, fc *machines.FleetCheck, h drift.Header) error {
+	st := drift.NewJSONStream(a.streams.Out)
+	if err := st.Begin(h); err != nil {
+		return exitWith(exitTrouble, err)
+	}
+	if err := fc.Run(ctx, st); err != nil {
+		st.AddError(err)
+	}
+	if err := st.Close(); err != nil {
+		return exitWith(exitTrouble, err)
+	}
+	if code := st.ExitCode(); code != 0 {
+		return exitWith(code, nil)
+	}
+	return nil
 }

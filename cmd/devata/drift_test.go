@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"devata.dev/devata/bootstrap"
 	"devata.dev/devata/drift"
 	"devata.dev/devata/internal/simtest"
 	"devata.dev/devata/internal/testenv"
@@ -307,13 +308,13 @@ func TestDriftCiliumWithKubernetes(t *testing.T) {
 	}
 }
 
-// Past leanAbove machines drift holds no configs and renders each in its
+// Past bootstrap.LeanAbove machines drift holds no configs and renders each in its
 // machine's turn; the report is the same, drift included.
 func TestDriftLeanSession(t *testing.T) {
 	sf := startSim(t, simtest.Options{Bootstrap: true})
-	before := leanAbove
-	leanAbove = 0
-	defer func() { leanAbove = before }()
+	before := bootstrap.LeanAbove
+	bootstrap.LeanAbove = 0
+	defer func() { bootstrap.LeanAbove = before }()
 	r := devata(t, nil, "drift", "--config", sf.settings, machineChecks)
 	if r.code != 0 || strings.Count(r.stdout, "InSync") < 5 {
 		t.Fatalf("lean drift of a clean fleet: exit %d\n%s%s", r.code, r.stdout, r.err)

@@ -26,19 +26,22 @@ import (
 	"devata.dev/devata/reconcile"
 )
 
+// reconcileFlags are reconcile's flags.
+type reconcileFlags struct {
+	interval, grace, wait, backoffMax         time.Duration
+	lock                                      lockFlags
+	once, reportOnly, dryRun, leaderElect     bool
+	allowQuorumLoss                           bool
+	mode, metricsAddr, shard, auditLog        string
+	leaseNamespace, leaseName                 string
+	leaseDuration, renewDeadline, retryPeriod time.Duration
+	maxUnavailable, writeBurst                int
+	writeRate                                 float64
+	checks                                    []string
+}
+
 func (a *app) newReconcileCommand() *cobra.Command {
-	var flags struct {
-		interval, grace, wait, backoffMax         time.Duration
-		lock                                      lockFlags
-		once, reportOnly, dryRun, leaderElect     bool
-		allowQuorumLoss                           bool
-		mode, metricsAddr, shard, auditLog        string
-		leaseNamespace, leaseName                 string
-		leaseDuration, renewDeadline, retryPeriod time.Duration
-		maxUnavailable, writeBurst                int
-		writeRate                                 float64
-		checks                                    []string
-	}
+	var flags reconcileFlags
 	cmd := &cobra.Command{
 		Use:   "reconcile",
 		Short: "Keep the machines equal to the inventory, in a loop",
@@ -67,131 +70,7 @@ SIGTERM stops taking work, finishes changes in flight within --grace and exits 0
 Metrics, /healthz and /readyz are served on --metrics-addr.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx := cmd.Context()
-			mode, err := machines.ParseMode(flags.mode)
-			if err != nil {
-				return exitWith(exitTrouble, err)
-			}
-			shard, err := reconcile.ParseShard(flags.shard)
-			if err != nil {
-				return exitWith(exitTrouble, err)
-			}
-			if flags.once && flags.leaderElect {
-				return exitWith(exitTrouble, errors.New("--once runs one pass now and --leader-elect is for the long-running loop: use one or the other (give each Indexed Job pod its own --shard instead)"))
-			}
-			if flags.reportOnly && flags.dryRun {
-				return exitWith(exitTrouble, errors.New("--report-only and --dry-run exclude each other: --report-only already sends nothing"))
-			}
-			log := a.loopLogger()
-			tc, err := machines.LoadTalosconfig(a.settings.Talosconfig)
-			if err != nil {
-				return exitWith(exitTrouble, err)
-			}
-			dialer, err := machines.NewDialer(tc, a.settings.Dial)
-			if err != nil {
-				return exitWith(exitTrouble, err)
-			}
-			kube, ex, err := a.loopKubeClients()
-			if err != nil {
-				return exitWith(exitTrouble, err)
-			}
-			var held *clusterLock
-			if !flags.reportOnly && !flags.dryRun {
-				// one writer per cluster, held for the whole run: a human's
-				// apply is refused while it runs. With --leader-elect the
-				// election is the Lease; without it the Lease is taken as
-				// apply takes it, so a reconcile --once from cron and a
-				// reconcile Deployment exclude each other.
-				lf := flags.lock
-				lf.leaseNamespace, lf.leaseName = flags.leaseNamespace, flags.leaseName
-				lf.electing = flags.leaderElect
-				if held, err = a.writeLock(ctx, a.settings.Inventory, kube, lf, false); err != nil {
-					return err
-				}
-				defer held.Release()
-				ctx = held.Context()
-			}
-			identity := a.identity()
-			metrics := reconcile.NewMetrics()
-			var audit *reconcile.AuditLog
-			if flags.auditLog != "" {
-				if audit, err = reconcile.OpenAuditLog(flags.auditLog, identity, shard); err != nil {
-					return exitWith(exitTrouble, err)
-				}
-				defer audit.Close()
-			}
-			loop := &reconcile.Loop{
-				Source: reconcile.FileSource(a.settings.Inventory), Dialer: dialer, Kube: kube,
-				Extensions: func(inv *inventory.Inventory) []machines.Extension {
-					return checks.Extensions(inv, checks.Options{Kube: kube, Exec: ex})
-				},
-				Checks: flags.checks, Simulated: a.settings.Simulated,
-				Interval: flags.interval, ReportOnly: flags.reportOnly, DryRun: flags.dryRun,
-				Mode: mode, MaxUnavailable: flags.maxUnavailable, AllowQuorumLoss: flags.allowQuorumLoss,
-				Workers: a.settings.Concurrency, Concurrency: a.settings.Concurrency,
-				Timeout: a.settings.Timeout, Wait: flags.wait, Grace: flags.grace, Shard: shard,
-				WriteRate: flags.writeRate, WriteBurst: flags.writeBurst, BackoffMax: flags.backoffMax,
-				Metrics: metrics, Audit: audit, Log: log,
-			}
-			var elect *reconcile.LeaderElection
-			if flags.leaderElect {
-				lc, err := leaseClient(kube)
-				if err != nil {
-					return exitWith(exitTrouble, err)
-				}
-				name := flags.leaseName
-				if shard.Count > 1 {
-					name = fmt.Sprintf("%s-%d-of-%d", name, shard.Index, shard.Count)
-				}
-				elect = &reconcile.LeaderElection{
-					Client: lc, Namespace: a.leaseNamespace(flags.leaseNamespace), Name: name, Identity: identity,
-					LeaseDuration: flags.leaseDuration, RenewDeadline: flags.renewDeadline, RetryPeriod: flags.retryPeriod,
-					Release: true, Log: log, Metrics: metrics,
-				}
-				loop.Leading = elect.Leading
-			} else {
-				metrics.SetLeader(true)
-			}
-			ready := func() error {
-				if elect != nil && !elect.Leading() {
-					return nil // a standby is ready: it has nothing to do until it leads
-				}
-				return loop.Ready()
-			}
-			if flags.metricsAddr != "" {
-				stop, err := serveMetrics(flags.metricsAddr, metrics.Handler(ready), log)
-				if err != nil {
-					return exitWith(exitTrouble, err)
-				}
-				defer stop()
-			}
-			log.Info("reconcile starting", "inventory", a.settings.Inventory, "interval", flags.interval, "shard", shard.String(),
-				"report-only", flags.reportOnly, "dry-run", flags.dryRun, "leader-elect", flags.leaderElect, "identity", identity)
-
-			if flags.once {
-				res := loop.Once(ctx)
-				printPass(a.streams.Out, res)
-				if lost := held.Lost(); lost != nil {
-					return exitWith(exitTrouble, lost)
-				}
-				if code := res.ExitCode(); code != 0 {
-					return exitWith(code, res.InventoryErr)
-				}
-				return nil
-			}
-			if elect != nil {
-				err = elect.Run(ctx, loop.Run)
-			} else {
-				err = loop.Run(ctx)
-			}
-			if err != nil {
-				return exitWith(exitTrouble, err)
-			}
-			if lost := held.Lost(); lost != nil {
-				return exitWith(exitTrouble, lost)
-			}
-			log.Info("reconcile stopped")
-			return nil
+			return a.reconcile(cmd.Context(), flags)
 		},
 	}
 	flags.lock.register(cmd, false)
@@ -219,6 +98,152 @@ Metrics, /healthz and /readyz are served on --metrics-addr.`,
 	f.DurationVar(&flags.backoffMax, "backoff-max", 10*time.Minute, "longest wait before retrying a machine that keeps failing")
 	f.StringSliceVar(&flags.checks, "checks", nil, "observe only these checks (comma-separated); config is always observed")
 	return cmd
+}
+
+// reconcile runs the loop (or one pass) as flags say: it checks them, opens
+// what the loop reads and writes, takes the cluster's lock unless nothing is
+// written, and runs, with or without leader election.
+func (a *app) reconcile(ctx context.Context, flags reconcileFlags) error {
+	mode, err := machines.ParseMode(flags.mode)
+	if err != nil {
+		return exitWith(exitTrouble, err)
+	}
+	shard, err := reconcile.ParseShard(flags.shard)
+	if err != nil {
+		return exitWith(exitTrouble, err)
+	}
+	if flags.once && flags.leaderElect {
+		return exitWith(exitTrouble, errors.New("--once runs one pass now and --leader-elect is for the long-running loop: use one or the other (give each Indexed Job pod its own --shard instead)"))
+	}
+	if flags.reportOnly && flags.dryRun {
+		return exitWith(exitTrouble, errors.New("--report-only and --dry-run exclude each other: --report-only already sends nothing"))
+	}
+	log := a.loopLogger()
+	tc, err := machines.LoadTalosconfig(a.settings.Talosconfig)
+	if err != nil {
+		return exitWith(exitTrouble, err)
+	}
+	dialer, err := machines.NewDialer(tc, a.settings.Dial)
+	if err != nil {
+		return exitWith(exitTrouble, err)
+	}
+	kube, ex, err := a.loopKubeClients()
+	if err != nil {
+		return exitWith(exitTrouble, err)
+	}
+	var held *clusterLock
+	if !flags.reportOnly && !flags.dryRun {
+		// one writer per cluster, held for the whole run: a human's
+		// apply is refused while it runs. With --leader-elect the
+		// election is the Lease; without it the Lease is taken as
+		// apply takes it, so a reconcile --once from cron and a
+		// reconcile Deployment exclude each other.
+		lf := flags.lock
+		lf.leaseNamespace, lf.leaseName = flags.leaseNamespace, flags.leaseName
+		lf.electing = flags.leaderElect
+		if held, err = a.writeLock(ctx, a.settings.Inventory, kube, lf, false); err != nil {
+			return err
+		}
+		defer held.Release()
+		ctx = held.Context()
+	}
+	identity := a.identity()
+	metrics := reconcile.NewMetrics()
+	var audit *reconcile.AuditLog
+	if flags.auditLog != "" {
+		if audit, err = reconcile.OpenAuditLog(flags.auditLog, identity, shard); err != nil {
+			return exitWith(exitTrouble, err)
+		}
+		defer audit.Close()
+	}
+	loop := &reconcile.Loop{
+		Source: reconcile.FileSource(a.settings.Inventory), Dialer: dialer, Kube: kube,
+		Extensions: func(inv *inventory.Inventory) []machines.Extension {
+			return checks.Extensions(inv, checks.Options{Kube: kube, Exec: ex})
+		},
+		Checks: flags.checks, Simulated: a.settings.Simulated,
+		Interval: flags.interval, ReportOnly: flags.reportOnly, DryRun: flags.dryRun,
+		Mode: mode, MaxUnavailable: flags.maxUnavailable, AllowQuorumLoss: flags.allowQuorumLoss,
+		Workers: a.settings.Concurrency, Concurrency: a.settings.Concurrency,
+		Timeout: a.settings.Timeout, Wait: flags.wait, Grace: flags.grace, Shard: shard,
+		WriteRate: flags.writeRate, WriteBurst: flags.writeBurst, BackoffMax: flags.backoffMax,
+		Metrics: metrics, Audit: audit, Log: log,
+	}
+	elect, err := a.election(flags, shard, kube, identity, log, metrics)
+	if err != nil {
+		return err
+	}
+	if elect != nil {
+		loop.Leading = elect.Leading
+	} else {
+		metrics.SetLeader(true)
+	}
+	if flags.metricsAddr != "" {
+		ready := func() error {
+			if elect != nil && !elect.Leading() {
+				return nil // a standby is ready: it has nothing to do until it leads
+			}
+			return loop.Ready()
+		}
+		stop, err := serveMetrics(flags.metricsAddr, metrics.Handler(ready), log)
+		if err != nil {
+			return exitWith(exitTrouble, err)
+		}
+		defer stop()
+	}
+	log.Info("reconcile starting", "inventory", a.settings.Inventory, "interval", flags.interval, "shard", shard.String(),
+		"report-only", flags.reportOnly, "dry-run", flags.dryRun, "leader-elect", flags.leaderElect, "identity", identity)
+	return a.runLoop(ctx, flags.once, loop, elect, held, log)
+}
+
+// election is the leader election of --leader-elect, nil without it.
+func (a *app) election(flags reconcileFlags, shard reconcile.Shard, kube kubernetes.Interface, identity string, log *slog.Logger, metrics *reconcile.Metrics) (*reconcile.LeaderElection, error) {
+	if !flags.leaderElect {
+		return nil, nil
+	}
+	lc, err := leaseClient(kube)
+	if err != nil {
+		return nil, exitWith(exitTrouble, err)
+	}
+	name := flags.leaseName
+	if shard.Count > 1 {
+		name = fmt.Sprintf("%s-%d-of-%d", name, shard.Index, shard.Count)
+	}
+	return &reconcile.LeaderElection{
+		Client: lc, Namespace: a.leaseNamespace(flags.leaseNamespace), Name: name, Identity: identity,
+		LeaseDuration: flags.leaseDuration, RenewDeadline: flags.renewDeadline, RetryPeriod: flags.retryPeriod,
+		Release: true, Log: log, Metrics: metrics,
+	}, nil
+}
+
+// runLoop runs one pass (once) or the loop, under elect when given, and
+// says how it ended: a lost lock is exit 2 whatever the loop did.
+func (a *app) runLoop(ctx context.Context, once bool, loop *reconcile.Loop, elect *reconcile.LeaderElection, held *clusterLock, log *slog.Logger) error {
+	if once {
+		res := loop.Once(ctx)
+		printPass(a.streams.Out, res)
+		if lost := held.Lost(); lost != nil {
+			return exitWith(exitTrouble, lost)
+		}
+		if code := res.ExitCode(); code != 0 {
+			return exitWith(code, res.InventoryErr)
+		}
+		return nil
+	}
+	var err error
+	if elect != nil {
+		err = elect.Run(ctx, loop.Run)
+	} else {
+		err = loop.Run(ctx)
+	}
+	if err != nil {
+		return exitWith(exitTrouble, err)
+	}
+	if lost := held.Lost(); lost != nil {
+		return exitWith(exitTrouble, lost)
+	}
+	log.Info("reconcile stopped")
+	return nil
 }
 
 // loopLogger logs at info by default: a loop that runs for months must say

@@ -22,23 +22,15 @@ import (
 // Kubernetes client. Nothing is sent anywhere before it is complete.
 type session struct {
 	inv     *inventory.Inventory
-	desired map[string][]byte
-	// desiredFor renders a machine's config in a lean session (desired empty).
-	desiredFor func(m *inventory.Machine) ([]byte, error)
-	dialer     *machines.Dialer
-	kube       kubernetes.Interface
-	exec       netcheck.Execer // pods/exec on kube's cluster
+	desired *bootstrap.Desired
+	dialer  *machines.Dialer
+	kube    kubernetes.Interface
+	exec    netcheck.Execer // pods/exec on kube's cluster
 }
-
-// leanAbove is the number of machines past which a drift pass holds no
-// rendered configs: it validates them all first, then renders each again in
-// the machine's turn (about 0.2 ms of CPU per machine more, 3 KiB per
-// machine less: some 300 MiB at 100,000 machines).
-var leanAbove = 5000
 
 // openSession loads and validates everything a run needs; only, when given,
 // limits rendering to those machines. A lean session (drift over more than
-// leanAbove machines) holds no configs, only the means to render them. Any
+// bootstrap.LeanAbove machines) holds no configs, only the means to render them. Any
 // failure is exit 2: the run could not start.
 //
 // It stops, exit 2, once ctx is done (Ctrl-C while a large inventory is
@@ -53,43 +45,19 @@ func (a *app) openSession(ctx context.Context, leanOK bool, only ...string) (*se
 		return nil, exitWith(exitTrouble, fmt.Errorf("%s is invalid: nothing was sent to any machine; run devata validate", a.settings.Inventory))
 	}
 	a.printWarnings(inv)
-	n := len(only)
-	if n == 0 {
-		n = len(inv.Machines)
-	}
-	lean := leanOK && n > leanAbove
 	bundle, err := bootstrap.LoadSecrets(inv.SecretsPath())
 	if err != nil {
 		return nil, exitWith(exitTrouble, err)
 	}
-	s := &session{inv: inv, desired: map[string][]byte{}}
-	if lean {
-		// Every config is rendered and validated now, before anything is
-		// sent; the bytes are rendered again where each machine is checked.
-		r, _, err := bootstrap.ValidateOnly(inv, bundle, only)
-		if err != nil {
-			fmt.Fprintln(a.streams.Err, err)
-			return nil, exitWith(exitTrouble, fmt.Errorf("rendering failed: nothing was sent to any machine; run devata validate"))
-		}
-		s.desiredFor = func(m *inventory.Machine) ([]byte, error) {
-			rd, err := r.Render(m)
-			if err != nil {
-				return nil, err
-			}
-			return rd.Config, nil
-		}
-	} else {
-		rendered, err := bootstrap.RenderValidatedOnly(ctx, inv, bundle, only)
-		if interrupted(err) {
-			return nil, exitWith(exitTrouble, fmt.Errorf("%w; nothing was sent to any machine", err))
-		}
-		if err != nil {
-			fmt.Fprintln(a.streams.Err, err)
-			return nil, exitWith(exitTrouble, fmt.Errorf("rendering failed: nothing was sent to any machine; run devata validate"))
-		}
-		for _, r := range rendered {
-			s.desired[r.Machine] = r.Config
-		}
+	s := &session{inv: inv}
+	// Every config is rendered and validated now, before anything is sent.
+	s.desired, err = bootstrap.RenderDesired(ctx, inv, bundle, only, leanOK)
+	if interrupted(err) {
+		return nil, exitWith(exitTrouble, fmt.Errorf("%w; nothing was sent to any machine", err))
+	}
+	if err != nil {
+		fmt.Fprintln(a.streams.Err, err)
+		return nil, exitWith(exitTrouble, fmt.Errorf("rendering failed: nothing was sent to any machine; run devata validate"))
 	}
 	tc, err := machines.LoadTalosconfig(a.settings.Talosconfig)
 	if err != nil {
@@ -147,13 +115,10 @@ func (a *app) fleetCheck(inv *inventory.Inventory, desired map[string][]byte, d 
 	}
 }
 
+// header is a report's header for the session's inventory; the pass adds
+// its machines (machines.FleetCheck.Report).
 func (s *session) header(simulated bool) drift.Header {
-	h := drift.Header{Cluster: s.inv.Cluster.Name, Inventory: s.inv.Path, Simulated: simulated}
-	for i := range s.inv.Machines {
-		m := &s.inv.Machines[i]
-		h.Machines = append(h.Machines, drift.Machine{Name: m.Name, Role: m.Role, Address: s.dialer.Endpoint(m)})
-	}
-	return h
+	return drift.Header{Cluster: s.inv.Cluster.Name, Inventory: s.inv.Path, Simulated: simulated}
 }
 
 // progress returns a per-machine progress printer for stderr, or nil when

@@ -44,15 +44,19 @@ var allowed = []struct {
 	{"checks", []string{"drift", "inventory", "machines", "netcheck", "storagecheck"}},
 	// what changes machines
 	{"reconcile", []string{"bootstrap", "drift", "gate", "inventory", "machines"}},
-	{"bootstrap/sequence", []string{"bootstrap", "drift", "gate", "inventory", "machines"}},
+	{"bootstrap/sequence", []string{"bootstrap", "checks", "drift", "gate", "inventory", "machines"}},
 	// test bed and tools
 	{"internal/simtest", []string{"bootstrap", "examples", "inventory", "machines", "sim"}},
+	{"internal/simfleet", []string{"bootstrap", "internal/testenv", "inventory", "sim"}},
+	{"internal/demo", []string{
+		"bootstrap", "checks", "examples", "internal/simfleet", "internal/testenv", "inventory", "machines", "netcheck", "sim", "storagecheck",
+	}},
 	{"internal/testenv/cmd/testbin", []string{"internal/testenv"}},
 	{"internal/fleetbench", []string{"bootstrap", "internal/testenv", "inventory", "machines"}},
 	// the command: parse, call, render
 	{"cmd/devata", []string{
-		"bootstrap", "bootstrap/sequence", "checks", "config", "drift", "examples", "gate", "internal/testenv",
-		"inventory", "lock", "machines", "netcheck", "reconcile", "redact", "sim", "storagecheck",
+		"bootstrap", "bootstrap/sequence", "checks", "config", "drift", "examples", "gate", "internal/demo", "internal/simfleet",
+		"internal/testenv", "inventory", "lock", "machines", "netcheck", "reconcile", "redact", "sim", "storagecheck",
 	}},
 }
 
