@@ -44,14 +44,19 @@ func TestRenderDesiredLeanOrHeld(t *testing.T) {
 		t.Errorf("without leanOK a Desired past LeanAbove is lean %t (%v)", notLean.Lean(), err)
 	}
 
-	some, err := bootstrap.RenderDesired(t.Context(), inv, b, []string{"worker-2", "no-such-machine"}, true)
+	some, err := bootstrap.RenderDesired(t.Context(), inv, b, []string{"worker-2", "cp-1", "no-such-machine"}, true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if some.Lean() || len(some.Held()) != 1 {
-		t.Fatalf("a selection of one: lean %t, %d held", some.Lean(), len(some.Held()))
+	if some.Lean() || len(some.Held()) != 2 {
+		t.Fatalf("a selection of two: lean %t, %d held", some.Lean(), len(some.Held()))
 	}
-	if _, err := some.Config(&inventory.Machine{Name: "cp-1"}); err == nil {
+	for name, c := range some.Held() {
+		if !bytes.Equal(c, held.Held()[name]) {
+			t.Errorf("%s: the selection renders other bytes", name)
+		}
+	}
+	if _, err := some.Config(&inventory.Machine{Name: "cp-2"}); err == nil {
 		t.Error("a held Desired gave a config for a machine it does not hold")
 	}
 }

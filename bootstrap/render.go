@@ -294,21 +294,6 @@ func renderAll(ctx context.Context, inv *inventory.Inventory, bundle *secrets.Bu
 	return r.renderAll(ctx, inv, validate, only, true)
 }
 
-// ValidateOnly renders and validates the named machines (all when names is
-// empty) as RenderValidatedOnly does, but keeps no config bytes: each
-// Rendered has its machine, patches and warnings, Config nil. With the
-// renderer it returns, Render gives any machine's bytes again, the same
-// ones: a pass over a very large fleet renders each config where it is
-// used instead of holding them all.
-func ValidateOnly(inv *inventory.Inventory, bundle *secrets.Bundle, names []string) (*Renderer, []*Rendered, error) {
-	r, err := NewRenderer(inv, bundle)
-	if err != nil {
-		return nil, nil, err
-	}
-	out, err := r.renderAll(context.Background(), inv, true, names, false)
-	return r, out, err
-}
-
 func (r *Renderer) renderAll(ctx context.Context, inv *inventory.Inventory, validate bool, only []string, keep bool) ([]*Rendered, error) {
 	todo := make([]*inventory.Machine, 0, len(inv.Machines))
 	want := make(map[string]bool, len(only))
@@ -456,13 +441,4 @@ func RenderValidated(inv *inventory.Inventory, bundle *secrets.Bundle) ([]*Rende
 // and the error is then an *inventory.InterruptedError, nothing rendered.
 func RenderValidatedContext(ctx context.Context, inv *inventory.Inventory, bundle *secrets.Bundle) ([]*Rendered, error) {
 	return renderAll(ctx, inv, bundle, true, nil)
-}
-
-// RenderValidatedOnly is RenderValidated for the named machines only (all
-// of them when names is empty): a check of a few machines of a large
-// inventory renders those few. Names not in the inventory are ignored; the
-// caller reports them.
-// It stops between machines once ctx is done.
-func RenderValidatedOnly(ctx context.Context, inv *inventory.Inventory, bundle *secrets.Bundle, names []string) ([]*Rendered, error) {
-	return renderAll(ctx, inv, bundle, true, names)
 }

@@ -145,55 +145,6 @@ func TestRenderIsDeterministic(t *testing.T) {
 	}
 }
 
-// Rendering a selection renders just those machines, the same bytes as a
-// whole render, in inventory order.
-func TestRenderValidatedOnly(t *testing.T) {
-	inv, b := loadFixture(t)
-	all, err := bootstrap.RenderValidated(inv, b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	some, err := bootstrap.RenderValidatedOnly(t.Context(), inv, b, []string{"worker-2", "cp-1", "no-such-machine"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(some) != 2 || some[0].Machine != "cp-1" || some[1].Machine != "worker-2" {
-		t.Fatalf("rendered %d machines: %v", len(some), some)
-	}
-	for _, r := range some {
-		for _, w := range all {
-			if w.Machine == r.Machine && !bytes.Equal(w.Config, r.Config) {
-				t.Errorf("%s: the selection renders other bytes", r.Machine)
-			}
-		}
-	}
-}
-
-// ValidateOnly keeps no bytes; its renderer gives the validated ones again.
-func TestValidateOnlyKeepsNoConfigs(t *testing.T) {
-	inv, b := loadFixture(t)
-	all, err := bootstrap.RenderValidated(inv, b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, validated, err := bootstrap.ValidateOnly(inv, b, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(validated) != len(all) {
-		t.Fatalf("%d validated, want %d", len(validated), len(all))
-	}
-	for i, v := range validated {
-		if v.Config != nil || v.Machine != all[i].Machine {
-			t.Errorf("%s: config kept (%d bytes) or out of order", v.Machine, len(v.Config))
-		}
-		again, err := r.Render(&inv.Machines[i])
-		if err != nil || !bytes.Equal(again.Config, all[i].Config) {
-			t.Errorf("%s: rendered again differs (%v)", v.Machine, err)
-		}
-	}
-}
-
 // The goldens hold the example's rendered configs with every secret redacted.
 func TestRenderGolden(t *testing.T) {
 	inv, b := loadFixture(t)
