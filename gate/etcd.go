@@ -1,7 +1,7 @@
 // Package gate decides whether a change to the cluster may go ahead: etcd
 // healthy from every control plane's point of view, and a control plane taken
-// down only while etcd keeps quorum without it. Bootstrap, apply, reconcile
-// and upgrades ask it; it only reads.
+// down only while etcd keeps quorum without it. Bootstrap, apply and reconcile
+// ask it; it only reads.
 package gate
 
 import (

@@ -5,7 +5,9 @@
 // plans and holds it until its last write. The lock is an flock(2) on a
 // file next to the inventory; the kernel drops it when the holder's process
 // ends, however it ends, so a lock is never stale. The file holds who took
-// it, so a refused writer can say who holds it and since when.
+// it, so a refused writer can say who holds it and since when. Across hosts
+// the cluster's Lease does the same (lease.go): the coordination.k8s.io Lease
+// that reconcile --leader-elect campaigns for.
 package lock
 
 import (

@@ -1,7 +1,9 @@
 // Package machines owns everything devata says over the Talos API: dialing a
 // machine (mTLS, or insecure in maintenance mode), observing the resources the
-// checks need, the dry-run diff and apply, and a bounded fan-out over the
-// fleet. It does not render configs (bootstrap) or decide report formats (drift).
+// checks need, the survey a planner decides from (observe, diff, dry run),
+// apply, and a bounded fan-out over the fleet; and the machine checks with
+// FleetCheck, one drift pass. It does not render configs (bootstrap), decide
+// gates (gate) or report formats (drift).
 package machines
 
 import (

@@ -126,7 +126,9 @@ func (p *Planner) Plan(ctx context.Context, only []*inventory.Machine) (*Plan, e
 }
 
 func (p *Planner) planOne(ctx context.Context, m *inventory.Machine) Action {
-	o := machines.Observe(ctx, p.Dialer, m)
+	desired := p.Desired[m.Name]
+	s := machines.SurveyMachine(ctx, p.Dialer, m, desired, p.Mode, true)
+	o := s.Obs
 	switch {
 	case o.Maintenance:
 		return Action{Machine: m, Kind: KindSkip, Reason: "in maintenance mode: not configured yet; run devata bootstrap"}
@@ -134,34 +136,27 @@ func (p *Planner) planOne(ctx context.Context, m *inventory.Machine) Action {
 		return Action{Machine: m, Kind: KindSkip, Reason: o.Err.Error()}
 	case o.ConfigErr != nil:
 		return Action{Machine: m, Kind: KindSkip, Reason: o.ConfigErr.Error()}
+	case s.CompareErr != nil:
+		return Action{Machine: m, Kind: KindSkip, Reason: "compare configs: " + s.CompareErr.Error()}
 	}
-	desired := p.Desired[m.Name]
-	d, err := machines.DiffConfigs(o.Active, desired)
-	if err != nil {
-		return Action{Machine: m, Kind: KindSkip, Reason: "compare configs: " + err.Error()}
-	}
+	d := s.Diff
 	evidence := fmt.Sprintf("MachineConfig v1alpha1 observed (Talos %s, stage %s)", o.Version, o.Stage)
-	if d.Equal {
+	switch {
+	case d.Equal:
 		return Action{Machine: m, Kind: KindNone, Reason: "applied config is the desired one", Evidence: evidence}
-	}
-	if o.PendingConfig() {
-		// Not even a dry run: any ApplyConfiguration but TRY cancels a
-		// pending try's rollback (v1alpha1_server.go ApplyConfiguration),
-		// which would make someone's experiment permanent.
+	case s.Pending:
+		// Not even a dry run (machines.Survey.Pending), which would make
+		// someone's experiment permanent.
 		return Action{Machine: m, Kind: KindSkip, Held: true, Diff: d, Evidence: evidence + "; MachineConfig persistent differs from v1alpha1",
 			Reason: "left alone: its active config is not the one it would boot (a `--mode try` waiting for its rollback, or a config staged for the next reboot); " +
 				"any apply, even a dry run, would cancel a pending try's rollback. Wait for the rollback, or make it permanent " +
 				"(talosctl -n " + m.Address + " apply-config --mode no-reboot) or reboot the staged one, then devata converges it"}
+	case s.DialErr != nil:
+		return Action{Machine: m, Kind: KindSkip, Reason: s.DialErr.Error()}
+	case s.DryErr != nil:
+		return Action{Machine: m, Kind: KindSkip, Reason: "dry run refused: " + s.DryErr.Error(), Diff: d, Evidence: evidence}
 	}
-	c, err := p.Dialer.Client(ctx, m)
-	if err != nil {
-		return Action{Machine: m, Kind: KindSkip, Reason: err.Error()}
-	}
-	defer c.Close()
-	out, err := machines.DryRun(ctx, c, desired, p.Mode)
-	if err != nil {
-		return Action{Machine: m, Kind: KindSkip, Reason: "dry run refused: " + err.Error(), Diff: d, Evidence: evidence}
-	}
+	out := s.Dry
 	return Action{
 		Machine: m, Kind: KindApply, Mode: out.Mode, Reboots: out.Reboots(),
 		Reason: "applied config differs: " + d.Summary(), Diff: d, Evidence: evidence, Warnings: out.Warnings,

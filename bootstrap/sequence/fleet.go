@@ -96,40 +96,23 @@ func observeFleet(ctx context.Context, inv *inventory.Inventory, d *machines.Dia
 	}
 	var mu sync.Mutex
 	_ = machines.ForEach(ctx, ms, concurrency, timeout, func(ctx context.Context, m *inventory.Machine) error {
-		o := machines.Observe(ctx, d, m)
+		sv := machines.SurveyMachine(ctx, d, m, desired[m.Name], machines.ModeAuto, dryRun)
+		o := sv.Obs
 		var fact etcdFact
 		if m.IsControlPlane() {
 			fact = etcdFactOf(o)
 		}
-		var (
-			diff   machines.ConfigDiff
-			dry    machines.ApplyOutcome
-			dryErr error
-			differ bool
-		)
-		if o.Err == nil && o.ConfigErr == nil {
-			var err error
-			diff, err = machines.DiffConfigs(o.Active, desired[m.Name])
-			switch {
-			case err != nil:
-				dryErr = fmt.Errorf("compare configs: %w", err)
-				differ = true
-			case !diff.Equal && o.PendingConfig():
-				differ = true
-				dryErr = errPendingConfig
-			case !diff.Equal && !dryRun:
-				differ = true
-			case !diff.Equal:
-				differ = true
-				c, err := d.Client(ctx, m)
-				if err == nil {
-					dry, dryErr = machines.DryRun(ctx, c, desired[m.Name], machines.ModeAuto)
-					c.Close()
-				} else {
-					dryErr = err
-				}
-			}
+		differ := sv.Differs()
+		dryErr := sv.DryErr
+		switch {
+		case sv.CompareErr != nil:
+			dryErr = fmt.Errorf("compare configs: %w", sv.CompareErr)
+		case sv.Pending:
+			dryErr = errPendingConfig
+		case sv.DialErr != nil:
+			dryErr = sv.DialErr
 		}
+		diff, dry := sv.Diff, sv.Dry
 		o.Active = nil // compared; the hash stays
 		mu.Lock()
 		defer mu.Unlock()
