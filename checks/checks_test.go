@@ -102,3 +102,24 @@ func TestCatalogueDocumentsEveryCheck(t *testing.T) {
 		}
 	}
 }
+
+// TestReportSchemaListsEveryCheck: docs/report.md's result schema names
+// every check a result's check field can hold, in the registry's order.
+func TestReportSchemaListsEveryCheck(t *testing.T) {
+	b, err := os.ReadFile("../docs/report.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := regexp.MustCompile("(?m)^\\| `check` \\| string \\| check name, one of (.*) \\(\\[catalogue\\]")
+	m := row.FindSubmatch(b)
+	if m == nil {
+		t.Fatal("docs/report.md has no row for the check field that lists the checks")
+	}
+	var got []string
+	for _, n := range regexp.MustCompile("`([a-z0-9-]+)`").FindAllSubmatch(m[1], -1) {
+		got = append(got, string(n[1]))
+	}
+	if want := checks.Names(); !slices.Equal(got, want) {
+		t.Errorf("docs/report.md lists checks %v, the registry %v", got, want)
+	}
+}
