@@ -4,24 +4,14 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"net/netip"
-	"net/url"
-	"os"
-	"path"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 
-	"devata.dev/devata/redact"
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
-	"github.com/siderolabs/talos/pkg/machinery/cel"
-	"github.com/siderolabs/talos/pkg/machinery/cel/celenv"
 	"github.com/siderolabs/talos/pkg/machinery/compatibility"
 	"github.com/siderolabs/talos/pkg/machinery/config"
-	"github.com/siderolabs/talos/pkg/machinery/config/configpatcher"
-	"github.com/siderolabs/talos/pkg/machinery/config/types/block"
 	"github.com/siderolabs/talos/pkg/machinery/config/types/v1alpha1"
 	"gopkg.in/yaml.v3"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -275,174 +265,6 @@ func (v *validator) validateInstallDisk(p string, m *Machine) {
 	}
 }
 
-func (v *validator) validateVolumes(p string, vols []Volume) {
-	seen := map[string]string{}
-	for j := range vols {
-		vol := &vols[j]
-		vp := fmt.Sprintf("%s.volumes[%d]", p, j)
-		switch {
-		case vol.Name == "":
-			v.errorf(vp+".name", "required")
-		case len(vol.Name) > 34 || !volumeNameRE.MatchString(vol.Name):
-			v.errorf(vp+".name", "%q: Talos volume names are 1-34 lowercase letters, digits and '-'", vol.Name)
-		default:
-			if first, dup := seen[vol.Name]; dup {
-				v.errorf(vp+".name", "duplicate volume %q (also %s)", vol.Name, first)
-			}
-			seen[vol.Name] = vp
-		}
-		var minSize, maxSize uint64
-		if vol.MinSize == "" {
-			v.errorf(vp+".minSize", "required: the smallest size the volume may have, e.g. 100GiB")
-		} else {
-			minSize = v.byteSize(vp+".minSize", vol.MinSize)
-		}
-		if vol.MaxSize != "" {
-			maxSize = v.byteSize(vp+".maxSize", vol.MaxSize)
-			if minSize > 0 && maxSize > 0 && maxSize < minSize {
-				v.errorf(vp+".maxSize", "%s is smaller than minSize %s", vol.MaxSize, vol.MinSize)
-			}
-		}
-		if vol.Filesystem != "xfs" && vol.Filesystem != "ext4" {
-			v.errorf(vp+".filesystem", "must be xfs or ext4, got %q", vol.Filesystem)
-		}
-		if strings.TrimSpace(vol.DiskSelector) == "" {
-			v.errorf(vp+".diskSelector", "required: a CEL expression choosing the disk, e.g. '!system_disk'")
-		} else if _, err := cel.ParseBooleanExpression(vol.DiskSelector, celenv.DiskLocator()); err != nil {
-			v.errorf(vp+".diskSelector", "invalid CEL expression: %s", oneLine(err.Error()))
-		}
-		switch vol.KubeletMount {
-		case "", "rw", "ro":
-		default:
-			v.errorf(vp+".kubeletMount", "must be rw or ro (or omitted), got %q", vol.KubeletMount)
-		}
-	}
-}
-
-func (v *validator) validateMounts(p string, m *Machine) {
-	volumes := map[string]string{}
-	for j, vol := range m.Volumes {
-		volumes["/var/mnt/"+vol.Name] = fmt.Sprintf("%s.volumes[%d]", p, j)
-	}
-	seen := map[string]string{}
-	for j := range m.Mounts {
-		mnt := &m.Mounts[j]
-		mp := fmt.Sprintf("%s.mounts[%d]", p, j)
-		switch {
-		case mnt.Path == "":
-			v.errorf(mp+".path", "required: the absolute mount point, e.g. /var/mnt/legacy")
-		case !strings.HasPrefix(mnt.Path, "/") || path.Clean(mnt.Path) != mnt.Path || mnt.Path == "/" || strings.ContainsAny(mnt.Path, " \t"):
-			v.errorf(mp+".path", "%q is not a clean absolute mount point other than /, e.g. /var/mnt/legacy", mnt.Path)
-		default:
-			if vol, ok := volumes[mnt.Path]; ok {
-				v.errorf(mp+".path", "%s is already expected as the mount of %s: list it once", mnt.Path, vol)
-			} else if first, dup := seen[mnt.Path]; dup {
-				v.errorf(mp+".path", "duplicate mount %s (also %s)", mnt.Path, first)
-			}
-			seen[mnt.Path] = mp
-		}
-		switch mnt.Filesystem {
-		case "", "xfs", "ext4", "vfat", "iso9660":
-		default:
-			v.errorf(mp+".filesystem", "must be xfs, ext4, vfat or iso9660 (or omitted: not checked), got %q", mnt.Filesystem)
-		}
-		if mnt.MinSize != "" {
-			v.byteSize(mp+".minSize", mnt.MinSize)
-		}
-	}
-}
-
-func (v *validator) validateRawDisks(p string, disks []RawDisk) {
-	for j := range disks {
-		d := &disks[j]
-		dp := fmt.Sprintf("%s.rawDisks[%d]", p, j)
-		if strings.TrimSpace(d.Selector) == "" {
-			v.errorf(dp+".selector", "required: a CEL expression choosing the disks, e.g. 'disk.dev_path == \"/dev/sdc\"'")
-		} else if _, err := cel.ParseBooleanExpression(d.Selector, celenv.DiskLocator()); err != nil {
-			v.errorf(dp+".selector", "invalid CEL expression: %s", oneLine(err.Error()))
-		}
-		if d.MinCount < 1 {
-			v.errorf(dp+".minCount", "must be at least 1, got %d", d.MinCount)
-		}
-		for k, sig := range d.AllowSignatures {
-			sp := fmt.Sprintf("%s.allowSignatures[%d]", dp, k)
-			switch {
-			case !signatureRE.MatchString(sig):
-				v.errorf(sp, "%q is not a signature name as Talos reports it, e.g. bluestore or lvm2-pv", sig)
-			case sig == "gpt":
-				v.errorf(sp, "%q is a partition table: a raw disk has none; remove it", sig)
-			case sig == "dos":
-				v.errorf(sp, "Talos never reports %q: go-blockdevice probes no MBR table, such a disk shows no signature (blank); remove it", sig)
-			case !slices.Contains(blkidSignatures, sig):
-				v.errorf(sp, "Talos never reports %q: the signatures it can see on a disk are %s", sig, strings.Join(blkidSignatures, ", "))
-			}
-		}
-	}
-}
-
-func (v *validator) byteSize(path, s string) uint64 {
-	var bs block.ByteSize
-	if err := bs.UnmarshalText([]byte(s)); err != nil || bs.Value() == 0 {
-		v.errorf(path, "%q is not a size: use a number with a unit, e.g. 100GiB or 500GB", s)
-		return 0
-	}
-	return bs.Value()
-}
-
-// patches checks that every patch file exists and loads with machinery's configpatcher.
-func (v *validator) patches(path string, files []string) {
-	for i, f := range files {
-		pp := fmt.Sprintf("%s[%d]", path, i)
-		if f == "" {
-			v.errorf(pp, "empty patch path")
-			continue
-		}
-		msg, seen := v.patchProblems[f]
-		if !seen {
-			msg = v.patchProblem(f)
-			if v.patchProblems == nil {
-				v.patchProblems = map[string]string{}
-			}
-			v.patchProblems[f] = msg
-		}
-		if msg != "" {
-			v.errorf(pp, "%s", msg)
-		}
-	}
-}
-
-// patchProblem reads and loads one patch file; "" when it is fine. The
-// message never quotes the file.
-func (v *validator) patchProblem(f string) string {
-	path, err := Confine(v.dir, v.inv.Cluster.ReadableDirs, f)
-	if err != nil {
-		return err.Error()
-	}
-	data, err := ReadFile(path)
-	if err != nil {
-		return fmt.Sprintf("cannot read patch %s: %v", f, unwrapPathError(err))
-	}
-	if _, err := configpatcher.LoadPatch(data); err != nil {
-		return fmt.Sprintf("patch %s does not load as a Talos config patch: %s", f, redact.DecodeError(err))
-	}
-	return ""
-}
-
-// ResolvePath makes a path from the inventory relative to the inventory's directory.
-func ResolvePath(dir, p string) string {
-	if filepath.IsAbs(p) {
-		return p
-	}
-	return filepath.Join(dir, p)
-}
-
-func unwrapPathError(err error) error {
-	if pe, ok := err.(*os.PathError); ok {
-		return pe.Err
-	}
-	return err
-}
-
 func (v *validator) dns1123Label(path, s string) bool {
 	if s == "" {
 		v.errorf(path, "required")
@@ -479,63 +301,6 @@ func (v *validator) kubernetesSupported(talos, kube string) {
 	if err := kv.SupportedWith(tv); err != nil {
 		v.errorf("cluster.kubernetesVersion", "%s: Talos %s refuses it on apply (%v); pick a Kubernetes version Talos %s supports (Talos' support matrix), or another cluster.talosVersion", kube, talos, err, talos)
 	}
-}
-
-func (v *validator) validateEndpoint(path, s string) {
-	if s == "" {
-		v.errorf(path, "required: the Kubernetes API URL, e.g. https://10.20.0.10:6443")
-		return
-	}
-	u, err := url.Parse(s)
-	switch {
-	case err != nil:
-		v.errorf(path, "%q is not a URL: %v", s, err)
-	case u.Scheme != "https":
-		v.errorf(path, "%q: scheme must be https", s)
-	case u.Port() == "":
-		v.errorf(path, "%q has no port: add one, e.g. :6443", s)
-	case !validHost(u.Hostname()):
-		v.errorf(path, "%q: %q is not a host name or IP address", s, u.Hostname())
-	case u.Path != "" && u.Path != "/" || u.RawQuery != "" || u.User != nil:
-		v.errorf(path, "%q: give only scheme, host and port", s)
-	default:
-		if p, _ := strconv.Atoi(u.Port()); p < 1 || p > 65535 {
-			v.errorf(path, "%q: port out of range 1-65535", s)
-		}
-	}
-}
-
-type namedPrefix struct {
-	path string
-	p    netip.Prefix
-}
-
-func (v *validator) cidrs(path string, list []string) []namedPrefix {
-	var out []namedPrefix
-	for i, s := range list {
-		ip := fmt.Sprintf("%s[%d]", path, i)
-		p, err := netip.ParsePrefix(s)
-		if err != nil {
-			v.errorf(ip, "%q is not a CIDR, e.g. 10.244.0.0/16", s)
-			continue
-		}
-		if p.Masked() != p {
-			v.errorf(ip, "%q has host bits set: use %s", s, p.Masked())
-			continue
-		}
-		out = append(out, namedPrefix{ip, p})
-	}
-	return out
-}
-
-func validHost(h string) bool {
-	if _, err := netip.ParseAddr(h); err == nil {
-		return true
-	}
-	if looksNumeric.MatchString(h) {
-		return false // meant as an IPv4 address, and not a valid one
-	}
-	return len(validation.IsDNS1123Subdomain(h)) == 0
 }
 
 func oneLine(s string) string {
