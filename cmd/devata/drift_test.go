@@ -16,6 +16,7 @@ import (
 
 	"devata.dev/devata/bootstrap"
 	"devata.dev/devata/drift"
+	"devata.dev/devata/internal/simfleet"
 	"devata.dev/devata/internal/simtest"
 	"devata.dev/devata/internal/testenv"
 	"devata.dev/devata/netcheck"
@@ -36,7 +37,7 @@ func startSim(t *testing.T, opts simtest.Options) *simFleet {
 	if err := os.MkdirAll(simDir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	_, settings, err := writeSimFiles(simDir, f.Inventory, f.Renderer, f.Sim, "")
+	_, settings, err := simfleet.WriteFiles(simDir, f.Inventory, f.Renderer, f.Sim, "")
 	if err != nil {
 		t.Fatal(err)
 	}

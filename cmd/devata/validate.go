@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"strings"
 	"text/tabwriter"
@@ -103,7 +104,9 @@ func (a *app) secretsForRender(inv *inventory.Inventory) (*secrets.Bundle, bool,
 	return b, true, err
 }
 
-func printRendered(w interface{ Write([]byte) (int, error) }, inv *inventory.Inventory, rendered []*bootstrap.Rendered) {
+// printRendered prints a line per rendered config and machinery's warnings
+// (validate's table, and the demo's).
+func printRendered(w io.Writer, inv *inventory.Inventory, rendered []*bootstrap.Rendered) {
 	if len(rendered) == 0 {
 		return
 	}
@@ -125,6 +128,7 @@ func printRendered(w interface{ Write([]byte) (int, error) }, inv *inventory.Inv
 	}
 }
 
+// describeFleet counts the inventory's machines by role.
 func describeFleet(inv *inventory.Inventory) string {
 	cps := len(inv.ControlPlanes())
 	workers := len(inv.Machines) - cps

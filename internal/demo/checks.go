@@ -1,0 +1,22 @@
+package demo
+
+import (
+	"slices"
+
+	"devata.dev/devata/checks"
+	"devata.dev/devata/machines"
+	"devata.dev/devata/storagecheck"
+)
+
+// checkNames are the checks the demo's drift reports run: every check that
+// always runs but storage-declaration and storage-raw-disks, and without
+// Kubernetes neither the kubelet nor the cilium checks.
+func checkNames(kubernetes bool) []string {
+	families := []checks.Family{checks.FamilyMachine, checks.FamilyStorage}
+	if kubernetes {
+		families = append(families, checks.FamilyCilium)
+	}
+	return slices.DeleteFunc(checks.Of(families...), func(n string) bool {
+		return n == storagecheck.CheckDeclaration || n == storagecheck.CheckRawDisks || !kubernetes && n == machines.CheckKubelet
+	})
+}

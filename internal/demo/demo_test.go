@@ -1,0 +1,98 @@
+package demo
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"devata.dev/devata/bootstrap"
+	"devata.dev/devata/inventory"
+	"devata.dev/devata/machines"
+	"devata.dev/devata/netcheck"
+	"devata.dev/devata/storagecheck"
+)
+
+func TestCheckNames(t *testing.T) {
+	without, with := checkNames(false), checkNames(true)
+	for _, n := range []string{storagecheck.CheckDeclaration, storagecheck.CheckRawDisks} {
+		if slices.Contains(without, n) || slices.Contains(with, n) {
+			t.Errorf("%s is not a demo check", n)
+		}
+	}
+	for _, n := range []string{machines.CheckKubelet, netcheck.CheckAgent} {
+		if slices.Contains(without, n) || !slices.Contains(with, n) {
+			t.Errorf("%s: want it with Kubernetes only; without %v, with %v", n, without, with)
+		}
+	}
+	for _, n := range []string{machines.CheckConfig, machines.CheckEtcd, storagecheck.CheckVolumes} {
+		if !slices.Contains(without, n) || !slices.Contains(with, n) {
+			t.Errorf("%s: want it always; without %v, with %v", n, without, with)
+		}
+	}
+}
+
+func TestStepPrintsTitleThenOutcomeWithDuration(t *testing.T) {
+	var out bytes.Buffer
+	st := startStep(&out, "render: %d machines", 5)
+	st.done("%d configs", 5)
+	if !regexp.MustCompile(`^\n==> render: 5 machines\n    5 configs \([0-9.]+(ns|µs|ms|s)\)\n$`).MatchString(out.String()) {
+		t.Errorf("step printed %q", out.String())
+	}
+}
+
+// Without Kubernetes the story runs on the sim alone; devata's commands are
+// recorded here instead of run, so the test sees what the demo asks of them.
+func TestRunTellsTheStoryInOrder(t *testing.T) {
+	var out bytes.Buffer
+	var calls [][]string
+	err := Run(context.Background(), Options{
+		Out: &out, Err: io.Discard,
+		Devata: func(_ context.Context, args []string) int {
+			calls = append(calls, args)
+			i := slices.Index(args, "--config")
+			if i < 0 || i+1 == len(args) {
+				t.Errorf("devata %v: no --config pinned", args)
+			} else if _, err := os.Stat(args[i+1]); err != nil {
+				t.Errorf("devata %v: settings file: %v", args, err)
+			}
+			return 0
+		},
+		PrintRendered: func(w io.Writer, _ *inventory.Inventory, r []*bootstrap.Rendered) {
+			io.WriteString(w, "RENDERED\n") //nolint:errcheck // a buffer
+		},
+		DescribeFleet: func(inv *inventory.Inventory) string { return "FLEET" },
+	})
+	if err != nil {
+		t.Fatalf("Run: %v\n%s", err, out.String())
+	}
+	var titles []string
+	for line := range strings.Lines(out.String()) {
+		if title, ok := strings.CutPrefix(line, "==> "); ok {
+			titles = append(titles, strings.Fields(title)[0])
+		}
+	}
+	want := []string{"inventory:", "secrets:", "render:", "fleet:", "bootstrap:", "drift", "faults:", "drift:", "apply:", "drift"}
+	if !slices.Equal(titles, want) {
+		t.Errorf("steps %q, want %q", titles, want)
+	}
+	for _, w := range []string{"valid: FLEET", "RENDERED\n", "$ devata bootstrap --yes --etcd-settle 2s --kubeconfig-out ", " --skip-nodes\n", "$ devata apply --yes\n", "Everything above ran against SIMULATED machines."} {
+		if !strings.Contains(out.String(), w) {
+			t.Errorf("output lacks %q:\n%s", w, out.String())
+		}
+	}
+	var verbs []string
+	for _, c := range calls {
+		verbs = append(verbs, c[0])
+	}
+	if want := []string{"bootstrap", "drift", "drift", "apply", "drift"}; !slices.Equal(verbs, want) {
+		t.Errorf("ran %q, want %q", verbs, want)
+	}
+	if drift := calls[1]; slices.Contains(drift, "--checks=") || !strings.HasPrefix(drift[1], "--checks=config,") || strings.Contains(drift[1], machines.CheckKubelet) {
+		t.Errorf("drift without Kubernetes: %v", drift)
+	}
+}

@@ -1,0 +1,206 @@
+package demo
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"devata.dev/devata/bootstrap"
+	"devata.dev/devata/examples"
+	"devata.dev/devata/internal/simfleet"
+	"devata.dev/devata/internal/testenv"
+	"devata.dev/devata/inventory"
+	"devata.dev/devata/sim"
+)
+
+// The steps of the story, in order. Each prints its own "==>" line.
+
+func (s *scenario) inventory(context.Context) error {
+	st := startStep(s.Out, "inventory: examples/homelab/inventory.yaml (embedded)")
+	var err error
+	if s.invPath, err = examples.WriteHomelab(s.dir); err != nil {
+		return err
+	}
+	if s.inv, err = inventory.Load(s.invPath); err != nil {
+		return fmt.Errorf("the embedded example is invalid (a devata bug): %w", err)
+	}
+	st.done("valid: %s", s.DescribeFleet(s.inv))
+	return nil
+}
+
+func (s *scenario) secrets(context.Context) error {
+	st := startStep(s.Out, "secrets: a new bundle for this demo only")
+	var err error
+	if s.bundle, err = bootstrap.NewSecrets(s.inv.Cluster.TalosVersion); err != nil {
+		return err
+	}
+	if err := bootstrap.WriteSecrets(filepath.Join(s.dir, s.inv.Cluster.Secrets), s.bundle, false); err != nil {
+		return err
+	}
+	st.done("generated for Talos %s, written 0600 into the demo's temporary directory", s.inv.Cluster.TalosVersion)
+	return nil
+}
+
+func (s *scenario) render(context.Context) error {
+	st := startStep(s.Out, "render: each machine's config, validated by Talos machinery (metal mode)")
+	var err error
+	if s.rendered, err = bootstrap.RenderValidated(s.inv, s.bundle); err != nil {
+		return err
+	}
+	s.PrintRendered(s.Out, s.inv, s.rendered)
+	st.done("%d configs", len(s.rendered))
+	return nil
+}
+
+func (s *scenario) kubernetes(ctx context.Context) error {
+	if !s.Kubernetes {
+		return nil
+	}
+	st := startStep(s.Out, "Kubernetes: a real kube-apiserver %s and etcd (envtest)", testenv.KubernetesVersion)
+	k, err := simfleet.StartKubernetes(ctx, s.Err, s.inv, s.bundle)
+	if err != nil {
+		return err
+	}
+	s.onClose(func() { k.Stop() }) //nolint:errcheck // best effort on the way out
+	s.kube = k
+	st.done("API server up at %s", k.Config.Host)
+	return nil
+}
+
+// fleet serves every machine unconfigured, writes the files that point
+// devata's commands at it and pins them on every command line.
+func (s *scenario) fleet(ctx context.Context) error {
+	st := startStep(s.Out, "fleet: %d SIMULATED Talos machines on 127.0.0.1, in maintenance mode (real gRPC; mTLS from the bundle's CA once configured)", len(s.inv.Machines))
+	renderer, err := bootstrap.NewRenderer(s.inv, s.bundle)
+	if err != nil {
+		return err
+	}
+	specs, err := simfleet.Specs(s.inv, renderer, simfleet.Options{Maintenance: []string{simfleet.All}})
+	if err != nil {
+		return err
+	}
+	if s.sim, err = sim.Start(ctx, sim.Options{Bundle: s.bundle, Machines: specs, RebootDelay: 300 * time.Millisecond}); err != nil {
+		return err
+	}
+	s.onClose(func() { s.sim.Close() }) //nolint:errcheck // best effort on the way out
+	simDir := filepath.Join(s.dir, "sim")
+	if err := os.MkdirAll(simDir, 0o700); err != nil {
+		return err
+	}
+	kubeconfig := ""
+	if s.kube != nil {
+		kubeconfig = s.kube.Kubeconfig
+	}
+	talosconfig, settings, err := simfleet.WriteFiles(simDir, s.inv, renderer, s.sim, kubeconfig)
+	if err != nil {
+		return err
+	}
+	if s.kube != nil {
+		kctx, stopKubelets := context.WithCancel(ctx)
+		s.onClose(stopKubelets)
+		go s.sim.RunKubelets(kctx, s.kube.Client, 300*time.Millisecond)
+	}
+	st.done("listening; each kubelet registers its Node once its machine is configured")
+
+	s.checks = "--checks=" + strings.Join(checkNames(s.kube != nil), ",")
+	// The demo runs devata's own commands; explicit flags keep a user's
+	// DEVATA_* or TALOSCONFIG variables from pointing them elsewhere.
+	s.pinned = []string{"--config", settings, "-i", s.invPath, "--talosconfig", talosconfig, "--kubeconfig", kubeconfig}
+	return nil
+}
+
+func (s *scenario) bootstrap(ctx context.Context) error {
+	startStep(s.Out, "bootstrap: from bare maintenance-mode machines to a ready control plane")
+	// the simulated etcd starts at once after a boot: a short settle will do
+	args := []string{"bootstrap", "--yes", "--etcd-settle", "2s", "--kubeconfig-out", filepath.Join(s.dir, "kubeconfig")}
+	if s.kube == nil {
+		args = append(args, "--skip-nodes")
+	}
+	if code := s.devata(ctx, args...); code != 0 {
+		return fmt.Errorf("bootstrap exited %d", code)
+	}
+	fmt.Fprintln(s.Out, "    exit 0")
+	return nil
+}
+
+func (s *scenario) cilium(ctx context.Context) error {
+	if s.kube == nil {
+		return nil
+	}
+	st := startStep(s.Out, "Cilium: what `helm install cilium` (1.20, kube-proxy replacement via KubePrism) puts in Kubernetes; SIMULATED agents, one per node")
+	if err := sim.InstallCilium(ctx, s.kube.Config); err != nil {
+		return err
+	}
+	s.syncKubelets(ctx)
+	// As an operator would: kubectl wait --for=condition=Ready nodes --all.
+	if err := waitNodesReady(ctx, s.kube.Client, len(s.inv.Machines), 30*time.Second); err != nil {
+		return err
+	}
+	st.done("CiliumNodeConfig CRD (Cilium's own), cilium-config, the agent DaemonSet; the sim plays its pods and answers cilium-dbg through pods/exec; %d Nodes Ready", len(s.inv.Machines))
+	return nil
+}
+
+func (s *scenario) driftHealthy(ctx context.Context) error {
+	startStep(s.Out, "drift on the healthy fleet")
+	fmt.Fprintf(s.Out, "    exit %d\n", s.devata(ctx, "drift", s.checks))
+	return nil
+}
+
+// faults breaks the fleet in four ways (five with Kubernetes), each one a
+// later step reports and apply, or the operator, repairs.
+func (s *scenario) faults(ctx context.Context) error {
+	faults := "cp-2's config edited behind devata's back; kubelet down and the Longhorn disk gone on worker-1; worker-2 unreachable"
+	if s.kube != nil {
+		faults += "; a CiliumNodeConfig left from debugging turns kube-proxy replacement off on cp-3"
+	}
+	startStep(s.Out, "faults: %s", faults)
+	var desired []byte
+	for _, r := range s.rendered {
+		if r.Machine == "cp-2" {
+			desired = r.Config
+		}
+	}
+	edited, err := editConfig(desired, "time.cloudflare.com", "pool.ntp.org")
+	if err != nil {
+		return err
+	}
+	s.sim.Machine("cp-2").SetFaults(sim.Faults{DriftedConfig: edited})
+	s.sim.Machine("worker-1").SetFaults(sim.Faults{KubeletUnhealthy: true, VolumeFailed: map[string]string{"longhorn": "no disk matched the selector: disk.size >= 100GiB && !system_disk"}})
+	s.sim.Machine("worker-2").SetFaults(sim.Faults{Unreachable: true})
+	if s.override, err = kprOverride(s.kube, "cp-3"); err != nil {
+		return err
+	}
+	if err := s.override.create(ctx); err != nil {
+		return err
+	}
+	s.syncKubelets(ctx)
+	return nil
+}
+
+func (s *scenario) driftFaulty(ctx context.Context) error {
+	startStep(s.Out, "drift: each fault reported, with the next thing to do")
+	fmt.Fprintf(s.Out, "    exit %d (2: something could not be observed)\n", s.devata(ctx, "drift", s.checks))
+	return nil
+}
+
+func (s *scenario) apply(ctx context.Context) error {
+	startStep(s.Out, "apply: the plan, then a gated rollout of what drifted")
+	// Meanwhile the operator restarted the kubelet and replaced the disk, and
+	// deleted the override (and with it cp-3's agent pod, which restarts).
+	s.sim.Machine("worker-1").SetFaults(sim.Faults{})
+	if err := s.override.remove(ctx); err != nil {
+		return err
+	}
+	fmt.Fprintf(s.Out, "    exit %d (worker-2 could not be planned: it is unreachable)\n", s.devata(ctx, "apply", "--yes"))
+	s.syncKubelets(ctx)
+	return nil
+}
+
+func (s *scenario) driftAfterApply(ctx context.Context) error {
+	startStep(s.Out, "drift after apply: in sync but for the unreachable machine")
+	fmt.Fprintf(s.Out, "    exit %d\n", s.devata(ctx, "drift", s.checks))
+	return nil
+}

@@ -1,0 +1,63 @@
+package simfleet
+
+import (
+	"context"
+	"io"
+	"net/url"
+
+	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"devata.dev/devata/internal/testenv"
+	"devata.dev/devata/inventory"
+)
+
+// Kubernetes is a real kube-apiserver (envtest) shaped as the cluster's,
+// where the simulated kubelets register their Nodes.
+type Kubernetes struct {
+	// Config authenticates as a member of system:masters.
+	Config *rest.Config
+	// Kubeconfig is the path of a kubeconfig file holding Config.
+	Kubeconfig string
+	Client     kubernetes.Interface
+	stop       func() error
+}
+
+// StartKubernetes starts the API server for the inventory's cluster,
+// building kube-apiserver and etcd first if they are not in the cache yet
+// (progress is written there).
+func StartKubernetes(ctx context.Context, progress io.Writer, inv *inventory.Inventory, bundle *secrets.Bundle) (*Kubernetes, error) {
+	env, stop, err := testenv.RunWith(ctx, progress, apiServer(inv, bundle))
+	if err != nil {
+		return nil, err
+	}
+	kc, err := kubernetes.NewForConfig(env.Config)
+	if err != nil {
+		stop() //nolint:errcheck // the client's error is the one to report
+		return nil, err
+	}
+	return &Kubernetes{Config: env.Config, Kubeconfig: env.Kubeconfig, Client: kc, stop: stop}, nil
+}
+
+// Host is the API server's host:port.
+func (k *Kubernetes) Host() string {
+	if u, err := url.Parse(k.Config.Host); err == nil && u.Host != "" {
+		return u.Host
+	}
+	return k.Config.Host
+}
+
+// Stop stops the API server and its etcd.
+func (k *Kubernetes) Stop() error { return k.stop() }
+
+// apiServer shapes the sim's kube-apiserver as a Talos control
+// plane's: serving and client certificates from the bundle's Kubernetes
+// CA, the cluster endpoint's host in its serving certificate.
+func apiServer(inv *inventory.Inventory, bundle *secrets.Bundle) testenv.Options {
+	opts := testenv.Options{ClusterCA: bundle.Certs.K8s}
+	if u, err := url.Parse(inv.Cluster.Endpoint); err == nil && u.Hostname() != "" {
+		opts.ServingHosts = []string{u.Hostname()}
+	}
+	return opts
+}
