@@ -126,15 +126,17 @@ const nextKubeconfig = "pass --kubeconfig (or set KUBECONFIG) so the cluster's C
 // that decides it: the active Talos config, Talos' applied manifests and
 // KubePrism, the agent DaemonSet, cilium-config and CiliumNodeConfigs.
 func checkDeclaration(_ context.Context, t *Target) []drift.Result {
+	if t.Obs != nil && t.Obs.Err != nil {
+		// unreachable: Unknown even when nothing is expected (an Unknown
+		// is never reported as InSync)
+		return []drift.Result{drift.Unknown(t.Obs.Err, "check that "+t.Machine.Name+" is up and its Talos API reachable: "+t.talosctl("version"))}
+	}
 	if r, ok := notExpected(t); ok {
 		return []drift.Result{r}
 	}
 	var f drift.Findings
 	e := t.Expect
 	desired := fmt.Sprintf("cni %s, proxy disabled, kube-proxy-replacement true, agent → %s:%d", e.CNI, e.ServiceHost, e.ServicePort)
-	if t.Obs != nil && t.Obs.Err != nil {
-		return []drift.Result{drift.Unknown(t.Obs.Err, "check that "+t.Machine.Name+" is up and its Talos API reachable: "+t.talosctl("version"))}
-	}
 	declareTalosConfig(t, &f)
 	declareTalosResources(t, &f)
 	declareKubernetes(t, &f)
@@ -351,14 +353,15 @@ func declareNodeConfigs(cl *Cluster, node string, f *drift.Findings) {
 // deletes them); and the agent's frontends for the kubernetes Service hold
 // exactly the backends its EndpointSlices list, reconciled.
 func checkServices(_ context.Context, t *Target) []drift.Result {
-	if r, ok := notExpected(t); ok {
-		return []drift.Result{r}
-	}
 	var f drift.Findings
 	cl := t.Cluster
 	if err := kubeSide(t); err != nil {
+		// not consulted: Unknown even when nothing is expected
 		f.Unknown(err, nextKubeconfig)
 		return []drift.Result{f.Result(servicesDesired, "")}
+	}
+	if r, ok := notExpected(t); ok {
+		return []drift.Result{r}
 	}
 	switch {
 	case cl.KubeProxyErr != nil:
@@ -486,14 +489,15 @@ const nextExecRBAC = "netcheck needs create on pods/exec in the agent's namespac
 // and its own status (one exec per pass) reporting kube-proxy replacement
 // "True", NodePort, Kubernetes connectivity and no failing controllers.
 func checkAgent(_ context.Context, t *Target) []drift.Result {
-	if r, ok := notExpected(t); ok {
-		return []drift.Result{r}
-	}
 	const desired = "agent pod Ready; status: kube-proxy replacement True, NodePort enabled, Kubernetes Ok, no failing controllers"
 	var f drift.Findings
 	if err := kubeSide(t); err != nil {
+		// not consulted: Unknown even when nothing is expected
 		f.Unknown(err, nextKubeconfig)
 		return []drift.Result{f.Result(desired, "")}
+	}
+	if r, ok := notExpected(t); ok {
+		return []drift.Result{r}
 	}
 	pod, ok := agentPodOf(t, &f)
 	if !ok {

@@ -224,15 +224,16 @@ func ProbeCheck(kube kubernetes.Interface, opts ProbeOptions) drift.Check[*Targe
 // ClusterIP, which only Cilium's kube-proxy replacement routes once
 // kube-proxy is gone.
 func checkProbe(ctx context.Context, t *Target, kube kubernetes.Interface, opts ProbeOptions) []drift.Result {
-	if r, ok := notExpected(t); ok {
-		return []drift.Result{r}
-	}
 	opts = opts.withDefaults()
 	const desired = "from the host and the pod network, the kubernetes Service ClusterIP accepts a connection"
 	var f drift.Findings
 	if err := kubeSide(t); err != nil {
+		// not consulted: Unknown even when nothing is expected
 		f.Unknown(err, nextKubeconfig)
 		return []drift.Result{f.Result(desired, "")}
+	}
+	if r, ok := notExpected(t); ok {
+		return []drift.Result{r}
 	}
 	if t.Cluster.APIServiceErr != nil {
 		f.Unknown(t.Cluster.APIServiceErr, "kubectl -n default get service kubernetes")

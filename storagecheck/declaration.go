@@ -36,13 +36,15 @@ func activeConfig(t *Target, e *expectations) (active config.Provider, r drift.R
 	if e.desiredErr != nil {
 		return nil, drift.Unknown(fmt.Errorf("rendered config does not load: %w", e.desiredErr), "devata validate"), false
 	}
+	if t.Obs != nil && t.Obs.Err != nil {
+		// unreachable: Unknown even when nothing is expected, since
+		// nothing was seen (docs/report.md: an Unknown is never InSync)
+		r, _ := notObserved(t)
+		return nil, r, false
+	}
 	if len(t.Active) == 0 && e.empty() {
 		// nothing to declare; a stray document in the active config is the config check's to find
 		return nil, drift.InSync(noneExpected), false
-	}
-	if t.Obs != nil && t.Obs.Err != nil {
-		r, _ := notObserved(t)
-		return nil, r, false
 	}
 	if len(t.Active) == 0 {
 		err := t.ActiveErr

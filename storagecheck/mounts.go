@@ -18,15 +18,17 @@ import (
 // where kubeletMount is set, the KubeletSpec's extraMount (rshared, rw|ro).
 func checkMounts(_ context.Context, t *Target) []drift.Result {
 	e := t.expectations()
+	// unreachable: Unknown even when nothing is expected (an Unknown is
+	// never reported as InSync)
+	if r, ok := notObserved(t); ok {
+		return []drift.Result{r}
+	}
 	if len(e.volumes) == 0 && len(e.mounts) == 0 {
 		ev := noneExpected
 		if !e.empty() {
 			ev = "no mounts expected (raw disks only)"
 		}
 		return []drift.Result{drift.InSync(ev)}
-	}
-	if r, ok := notObserved(t); ok {
-		return []drift.Result{r}
 	}
 	var out []drift.Result
 	for _, v := range e.volumes {

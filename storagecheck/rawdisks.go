@@ -19,15 +19,17 @@ import (
 // those allowed.
 func checkRawDisks(_ context.Context, t *Target) []drift.Result {
 	e := t.expectations()
+	// unreachable: Unknown even when nothing is expected (an Unknown is
+	// never reported as InSync)
+	if r, ok := notObserved(t); ok {
+		return []drift.Result{r}
+	}
 	if len(e.rawDisks) == 0 {
 		ev := noneExpected
 		if !e.empty() {
 			ev = "no raw disks expected"
 		}
 		return []drift.Result{drift.InSync(ev)}
-	}
-	if r, ok := notObserved(t); ok {
-		return []drift.Result{r}
 	}
 	next := t.talosctl("get disks -o yaml") + "; " + t.talosctl("get discoveredvolumes")
 	var out []drift.Result

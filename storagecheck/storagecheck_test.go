@@ -404,19 +404,23 @@ func TestFailures(t *testing.T) {
 	}
 }
 
+// An unobserved machine is Unknown in every storage check, also where it
+// expects nothing of that check (no raw disks; a new worker with no storage
+// at all): nothing was seen, and an Unknown is never reported as InSync.
 func TestUnknownWhenNotObserved(t *testing.T) {
 	t.Parallel()
-	m := &inventory.Machine{Name: "w", Address: "10.0.0.1", Volumes: []inventory.Volume{{Name: "data", MinSize: "1GiB", Filesystem: "xfs", DiskSelector: "!system_disk"}}}
-	for _, obs := range []*storagecheck.Observation{nil, {Err: fmt.Errorf("dial 10.0.0.1:50000: connection refused")}} {
-		target := storagecheck.NewTarget(m, nil, nil, nil, obs)
+	withVolume := &inventory.Machine{Name: "w", Address: "10.0.0.1", Volumes: []inventory.Volume{{Name: "data", MinSize: "1GiB", Filesystem: "xfs", DiskSelector: "!system_disk"}}}
+	bare := &inventory.Machine{Name: "new", Address: "10.0.0.2"}
+	unreachable := &storagecheck.Observation{Err: fmt.Errorf("dial 10.0.0.1:50000: connection refused")}
+	for _, tc := range []struct {
+		m   *inventory.Machine
+		obs *storagecheck.Observation
+	}{{withVolume, nil}, {withVolume, unreachable}, {bare, unreachable}} {
+		target := storagecheck.NewTarget(tc.m, nil, nil, nil, tc.obs)
 		for _, ch := range storagecheck.Checks() {
-			for _, r := range ch.Evaluate(context.Background(), m.Name, target) {
-				want := drift.StatusUnknown
-				if ch.Name == storagecheck.CheckRawDisks {
-					want = drift.StatusInSync // nothing expected: nothing to observe
-				}
-				if r.Status != want || want == drift.StatusUnknown && r.Next == "" {
-					t.Errorf("%s with observation %v: %s", ch.Name, obs, describe([]drift.Result{r}))
+			for _, r := range ch.Evaluate(context.Background(), tc.m.Name, target) {
+				if r.Status != drift.StatusUnknown || r.Next == "" {
+					t.Errorf("%s of %s with observation %v: %s", ch.Name, tc.m.Name, tc.obs, describe([]drift.Result{r}))
 				}
 			}
 		}

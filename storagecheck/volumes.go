@@ -13,15 +13,17 @@ import (
 // expected filesystem, at least minSize.
 func checkVolumes(_ context.Context, t *Target) []drift.Result {
 	e := t.expectations()
+	// unreachable: Unknown even when nothing is expected (an Unknown is
+	// never reported as InSync)
+	if r, ok := notObserved(t); ok {
+		return []drift.Result{r}
+	}
 	if len(e.volumes) == 0 {
 		ev := "no volumes expected"
 		if !e.empty() {
 			ev = "no volumes expected (mounts or raw disks only)"
 		}
 		return []drift.Result{drift.InSync(ev)}
-	}
-	if r, ok := notObserved(t); ok {
-		return []drift.Result{r}
 	}
 	var out []drift.Result
 	for _, v := range e.volumes {
