@@ -93,7 +93,7 @@ func Acquire(ctx context.Context, path string, me Holder, wait time.Duration) (*
 			return nil, fmt.Errorf("lock %s: %w", path, err)
 		}
 		if !time.Now().Before(deadline) {
-			h := readHolder(f)
+			h := holderOf(f)
 			f.Close()
 			return nil, &HeldError{Path: path, Holder: h}
 		}
@@ -112,6 +112,18 @@ func Acquire(ctx context.Context, path string, me Holder, wait time.Duration) (*
 		_, _ = f.WriteAt(append(data, '\n'), 0)
 	}
 	return &Lock{f: f, Path: path}, nil
+}
+
+// holderOf reads who holds the lock. A holder writes its details just
+// after it takes the flock, so a refusal in between finds them empty:
+// read again for a moment before saying there are none.
+func holderOf(f *os.File) Holder {
+	h := readHolder(f)
+	for i := 0; h.PID == 0 && i < 20; i++ {
+		time.Sleep(10 * time.Millisecond)
+		h = readHolder(f)
+	}
+	return h
 }
 
 func readHolder(f *os.File) Holder {

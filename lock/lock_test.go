@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -65,5 +66,29 @@ func TestPathIsNextToTheInventoryWhenWritable(t *testing.T) {
 		if got := lock.Path(filepath.Join(ro, "inventory.yaml"), "lab"); filepath.Dir(got) == ro || filepath.Base(got) != ".devata-lab.lock" {
 			t.Errorf("lock path for a read-only inventory dir = %s", got)
 		}
+	}
+}
+
+// A holder writes its details just after it takes the flock; a writer
+// refused in between still names it (the fault matrix caught the race:
+// "it wrote no details").
+func TestARefusalInTheHoldersFirstMomentNamesIt(t *testing.T) {
+	path := filepath.Join(t.TempDir(), ".devata-lab.lock")
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		time.Sleep(40 * time.Millisecond) // the holder, busy between flock and writing
+		_, _ = f.WriteAt([]byte(`{"host":"h","pid":4242,"command":"devata apply","since":"2026-12-04T00:00:00Z"}`+"\n"), 0)
+	}()
+	_, err = lock.Acquire(t.Context(), path, lock.Me("devata apply --machines cp-3"), 0)
+	var held *lock.HeldError
+	if !errors.As(err, &held) || held.Holder.PID != 4242 {
+		t.Fatalf("refused in the holder's first moment: %v, want the holder named (pid 4242)", err)
 	}
 }
