@@ -97,6 +97,7 @@ Start with:  devata demo          (runs on the embedded example; touches no mach
 			}
 			a.settings = s
 			a.log = newLogger(a.streams.Err, s)
+			routeLibraryLogs(a.log)
 			return nil
 		},
 	}

@@ -119,6 +119,7 @@ func (a *app) reconcile(ctx context.Context, flags reconcileFlags) error {
 		return exitWith(exitTrouble, errors.New("--report-only and --dry-run exclude each other: --report-only already sends nothing"))
 	}
 	log := a.loopLogger()
+	routeLibraryLogs(log) // client-go's leader election logs at info
 	tc, err := machines.LoadTalosconfig(a.settings.Talosconfig)
 	if err != nil {
 		return exitWith(exitTrouble, err)
