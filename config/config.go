@@ -49,7 +49,7 @@ const (
 
 // Outputs are the report formats; LogFormats the log encodings.
 var (
-	Outputs    = []string{"table", "json", "junit", "prom"}
+	Outputs    = []string{"table", "json", "yaml", "junit", "prom"}
 	LogFormats = []string{"text", "json"}
 )
 

@@ -12,12 +12,15 @@ type Format string
 const (
 	FormatTable Format = "table"
 	FormatJSON  Format = "json"
+	FormatYAML  Format = "yaml"
 	FormatJUnit Format = "junit"
 	FormatProm  Format = "prom"
 )
 
 // Formats lists the output formats in the order help texts show them.
-func Formats() []Format { return []Format{FormatTable, FormatJSON, FormatJUnit, FormatProm} }
+func Formats() []Format {
+	return []Format{FormatTable, FormatJSON, FormatYAML, FormatJUnit, FormatProm}
+}
 
 // ParseFormat checks a -o value.
 func ParseFormat(s string) (Format, error) {
@@ -40,6 +43,8 @@ func Render(w io.Writer, f Format, r *Report, opts TableOptions) error {
 		return WriteTable(w, r, opts)
 	case FormatJSON:
 		return WriteJSON(w, r)
+	case FormatYAML:
+		return WriteYAML(w, r)
 	case FormatJUnit:
 		return WriteJUnit(w, r)
 	case FormatProm:

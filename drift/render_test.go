@@ -214,11 +214,11 @@ func TestFormats(t *testing.T) {
 			t.Errorf("Render(%s) wrote %d bytes, %v", f, buf.Len(), err)
 		}
 	}
-	if _, err := drift.ParseFormat("yaml"); err == nil || !strings.Contains(err.Error(), "table, json, junit, prom") {
-		t.Errorf("ParseFormat(yaml) = %v, want an error listing the formats", err)
+	if _, err := drift.ParseFormat("xml"); err == nil || !strings.Contains(err.Error(), "table, json, yaml, junit, prom") {
+		t.Errorf("ParseFormat(xml) = %v, want an error listing the formats", err)
 	}
-	if err := drift.Render(io.Discard, "yaml", fixtureReport(false), drift.TableOptions{}); err == nil {
-		t.Errorf("Render(yaml) succeeded")
+	if err := drift.Render(io.Discard, "xml", fixtureReport(false), drift.TableOptions{}); err == nil {
+		t.Errorf("Render(xml) succeeded")
 	}
 }
 
