@@ -3,7 +3,10 @@
 // render Talos configs (bootstrap does) and never talks to a machine.
 package inventory
 
-import "path/filepath"
+import (
+	"fmt"
+	"path/filepath"
+)
 
 // APIVersion and Kind identify an inventory document.
 const (
@@ -177,4 +180,32 @@ func (inv *Inventory) Machine(name string) *Machine {
 // relative to the inventory's directory unless absolute.
 func (inv *Inventory) SecretsPath() string {
 	return ResolvePath(filepath.Dir(inv.Path), inv.Cluster.Secrets)
+}
+
+// Find returns the machine ref names: a machine name, else a machine's
+// address or host:port endpoint (as talosctl -n takes nodes); nil if none.
+func (inv *Inventory) Find(ref string) *Machine {
+	if m := inv.Machine(ref); m != nil {
+		return m
+	}
+	for i := range inv.Machines {
+		if m := &inv.Machines[i]; m.Address == ref || m.Endpoint() == ref {
+			return m
+		}
+	}
+	return nil
+}
+
+// Resolve turns machine refs (names or addresses, see Find) into machine
+// names, in the order given, or names the first ref no machine answers to.
+func (inv *Inventory) Resolve(refs []string) ([]string, error) {
+	names := make([]string, 0, len(refs))
+	for _, ref := range refs {
+		m := inv.Find(ref)
+		if m == nil {
+			return nil, fmt.Errorf("--machines: no machine named %q, or with that address, in %s", ref, inv.Path)
+		}
+		names = append(names, m.Name)
+	}
+	return names, nil
 }

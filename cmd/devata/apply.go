@@ -56,7 +56,7 @@ Exit 0 done (or nothing to do), 1 some machines not converged, 2 error.`,
 	cmd.Flags().StringVar(&flags.mode, "mode", "auto", "apply mode: auto, no-reboot, reboot, staged, try")
 	cmd.Flags().BoolVar(&flags.dryRun, "dry-run", false, "print the plan and diffs; write nothing")
 	cmd.Flags().BoolVar(&flags.yes, "yes", false, "do not ask before changes that reboot machines")
-	cmd.Flags().StringSliceVar(&flags.machines, "machines", nil, "only these machines (comma-separated names)")
+	cmd.Flags().StringSliceVar(&flags.machines, "machines", nil, "only these machines (comma-separated names or addresses)")
 	cmd.Flags().IntVar(&flags.maxUnavailable, "max-unavailable", 1, "workers changed at once")
 	cmd.Flags().BoolVar(&flags.allowQuorum, "allow-quorum-loss", false, quorumLossUsage)
 	cmd.Flags().DurationVar(&flags.wait, "wait", 10*time.Minute, "how long to wait for a machine to return and for etcd to be healthy")
@@ -66,17 +66,14 @@ Exit 0 done (or nothing to do), 1 some machines not converged, 2 error.`,
 
 const quorumLossUsage = "let a change reboot a control plane even when etcd loses quorum meanwhile (one or two control planes): the Kubernetes API stops until it returns"
 
-func selectMachines(inv *inventory.Inventory, names []string) ([]*inventory.Machine, error) {
-	if len(names) == 0 {
-		return nil, nil
+func selectMachines(inv *inventory.Inventory, refs []string) ([]*inventory.Machine, error) {
+	names, err := inv.Resolve(refs)
+	if err != nil {
+		return nil, err
 	}
 	var out []*inventory.Machine
 	for _, n := range names {
-		m := inv.Machine(n)
-		if m == nil {
-			return nil, fmt.Errorf("--machines: no machine %q in %s", n, inv.Path)
-		}
-		out = append(out, m)
+		out = append(out, inv.Machine(n))
 	}
 	return out, nil
 }

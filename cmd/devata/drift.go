@@ -49,7 +49,7 @@ Exit 0 all in sync, 1 drift found, 2 could not complete (any Unknown or an error
 		},
 	}
 	config.AddOutputFlag(cmd.Flags())
-	cmd.Flags().StringSliceVar(&flags.machines, "machines", nil, "only these machines (comma-separated names)")
+	cmd.Flags().StringSliceVar(&flags.machines, "machines", nil, "only these machines (comma-separated names or addresses)")
 	cmd.Flags().StringSliceVar(&flags.checks, "checks", nil, "only these checks (comma-separated): "+checkList())
 	cmd.Flags().BoolVar(&flags.probe, "probe", false, "also run cilium-probe: per node, a host-network and a pod-network pod connect to the kubernetes Service ClusterIP (created, awaited, always deleted)")
 	cmd.Flags().StringVar(&flags.probeOpts.Namespace, "probe-namespace", netcheck.DefaultProbeNamespace, "namespace of the --probe pods (the host-network one needs Pod Security level privileged there)")
@@ -97,7 +97,7 @@ func (a *app) drift(ctx context.Context, flags driftFlags) error {
 	if flags.probe {
 		fc.Extensions = checks.Extensions(s.inv, checks.Options{Kube: s.kube, Exec: s.exec, Probe: &flags.probeOpts})
 	}
-	fc.Machines, fc.Checks = flags.machines, flags.checks
+	fc.Machines, fc.Checks = s.only, flags.checks
 	ms, _, err := fc.Select()
 	if err != nil {
 		return exitWith(exitTrouble, err)

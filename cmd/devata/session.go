@@ -21,7 +21,10 @@ import (
 // inventory, each machine's rendered config, a dialer and, when configured, a
 // Kubernetes client. Nothing is sent anywhere before it is complete.
 type session struct {
-	inv     *inventory.Inventory
+	inv *inventory.Inventory
+	// only are the machines the run is limited to, by name (--machines
+	// takes names or addresses); empty means all.
+	only    []string
 	desired *bootstrap.Desired
 	dialer  *machines.Dialer
 	kube    kubernetes.Interface
@@ -45,11 +48,14 @@ func (a *app) openSession(ctx context.Context, leanOK bool, only ...string) (*se
 		return nil, exitWith(exitTrouble, fmt.Errorf("%s is invalid: nothing was sent to any machine; run devata validate", a.settings.Inventory))
 	}
 	a.printWarnings(inv)
+	if only, err = inv.Resolve(only); err != nil {
+		return nil, exitWith(exitTrouble, err)
+	}
 	bundle, err := bootstrap.LoadSecrets(inv.SecretsPath())
 	if err != nil {
 		return nil, exitWith(exitTrouble, err)
 	}
-	s := &session{inv: inv}
+	s := &session{inv: inv, only: only}
 	// Every config is rendered and validated now, before anything is sent.
 	s.desired, err = bootstrap.RenderDesired(ctx, inv, bundle, only, leanOK)
 	if interrupted(err) {
