@@ -42,6 +42,11 @@ leaves etcd unbootstrapped (control planes then stay at stage booting, as on
 Talos), and --maintenance starts all of them (or the named ones) unconfigured,
 in maintenance mode, with nothing bootstrapped.
 
+A real kube-apiserver (envtest, built once on first use) holds the Nodes the
+simulated kubelets register, with the Kubernetes side of a Cilium install
+(--kubernetes=false and --cilium=false leave them out), so devata drift
+pointed at it reports a healthy cluster: every check InSync, exit 0.
+
 Nothing here is a real machine: reports made against it say SIMULATED.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -83,7 +88,7 @@ Nothing here is a real machine: reports made against it say SIMULATED.`,
 	cmd.Flags().Lookup("maintenance").NoOptDefVal = simfleet.All
 	cmd.Flags().StringVar(&flags.faults, "faults", "", "faults file watched while serving (default DIR/faults.yaml): machine name → unreachable, latency, errorCodes, talosVersion, kubeletUnhealthy, driftedConfigFile, volumeFailed, volumeMissing, rebootDuringApply, volumeFilesystem, volumeSize, disksMissing, diskSignatures, mountMissing, partitionMissing, kubeletMountMissing, kubeletMountOptions, ciliumAgentNotReady, ciliumStatusReply, ciliumControllersFailing, ciliumBackendsMissing, ciliumFrontendsStuck, ciliumNoShell, ciliumPodNetworkBroken")
 	cmd.Flags().BoolVar(&flags.inventoryAddresses, "inventory-addresses", false, "serve each machine on its own inventory address and port (local ones, e.g. 127.1.0.5: all of 127/8 is loopback on Linux) instead of 127.0.0.1 and a random port")
-	cmd.Flags().BoolVar(&flags.kubernetes, "kubernetes", false, "also run a real kube-apiserver (envtest; builds it once, minutes) where the simulated kubelets register Nodes")
+	cmd.Flags().BoolVar(&flags.kubernetes, "kubernetes", true, "run a real kube-apiserver (envtest; built once, minutes) where the simulated kubelets register Nodes; false leaves the kubelet and cilium checks Unknown")
 	cmd.Flags().BoolVar(&flags.cilium, "cilium", true, "with --kubernetes: install the Kubernetes side of Cilium (SIMULATED agents) so the Nodes become Ready and the cilium checks have something to check")
 	cmd.Flags().DurationVar(&flags.rebootDelay, "reboot-delay", 2*time.Second, "how long a simulated reboot takes a machine away")
 	cmd.Flags().BoolVar(&flags.bootstrap, "bootstrap", true, "bootstrap etcd on the first control plane by name at start (not with --maintenance)")

@@ -28,7 +28,7 @@ func TestSimCommandServesTheInventory(t *testing.T) {
 	var out, errb simtest.Output
 	done := make(chan int)
 	go func() {
-		done <- run(ctx, []string{"sim", "-i", inv, "--dir", dir, "--maintenance=worker-2"}, Streams{In: strings.NewReader(""), Out: &out, Err: &errb}, func(string) string { return "" })
+		done <- run(ctx, []string{"sim", "-i", inv, "--dir", dir, "--maintenance=worker-2", "--kubernetes=false"}, Streams{In: strings.NewReader(""), Out: &out, Err: &errb}, func(string) string { return "" })
 	}()
 	settings := filepath.Join(dir, "devata.yaml")
 	deadline := time.Now().Add(20 * time.Second)

@@ -4,42 +4,14 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 
 	"devata.dev/devata/internal/simfleet"
-	"devata.dev/devata/machines"
 	"devata.dev/devata/netcheck"
 )
-
-// waitNodesReady waits until n Nodes are Ready.
-func waitNodesReady(ctx context.Context, kc kubernetes.Interface, n int, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		nodes := machines.ObserveNodes(ctx, kc)
-		ready := 0
-		for _, f := range nodes.ByName {
-			if f.Ready {
-				ready++
-			}
-		}
-		if ready >= n {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%d of %d Nodes Ready after %s (%v)", ready, n, timeout, nodes.Err)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-}
 
 // cncOverride is a CiliumNodeConfig the demo creates and removes; nil
 // without Kubernetes.

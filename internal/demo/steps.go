@@ -136,7 +136,7 @@ func (s *scenario) cilium(ctx context.Context) error {
 	}
 	s.syncKubelets(ctx)
 	// As an operator would: kubectl wait --for=condition=Ready nodes --all.
-	if err := waitNodesReady(ctx, s.kube.Client, len(s.inv.Machines), 30*time.Second); err != nil {
+	if err := simfleet.WaitNodesReady(ctx, s.kube.Client, len(s.inv.Machines), 30*time.Second); err != nil {
 		return err
 	}
 	st.done("CiliumNodeConfig CRD (Cilium's own), cilium-config, the agent DaemonSet; the sim plays its pods and answers cilium-dbg through pods/exec; %d Nodes Ready", len(s.inv.Machines))

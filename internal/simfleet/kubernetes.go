@@ -2,8 +2,10 @@ package simfleet
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/url"
+	"time"
 
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 	"k8s.io/client-go/kubernetes"
@@ -11,6 +13,7 @@ import (
 
 	"devata.dev/devata/internal/testenv"
 	"devata.dev/devata/inventory"
+	"devata.dev/devata/machines"
 )
 
 // Kubernetes is a real kube-apiserver (envtest) shaped as the cluster's,
@@ -60,4 +63,30 @@ func apiServer(inv *inventory.Inventory, bundle *secrets.Bundle) testenv.Options
 		opts.ServingHosts = []string{u.Hostname()}
 	}
 	return opts
+}
+
+// WaitNodesReady waits until n Nodes are Ready, as an operator would with
+// kubectl wait --for=condition=Ready nodes --all.
+func WaitNodesReady(ctx context.Context, kc kubernetes.Interface, n int, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		nodes := machines.ObserveNodes(ctx, kc)
+		ready := 0
+		for _, f := range nodes.ByName {
+			if f.Ready {
+				ready++
+			}
+		}
+		if ready >= n {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d of %d Nodes Ready after %s (%v)", ready, n, timeout, nodes.Err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }

@@ -137,6 +137,22 @@ func (f *Fleet) startKubernetes(ctx context.Context, inv *inventory.Inventory, b
 	}
 	kctx, cancel := context.WithCancel(ctx)
 	f.stopKubelets = cancel
+	if opts.Cilium && f.Bootstrapped != "" {
+		// Serve once every configured machine's Node is registered and
+		// Ready, so a drift run right after "serving" sees a healthy
+		// cluster (the README's try-it path).
+		f.SyncKubelets(ctx, k.Client)
+		configured := 0
+		for _, inMaintenance := range f.maintenance {
+			if !inMaintenance {
+				configured++
+			}
+		}
+		if err := WaitNodesReady(ctx, k.Client, configured, 60*time.Second); err != nil {
+			cancel()
+			return fmt.Errorf("the simulated kubelets' Nodes: %w", err)
+		}
+	}
 	go f.RunKubelets(kctx, k.Client, 2*time.Second)
 	return nil
 }
