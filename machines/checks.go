@@ -32,6 +32,9 @@ type Target struct {
 	Desired           []byte
 	TalosVersion      string
 	KubernetesVersion string
+	// InstallImage is cluster.installImage: the installer an upgrade to
+	// TalosVersion boots (an Image Factory schematic's, when given).
+	InstallImage string
 	// ControlPlanes are the names of the inventory's control planes: the etcd members there should be.
 	ControlPlanes []string
 	Obs           *Observation
@@ -126,7 +129,7 @@ func checkTalosVersion(_ context.Context, t *Target) []drift.Result {
 	}
 	return []drift.Result{drift.Drifted("Talos version differs from cluster.talosVersion", t.TalosVersion, got).
 		WithEvidence("Version tag " + got).
-		WithNext("upgrade: talosctl -n " + t.addr() + " upgrade --image ghcr.io/siderolabs/installer:" + t.TalosVersion + " (or fix cluster.talosVersion)")}
+		WithNext(upgradeHint(t))}
 }
 
 func checkMachineStage(_ context.Context, t *Target) []drift.Result {
@@ -300,4 +303,20 @@ func (t *Target) nodeFacts(name string) (NodeFacts, bool) {
 	}
 	n, ok := t.Nodes.ByName[name]
 	return n, ok
+}
+
+// upgradeHint is the next step of a Talos version that differs: talosctl
+// upgrade with the inventory's installer image (cluster.installImage, which
+// carries an Image Factory schematic when one is used), or the image's own
+// tag when it is not the desired version.
+func upgradeHint(t *Target) string {
+	image := t.InstallImage
+	if image == "" {
+		image = "ghcr.io/siderolabs/installer:" + t.TalosVersion
+	}
+	hint := "upgrade: talosctl -n " + t.addr() + " upgrade --image " + image + " (or fix cluster.talosVersion)"
+	if ref, tag, ok := strings.Cut(image[strings.LastIndex(image, "/")+1:], ":"); ok && !strings.Contains(tag, "@") && tag != t.TalosVersion {
+		hint += "; cluster.installImage " + image + " is tagged " + tag + ", not " + t.TalosVersion + ": set it to the " + ref + " image of " + t.TalosVersion
+	}
+	return hint
 }

@@ -156,6 +156,7 @@ func (f *FleetCheck) Run(ctx context.Context, out drift.Collector) error {
 			Desired:           desired,
 			TalosVersion:      f.Inventory.Cluster.TalosVersion,
 			KubernetesVersion: f.Inventory.Cluster.KubernetesVersion,
+			InstallImage:      f.Inventory.Cluster.InstallImage,
 			ControlPlanes:     cps,
 			Nodes:             nodes,
 		}
