@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -17,7 +18,15 @@ type TableOptions struct {
 	// Color paints statuses with ANSI colors. Set it only when writing to a
 	// terminal (see AutoColor); it is off by default.
 	Color bool
+	// All lists every machine in the machine table; without it a report of
+	// more than SummaryAbove machines lists only those not in sync, and
+	// counts the rest.
+	All bool
 }
+
+// SummaryAbove is the number of machines past which the table lists only
+// the machines that are not in sync (TableOptions.All lists them all).
+const SummaryAbove = 50
 
 // AutoColor reports whether output to w may be colored: w is a terminal,
 // NO_COLOR is unset and TERM is not "dumb". getenv is os.Getenv outside tests.
@@ -32,10 +41,12 @@ func AutoColor(w io.Writer, getenv func(string) string) bool {
 
 const simulatedNotice = "SIMULATED: these results come from devata's simulated fleet, not from real machines."
 
-// WriteTable writes the report for humans: one line per machine, then the
-// details of every result that is not InSync grouped by machine, then the
-// errors and a summary line. Text observed on machines is escaped so that it
-// cannot drive the terminal.
+// WriteTable writes the report for humans: one line per machine (past
+// SummaryAbove machines only those not in sync, unless opts.All), then the
+// details of every result that is not InSync grouped by machine, results
+// that say the same thing (an unreachable machine's) folded into one entry
+// naming their checks, then the errors and a summary line. Text observed on
+// machines is escaped so that it cannot drive the terminal.
 func WriteTable(w io.Writer, r *Report, opts TableOptions) error {
 	r = r.finishedView()
 	bw := bufio.NewWriter(w)
@@ -58,7 +69,13 @@ func WriteTable(w io.Writer, r *Report, opts TableOptions) error {
 	// The machine table. Columns are padded by hand rather than with tabwriter
 	// so that color escapes do not count towards a column's width.
 	rows := [][]string{{"NAME", "ROLE", "ADDRESS", "STATUS", "CHECKS"}}
+	summary := !opts.All && len(r.Machines) > SummaryAbove
+	hidden := 0
 	for _, m := range r.Machines {
+		if summary && m.Status == StatusInSync {
+			hidden++
+			continue
+		}
 		rows = append(rows, []string{
 			clean(m.Name), clean(m.Role), clean(m.Address), string(m.Status),
 			fmt.Sprintf("%d/%d in sync", m.Counts.InSync, m.Counts.Total()),
@@ -84,6 +101,9 @@ func WriteTable(w io.Writer, r *Report, opts TableOptions) error {
 		}
 		p("%s\n", strings.TrimRight(line.String(), " "))
 	}
+	if hidden > 0 {
+		p("(%d more %s in sync; --all lists every machine)\n", hidden, plural(hidden, "machine", "machines"))
+	}
 
 	// Details: every result that is not InSync, and machines nothing was seen of.
 	// Results are sorted by machine, so one pass groups them.
@@ -104,16 +124,14 @@ func WriteTable(w io.Writer, r *Report, opts TableOptions) error {
 		}
 		p("\n%s%s: %s, %d/%d in sync\n", clean(name), about, paint(m.Status, string(m.Status)), m.Counts.InSync, m.Counts.Total())
 	}
-	for _, res := range r.Results {
-		if res.Status == StatusInSync {
-			continue
-		}
+	for _, g := range sameSaying(r.Results) {
+		res := g.Result
 		header(res.Machine)
 		status := paint(res.Status, string(res.Status))
-		if res.Blocks() {
+		if g.blocks {
 			status += ", fail-closed: blocks a rollout"
 		}
-		p("  %s (%s): %s\n", clean(res.Check), clean(string(res.Rung)), status)
+		p("  %s: %s\n", g.name(), status)
 		field := func(name, value string) {
 			if value != "" {
 				p("    %-9s %s\n", name+":", clean(value))
@@ -220,4 +238,56 @@ func escape(s string, keepTabs bool) string {
 		i += size
 	}
 	return b.String()
+}
+
+// saying is one entry of the table's details: a result, or results of one
+// machine that say the same thing (status, reason, desired, actual, diff,
+// evidence and next: an unreachable machine's checks), with their checks.
+type saying struct {
+	Result
+	checks []string // the check of each result folded in
+	blocks bool     // any of them blocks a rollout
+}
+
+// name is "check (rung)" for one result, "a, b, c (3 checks)" for several.
+func (g saying) name() string {
+	if len(g.checks) == 1 {
+		return g.checks[0] + " (" + clean(string(g.Rung)) + ")"
+	}
+	return strings.Join(g.checks, ", ") + fmt.Sprintf(" (%d checks)", len(g.checks))
+}
+
+// sameSaying folds the results that are not InSync, machine by machine
+// (results are sorted by machine), into entries, in the order of their
+// first result.
+func sameSaying(results []Result) []saying {
+	var out []saying
+	start := 0 // first entry of the current machine
+	for _, res := range results {
+		if res.Status == StatusInSync {
+			continue
+		}
+		if len(out) > 0 && out[len(out)-1].Machine != res.Machine {
+			start = len(out)
+		}
+		label := clean(res.Check)
+		folded := false
+		for i := start; i < len(out); i++ {
+			if saysTheSame(out[i].Result, res) {
+				out[i].checks = append(out[i].checks, label)
+				out[i].blocks = out[i].blocks || res.Blocks()
+				folded = true
+				break
+			}
+		}
+		if !folded {
+			out = append(out, saying{Result: res, checks: []string{label}, blocks: res.Blocks()})
+		}
+	}
+	return out
+}
+
+func saysTheSame(a, b Result) bool {
+	return a.Status == b.Status && a.Reason == b.Reason && a.Desired == b.Desired && a.Actual == b.Actual &&
+		a.Diff == b.Diff && a.Next == b.Next && slices.Equal(a.Evidence, b.Evidence)
 }
