@@ -24,42 +24,42 @@ var fixtureMachines = []drift.Machine{
 	{Name: "worker-10", Role: "worker", Address: "10.20.0.30"}, // declared, never observed
 }
 
-const fixtureDiff = `--- rendered
-+++ active
+const fixtureDiff = `--- applied
++++ desired
 @@ -3,8 +3,8 @@
  machine:
    kubelet:
--    image: ghcr.io/siderolabs/kubelet:v1.34.1
-+    image: ghcr.io/siderolabs/kubelet:v1.34.0
+-    image: ghcr.io/siderolabs/kubelet:v1.34.0
++    image: ghcr.io/siderolabs/kubelet:v1.34.1
    token: ******
    network:
--    hostname: cp-2
-+    hostname: cp-2-old
+-    hostname: cp-2-old
++    hostname: cp-2
 `
 
 // fixtureResults are in no particular order on purpose: the report sorts.
 func fixtureResults() []drift.Result {
-	dialErr := fmt.Errorf("observe worker-1: dial tcp 10.20.0.21:50000: %w", syscall.ECONNREFUSED)
+	dialErr := fmt.Errorf("dial 10.20.0.21:50000: connection error: desc = \"transport: Error while dialing: dial tcp 10.20.0.21:50000: connect: %w\"", syscall.ECONNREFUSED)
 	var versionErr *multierror.Error
 	versionErr = multierror.Append(versionErr,
 		fmt.Errorf("10.20.0.21: %w", errors.New("rpc error: code = Unavailable desc = connection refused")),
 		fmt.Errorf("10.20.0.21: %w", errors.New("context deadline exceeded")))
-	next := "talosctl -n 10.20.0.21 version (is the machine up and port 50000 reachable?)"
+	next := "check that worker-1 is up and its Talos API reachable: talosctl -n 10.20.0.21 version"
 	return []drift.Result{
-		drift.InSync("VolumeStatus u-longhorn phase ready, xfs, 120 GiB", "MountStatus /var/mnt/longhorn").Of("worker-2", "storage", drift.RungInfrastructure),
+		drift.InSync("VolumeStatus u-longhorn phase ready, xfs, 120 GiB", "MountStatus /var/mnt/longhorn").Of("worker-2", "storage-mounts", drift.RungInfrastructure),
 		drift.InSync("Version tag v1.11.0").Of("cp-1", "talos-version", drift.RungReconciliation),
-		drift.InSync("MachineConfig v1alpha1 version 7").Of("cp-1", "config", drift.RungReconciliation),
+		drift.InSync("MachineConfig v1alpha1 sha256:5d2c41a08e7f").Of("cp-1", "config", drift.RungReconciliation),
 		drift.InSync("cluster.proxy.disabled true", "cluster.network.cni none").Of("cp-1", "cilium-declaration", drift.RungDeclaration),
-		drift.InSync("service kubelet running, healthy", "Node cp-1 Ready").Of("cp-1", "kubelet", drift.RungResources),
+		drift.InSync("Service kubelet running, healthy", "Node cp-1 Ready=true kubelet v1.34.1").Of("cp-1", "kubelet", drift.RungResources),
 		drift.InSync("3 members, all healthy").Of("cp-1", "etcd", drift.RungResources),
-		drift.Drifted("active MachineConfig differs from the rendered config", "version 8", "version 7").Of("cp-2", "config", drift.RungReconciliation).
+		drift.Drifted("applied config differs from the rendered one: +2 -2 lines", "sha256:9a41f07c3b2e", "sha256:3e8d0b6a1f94").Of("cp-2", "config", drift.RungReconciliation).
 			WithDiff(fixtureDiff).
-			WithEvidence("MachineConfig v1alpha1 version 7").
+			WithEvidence("MachineConfig v1alpha1 sha256:3e8d0b6a1f94").
 			WithNext("devata apply --machines cp-2"),
 		drift.InSync("Version tag v1.11.0").Of("cp-2", "talos-version", drift.RungReconciliation),
-		drift.Drifted("node labels differ", "topology.kubernetes.io/zone=rack-b", "topology.kubernetes.io/zone=rack-a").Of("cp-2", "kubelet", drift.RungResources).
-			WithEvidence("Node cp-2 labels").
-			WithNext("devata apply --machines cp-2"),
+		drift.Drifted("Node lacks labels topology.kubernetes.io/zone=rack-b", "kubelet healthy, Node Ready, v1.34.1", "Node lacks labels topology.kubernetes.io/zone=rack-b").Of("cp-2", "kubelet", drift.RungResources).
+			WithEvidence("Service kubelet running, healthy", "Node cp-2 Ready=true kubelet v1.34.1").
+			WithNext("talosctl -n 10.20.0.12 service kubelet; talosctl -n 10.20.0.12 logs kubelet; kubectl describe node cp-2"),
 		drift.InSync("3 members, all healthy").Of("cp-2", "etcd", drift.RungResources),
 		func() drift.Result {
 			r := drift.Unknown(dialErr, next).Of("worker-1", "config", drift.RungReconciliation)
@@ -67,7 +67,7 @@ func fixtureResults() []drift.Result {
 			return r
 		}(),
 		drift.Unknown(versionErr, next).Of("worker-1", "talos-version", drift.RungReconciliation),
-		drift.InSync("MachineConfig v1alpha1 version 3").Of("worker-2", "config", drift.RungReconciliation),
+		drift.InSync("MachineConfig v1alpha1 sha256:c07a9e11d4b8").Of("worker-2", "config", drift.RungReconciliation),
 		drift.InSync("Version tag v1.11.0").Of("worker-2", "talos-version", drift.RungReconciliation),
 	}
 }

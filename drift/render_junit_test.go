@@ -69,7 +69,7 @@ func TestJUnitParses(t *testing.T) {
 		}
 	}
 	all := strings.Join(texts, "\n")
-	for _, want := range []string{"+    hostname: cp-2-old\n", "-a ]]> b\n+\uFFFDc\uFFFD\n", "reason: label \uFFFD[31m\uFFFD differs"} {
+	for _, want := range []string{"+    hostname: cp-2\n", "-a ]]> b\n+\uFFFDc\uFFFD\n", "reason: label \uFFFD[31m\uFFFD differs"} {
 		if !strings.Contains(all, want) {
 			t.Errorf("failure texts lack %q:\n%s", want, all)
 		}

@@ -14,24 +14,24 @@ import (
 func TestPrometheus(t *testing.T) {
 	r := fixtureReport(true)
 	// A second result of the same check and machine: one series, worst status.
-	r.Add(drift.Drifted("volume u-scratch missing", "present", "absent").Of("worker-2", "storage", drift.RungInfrastructure))
+	r.Add(drift.Drifted("volume u-scratch missing", "present", "absent").Of("worker-2", "storage-mounts", drift.RungInfrastructure))
 	series := promSeries(t, render(t, drift.WritePrometheus, r))
 	for key, want := range map[string]float64{
-		"devata_drift_status{check=config,cluster=devata-test,machine=cp-2,rung=reconciliation,status=Drifted}":      1,
-		"devata_drift_status{check=config,cluster=devata-test,machine=cp-2,rung=reconciliation,status=InSync}":       0,
-		"devata_drift_status{check=config,cluster=devata-test,machine=worker-1,rung=reconciliation,status=Unknown}":  1,
-		"devata_drift_status{check=storage,cluster=devata-test,machine=worker-2,rung=infrastructure,status=Drifted}": 1,
-		"devata_drift_status{check=storage,cluster=devata-test,machine=worker-2,rung=infrastructure,status=InSync}":  0,
-		"devata_drift_machine_status{cluster=devata-test,machine=worker-10,role=worker,status=Unknown}":              1,
-		"devata_drift_machine_status{cluster=devata-test,machine=cp-1,role=controlplane,status=InSync}":              1,
-		"devata_drift_machines{cluster=devata-test,status=InSync}":                                                   1,
-		"devata_drift_machines{cluster=devata-test,status=Drifted}":                                                  2,
-		"devata_drift_machines{cluster=devata-test,status=Unknown}":                                                  2,
-		"devata_drift_results{cluster=devata-test,status=Unknown}":                                                   2,
-		"devata_drift_errors{cluster=devata-test}":                                                                   0,
-		"devata_drift_exit_code{cluster=devata-test}":                                                                2,
-		"devata_drift_last_run_timestamp_seconds{cluster=devata-test}":                                               float64(fixtureTime.Unix()),
-		"devata_drift_simulated{cluster=devata-test}":                                                                1,
+		"devata_drift_status{check=config,cluster=devata-test,machine=cp-2,rung=reconciliation,status=Drifted}":             1,
+		"devata_drift_status{check=config,cluster=devata-test,machine=cp-2,rung=reconciliation,status=InSync}":              0,
+		"devata_drift_status{check=config,cluster=devata-test,machine=worker-1,rung=reconciliation,status=Unknown}":         1,
+		"devata_drift_status{check=storage-mounts,cluster=devata-test,machine=worker-2,rung=infrastructure,status=Drifted}": 1,
+		"devata_drift_status{check=storage-mounts,cluster=devata-test,machine=worker-2,rung=infrastructure,status=InSync}":  0,
+		"devata_drift_machine_status{cluster=devata-test,machine=worker-10,role=worker,status=Unknown}":                     1,
+		"devata_drift_machine_status{cluster=devata-test,machine=cp-1,role=controlplane,status=InSync}":                     1,
+		"devata_drift_machines{cluster=devata-test,status=InSync}":                                                          1,
+		"devata_drift_machines{cluster=devata-test,status=Drifted}":                                                         2,
+		"devata_drift_machines{cluster=devata-test,status=Unknown}":                                                         2,
+		"devata_drift_results{cluster=devata-test,status=Unknown}":                                                          2,
+		"devata_drift_errors{cluster=devata-test}":                                                                          0,
+		"devata_drift_exit_code{cluster=devata-test}":                                                                       2,
+		"devata_drift_last_run_timestamp_seconds{cluster=devata-test}":                                                      float64(fixtureTime.Unix()),
+		"devata_drift_simulated{cluster=devata-test}":                                                                       1,
 	} {
 		got, ok := series[key]
 		if !ok {

@@ -112,7 +112,7 @@ func TestResultOrder(t *testing.T) {
 		"worker-1/reconciliation/talos-version",
 		"worker-2/reconciliation/config",
 		"worker-2/reconciliation/talos-version",
-		"worker-2/infrastructure/storage",
+		"worker-2/infrastructure/storage-mounts",
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("order:\ngot  %q\nwant %q", got, want)
