@@ -31,6 +31,12 @@ type EtcdView struct {
 	Down []string
 	// Problems is everything EtcdHealthy refuses, sorted; empty when healthy.
 	Problems []string
+	// NotBootstrapped lists every control plane, sorted, when each one
+	// answered and reports its etcd not running and waiting in its PreFunc
+	// to be bootstrapped or to join (machines.Observation.WaitingForEtcd):
+	// no etcd cluster exists, and waiting does not make one. Empty
+	// otherwise.
+	NotBootstrapped []string
 }
 
 // QuorumError is MayTakeDown's refusal.
@@ -122,6 +128,7 @@ func ObserveEtcd(ctx context.Context, inv *inventory.Inventory, d *machines.Dial
 		seen     [][]string
 		learners = map[string]bool{}
 		leaders  = map[uint64]bool{}
+		waiting  []string
 	)
 	_ = machines.ForEach(ctx, cps, len(cps), timeout, func(ctx context.Context, m *inventory.Machine) error {
 		o := machines.Observe(ctx, d, m)
@@ -134,6 +141,9 @@ func ObserveEtcd(ctx context.Context, inv *inventory.Inventory, d *machines.Dial
 		case o.Etcd == nil:
 			v.Problems = append(v.Problems, fmt.Sprintf("%s: %v", m.Name, o.EtcdErr))
 			v.Down = append(v.Down, m.Name)
+			if o.WaitingForEtcd() {
+				waiting = append(waiting, m.Name)
+			}
 		default:
 			got := slices.Clone(o.Etcd.Members)
 			slices.Sort(got)
@@ -178,6 +188,23 @@ func ObserveEtcd(ctx context.Context, inv *inventory.Inventory, d *machines.Dial
 	slices.Sort(v.Healthy)
 	slices.Sort(v.Down)
 	slices.Sort(v.Problems)
+	// Talos v1.11.0, internal/app/machined/pkg/system/services/etcd.go: on a
+	// control plane with an empty data directory the etcd service's PreFunc
+	// (argsForControlPlane) calls buildInitialCluster, which retries
+	// addMember against the other control planes for EtcdJoinTimeout,
+	// nagging "etcd is waiting to join the cluster, if this node is the
+	// first node in the cluster, please run `talosctl bootstrap`"; only
+	// BootstrapEtcd (the Bootstrap API) restarts it with Bootstrap: true.
+	// So when every control plane waits there, none has a cluster to join and
+	// nothing but a bootstrap ends the wait. (A control plane with data
+	// passes through the PreFunc for a moment after each boot; every one at
+	// once means they all just booted, and devata bootstrap, told to run,
+	// watches the wait hold before it bootstraps and Talos refuses a
+	// bootstrap over data.)
+	if len(cps) > 0 && len(waiting) == len(cps) {
+		slices.Sort(waiting)
+		v.NotBootstrapped = waiting
+	}
 	return v
 }
 

@@ -4,14 +4,21 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
+	"devata.dev/devata/internal/heartbeat"
 	"devata.dev/devata/inventory"
 	"devata.dev/devata/machines"
 )
 
 // ErrFailed is wrapped by every gate failure.
 var ErrFailed = errors.New("gate failed")
+
+// ErrNotBootstrapped is wrapped by a gate that refused at once because no
+// control plane has etcd bootstrapped (EtcdView.NotBootstrapped): waiting
+// does not help, devata bootstrap does.
+var ErrNotBootstrapped = errors.New("etcd is not bootstrapped on any control plane")
 
 // EtcdHealthy checks etcd from every control plane's point of view: every
 // control plane answers, they agree that the members are exactly the
@@ -33,6 +40,9 @@ type Etcd struct {
 	AllowQuorumLoss bool
 	// Say prints one line of progress for people.
 	Say func(format string, args ...any)
+	// Heartbeat is how often a wait says it still waits, through Say
+	// (heartbeat.Every when zero).
+	Heartbeat time.Duration
 }
 
 // Pass waits until every control plane answers, agrees on the members,
@@ -40,14 +50,25 @@ type Etcd struct {
 // a leader. Before a change that takes control plane down (one that reboots)
 // it also waits until MayTakeDown lets it go; a refusal because etcd is too
 // small to lose a member stops at once, since waiting does not help, unless
-// AllowQuorumLoss accepts it. when names the moment in its lines and errors
-// ("before cp-2").
+// AllowQuorumLoss accepts it. So does a fleet where no control plane has
+// etcd bootstrapped (EtcdView.NotBootstrapped): the error wraps
+// ErrNotBootstrapped and says to run devata bootstrap. when names the moment
+// in its lines and errors ("before cp-2"). While it waits, a heartbeat says
+// every Heartbeat which problem it waits out.
 func (g *Etcd) Pass(ctx context.Context, when string, down *inventory.Machine) error {
 	wctx, cancel := context.WithTimeout(ctx, g.Wait)
 	defer cancel()
+	health := "etcd to be healthy (gate " + when + ")"
+	beat := heartbeat.Start(g.Say, g.Heartbeat, g.Wait, health)
+	defer beat.Stop()
 	for {
 		v := ObserveEtcd(ctx, g.Inventory, g.Dialer, g.Timeout)
+		if len(v.NotBootstrapped) > 0 {
+			return fmt.Errorf("%w %s: %w (each waits to be bootstrapped or to join: %s): run devata bootstrap",
+				ErrFailed, when, ErrNotBootstrapped, strings.Join(v.NotBootstrapped, ", "))
+		}
 		err := v.Err()
+		waitsFor, last := health, ""
 		if err == nil && down != nil {
 			var qe *QuorumError
 			switch qerr := MayTakeDown(v, down.Name); {
@@ -58,12 +79,22 @@ func (g *Etcd) Pass(ctx context.Context, when string, down *inventory.Machine) e
 				return fmt.Errorf("%w %s: %w", ErrFailed, when, qerr)
 			default:
 				err = qerr
+				if qe != nil {
+					last = qe.Why
+				}
+				waitsFor = "etcd to be able to lose " + down.Name + " and keep quorum (gate " + when + ")"
 			}
 		}
 		if err == nil {
+			beat.Stop() // no heartbeat after the verdict
 			g.say("    gate %s: etcd healthy, %d/%d members", when, len(v.Healthy), len(v.Members))
 			return nil
 		}
+		if last == "" {
+			last = err.Error()
+		}
+		beat.For(waitsFor)
+		beat.Saw(last)
 		select {
 		case <-wctx.Done():
 			return fmt.Errorf("%w %s: %v", ErrFailed, when, err)

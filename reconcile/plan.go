@@ -10,6 +10,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -46,6 +47,13 @@ type Action struct {
 	// what it waits for is over (a pending try's rollback, a staged config's
 	// reboot), not retried as a failure.
 	Held bool
+	// NotReady says, on a change, that the machine was observed not running
+	// or not ready before it ("already not ready before the change: stage
+	// running, unmet: …"), also in Evidence: the rollout's wait after the
+	// change needs it running and ready, so people see it before that wait.
+	// Empty when it was running and ready, or ready but for its Node (which
+	// that wait does not need).
+	NotReady string
 }
 
 // Plan is the ordered list of actions: control planes first (one at a time
@@ -157,8 +165,30 @@ func (p *Planner) planOne(ctx context.Context, m *inventory.Machine) Action {
 		return Action{Machine: m, Kind: KindSkip, Reason: "dry run refused: " + s.DryErr.Error(), Diff: d, Evidence: evidence}
 	}
 	out := s.Dry
+	notReady := notReadyBefore(o)
+	if notReady != "" {
+		evidence += "; " + notReady
+	}
 	return Action{
 		Machine: m, Kind: KindApply, Mode: out.Mode, Reboots: out.Reboots(),
 		Reason: "applied config differs: " + d.Summary(), Diff: d, Evidence: evidence, Warnings: out.Warnings,
+		NotReady: notReady,
 	}
+}
+
+// notReadyBefore says what keeps a machine about to be changed from being
+// running and ready now, as Rollout.waitConverged will judge it after the
+// change; "" when nothing does or its MachineStatus could not be read.
+func notReadyBefore(o *machines.Observation) string {
+	switch {
+	case o.StatusErr != nil || o.Stage == "":
+		return ""
+	case o.Stage == "running" && (o.Ready || o.NotReadyOnlyForNode()):
+		return ""
+	}
+	msg := "already not ready before the change: stage " + o.Stage
+	if len(o.Unmet) > 0 {
+		msg += ", unmet: " + strings.Join(o.Unmet, "; ")
+	}
+	return msg
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"devata.dev/devata/gate"
+	"devata.dev/devata/internal/heartbeat"
 	"devata.dev/devata/inventory"
 	"devata.dev/devata/machines"
 )
@@ -35,6 +36,9 @@ type Rollout struct {
 	AllowQuorumLoss bool
 	// Say prints one line of progress for people.
 	Say func(format string, args ...any)
+	// Heartbeat is how often a wait (for a machine or a gate) says through
+	// Say that it still waits (heartbeat.Every when zero).
+	Heartbeat time.Duration
 }
 
 // Outcome is what a rollout did.
@@ -67,7 +71,7 @@ func (r *Rollout) Run(ctx context.Context, plan *Plan) *Outcome {
 	}
 	g := &gate.Etcd{
 		Inventory: r.Inventory, Dialer: r.Dialer, Timeout: r.Timeout, Wait: r.Wait, Poll: r.Poll,
-		AllowQuorumLoss: r.AllowQuorumLoss, Say: r.Say,
+		AllowQuorumLoss: r.AllowQuorumLoss, Say: r.Say, Heartbeat: r.Heartbeat,
 	}
 	out := &Outcome{}
 	var cps, workers []Action
@@ -170,6 +174,9 @@ func (r *Rollout) change(ctx context.Context, a Action) error {
 	m := a.Machine
 	start := time.Now()
 	r.say("==> %s: apply (%s): %s", m.Name, a.Mode, a.Diff.Summary())
+	if a.NotReady != "" {
+		r.say("    %s: %s; the wait after the change needs it running and ready", m.Name, a.NotReady)
+	}
 	actx, cancel := context.WithTimeout(ctx, r.Timeout)
 	c, err := r.Dialer.Client(actx, m)
 	lost := false
@@ -185,7 +192,7 @@ func (r *Rollout) change(ctx context.Context, a Action) error {
 	switch {
 	case lost:
 		r.say("    %s: connection lost during the apply (%v); waiting to see whether it rebooted into its config", m.Name, err)
-		if werr := r.waitConverged(ctx, m); werr != nil {
+		if werr := r.waitConverged(ctx, m, "to come back on its desired config"); werr != nil {
 			return fmt.Errorf("%s: the connection was lost during the apply (%v), and it did not come back running its desired config: %w", m.Name, err, werr)
 		}
 		r.say("    %s: back, runs the desired config (%s)", m.Name, time.Since(start).Round(time.Millisecond))
@@ -197,10 +204,12 @@ func (r *Rollout) change(ctx context.Context, a Action) error {
 		r.say("    %s: staged; it takes effect on the next reboot", m.Name)
 		return nil
 	}
+	waitsFor := "to run its desired config, running and ready"
 	if a.Reboots {
 		r.say("    %s: applied; rebooting, waiting for it to return", m.Name)
+		waitsFor = "to come back on its desired config"
 	}
-	if err := r.waitConverged(ctx, m); err != nil {
+	if err := r.waitConverged(ctx, m, waitsFor); err != nil {
 		return err
 	}
 	r.say("    %s: runs the desired config, stage running (%s)", m.Name, time.Since(start).Round(time.Millisecond))
@@ -212,14 +221,17 @@ func (r *Rollout) change(ctx context.Context, a Action) error {
 // nodeReady condition): with cluster.network.cni none no Node is Ready before
 // the CNI runs, and the kubelet check reports the Node. A machine that
 // rebooted into its config comes back through stage booting; a control
-// plane stays there until its etcd runs again.
-func (r *Rollout) waitConverged(ctx context.Context, m *inventory.Machine) error {
+// plane stays there until its etcd runs again. Every Heartbeat it says what it
+// waits for (the machine's name, then waitsFor) and what it last saw.
+func (r *Rollout) waitConverged(ctx context.Context, m *inventory.Machine, waitsFor string) error {
 	// Each look runs to its own timeout, not the wait's, so that the error
 	// reported when the wait ends is a whole observation, not a cut-off one.
 	wctx, cancel := context.WithTimeout(ctx, r.Wait)
 	defer cancel()
 	want := r.Desired[m.Name]
 	last := "no answer yet"
+	beat := heartbeat.Start(r.Say, r.Heartbeat, r.Wait, m.Name+" "+waitsFor)
+	defer beat.Stop()
 	for {
 		octx, ocancel := context.WithTimeout(ctx, r.Timeout)
 		o := machines.Observe(octx, r.Dialer, m)
@@ -237,6 +249,7 @@ func (r *Rollout) waitConverged(ctx context.Context, m *inventory.Machine) error
 			case !d.Equal:
 				last = "applied config still differs: " + d.Summary()
 			case o.Stage == "running" && o.NotReadyOnlyForNode():
+				beat.Stop()
 				r.say("    %s: running; not ready only because its Node is not (%s): Talos and etcd are what this waits for, the kubelet check reports the Node", m.Name, strings.Join(o.Unmet, "; "))
 				return nil
 			case o.Stage != "running" || !o.Ready:
@@ -248,6 +261,7 @@ func (r *Rollout) waitConverged(ctx context.Context, m *inventory.Machine) error
 				return nil
 			}
 		}
+		beat.Saw(last)
 		select {
 		case <-wctx.Done():
 			return fmt.Errorf("%s did not converge within %s: %s", m.Name, r.Wait, last)

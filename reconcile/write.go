@@ -7,7 +7,8 @@ import (
 )
 
 // Write prints the plan for people: one line per machine, and under each
-// change its redacted diff and Talos' warnings.
+// change whether the machine is already not ready (Action.NotReady), its
+// redacted diff and Talos' warnings.
 func (p *Plan) Write(w io.Writer) {
 	fmt.Fprintln(w, "plan:")
 	for _, act := range p.Actions {
@@ -18,6 +19,9 @@ func (p *Plan) Write(w io.Writer) {
 				reboot = "REBOOTS"
 			}
 			fmt.Fprintf(w, "  %-20s apply %s (%s): %s\n", act.Machine.Name, act.Mode, reboot, act.Diff.Summary())
+			if act.NotReady != "" {
+				fmt.Fprintf(w, "      %s\n", act.NotReady)
+			}
 			for _, line := range strings.Split(strings.TrimRight(act.Diff.Text, "\n"), "\n") {
 				if line != "" {
 					fmt.Fprintf(w, "      %s\n", line)

@@ -9,16 +9,22 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/siderolabs/talos/pkg/machinery/client"
 	"google.golang.org/grpc/codes"
+
+	"devata.dev/devata/internal/heartbeat"
 )
 
 // bootstrapEtcd checks etcd on every control plane and bootstraps the first by
 // name only when none has any data: every control plane's etcd service has
 // been seen waiting in its PreFunc for EtcdSettle, on devata's own clock.
-// AlreadyExists counts as done.
+// AlreadyExists counts as done. Every heartbeat.Every it says what it waits
+// for: the control planes to be up, etcd's wait to hold, a clear answer, or
+// Talos to take the bootstrap.
 func (s *Sequence) bootstrapEtcd(ctx context.Context) (string, error) {
 	deadline := time.Now().Add(s.opts.Wait)
 	waitingSince := map[string]time.Time{}
 	said := ""
+	beat := heartbeat.Start(s.say, 0, s.opts.Wait, "every control plane to be configured and up, its etcd waiting to be bootstrapped")
+	defer beat.Stop()
 	for {
 		s.st = observeFleet(ctx, s.inv, s.dialer, s.desired, s.opts.Concurrency, s.opts.Timeout, false)
 		v, why := etcdVerdict(s.inv, s.st)
@@ -40,6 +46,17 @@ func (s *Sequence) bootstrapEtcd(ctx context.Context) (string, error) {
 			}
 		}
 		switch {
+		case v == etcdUnclear:
+			beat.For("a clear etcd answer from every control plane")
+			beat.Saw(why)
+		case len(notReady) > 0:
+			beat.For("every control plane to be configured and up, its etcd waiting to be bootstrapped")
+			beat.Saw("not configured and up yet: " + strings.Join(notReady, ", "))
+		case len(unsettled) > 0:
+			beat.For(fmt.Sprintf("etcd's wait to be bootstrapped to hold for %s on every control plane", s.opts.EtcdSettle))
+			beat.Saw("not held long enough yet: " + strings.Join(unsettled, ", "))
+		}
+		switch {
 		case v == etcdForeign:
 			return "", fmt.Errorf("%w: %s", ErrRefused, why)
 		case v == etcdOurs:
@@ -56,6 +73,8 @@ func (s *Sequence) bootstrapEtcd(ctx context.Context) (string, error) {
 			}
 			// Talos takes a bootstrap only once etcd waits for one; look again, then retry.
 			s.say("    %v: not ready for it yet, trying again", err)
+			beat.For(bootstrapNode(s.inv).Name + " to take the bootstrap")
+			beat.Saw(err.Error())
 		}
 		if time.Now().After(deadline) {
 			if v == etcdUnclear {

@@ -6,13 +6,15 @@ import (
 	"strings"
 	"time"
 
+	"devata.dev/devata/internal/heartbeat"
 	"devata.dev/devata/machines"
 )
 
 // waitNodes waits until every machine's Node is registered and Ready. With
 // cluster.network.cni none no Node can be Ready before the operator installs
 // Cilium, which needs the API server this step waits for: then every Node
-// registered and NotReady only for want of a CNI is enough.
+// registered and NotReady only for want of a CNI is enough. Besides a line for
+// each new state, every heartbeat.Every it says what it waits for.
 func (s *Sequence) waitNodes(ctx context.Context) (string, error) {
 	if s.opts.SkipNodes {
 		return "skipped (--skip-nodes)", nil
@@ -24,6 +26,8 @@ func (s *Sequence) waitNodes(ctx context.Context) (string, error) {
 	}
 	deadline := time.Now().Add(s.opts.Wait)
 	last := ""
+	beat := heartbeat.Start(s.say, 0, s.opts.Wait, "every Node to register and be Ready (kubeconfig "+path+")")
+	defer beat.Stop()
 	for {
 		nctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 		nodes := machines.ObserveNodes(nctx, kube)
@@ -52,6 +56,7 @@ func (s *Sequence) waitNodes(ctx context.Context) (string, error) {
 		if len(waiting) == 0 {
 			return fmt.Sprintf("%d Nodes registered and Ready", len(s.inv.Machines)), nil
 		}
+		beat.Saw(strings.Join(waiting, "; "))
 		if msg := strings.Join(waiting, "; "); msg != last {
 			s.say("    waiting (kubeconfig %s): %s", path, msg)
 			last = msg

@@ -7,18 +7,23 @@ import (
 	"time"
 
 	"devata.dev/devata/gate"
+	"devata.dev/devata/internal/heartbeat"
 )
 
 // waitEtcd waits until every control plane agrees etcd is healthy with
-// exactly the configured control planes as members.
+// exactly the configured control planes as members. Besides a line for each
+// new problem, every heartbeat.Every it says what it waits for.
 func (s *Sequence) waitEtcd(ctx context.Context) (string, error) {
 	deadline := time.Now().Add(s.opts.Wait)
 	last := ""
+	beat := heartbeat.Start(s.say, 0, s.opts.Wait, "etcd to be healthy with members ["+strings.Join(sortedCPNames(s.inv), " ")+"]")
+	defer beat.Stop()
 	for {
 		err := gate.EtcdHealthy(ctx, s.inv, s.dialer, s.opts.Timeout)
 		if err == nil {
 			return "etcd healthy, members [" + strings.Join(sortedCPNames(s.inv), " ") + "]", nil
 		}
+		beat.Saw(err.Error())
 		if err.Error() != last {
 			s.say("    waiting: %v", err)
 			last = err.Error()

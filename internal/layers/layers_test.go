@@ -32,22 +32,23 @@ var allowed = []struct {
 	{"internal/testctx", nil},
 	{"internal/golden", nil},
 	{"internal/layers", nil},
+	{"internal/heartbeat", nil},
 	// the spec and what is rendered from it
 	{"inventory", []string{"redact"}},
 	{"bootstrap", []string{"inventory", "redact"}},
 	// the Talos API and the checks of what it reports
 	{"machines", []string{"drift", "inventory", "redact"}},
-	{"gate", []string{"inventory", "machines"}},
+	{"gate", []string{"internal/heartbeat", "inventory", "machines"}},
 	{"netcheck", []string{"drift", "inventory", "machines"}},
 	{"storagecheck", []string{"drift", "inventory", "machines"}},
 	// the one list of checks
 	{"checks", []string{"drift", "inventory", "machines", "netcheck", "storagecheck"}},
 	// what changes machines
-	{"reconcile", []string{"bootstrap", "drift", "gate", "inventory", "machines"}},
-	{"bootstrap/sequence", []string{"bootstrap", "checks", "drift", "gate", "inventory", "machines"}},
+	{"reconcile", []string{"bootstrap", "drift", "gate", "internal/heartbeat", "inventory", "machines"}},
+	{"bootstrap/sequence", []string{"bootstrap", "checks", "drift", "gate", "internal/heartbeat", "inventory", "machines"}},
 	// test bed and tools
 	{"internal/simtest", []string{"bootstrap", "examples", "inventory", "machines", "sim"}},
-	{"internal/simfleet", []string{"bootstrap", "internal/testenv", "inventory", "sim"}},
+	{"internal/simfleet", []string{"bootstrap", "internal/testenv", "inventory", "machines", "sim"}},
 	{"internal/demo", []string{
 		"bootstrap", "checks", "examples", "internal/simfleet", "internal/testenv", "inventory", "machines", "netcheck", "sim", "storagecheck",
 	}},
