@@ -3,22 +3,54 @@ package reconcile
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 )
 
-// Write prints the plan for people: one line per machine, and under each
-// change whether the machine is already not ready (Action.NotReady), its
-// redacted diff and Talos' warnings.
+// shownNames is how many machine names a line of people's output lists
+// before it counts the rest.
+const shownNames = 10
+
+// inSyncListedUpTo is the number of machines a plan lists "in sync" one by
+// one; past it, the machines in sync are counted on one line.
+const inSyncListedUpTo = 50
+
+// Write prints the plan for people: per machine what it would do, and under
+// each change whether the machine is already not ready (Action.NotReady),
+// its redacted diff and Talos' warnings. Changes that are the same (mode,
+// reboot, diff, warnings, readiness) are printed once with the machines
+// that share them, and so are skips with the same reason: a fleet where a
+// thousand workers drifted the same way reads as one change, not a
+// thousand (issue 17). Past 50 machines, those in sync are counted.
 func (p *Plan) Write(w io.Writer) {
 	fmt.Fprintln(w, "plan:")
+	var groups [][]Action
+	inSync := 0
 	for _, act := range p.Actions {
+		if act.Kind == KindNone {
+			inSync++
+		}
+		i := slices.IndexFunc(groups, func(g []Action) bool { return act.Kind != KindNone && sameAction(g[0], act) })
+		if i < 0 {
+			groups = append(groups, []Action{act})
+			continue
+		}
+		groups[i] = append(groups[i], act)
+	}
+	countInSync := len(p.Actions) > inSyncListedUpTo
+	for _, g := range groups {
+		act := g[0]
+		who := act.Machine.Name
+		if len(g) > 1 {
+			who = machineList(g) + fmt.Sprintf(" (%d machines)", len(g))
+		}
 		switch act.Kind {
 		case KindApply:
 			reboot := "no reboot"
 			if act.Reboots {
 				reboot = "REBOOTS"
 			}
-			fmt.Fprintf(w, "  %-20s apply %s (%s): %s\n", act.Machine.Name, act.Mode, reboot, act.Diff.Summary())
+			fmt.Fprintf(w, "  %-20s apply %s (%s): %s\n", who, act.Mode, reboot, act.Diff.Summary())
 			if act.NotReady != "" {
 				fmt.Fprintf(w, "      %s\n", act.NotReady)
 			}
@@ -31,19 +63,49 @@ func (p *Plan) Write(w io.Writer) {
 				fmt.Fprintf(w, "      warning: %s\n", warn)
 			}
 		case KindNone:
-			fmt.Fprintf(w, "  %-20s in sync\n", act.Machine.Name)
+			if !countInSync {
+				fmt.Fprintf(w, "  %-20s in sync\n", who)
+			}
 		default:
-			fmt.Fprintf(w, "  %-20s skipped: %s\n", act.Machine.Name, act.Reason)
+			fmt.Fprintf(w, "  %-20s skipped: %s\n", who, act.Reason)
 		}
+	}
+	if countInSync && inSync > 0 {
+		fmt.Fprintf(w, "  %d of %d machines in sync\n", inSync, len(p.Actions))
 	}
 }
 
+// sameAction reports whether two actions say the same thing but for the
+// machine: the same change, or the same reason to skip.
+func sameAction(a, b Action) bool {
+	return a.Kind == b.Kind && a.Mode == b.Mode && a.Reboots == b.Reboots && a.Reason == b.Reason &&
+		a.Diff.Text == b.Diff.Text && a.NotReady == b.NotReady && slices.Equal(a.Warnings, b.Warnings)
+}
+
+func machineList(as []Action) string {
+	names := make([]string, 0, len(as))
+	for _, a := range as {
+		names = append(names, a.Machine.Name)
+	}
+	return shortList(names)
+}
+
+// shortList joins names, counting those past the first few.
+func shortList(names []string) string {
+	if len(names) <= shownNames {
+		return strings.Join(names, ", ")
+	}
+	return strings.Join(names[:shownNames], ", ") + fmt.Sprintf(" and %d more", len(names)-shownNames)
+}
+
 // Write prints what the rollout did for people: the machines converged, the
-// one finished after an interrupt, and those failed or never started.
+// one finished after an interrupt, and those failed or never started; the
+// converged and not-started lists are cut to their first few names and a
+// count (every failed one is named).
 func (o *Outcome) Write(w io.Writer) {
 	converged := "none"
 	if len(o.Converged) > 0 {
-		converged = strings.Join(o.Converged, ", ")
+		converged = shortList(o.Converged)
 	}
 	fmt.Fprintf(w, "converged: %s\n", converged)
 	if o.InFlight != "" {
@@ -53,6 +115,6 @@ func (o *Outcome) Write(w io.Writer) {
 		fmt.Fprintf(w, "failed: %s\n", strings.Join(o.Failed, ", "))
 	}
 	if len(o.Untouched) > 0 {
-		fmt.Fprintf(w, "not started: %s\n", strings.Join(o.Untouched, ", "))
+		fmt.Fprintf(w, "not started: %s\n", shortList(o.Untouched))
 	}
 }
