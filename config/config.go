@@ -64,7 +64,7 @@ var pathKeys = []string{"inventory", "talosconfig", "kubeconfig"}
 func RegisterFlags(flags *pflag.FlagSet) {
 	flags.StringP("inventory", "i", DefaultInventory, "inventory file (env DEVATA_INVENTORY)")
 	flags.String("talosconfig", "", "talosctl client config (env TALOSCONFIG; default ~/.talos/config)")
-	flags.String("kubeconfig", "", "kubeconfig for Kubernetes-side checks (env KUBECONFIG)")
+	flags.String("kubeconfig", "", "kubeconfig for Kubernetes-side checks (env KUBECONFIG; a list a:b is merged as kubectl merges it)")
 	flags.Int("concurrency", DefaultConcurrency, "machines worked on at once (env DEVATA_CONCURRENCY)")
 	flags.Duration("timeout", DefaultTimeout, "timeout per machine (env DEVATA_TIMEOUT)")
 	flags.CountP("verbose", "v", "more log detail; repeat for more (env DEVATA_VERBOSE)")
@@ -171,13 +171,55 @@ func Load(flags *pflag.FlagSet, getenv func(string) string) (Settings, error) {
 			fromFlag := flags != nil && flags.Lookup(key) != nil && flags.Lookup(key).Changed
 			if fileSettings.IsSet(key) && !envSet[key] && !fromFlag {
 				p := fieldPtr(&s, key)
-				if *p != "" && !filepath.IsAbs(*p) {
+				if key == "kubeconfig" {
+					*p = resolveList(dir, *p)
+				} else if *p != "" && !filepath.IsAbs(*p) {
 					*p = filepath.Join(dir, *p)
 				}
 			}
 		}
 	}
 	return s, s.Validate()
+}
+
+// resolveList resolves each relative path of a path list (kubeconfig, as
+// KUBECONFIG takes it: a.yaml:b.yaml) against dir.
+func resolveList(dir, list string) string {
+	if list == "" {
+		return ""
+	}
+	paths := filepath.SplitList(list)
+	for i, p := range paths {
+		if p != "" && !filepath.IsAbs(p) {
+			paths[i] = filepath.Join(dir, p)
+		}
+	}
+	return strings.Join(paths, string(filepath.ListSeparator))
+}
+
+// CheckFlags validates the global settings given as flags on the command
+// line, alone: a caller tells a usage error (--concurrency 0, -o nope) from
+// a bad environment variable or settings file, which Load reports the same.
+func CheckFlags(flags *pflag.FlagSet) error {
+	s := Settings{Concurrency: DefaultConcurrency, Timeout: DefaultTimeout, Output: DefaultOutput, LogFormat: DefaultLogFormat}
+	changed := func(key string) bool {
+		f := flags.Lookup(key)
+		return f != nil && f.Changed && (key != "output" || f.Annotations[outputAnnotation] != nil)
+	}
+	// pflag has parsed them already: a value of the wrong type never gets here
+	if changed("concurrency") {
+		s.Concurrency, _ = flags.GetInt("concurrency")
+	}
+	if changed("timeout") {
+		s.Timeout, _ = flags.GetDuration("timeout")
+	}
+	if changed("output") {
+		s.Output = flags.Lookup("output").Value.String()
+	}
+	if changed("log-format") {
+		s.LogFormat = flags.Lookup("log-format").Value.String()
+	}
+	return s.Validate()
 }
 
 func fieldPtr(s *Settings, key string) *string {

@@ -178,3 +178,52 @@ func eq[T comparable](t *testing.T, what string, got, want T) {
 		t.Errorf("%s = %v, want %v", what, got, want)
 	}
 }
+
+// A kubeconfig list in the settings file (KUBECONFIG's form) has each
+// relative path resolved against the file, as a single path is.
+func TestKubeconfigListInSettingsFile(t *testing.T) {
+	dir := t.TempDir()
+	list := func(paths ...string) string { return strings.Join(paths, string(filepath.ListSeparator)) }
+	file := writeFile(t, dir, "devata.yaml", "kubeconfig: "+list("/abs/a.yaml", "kube/b.yaml")+"\n")
+	s, err := config.Load(flags(t, "--config", file), envOf(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eq(t, "kubeconfig", s.Kubeconfig, list("/abs/a.yaml", filepath.Join(dir, "kube/b.yaml")))
+	s, err = config.Load(flags(t, "--config", file), envOf(map[string]string{"KUBECONFIG": list("a", "b")}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eq(t, "KUBECONFIG, as given", s.Kubeconfig, list("a", "b"))
+}
+
+// CheckFlags judges the flags alone: a bad value typed on the command line
+// is the caller's usage error, one from the environment or file is not.
+func TestCheckFlags(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{nil, ""},
+		{[]string{"--concurrency", "8", "-o", "json", "--log-format", "json", "--timeout", "5s"}, ""},
+		{[]string{"--concurrency", "0"}, "concurrency must be at least 1"},
+		{[]string{"--timeout", "0s"}, "timeout must be positive"},
+		{[]string{"-o", "xml"}, `output must be one of table, json, yaml, junit, prom, got "xml"`},
+		{[]string{"--log-format", "xml"}, "log-format must be text or json"},
+	} {
+		err := config.CheckFlags(flags(t, tt.args...))
+		if tt.want == "" && err != nil || tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)) {
+			t.Errorf("%v: error %v, want %q", tt.args, err, tt.want)
+		}
+	}
+	// -o of another meaning (a directory) is not judged
+	fs := pflag.NewFlagSet("gen", pflag.ContinueOnError)
+	config.RegisterFlags(fs)
+	fs.StringP("output", "o", ".", "a directory")
+	if err := fs.Parse([]string{"-o", "/tmp/out"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := config.CheckFlags(fs); err != nil {
+		t.Errorf("-o DIR: %v", err)
+	}
+}

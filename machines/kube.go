@@ -3,6 +3,7 @@ package machines
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -47,13 +48,29 @@ func KubeClient(kubeconfig string) (kubernetes.Interface, error) {
 
 // KubeConfig loads a kubeconfig into a client config with devata's rate
 // limits (a pass makes a handful of requests, plus one exec per node).
+// kubeconfig is one file, which must exist, or a list of them as KUBECONFIG
+// holds it (a:b, filepath.SplitList): merged as kubectl merges them, each
+// name (context, cluster, user, current-context) from the first file that
+// sets it; missing files in a list are skipped.
 func KubeConfig(kubeconfig string) (*rest.Config, error) {
-	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(kubeconfigRules(kubeconfig), &clientcmd.ConfigOverrides{}).ClientConfig()
 	if err != nil {
 		return nil, fmt.Errorf("kubeconfig %s: %w", kubeconfig, err)
 	}
 	cfg.QPS, cfg.Burst = 50, 100
 	return cfg, nil
+}
+
+// kubeconfigRules are client-go's loading rules for a --kubeconfig or
+// KUBECONFIG value. Not NewDefaultClientConfigLoadingRules: it reads the
+// process's own KUBECONFIG (devata's caller resolved that already, maybe
+// from a flag or settings file instead) and migrates files under ~/.kube.
+func kubeconfigRules(kubeconfig string) *clientcmd.ClientConfigLoadingRules {
+	paths := filepath.SplitList(kubeconfig)
+	if len(paths) == 1 {
+		return &clientcmd.ClientConfigLoadingRules{ExplicitPath: paths[0]}
+	}
+	return &clientcmd.ClientConfigLoadingRules{Precedence: paths}
 }
 
 // ObserveNodes lists the cluster's Nodes. A nil client gives Err saying why.

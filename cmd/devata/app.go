@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -18,6 +19,11 @@ const (
 	exitOK      = 0
 	exitFailed  = 1 // invalid, drifted, actions pending, not converged
 	exitTrouble = 2 // could not complete: an error or an unknown result
+	// exitUsage is sysexits.h's EX_USAGE: the command line itself is wrong
+	// (unknown command or flag, a bad flag value, arguments where none are
+	// taken, flags that exclude each other), so nothing was tried. Kept apart
+	// from 2 so that cron and CI can tell a broken job from a broken cluster.
+	exitUsage = 64
 )
 
 // Streams are the process's standard streams; tests pass buffers.
@@ -44,6 +50,11 @@ func (e *exitError) Unwrap() error { return e.err }
 
 func exitWith(code int, err error) error { return &exitError{code: code, err: err} }
 
+// usageError marks err as a mistake in the command line (exit 64, with the
+// pointer to --help): only for what the user typed, never for what devata
+// found (a missing file, an unreachable machine, an invalid inventory).
+func usageError(err error) error { return exitWith(exitUsage, err) }
+
 // app is what every command shares: streams, resolved settings and a logger.
 type app struct {
 	streams  Streams
@@ -64,19 +75,21 @@ func run(ctx context.Context, args []string, streams Streams, getenv func(string
 	root.SetIn(streams.In)
 	root.SetOut(streams.Out)
 	root.SetErr(streams.Err)
-	err := root.ExecuteContext(ctx)
+	cmd, err := root.ExecuteContextC(ctx)
 	if err == nil {
 		return exitOK
 	}
 	var ee *exitError
-	if errors.As(err, &ee) {
-		if ee.err != nil {
-			fmt.Fprintf(streams.Err, "error: %v\n", ee.err)
-		}
-		return ee.code
+	if !errors.As(err, &ee) {
+		ee = &exitError{code: exitTrouble, err: err}
 	}
-	fmt.Fprintf(streams.Err, "error: %v\n", err)
-	return exitTrouble
+	if ee.err != nil {
+		fmt.Fprintf(streams.Err, "error: %v\n", ee.err)
+	}
+	if ee.code == exitUsage && cmd != nil {
+		fmt.Fprintf(streams.Err, "run '%s --help' for usage\n", cmd.CommandPath())
+	}
+	return ee.code
 }
 
 func (a *app) newRootCommand() *cobra.Command {
@@ -87,10 +100,21 @@ func (a *app) newRootCommand() *cobra.Command {
 over the Talos API, verifies the node layer and reports desired-vs-actual drift.
 
 Start with:  devata demo          (runs on the embedded example; touches no machine)
-             devata validate -i inventory.yaml`,
+             devata validate -i inventory.yaml
+
+Exit 64 (EX_USAGE) for any command whose command line is wrong: an unknown
+command or flag, a bad flag value, arguments where none are taken, flags that
+exclude each other. Nothing was tried then. Each command's help gives its
+other codes (2: it could not observe or complete).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			// a bad value typed as a flag is the command line's fault
+			// (64); the same value from DEVATA_* or the settings file is
+			// the environment's (2, below)
+			if err := config.CheckFlags(cmd.Flags()); err != nil {
+				return usageError(err)
+			}
 			s, err := config.Load(cmd.Flags(), a.getenv)
 			if err != nil {
 				return exitWith(exitTrouble, err)
@@ -114,7 +138,57 @@ Start with:  devata demo          (runs on the embedded example; touches no mach
 		a.newBootstrapCommand(),
 		a.newPlanCommand(),
 	)
+	markUsageErrors(root)
+	a.registerCompletions(root)
 	return root
+}
+
+// markUsageErrors makes cobra's own complaints about the command line usage
+// errors (exit 64): flags it cannot parse (unknown, or a value of the wrong
+// type such as --timeout abc), arguments a command does not take, and an
+// unknown subcommand. Cobra returns them as plain errors, which run would
+// report as 2.
+func markUsageErrors(root *cobra.Command) {
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError(err) })
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		switch {
+		case c.HasSubCommands() && !c.Runnable():
+			// cobra answers a group (devata gen) given an unknown
+			// subcommand with its help and exit 0, and the root with a
+			// plain error: both are usage errors
+			c.Args = unknownSubcommand
+			c.Run = func(c *cobra.Command, _ []string) { _ = c.Help() }
+		case c.Args != nil:
+			args := c.Args
+			c.Args = func(c *cobra.Command, a []string) error {
+				if err := args(c, a); err != nil {
+					return usageError(err)
+				}
+				return nil
+			}
+		}
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(root)
+}
+
+// unknownSubcommand refuses any argument to a group command, naming the
+// nearest subcommands as cobra does for the root.
+func unknownSubcommand(c *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return nil
+	}
+	msg := fmt.Sprintf("unknown command %q for %q", args[0], c.CommandPath())
+	if c.SuggestionsMinimumDistance <= 0 {
+		c.SuggestionsMinimumDistance = 2 // cobra's own default, set only where it suggests
+	}
+	if near := c.SuggestionsFor(args[0]); len(near) > 0 {
+		msg += "; did you mean " + strings.Join(near, " or ") + "?"
+	}
+	return usageError(errors.New(msg))
 }
 
 func newLogger(w io.Writer, s config.Settings) *slog.Logger {

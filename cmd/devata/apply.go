@@ -114,7 +114,7 @@ func (a *app) confirmReboots(plan *reconcile.Plan) error {
 func (a *app) apply(ctx context.Context, flags applyFlags) error {
 	mode, err := machines.ParseMode(flags.mode)
 	if err != nil {
-		return exitWith(exitTrouble, err)
+		return usageError(err)
 	}
 	s, err := a.openSession(ctx, false)
 	if err != nil {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 
@@ -19,7 +20,7 @@ import (
 type driftFlags struct {
 	machines, checks    []string
 	junitFile, promFile string
-	stream              bool
+	stream, all         bool
 	probe               bool
 	probeOpts           netcheck.ProbeOptions
 }
@@ -55,6 +56,7 @@ Exit 0 all in sync, 1 drift found, 2 could not complete (any Unknown or an error
 	cmd.Flags().StringVar(&flags.probeOpts.Namespace, "probe-namespace", netcheck.DefaultProbeNamespace, "namespace of the --probe pods (the host-network one needs Pod Security level privileged there)")
 	cmd.Flags().StringVar(&flags.probeOpts.Image, "probe-image", netcheck.DefaultProbeImage, "image of the --probe pods (it must have agnhost's connect subcommand)")
 	cmd.Flags().DurationVar(&flags.probeOpts.Timeout, "probe-timeout", netcheck.DefaultProbeTimeout, "how long a --probe pod may take from creation to its end (image pull included)")
+	cmd.Flags().BoolVar(&flags.all, "all", false, fmt.Sprintf("the table lists every machine (past %d machines it lists those not in sync and counts the rest)", drift.SummaryAbove))
 	cmd.Flags().StringVar(&flags.junitFile, "junit-file", "", "also write the report as JUnit XML to this file")
 	cmd.Flags().BoolVar(&flags.stream, "stream", false, "write the JSON report as machines finish, holding no results (for very large fleets; results in arrival order; not with --junit-file/--prom-file)")
 	cmd.Flags().StringVar(&flags.promFile, "prom-file", "", "also write the report as a Prometheus textfile (atomically) to this path")
@@ -80,13 +82,13 @@ func checkList() string {
 func (a *app) drift(ctx context.Context, flags driftFlags) error {
 	format, err := drift.ParseFormat(a.settings.Output)
 	if err != nil {
-		return exitWith(exitTrouble, err)
+		return usageError(err)
 	}
 	if flags.stream && (format != drift.FormatJSON || flags.junitFile != "" || flags.promFile != "") {
-		return exitWith(exitTrouble, errors.New("--stream writes JSON as it goes: use it with -o json and without --junit-file or --prom-file"))
+		return usageError(errors.New("--stream writes JSON as it goes: use it with -o json and without --junit-file or --prom-file"))
 	}
 	if slices.Contains(flags.checks, netcheck.CheckProbe) && !flags.probe {
-		return exitWith(exitTrouble, errors.New("cilium-probe creates pods in the cluster: it runs only with --probe"))
+		return usageError(errors.New("cilium-probe creates pods in the cluster: it runs only with --probe"))
 	}
 	s, err := a.openSession(ctx, true, flags.machines...)
 	if err != nil {
@@ -111,7 +113,7 @@ func (a *app) drift(ctx context.Context, flags driftFlags) error {
 	if err != nil {
 		return exitWith(exitTrouble, err)
 	}
-	if err := drift.Render(a.streams.Out, format, rep, drift.TableOptions{Color: drift.AutoColor(a.streams.Out, a.getenv)}); err != nil {
+	if err := drift.Render(a.streams.Out, format, rep, drift.TableOptions{Color: drift.AutoColor(a.streams.Out, a.getenv), All: flags.all}); err != nil {
 		return exitWith(exitTrouble, err)
 	}
 	if flags.junitFile != "" {

@@ -213,7 +213,7 @@ func TestDriftStreamMatchesTheReport(t *testing.T) {
 	if len(a.Results) != len(b.Results) || a.Summary != b.Summary {
 		t.Errorf("streamed report differs: %d vs %d results, summary %+v vs %+v", len(a.Results), len(b.Results), a.Summary, b.Summary)
 	}
-	if r := devata(t, nil, "drift", "--config", sf.settings, "--stream"); r.code != 2 || !strings.Contains(r.err, "-o json") {
+	if r := devata(t, nil, "drift", "--config", sf.settings, "--stream"); r.code != exitUsage || !strings.Contains(r.err, "-o json") {
 		t.Errorf("--stream with the table: exit %d, %q", r.code, r.err)
 	}
 }
@@ -240,7 +240,7 @@ func TestDriftCiliumChecksWired(t *testing.T) {
 		t.Errorf("the full report lacks the Cilium or storage checks")
 	}
 	r = devata(t, nil, "drift", "--config", sf.settings, "--checks=cilium-probe")
-	if r.code != 2 || !strings.Contains(r.err, "cilium-probe creates pods in the cluster: it runs only with --probe") {
+	if r.code != exitUsage || !strings.Contains(r.err, "cilium-probe creates pods in the cluster: it runs only with --probe") {
 		t.Errorf("--checks cilium-probe without --probe: exit %d\n%s", r.code, r.err)
 	}
 }

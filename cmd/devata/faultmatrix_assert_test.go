@@ -126,7 +126,8 @@ func configWrites(f *sim.Fleet) map[string]int {
 var (
 	lockRefusal   = "another writer holds the cluster's lock"
 	lockWaitEnded = "waiting for the cluster's lock"
-	planLineRe    = regexp.MustCompile(`(?m)^  (\S+)\s+(apply |in sync|skipped: )`)
+	// one machine, or the machines a change (or skip) is the same for: "cp-2, cp-3 (2 machines) apply"
+	planLineRe    = regexp.MustCompile(`(?m)^  (\S+(?:, \S+)*)(?: \(\d+ machines\))?\s+(apply |in sync|skipped: )`)
 	announcedRe   = regexp.MustCompile(`(?m)^==> (\S+): apply`)
 	tableRowRe    = regexp.MustCompile(`(?m)^(\S+)\s+(controlplane|worker)\s+\S+\s+(InSync|Drifted|Unknown)\b`)
 	outcomeLineRe = regexp.MustCompile(`(?m)^((?:cp|worker)-\d+) +(\S*)$`)
@@ -185,7 +186,9 @@ func checkApplyReport(t *testing.T, w *faultWriter, announced map[string]int) {
 	}
 	planned := map[string]string{}
 	for _, m := range planLineRe.FindAllStringSubmatch(w.stdout, -1) {
-		planned[m[1]] = strings.TrimSpace(m[2])
+		for _, name := range strings.Split(m[1], ", ") {
+			planned[name] = strings.TrimSpace(m[2])
+		}
 	}
 	asked := w.askedAbout()
 	for _, name := range asked {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -132,10 +133,13 @@ func existingKubeClient(path string) (kubernetes.Interface, error) {
 	if path == "" {
 		return nil, nil
 	}
-	if _, err := os.Stat(path); err != nil {
-		return nil, nil //nolint:nilerr // no kubeconfig yet: no API to take a Lease in
+	// KUBECONFIG may be a list (kubectl's form): any file of it will do
+	for _, p := range filepath.SplitList(path) {
+		if _, err := os.Stat(p); err == nil {
+			return machines.KubeClient(path)
+		}
 	}
-	return machines.KubeClient(path)
+	return nil, nil // no kubeconfig yet: no API to take a Lease in
 }
 
 // commandLine is how this process was started, for the lock's holder.

@@ -191,7 +191,7 @@ func TestSettingsErrorsExit2(t *testing.T) {
 	if r.code != 2 || !strings.Contains(r.err, "concurrency must be at least 1") {
 		t.Errorf("exit %d, stderr %q", r.code, r.err)
 	}
-	if r := devata(t, nil, "validate", "--no-such-flag"); r.code != 2 || !strings.Contains(r.err, "unknown flag") {
+	if r := devata(t, nil, "validate", "--no-such-flag"); r.code != exitUsage || !strings.Contains(r.err, "unknown flag") {
 		t.Errorf("unknown flag: exit %d, stderr %q", r.code, r.err)
 	}
 }

@@ -33,7 +33,7 @@ Exit 0 nothing to do, 1 actions pending, 2 error or a blocked action.`,
 			switch flags.output {
 			case sequence.FormatText, sequence.FormatMarkdown, sequence.FormatJSON:
 			default:
-				return exitWith(exitTrouble, fmt.Errorf("unknown output %q: use text, markdown or json", flags.output))
+				return usageError(fmt.Errorf("unknown output %q: use text, markdown or json", flags.output))
 			}
 			opts, err := a.sequenceOptions(flags.sequenceFlags)
 			if err != nil {

@@ -69,8 +69,8 @@ func TestPlanJSONAndText(t *testing.T) {
 	if r.code != 1 || !strings.Contains(r.stdout, "evidence [reconciliation]: MachineConfig v1alpha1 sha256:") {
 		t.Errorf("text plan: exit %d\n%s%s", r.code, r.stdout, r.err)
 	}
-	if r := devata(t, nil, "plan", "--config", sf.settings, "-o", "yaml"); r.code != 2 {
-		t.Errorf("-o yaml: exit %d, want 2", r.code)
+	if r := devata(t, nil, "plan", "--config", sf.settings, "-o", "yaml"); r.code != exitUsage {
+		t.Errorf("-o yaml: exit %d, want 64", r.code)
 	}
 }
 

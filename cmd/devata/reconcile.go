@@ -106,17 +106,17 @@ Metrics, /healthz and /readyz are served on --metrics-addr.`,
 func (a *app) reconcile(ctx context.Context, flags reconcileFlags) error {
 	mode, err := machines.ParseMode(flags.mode)
 	if err != nil {
-		return exitWith(exitTrouble, err)
+		return usageError(err)
 	}
 	shard, err := reconcile.ParseShard(flags.shard)
 	if err != nil {
-		return exitWith(exitTrouble, err)
+		return usageError(err)
 	}
 	if flags.once && flags.leaderElect {
-		return exitWith(exitTrouble, errors.New("--once runs one pass now and --leader-elect is for the long-running loop: use one or the other (give each Indexed Job pod its own --shard instead)"))
+		return usageError(errors.New("--once runs one pass now and --leader-elect is for the long-running loop: use one or the other (give each Indexed Job pod its own --shard instead)"))
 	}
 	if flags.reportOnly && flags.dryRun {
-		return exitWith(exitTrouble, errors.New("--report-only and --dry-run exclude each other: --report-only already sends nothing"))
+		return usageError(errors.New("--report-only and --dry-run exclude each other: --report-only already sends nothing"))
 	}
 	log := a.loopLogger()
 	routeLibraryLogs(log) // client-go's leader election logs at info

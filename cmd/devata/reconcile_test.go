@@ -84,8 +84,8 @@ func TestReconcileFlagErrors(t *testing.T) {
 		{"reconcile", "--mode", "sideways"},
 		{"reconcile", "--once", "--leader-elect"},
 	} {
-		if r := devata(t, nil, args...); r.code != 2 {
-			t.Errorf("%v: exit %d, want 2\n%s", args, r.code, r.err)
+		if r := devata(t, nil, args...); r.code != exitUsage {
+			t.Errorf("%v: exit %d, want 64\n%s", args, r.code, r.err)
 		}
 	}
 }

@@ -3,7 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
+	"path/filepath"
+	"time"
 
 	"golang.org/x/term"
 	"k8s.io/client-go/kubernetes"
@@ -81,8 +84,8 @@ func (a *app) openSession(ctx context.Context, leanOK bool, only ...string) (*se
 			a.log.Warn("dial override for a machine not in the inventory", "machine", name)
 		}
 	}
-	if a.settings.Kubeconfig != "" {
-		if s.kube, s.exec, err = kubeClients(a.settings.Kubeconfig); err != nil {
+	if kubeconfig := a.kubeconfigFor(inv); kubeconfig != "" {
+		if s.kube, s.exec, err = kubeClients(kubeconfig); err != nil {
 			return nil, exitWith(exitTrouble, err)
 		}
 	}
@@ -127,16 +130,61 @@ func (s *session) header(simulated bool) drift.Header {
 	return drift.Header{Cluster: s.inv.Cluster.Name, Inventory: s.inv.Path, Simulated: simulated}
 }
 
-// progress returns a per-machine progress printer for stderr, or nil when
-// stderr is not a terminal: progress is for people, never for pipes or JSON.
+// progress returns a progress printer for stderr, or nil when stderr is not
+// a terminal: progress is for people, never for pipes or JSON.
 func (a *app) progress(total int) func(string, []drift.Result) {
 	f, ok := a.streams.Err.(*os.File)
 	if !ok || !term.IsTerminal(int(f.Fd())) {
 		return nil
 	}
-	done := 0
-	return func(machine string, results []drift.Result) {
-		done++
-		fmt.Fprintf(f, "[%d/%d] %-20s %s\n", done, total, machine, drift.Worst(results))
+	return (&progressLine{w: f, total: total, every: 2 * time.Second, now: time.Now}).done
+}
+
+// progressLine prints a line per machine that is not in sync as it
+// finishes, and for the rest at most a count every so often and at the
+// end: a clean pass over a thousand machines is a few lines, not a
+// thousand (issue 17).
+type progressLine struct {
+	w        io.Writer
+	total    int
+	every    time.Duration
+	now      func() time.Time
+	finished int
+	counts   map[drift.Status]int
+	last     time.Time
+}
+
+func (p *progressLine) done(machine string, results []drift.Result) {
+	if p.counts == nil {
+		p.counts = map[drift.Status]int{}
+		p.last = p.now()
 	}
+	p.finished++
+	worst := drift.Worst(results)
+	p.counts[worst]++
+	switch {
+	case worst != drift.StatusInSync:
+		fmt.Fprintf(p.w, "[%d/%d] %-20s %s\n", p.finished, p.total, machine, worst)
+	case p.finished == p.total || p.now().Sub(p.last) >= p.every:
+		fmt.Fprintf(p.w, "[%d/%d] %d in sync, %d drifted, %d unknown\n", p.finished, p.total,
+			p.counts[drift.StatusInSync], p.counts[drift.StatusDrifted], p.counts[drift.StatusUnknown])
+	default:
+		return
+	}
+	p.last = p.now()
+}
+
+// kubeconfigFor is the kubeconfig a run uses: --kubeconfig (or KUBECONFIG,
+// or the settings file), else the one devata bootstrap wrote next to the
+// inventory, when it is there; "" for none.
+func (a *app) kubeconfigFor(inv *inventory.Inventory) string {
+	if a.settings.Kubeconfig != "" {
+		return a.settings.Kubeconfig
+	}
+	written := filepath.Join(filepath.Dir(inv.Path), "kubeconfig")
+	if st, err := os.Stat(written); err == nil && st.Mode().IsRegular() {
+		a.log.Info("using the kubeconfig devata bootstrap wrote next to the inventory", "path", written)
+		return written
+	}
+	return ""
 }
