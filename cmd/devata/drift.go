@@ -87,6 +87,9 @@ func (a *app) drift(ctx context.Context, flags driftFlags) error {
 	if flags.stream && (format != drift.FormatJSON || flags.junitFile != "" || flags.promFile != "") {
 		return usageError(errors.New("--stream writes JSON as it goes: use it with -o json and without --junit-file or --prom-file"))
 	}
+	if err := knownChecks(flags.checks); err != nil {
+		return usageError(err)
+	}
 	if slices.Contains(flags.checks, netcheck.CheckProbe) && !flags.probe {
 		return usageError(errors.New("cilium-probe creates pods in the cluster: it runs only with --probe"))
 	}
@@ -147,6 +150,18 @@ func (a *app) driftStream(ctx context.Context, fc *machines.FleetCheck, h drift.
 	}
 	if code := st.ExitCode(); code != 0 {
 		return exitWith(code, nil)
+	}
+	return nil
+}
+
+// knownChecks refuses a --checks name the registry does not have: a typo
+// on the command line, found before anything is loaded or dialled.
+func knownChecks(names []string) error {
+	all := checks.Names()
+	for _, n := range names {
+		if !slices.Contains(all, n) {
+			return fmt.Errorf("--checks: no check %q (have %s)", n, strings.Join(all, ", "))
+		}
 	}
 	return nil
 }

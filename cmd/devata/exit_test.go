@@ -28,6 +28,8 @@ func TestUsageErrorsExit64(t *testing.T) {
 		{[]string{"drift", "-o", "nope", "-i", inv}, `output must be one of table, json, yaml, junit, prom, got "nope"`, "devata drift"},
 		{[]string{"drift", "--stream", "-o", "table", "-i", inv}, "--stream writes JSON as it goes", "devata drift"},
 		{[]string{"drift", "--checks", "cilium-probe", "-i", inv}, "it runs only with --probe", "devata drift"},
+		{[]string{"drift", "--checks", "confg", "-i", inv}, `--checks: no check "confg" (have config, talos-version`, "devata drift"},
+		{[]string{"reconcile", "--once", "--checks", "kubelets"}, `--checks: no check "kubelets"`, "devata reconcile"},
 		{[]string{"plan", "-o", "yaml", "-i", inv}, `unknown output "yaml"`, "devata plan"},
 		{[]string{"apply", "--mode", "sideways", "-i", inv}, `unknown apply mode "sideways"`, "devata apply"},
 		{[]string{"reconcile", "--mode", "sideways"}, `unknown apply mode "sideways"`, "devata reconcile"},

@@ -104,6 +104,9 @@ Metrics, /healthz and /readyz are served on --metrics-addr.`,
 // what the loop reads and writes, takes the cluster's lock unless nothing is
 // written, and runs, with or without leader election.
 func (a *app) reconcile(ctx context.Context, flags reconcileFlags) error {
+	if err := knownChecks(flags.checks); err != nil {
+		return usageError(err)
+	}
 	mode, err := machines.ParseMode(flags.mode)
 	if err != nil {
 		return usageError(err)
