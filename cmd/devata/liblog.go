@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 
 	"github.com/go-logr/logr"
@@ -18,21 +17,21 @@ import (
 // prints a stack trace ("log.SetLogger(...) was never called") 30 s after
 // its first use (pkg/log/log.go eventuallyFulfillRoot).
 //
-// controller-runtime takes its logger once per process, so both libraries
-// get one forwarding handler, and each run points it at its own logger.
-var (
-	libLogger  atomic.Pointer[slog.Logger]
-	libLogOnce sync.Once
-)
+// controller-runtime takes its logger once per process, and klog's may only
+// be set before anything logs (klog.SetLoggerWithOptions: it is not
+// synchronised), so both get one forwarding handler at init, before any
+// goroutine runs, and each run points it at its own logger.
+var libLogger atomic.Pointer[slog.Logger]
 
-func routeLibraryLogs(l *slog.Logger) {
-	libLogger.Store(l)
-	libLogOnce.Do(func() {
-		fwd := slog.New(forward{})
-		ctrllog.SetLogger(logr.FromSlogHandler(fwd.Handler()))
-		klog.SetSlogLogger(fwd)
-	})
+func init() {
+	libLogger.Store(slog.New(slog.DiscardHandler))
+	fwd := slog.New(forward{})
+	ctrllog.SetLogger(logr.FromSlogHandler(fwd.Handler()))
+	klog.SetSlogLogger(fwd)
 }
+
+// routeLibraryLogs sends the libraries' logs to l from now on.
+func routeLibraryLogs(l *slog.Logger) { libLogger.Store(l) }
 
 // forward hands each record to the logger of the current run, with the
 // attributes and groups added on the way, in their order.
