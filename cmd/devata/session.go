@@ -84,10 +84,8 @@ func (a *app) openSession(ctx context.Context, leanOK bool, only ...string) (*se
 			a.log.Warn("dial override for a machine not in the inventory", "machine", name)
 		}
 	}
-	if kubeconfig := a.kubeconfigFor(inv); kubeconfig != "" {
-		if s.kube, s.exec, err = kubeClients(kubeconfig); err != nil {
-			return nil, exitWith(exitTrouble, err)
-		}
+	if s.kube, s.exec, err = a.sessionKubeClients(inv); err != nil {
+		return nil, exitWith(exitTrouble, err)
 	}
 	return s, nil
 }
@@ -187,4 +185,20 @@ func (a *app) kubeconfigFor(inv *inventory.Inventory) string {
 		return written
 	}
 	return ""
+}
+
+// sessionKubeClients are the Kubernetes clients of a run: from the
+// kubeconfig it is given or bootstrap wrote (kubeconfigFor), else, in a pod
+// (the CronJob in deploy/), the pod's own service account; none otherwise,
+// and the Kubernetes-side checks say so.
+func (a *app) sessionKubeClients(inv *inventory.Inventory) (kubernetes.Interface, netcheck.Execer, error) {
+	if kubeconfig := a.kubeconfigFor(inv); kubeconfig != "" {
+		return kubeClients(kubeconfig)
+	}
+	cfg, err := rest.InClusterConfig()
+	if err != nil {
+		return nil, nil, nil //nolint:nilerr // not in a pod: no Kubernetes client
+	}
+	a.log.Info("using the pod's service account for the Kubernetes API", "host", cfg.Host)
+	return kubeClientsFor(cfg)
 }
