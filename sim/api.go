@@ -279,9 +279,9 @@ func (a *machineAPI) EtcdStatus(ctx context.Context, _ *emptypb.Empty) (*machine
 		DbSize:           24 * mib,
 		DbSizeInUse:      12 * mib,
 		Leader:           leader,
-		RaftIndex:        4242,
-		RaftTerm:         2,
-		RaftAppliedIndex: 4242,
+		RaftIndex:        etcdRaftIndex,
+		RaftTerm:         etcdRaftTerm,
+		RaftAppliedIndex: etcdRaftIndex,
 	}
 
 	for _, mem := range members {

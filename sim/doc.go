@@ -78,6 +78,32 @@
 //     the caller's deadline, if sooner) and answer DeadlineExceeded
 //     (internal/pkg/etcd/etcd.go NewClient; Talos waits for the caller's
 //     deadline). Unimplemented on workers.
+//   - EtcdSnapshot (etcd_snapshot.go; v1alpha1_server.go EtcdSnapshot,
+//     checkControlplane, internal/pkg/etcd/etcd.go NewLocalClient,
+//     pkg/chunker/stream Chunker.Read; talosctl's cmd/talosctl/cmd/talos/
+//     etcd.go etcdSnapshotCmd; etcdutl/snapshot/v3_snapshot.go Status and
+//     saveDB; bbolt v1.4 internal/common page.go, meta.go, db.go init):
+//     Unimplemented "etcd snapshot is only available on control plane
+//     nodes" on a worker; os:admin, os:operator and os:etcd:backup only
+//     (services/machined.go rules); on a control plane whose etcd does not
+//     run, etcdNotRunning's answers worded as machined wraps them ("failed
+//     to create etcd client: …", code Unknown; "failed reading etcd
+//     snapshot: context deadline exceeded", DeadlineExceeded). A member
+//     streams, in common.Data messages of 1024 bytes as the Chunker reads,
+//     an etcd snapshot file: a real bbolt database (4 KiB pages) with etcd
+//     v3.6's buckets (members as membership.Member JSON, meta with
+//     consistent_index, term, confState and storageVersion, cluster, and
+//     the key bucket of mvccpb.KeyValues by revision), then the sha256 of
+//     those bytes, so its size is a multiple of 512 plus 32. The key space
+//     is the sim's own: a key per member whose etcd started, so the
+//     cluster's revision (EtcdCluster.Revision; etcd starts at 1) counts
+//     them. Every member of a cluster streams the same bytes
+//     (Fleet.EtcdSnapshotFile). talosctl etcd snapshot saves it and its
+//     etcdutl Status reads the revision and keys (talosctl_snapshot_test.go).
+//     Faults: EtcdSnapshotCorrupt flips a bit inside the newest key's value
+//     (bbolt and Status do not notice, the hash does); EtcdSnapshotCutAt
+//     ends the stream early with status OK, as the Chunker does when its
+//     read from etcd fails.
 //   - Stage and readiness (node.go; machine_status.go and
 //     v1alpha1_sequencer_tasks.go StartAllServices): a configured machine is
 //     booting until every service of its boot is up (running, and healthy

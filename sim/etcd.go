@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -16,6 +17,12 @@ import (
 type etcdCluster struct {
 	members []*etcdMember
 	nextID  uint64
+	// revision is the key space's revision (etcd's starts at 1) and kvs
+	// every revision of every key, oldest first, as etcd's key bucket
+	// holds them until a compaction: the sim's own keys, one per member
+	// when its etcd started (see put), for what an etcd snapshot carries.
+	revision int64
+	kvs      []etcdKV
 }
 
 // etcdMember is one member of a cluster. A joining control plane is added as
@@ -56,8 +63,9 @@ func (f *Fleet) bootstrapEtcd(m *Machine) (created bool) {
 		return false
 	}
 
-	c := &etcdCluster{nextID: 0x5a1d0c3e7f2b9a01 + uint64(len(f.etcd))*0x7e57c1a5}
+	c := &etcdCluster{nextID: 0x5a1d0c3e7f2b9a01 + uint64(len(f.etcd))*0x7e57c1a5, revision: 1}
 	id := c.add(m, false)
+	c.put(memberKey(m.snap().hostname()), fmt.Sprintf("started %016x", id))
 
 	m.mu.Lock()
 	m.etcdID, m.etcdCluster = id, c
@@ -139,7 +147,12 @@ func (f *Fleet) promote(m *Machine, gen int) {
 			}
 		}
 	}
+	c, id := m.etcdCluster, m.etcdID
 	m.mu.Unlock()
+
+	if ok {
+		c.put(memberKey(m.snap().hostname()), fmt.Sprintf("started %016x", id))
+	}
 	f.mu.Unlock()
 
 	if ok {
@@ -162,6 +175,14 @@ func (f *Fleet) etcdMembersOf(m *Machine) (members []memberView, leader uint64) 
 	c := m.etcdCluster
 	m.mu.Unlock()
 
+	members, leader = c.views()
+
+	return members, leader
+}
+
+// views are the cluster's members as EtcdMemberList shows them, leader
+// first; the caller holds the fleet's lock.
+func (c *etcdCluster) views() (members []memberView, leader uint64) {
 	for _, mem := range c.members {
 		ms := mem.m.snap()
 		v := memberView{id: mem.id, host: ms.host, learner: mem.learner}

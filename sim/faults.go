@@ -73,6 +73,14 @@ type Faults struct {
 	// the config, then drop the connection and reboot before replying. It
 	// clears itself once it fired.
 	RebootDuringApply bool
+	// EtcdSnapshotCorrupt flips one bit of the snapshot EtcdSnapshot
+	// streams, inside the value of its newest key: the size stays right,
+	// bbolt and etcdutl's status read the file, only its sha256 tells.
+	EtcdSnapshotCorrupt bool
+	// EtcdSnapshotCutAt ends EtcdSnapshot's stream with status OK after that
+	// many bytes, as machined's Chunker does when its read from etcd breaks
+	// off (pkg/chunker/stream); 0 streams it whole.
+	EtcdSnapshotCutAt int
 
 	// CiliumAgentNotReady keeps the node's cilium agent pod Running but not
 	// Ready (ContainersNotReady).

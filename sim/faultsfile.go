@@ -31,6 +31,10 @@ type FaultSpec struct {
 	VolumeMissing     []string          `yaml:"volumeMissing"`
 	RebootDuringApply bool              `yaml:"rebootDuringApply"`
 
+	// etcd snapshot faults (see Faults)
+	EtcdSnapshotCorrupt bool `yaml:"etcdSnapshotCorrupt"`
+	EtcdSnapshotCutAt   int  `yaml:"etcdSnapshotCutAt"`
+
 	// storage faults (see Faults); sizes take units, e.g. 50GiB
 	VolumeFilesystem    map[string]string   `yaml:"volumeFilesystem"`
 	VolumeSize          map[string]string   `yaml:"volumeSize"`
@@ -70,8 +74,9 @@ func LoadFaultsFile(path string) (map[string]Faults, error) {
 		f := Faults{
 			Unreachable: s.Unreachable, Latency: s.Latency, TalosVersion: s.TalosVersion,
 			KubeletUnhealthy: s.KubeletUnhealthy, VolumeFailed: s.VolumeFailed, VolumeMissing: s.VolumeMissing,
-			RebootDuringApply: s.RebootDuringApply,
-			VolumeFilesystem:  s.VolumeFilesystem, DisksMissing: s.DisksMissing, DiskSignatures: s.DiskSignatures,
+			RebootDuringApply:   s.RebootDuringApply,
+			EtcdSnapshotCorrupt: s.EtcdSnapshotCorrupt, EtcdSnapshotCutAt: s.EtcdSnapshotCutAt,
+			VolumeFilesystem: s.VolumeFilesystem, DisksMissing: s.DisksMissing, DiskSignatures: s.DiskSignatures,
 			MountMissing: s.MountMissing, PartitionMissing: s.PartitionMissing,
 			KubeletMountMissing: s.KubeletMountMissing, KubeletMountOptions: s.KubeletMountOptions,
 			CiliumAgentNotReady: s.CiliumAgentNotReady, CiliumStatusReply: s.CiliumStatusReply,

@@ -33,6 +33,9 @@ type EtcdCluster struct {
 	// Members are the voting members; Learners joined but are not yet
 	// promoted.
 	Members, Learners []string
+	// Revision is the key space's revision, what a snapshot of the cluster
+	// carries (etcdutl snapshot status reads it).
+	Revision int64
 }
 
 // EtcdClusters returns every etcd cluster the fleet holds, in the order
@@ -45,7 +48,7 @@ func (f *Fleet) EtcdClusters() []EtcdCluster {
 	out := make([]EtcdCluster, 0, len(f.etcd))
 
 	for _, c := range f.etcd {
-		var ec EtcdCluster
+		ec := EtcdCluster{Revision: c.revision}
 
 		for _, mem := range c.members {
 			if mem.learner {

@@ -42,6 +42,9 @@ var (
 	adminRole  = role.MakeSet(role.Admin)
 	operatorUp = role.MakeSet(role.Admin, role.Operator)
 	etcdRead   = role.MakeSet(role.Admin, role.Operator, role.Reader, role.EtcdBackup)
+	// a snapshot holds every Secret: os:reader may not take one
+	// (services/machined.go rules)
+	etcdBackup = role.MakeSet(role.Admin, role.Operator, role.EtcdBackup)
 )
 
 // rules mirror machined's authorizer for the methods the sim serves; any
@@ -50,6 +53,7 @@ var rules = map[string]role.Set{
 	"/machine.MachineService/ApplyConfiguration": adminRole,
 	"/machine.MachineService/Bootstrap":          adminRole,
 	"/machine.MachineService/EtcdMemberList":     etcdRead,
+	"/machine.MachineService/EtcdSnapshot":       etcdBackup,
 	"/machine.MachineService/EtcdStatus":         etcdRead,
 	"/machine.MachineService/Hostname":           allRoles,
 	"/machine.MachineService/Kubeconfig":         adminRole,

@@ -137,6 +137,7 @@ other codes (2: it could not observe or complete).`,
 		a.newReconcileCommand(),
 		a.newBootstrapCommand(),
 		a.newPlanCommand(),
+		a.newBackupCommand(),
 	)
 	markUsageErrors(root)
 	a.registerCompletions(root)

@@ -1,0 +1,83 @@
+package machines_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"strings"
+	"testing"
+
+	clientconfig "github.com/siderolabs/talos/pkg/machinery/client/config"
+	"github.com/siderolabs/talos/pkg/machinery/role"
+
+	"devata.dev/devata/internal/simtest"
+	"devata.dev/devata/machines"
+	"devata.dev/devata/sim"
+)
+
+// EtcdSnapshot on the sim: a whole snapshot is written, counted, hashed and
+// verified, and its revision read back; a worker, a role that may not take
+// snapshots, a corrupt and a cut stream each fail naming the machine and
+// what to do, the last two as ErrSnapshotInvalid.
+func TestEtcdSnapshot(t *testing.T) {
+	f := simtest.Start(t, simtest.Options{Bootstrap: true})
+	ctx := context.Background()
+	snap := func(d *machines.Dialer, name string) (machines.SnapshotInfo, []byte, error) {
+		t.Helper()
+		m := f.Inventory.Machine(name)
+		c, err := d.Client(ctx, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		var buf bytes.Buffer
+		info, err := machines.EtcdSnapshot(ctx, c, m, &buf)
+		return info, buf.Bytes(), err
+	}
+
+	info, data, err := snap(f.Dialer, "cp-2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, rev := f.Sim.EtcdSnapshotFile("cp-2")
+	sum := sha256.Sum256(data)
+	if !bytes.Equal(data, want) || info.Size != int64(len(want)) || info.SHA256 != hex.EncodeToString(sum[:]) || info.Machine != "cp-2" || info.TalosVersion != "v1.11.0" {
+		t.Errorf("snapshot %+v of %d bytes; want the sim's %d bytes, their sha256, cp-2, v1.11.0", info, len(data), len(want))
+	}
+	if got, err := machines.SnapshotRevision(bytes.NewReader(data), info.Size); err != nil || got != rev {
+		t.Errorf("SnapshotRevision = %d, %v; want the cluster's %d", got, err, rev)
+	}
+
+	if _, _, err := snap(f.Dialer, "worker-1"); err == nil || !strings.Contains(err.Error(), "etcd snapshot from worker-1: worker-1 is a worker") {
+		t.Errorf("snapshot from a worker: %v", err)
+	}
+
+	crt, err := f.Bundle.GenerateTalosAPIClientCertificate(role.MakeSet(role.Reader))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reader, err := machines.NewDialer(clientconfig.NewConfig("reader", nil, f.Bundle.Certs.OS.Crt, crt), f.Overrides)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := snap(reader, "cp-1"); err == nil || !strings.Contains(err.Error(), "cp-1") || !strings.Contains(err.Error(), "os:etcd:backup") {
+		t.Errorf("snapshot as os:reader: %v, want the roles that may", err)
+	}
+
+	for _, tc := range []struct {
+		faults sim.Faults
+		want   string
+	}{
+		{sim.Faults{EtcdSnapshotCorrupt: true}, "the sha256 etcd appended does not match"},
+		{sim.Faults{EtcdSnapshotCutAt: 5000}, "5000 bytes is not an etcd snapshot's size"},
+		{sim.Faults{EtcdSnapshotCutAt: 4096 + 32}, "the sha256 etcd appended does not match"}, // the right shape, by chance
+	} {
+		f.Sim.Machine("cp-1").SetFaults(tc.faults)
+		_, _, err := snap(f.Dialer, "cp-1")
+		if !errors.Is(err, machines.ErrSnapshotInvalid) || !strings.Contains(err.Error(), "etcd snapshot from cp-1") || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "take the snapshot again") {
+			t.Errorf("faults %+v: %v, want ErrSnapshotInvalid %q", tc.faults, err, tc.want)
+		}
+	}
+}
