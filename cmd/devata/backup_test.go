@@ -5,8 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -14,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"devata.dev/devata/backup"
 	"devata.dev/devata/internal/simtest"
 	"devata.dev/devata/sim"
 )
@@ -57,7 +56,7 @@ func TestBackupEtcd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var meta backupSidecar
+	var meta backup.Sidecar
 	if err := json.Unmarshal(raw, &meta); err != nil {
 		t.Fatalf("sidecar: %v\n%s", err, raw)
 	}
@@ -159,7 +158,7 @@ func TestBackupEtcdPicksAnotherControlPlane(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var meta backupSidecar
+	var meta backup.Sidecar
 	if err := json.Unmarshal(raw, &meta); err != nil || meta.ControlPlane != "cp-3" {
 		t.Errorf("sidecar: %v\n%s; want the snapshot from cp-3", err, raw)
 	}
@@ -168,46 +167,5 @@ func TestBackupEtcdPicksAnotherControlPlane(t *testing.T) {
 	r = devata(t, nil, "backup", "etcd", "--config", fresh.settings, "-o", filepath.Join(t.TempDir(), "etcd.db"))
 	if r.code != 2 || !strings.Contains(r.err, "run devata bootstrap") {
 		t.Errorf("before bootstrap: exit %d, want 2 naming devata bootstrap\n%s", r.code, r.err)
-	}
-}
-
-func TestBackupProgress(t *testing.T) {
-	var buf bytes.Buffer
-	now := time.Unix(0, 0)
-	p := &byteProgress{w: &buf, machine: "cp-1", every: 2 * time.Second, now: func() time.Time { return now }}
-	for i := range 10 {
-		now = now.Add(time.Second)
-		p.update(int64(i+1) << 20)
-	}
-	if n := strings.Count(buf.String(), "\n"); n != 4 || !strings.Contains(buf.String(), "etcd snapshot from cp-1: 3.0 MiB received (1.5 MiB/s)") {
-		t.Errorf("progress:\n%s", buf.String())
-	}
-}
-
-// A stream that stops sending is cancelled after --timeout without a byte,
-// however long the snapshot has been streaming.
-func TestBackupStreamStalls(t *testing.T) {
-	stalled := make(chan error, 1)
-	w := &streamWatch{w: io.Discard, idle: time.Second, machine: "cp-1", cancel: func(err error) { stalled <- err }}
-	w.start()
-	defer w.stop()
-	for range 4 {
-		time.Sleep(10 * time.Millisecond)
-		if _, err := w.Write([]byte("x")); err != nil {
-			t.Fatal(err)
-		}
-	}
-	select {
-	case err := <-stalled:
-		t.Fatalf("cancelled while bytes came: %v", err)
-	default:
-	}
-	select {
-	case err := <-stalled:
-		if !errors.Is(err, errStalled) || !strings.Contains(err.Error(), "no data from cp-1 for 1s") {
-			t.Errorf("stall: %v", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("a stalled stream was not cancelled")
 	}
 }

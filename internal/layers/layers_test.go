@@ -46,6 +46,7 @@ var allowed = []struct {
 	// what changes machines
 	{"reconcile", []string{"bootstrap", "drift", "gate", "internal/heartbeat", "inventory", "machines"}},
 	{"bootstrap/sequence", []string{"bootstrap", "checks", "drift", "gate", "internal/heartbeat", "inventory", "machines"}},
+	{"backup", []string{"gate", "inventory", "machines"}},
 	// test bed and tools
 	{"internal/simtest", []string{"bootstrap", "examples", "inventory", "machines", "sim"}},
 	{"internal/simfleet", []string{"bootstrap", "internal/testenv", "inventory", "machines", "sim"}},
@@ -56,7 +57,7 @@ var allowed = []struct {
 	{"internal/fleetbench", []string{"bootstrap", "internal/testenv", "inventory", "machines"}},
 	// the command: parse, call, render
 	{"cmd/devata", []string{
-		"bootstrap", "bootstrap/sequence", "checks", "config", "drift", "examples", "gate", "internal/demo", "internal/simfleet",
+		"backup", "bootstrap", "bootstrap/sequence", "checks", "config", "drift", "examples", "gate", "internal/demo", "internal/simfleet",
 		"internal/testenv", "inventory", "lock", "machines", "netcheck", "reconcile", "redact", "sim", "storagecheck",
 	}},
 }

@@ -1,0 +1,256 @@
+// Package backup takes off a cluster what no inventory can render again:
+// etcd's snapshot, streamed from a healthy control plane, verified, renamed
+// into place and described by a JSON sidecar. It only reads machines and
+// takes no lock; the command renders what it did.
+package backup
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"devata.dev/devata/gate"
+	"devata.dev/devata/inventory"
+	"devata.dev/devata/machines"
+)
+
+// Options say where Etcd writes and how it tells what it does.
+type Options struct {
+	Inventory *inventory.Inventory
+	Dialer    *machines.Dialer
+	// Out is the snapshot file; its sidecar is Out+".json" (SidecarPath).
+	Out string
+	// Force replaces Out and its sidecar if they exist.
+	Force bool
+	// Timeout bounds one Talos API call, and how long a snapshot's stream
+	// may go without a byte.
+	Timeout time.Duration
+	// Warn tells what does not stop the backup: etcd not wholly healthy.
+	Warn func(format string, args ...any)
+	// Say tells, a line each, why a control plane was passed over and
+	// which one is tried next.
+	Say func(format string, args ...any)
+	// Progress, when not nil (a terminal), gets a line every two seconds
+	// saying how much of a snapshot has arrived.
+	Progress io.Writer
+	// Log takes what is worth a log line only (nil: nowhere).
+	Log *slog.Logger
+}
+
+// Result is a snapshot written and verified at Path.
+type Result struct {
+	Path        string
+	SidecarPath string
+	// Sidecar is what SidecarPath holds, unless Etcd's error says it is not
+	// written.
+	Sidecar Sidecar
+}
+
+// localError is a failure on this side (the file system), which no other
+// control plane fixes.
+type localError struct{ err error }
+
+func (e *localError) Error() string { return e.err.Error() }
+func (e *localError) Unwrap() error { return e.err }
+
+// SidecarPath is where the sidecar of the snapshot at out goes.
+func SidecarPath(out string) string { return out + ".json" }
+
+// CheckVacant fails when out or its sidecar exists: an etcd backup is not
+// replaced without Force. Etcd checks it too; a command asks first to refuse
+// before it loads anything.
+func CheckVacant(out string) error {
+	for _, p := range []string{out, SidecarPath(out)} {
+		if _, err := os.Lstat(p); err == nil {
+			return fmt.Errorf("%s exists: not replacing an etcd backup; pass --force, or write to another -o", p)
+		}
+	}
+	return nil
+}
+
+// Etcd asks every control plane for its view of etcd, streams a snapshot
+// from a healthy member into Out, verified, and writes its sidecar. A
+// stream that broke off, arrived corrupt or stalled is thrown away and the
+// next healthy member is tried; a failure on this side stops at once.
+// Nothing is left at Out unless the Result is not nil: it is not nil, with
+// an error, when the snapshot is written and verified but its sidecar is
+// not.
+func Etcd(ctx context.Context, o Options) (*Result, error) {
+	if !o.Force {
+		if err := CheckVacant(o.Out); err != nil {
+			return nil, err
+		}
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	inv, d := o.Inventory, o.Dialer
+	invBytes, err := os.ReadFile(inv.Path)
+	if err != nil {
+		return nil, fmt.Errorf("inventory: %w", err)
+	}
+
+	view := gate.ObserveEtcd(ctx, inv, d, o.Timeout)
+	sources, err := sourcesOf(view)
+	if err != nil {
+		return nil, fmt.Errorf("%w; nothing was written", err)
+	}
+	if len(view.Problems) > 0 {
+		why := view.Problems
+		if len(view.Down) > 0 {
+			why = append([]string{"down: " + strings.Join(view.Down, ", ")}, why...)
+		}
+		o.warn("etcd is not wholly healthy (%s); backing up from a healthy member", strings.Join(why, "; "))
+	}
+
+	for i, name := range sources {
+		m := inv.Machine(name)
+		if m == nil {
+			continue // a member the inventory does not list: ObserveEtcd warned
+		}
+		info, rev, err := o.snapshotTo(ctx, m)
+		var local *localError
+		switch {
+		case err == nil:
+		case errors.As(err, &local) || ctx.Err() != nil:
+			return nil, fmt.Errorf("%w; nothing was written to %s", err, o.Out)
+		default:
+			next := ""
+			if i+1 < len(sources) {
+				next = "; trying " + sources[i+1]
+			}
+			o.say("%v%s", err, next)
+			continue
+		}
+		abs, _ := filepath.Abs(inv.Path) //nolint:errcheck // the path was just read: Abs only fails without a working directory
+		invSum := sha256.Sum256(invBytes)
+		res := &Result{Path: o.Out, SidecarPath: SidecarPath(o.Out), Sidecar: Sidecar{
+			Cluster: inv.Cluster.Name, Time: time.Now().UTC().Truncate(time.Second),
+			ControlPlane: m.Name, Endpoint: d.Endpoint(m),
+			EtcdRevision: rev, Members: view.Members,
+			Snapshot: filepath.Base(o.Out), Size: info.Size, SHA256: info.SHA256,
+			TalosVersion: info.TalosVersion, KubernetesVersion: inv.Cluster.KubernetesVersion,
+			Inventory: abs, InventorySHA256: hex.EncodeToString(invSum[:]),
+		}}
+		if err := writeSidecar(res.SidecarPath, res.Sidecar); err != nil {
+			_ = os.Remove(res.SidecarPath) // an older one describes another snapshot
+			return res, fmt.Errorf("%s is written and verified, but its sidecar is not: %w", o.Out, err)
+		}
+		return res, nil
+	}
+	return nil, fmt.Errorf("no verified etcd snapshot from %s (why is above); nothing was written to %s", strings.Join(sources, ", "), o.Out)
+}
+
+// sourcesOf are the control planes worth a snapshot, in the order to try
+// them: the healthy members of an etcd whose members every answering
+// control plane agrees on. A control plane that is down or unhealthy does
+// not stop a backup (that is when one is wanted most); a split or an etcd
+// that was never bootstrapped does.
+func sourcesOf(v gate.EtcdView) ([]string, error) {
+	switch {
+	case len(v.NotBootstrapped) > 0:
+		return nil, fmt.Errorf("no control plane has etcd bootstrapped (%s wait to be bootstrapped or to join): there is nothing to back up; run devata bootstrap", strings.Join(v.NotBootstrapped, ", "))
+	case v.Members == nil:
+		return nil, fmt.Errorf("the control planes do not agree on etcd's members, or none answered (%s): not backing up an etcd whose members are unknown; see devata drift --checks etcd", strings.Join(v.Problems, "; "))
+	case len(v.Healthy) == 0:
+		return nil, fmt.Errorf("no etcd member is healthy (%s): see devata drift --checks etcd", strings.Join(v.Problems, "; "))
+	}
+	return v.Healthy, nil
+}
+
+// snapshotTo streams m's snapshot to Out.tmp (0600), verifies it, reads its
+// revision and renames it to Out. Failures that are this side's are
+// localErrors; on any failure Out.tmp is gone.
+func (o *Options) snapshotTo(ctx context.Context, m *inventory.Machine) (machines.SnapshotInfo, int64, error) {
+	d, out := o.Dialer, o.Out
+	tmp := out + ".tmp"
+	_ = os.Remove(tmp) // left by an interrupted run: devata's by its name
+	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return machines.SnapshotInfo{}, 0, &localError{err}
+	}
+	done := false
+	defer func() {
+		if !done {
+			f.Close()
+			os.Remove(tmp)
+		}
+	}()
+	if err := f.Chmod(0o600); err != nil { // whatever the umask
+		return machines.SnapshotInfo{}, 0, &localError{err}
+	}
+	c, err := d.Client(ctx, m)
+	if err != nil {
+		return machines.SnapshotInfo{}, 0, fmt.Errorf("etcd snapshot from %s: dial %s: %w", m.Name, d.Endpoint(m), err)
+	}
+	defer c.Close()
+
+	sctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	w := &streamWatch{w: f, idle: o.Timeout, cancel: cancel, machine: m.Name, progress: o.progress(m.Name)}
+	w.start()
+	info, err := machines.EtcdSnapshot(sctx, c, m, w)
+	w.stop()
+	var local *streamWriteError
+	switch {
+	case errors.As(err, &local):
+		return info, 0, &localError{fmt.Errorf("write %s: %w", tmp, local.err)}
+	case err != nil && errors.Is(context.Cause(sctx), errStalled):
+		return info, 0, fmt.Errorf("etcd snapshot from %s: %w after %d bytes", m.Name, context.Cause(sctx), w.n)
+	case err != nil:
+		return info, 0, err
+	}
+	if err := f.Sync(); err != nil {
+		return info, 0, &localError{fmt.Errorf("sync %s: %w", tmp, err)}
+	}
+	rev, err := machines.SnapshotRevision(f, info.Size)
+	if err != nil {
+		o.Log.Warn("etcd revision not read from the snapshot", "file", tmp, "error", err)
+	}
+	done = true
+	if err := f.Close(); err != nil {
+		os.Remove(tmp)
+		return info, 0, &localError{fmt.Errorf("close %s: %w", tmp, err)}
+	}
+	if !o.Force {
+		if _, err := os.Lstat(out); err == nil {
+			os.Remove(tmp)
+			return info, 0, &localError{fmt.Errorf("%s appeared while the snapshot streamed: not replacing it; pass --force, or write to another -o", out)}
+		}
+	}
+	if err := os.Rename(tmp, out); err != nil {
+		os.Remove(tmp)
+		return info, 0, &localError{err}
+	}
+	syncDir(filepath.Dir(out))
+	return info, rev, nil
+}
+
+func (o *Options) warn(format string, args ...any) {
+	if o.Warn != nil {
+		o.Warn(format, args...)
+	}
+}
+
+func (o *Options) say(format string, args ...any) {
+	if o.Say != nil {
+		o.Say(format, args...)
+	}
+}
+
+// progress is what tells o.Progress how much of machine's snapshot arrived:
+// a snapshot of several GiB takes a while.
+func (o *Options) progress(machine string) func(int64) {
+	if o.Progress == nil {
+		return nil
+	}
+	return (&byteProgress{w: o.Progress, machine: machine, every: 2 * time.Second, now: time.Now}).update
+}

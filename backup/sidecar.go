@@ -1,0 +1,73 @@
+package backup
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// Sidecar is FILE.json: what a restore needs to know about FILE.
+// Nothing secret goes in it.
+type Sidecar struct {
+	Cluster      string    `json:"cluster"`
+	Time         time.Time `json:"time"`
+	ControlPlane string    `json:"controlPlane"`
+	Endpoint     string    `json:"endpoint"`
+	// EtcdRevision is the newest revision in the snapshot; absent when it
+	// could not be read.
+	EtcdRevision int64    `json:"etcdRevision,omitempty"`
+	Members      []string `json:"members"`
+	// Snapshot is FILE's name; Size and SHA256 are FILE's own, what
+	// sha256sum prints (etcd's hash of the database is FILE's last 32 bytes).
+	Snapshot     string `json:"snapshot"`
+	Size         int64  `json:"size"`
+	SHA256       string `json:"sha256"`
+	TalosVersion string `json:"talosVersion"`
+	// KubernetesVersion is the inventory's cluster.kubernetesVersion.
+	KubernetesVersion string `json:"kubernetesVersion"`
+	Inventory         string `json:"inventory"`
+	InventorySHA256   string `json:"inventorySha256"`
+}
+
+// writeSidecar writes path (0600) whole or not at all.
+func writeSidecar(path string, meta Sidecar) error {
+	data, err := json.MarshalIndent(meta, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	_ = os.Remove(tmp)
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	_, werr := f.Write(append(data, '\n'))
+	if werr == nil {
+		werr = f.Chmod(0o600)
+	}
+	if werr == nil {
+		werr = f.Sync()
+	}
+	if err := f.Close(); werr == nil {
+		werr = err
+	}
+	if werr == nil {
+		werr = os.Rename(tmp, path)
+	}
+	if werr != nil {
+		os.Remove(tmp)
+		return werr
+	}
+	syncDir(filepath.Dir(path))
+	return nil
+}
+
+// syncDir makes a rename in dir durable; best effort, as not every file
+// system syncs directories.
+func syncDir(dir string) {
+	if d, err := os.Open(dir); err == nil {
+		_ = d.Sync()
+		d.Close()
+	}
+}
