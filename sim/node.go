@@ -186,53 +186,77 @@ func (m *Machine) sync() {
 	}
 }
 
-//nolint:gocognit,gocyclo,cyclop // one list, read top to bottom
+// desiredResources are the machine's COSI resources, in one list read top
+// to bottom: network, hardware and status on every machine; config, volumes
+// and mounts, services and kubernetes once it is configured.
 func desiredResources(s snapshot) []resource.Resource {
 	var out []resource.Resource
 
-	// network
-	if addr, err := netip.ParseAddr(s.host); err == nil {
-		for _, id := range []resource.ID{network.NodeAddressDefaultID, network.NodeAddressCurrentID, network.NodeAddressRoutedID, network.NodeAddressAccumulativeID} {
-			na := network.NewNodeAddress(network.NamespaceName, id)
-			na.TypedSpec().Addresses = []netip.Prefix{netip.PrefixFrom(addr, addr.BitLen())}
-			out = append(out, na)
-		}
-	}
-
-	// hardware
+	out = append(out, networkResources(s)...)
 	out = append(out, hardwareResources(s)...)
-
-	// status
-	ms := runtime.NewMachineStatus()
-	if s.active == nil {
-		ms.TypedSpec().Stage = runtime.MachineStageMaintenance
-		ms.TypedSpec().Status.Ready = true
-	} else {
-		ms.TypedSpec().Stage = runtime.MachineStageBooting
-		if s.bootDone {
-			ms.TypedSpec().Stage = runtime.MachineStageRunning
-		}
-
-		ms.TypedSpec().Status.UnmetConditions = unmetConditions(s)
-		ms.TypedSpec().Status.Ready = len(ms.TypedSpec().Status.UnmetConditions) == 0
-	}
-
-	out = append(out, ms)
+	out = append(out, machineStatus(s))
 
 	if s.active == nil {
 		return out
 	}
 
-	// config
 	out = append(out,
 		config.NewMachineConfigWithID(s.active, config.ActiveID),
 		config.NewMachineConfigWithID(s.persisted, config.PersistentID),
 	)
-
-	// volumes and mounts
 	out = append(out, volumeResources(s)...)
+	out = append(out, serviceResources(s)...)
+	out = append(out, kubernetesResources(s)...)
 
-	// services
+	return out
+}
+
+// networkResources are the node's addresses, its host address in every
+// NodeAddress.
+func networkResources(s snapshot) []resource.Resource {
+	addr, err := netip.ParseAddr(s.host)
+	if err != nil {
+		return nil
+	}
+
+	var out []resource.Resource
+
+	for _, id := range []resource.ID{network.NodeAddressDefaultID, network.NodeAddressCurrentID, network.NodeAddressRoutedID, network.NodeAddressAccumulativeID} {
+		na := network.NewNodeAddress(network.NamespaceName, id)
+		na.TypedSpec().Addresses = []netip.Prefix{netip.PrefixFrom(addr, addr.BitLen())}
+		out = append(out, na)
+	}
+
+	return out
+}
+
+// machineStatus is the MachineStatus: maintenance and ready until the
+// machine is configured, then booting (running once the boot sequence
+// ended) and ready when no condition is unmet.
+func machineStatus(s snapshot) *runtime.MachineStatus {
+	ms := runtime.NewMachineStatus()
+	if s.active == nil {
+		ms.TypedSpec().Stage = runtime.MachineStageMaintenance
+		ms.TypedSpec().Status.Ready = true
+
+		return ms
+	}
+
+	ms.TypedSpec().Stage = runtime.MachineStageBooting
+	if s.bootDone {
+		ms.TypedSpec().Stage = runtime.MachineStageRunning
+	}
+
+	ms.TypedSpec().Status.UnmetConditions = unmetConditions(s)
+	ms.TypedSpec().Status.Ready = len(ms.TypedSpec().Status.UnmetConditions) == 0
+
+	return ms
+}
+
+// serviceResources are the Service resources of the running services.
+func serviceResources(s snapshot) []resource.Resource {
+	var out []resource.Resource
+
 	for _, svc := range servicesOf(s) {
 		if !svc.running {
 			continue // machined makes a Service resource once the service runs
@@ -245,7 +269,15 @@ func desiredResources(s snapshot) []resource.Resource {
 		out = append(out, r)
 	}
 
-	// kubernetes
+	return out
+}
+
+// kubernetesResources are the KubeletSpec and KubePrismStatuses of a
+// configured machine, its StaticPodStatuses and, on a control plane with
+// etcd, the ManifestStatus.
+func kubernetesResources(s snapshot) []resource.Resource {
+	var out []resource.Resource
+
 	if mc := s.active.Machine(); mc != nil {
 		ks := k8s.NewKubeletSpec(k8s.NamespaceName, k8s.KubeletID)
 		ks.TypedSpec().Image = mc.Kubelet().Image()
