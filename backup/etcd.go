@@ -140,6 +140,7 @@ func Etcd(ctx context.Context, o Options) (*Result, error) {
 			TalosVersion: info.TalosVersion, KubernetesVersion: inv.Cluster.KubernetesVersion,
 			Inventory: abs, InventorySHA256: hex.EncodeToString(invSum[:]),
 		}}
+		res.Sidecar.InventoryCommit, res.Sidecar.InventoryModified = gitCommit(ctx, abs)
 		if err := writeSidecar(res.SidecarPath, res.Sidecar); err != nil {
 			_ = os.Remove(res.SidecarPath) // an older one describes another snapshot
 			return res, fmt.Errorf("%s is written and verified, but its sidecar is not: %w", o.Out, err)

@@ -1,9 +1,13 @@
 package backup
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"time"
 )
 
@@ -28,6 +32,40 @@ type Sidecar struct {
 	KubernetesVersion string `json:"kubernetesVersion"`
 	Inventory         string `json:"inventory"`
 	InventorySHA256   string `json:"inventorySha256"`
+	// InventoryCommit is the Git commit of the inventory's work tree, and
+	// InventoryModified says the inventory file differs from it; both are
+	// absent when the inventory is not in Git or git is not installed.
+	InventoryCommit   string `json:"inventoryCommit,omitempty"`
+	InventoryModified bool   `json:"inventoryModified,omitempty"`
+}
+
+// gitCommit is the commit of the Git work tree path is in, and whether
+// path has changes not in it; "" when there is no Git (no repository, or no
+// git binary, as in devata's container image).
+func gitCommit(ctx context.Context, path string) (commit string, modified bool) {
+	git, err := exec.LookPath("git")
+	if err != nil {
+		return "", false
+	}
+	dir := filepath.Dir(path)
+	out, err := exec.CommandContext(ctx, git, "-C", dir, "rev-parse", "--verify", "HEAD").Output()
+	if err != nil {
+		return "", false
+	}
+	commit = strings.TrimSpace(string(out))
+	st, err := exec.CommandContext(ctx, git, "-C", dir, "status", "--porcelain", "--", filepath.Base(path)).Output()
+	return commit, err == nil && len(bytes.TrimSpace(st)) > 0
+}
+
+// OutPath is where a snapshot goes: out itself, or, when out names a
+// directory (it ends in a slash or is one), a file in it named after the
+// cluster and the time, etcd-CLUSTER-20261204T040500Z.db, so that a
+// schedule keeps every snapshot (the CronJob in deploy/).
+func OutPath(out, cluster string, t time.Time) string {
+	if st, err := os.Stat(out); (err == nil && st.IsDir()) || strings.HasSuffix(out, string(filepath.Separator)) {
+		return filepath.Join(out, "etcd-"+cluster+"-"+t.UTC().Format("20060102T150405Z")+".db")
+	}
+	return out
 }
 
 // writeSidecar writes path (0600) whole or not at all.

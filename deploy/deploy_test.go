@@ -45,7 +45,7 @@ func TestKustomizeNamespaces(t *testing.T) {
 			}
 		}
 	}
-	for _, want := range []string{"Role/devata-netcheck-exec", "RoleBinding/devata-netcheck-exec", "ClusterRole/devata-netcheck", "Deployment/devata-reconcile"} {
+	for _, want := range []string{"Role/devata-netcheck-exec", "RoleBinding/devata-netcheck-exec", "ClusterRole/devata-netcheck", "Deployment/devata-reconcile", "CronJob/devata-etcd-backup", "PersistentVolumeClaim/devata-etcd-backups"} {
 		if !seen[want] {
 			t.Errorf("build lacks %s; has %v", want, seen)
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/dustin/go-humanize"
 	"github.com/spf13/cobra"
@@ -42,8 +43,10 @@ off, arrived corrupt or stalled for --timeout is thrown away and the next
 healthy control plane is tried. FILE.json (0600) records the cluster, the time,
 the control plane, etcd's revision and members, FILE's size and sha256, the
 Talos version (as that control plane reports it), the Kubernetes version (as
-the inventory declares it) and the inventory's path and sha256. Neither file
-is replaced without --force.
+the inventory declares it), the inventory's path and sha256 and, when the
+inventory is in a Git work tree, its commit and whether the file differs
+from it. Neither file is replaced without --force. -o DIR/ names the file
+etcd-CLUSTER-TIME.db in DIR, so a schedule keeps every snapshot.
 
 It only reads: no machine is changed and no cluster lock is taken, so it may
 run next to apply or reconcile. It needs no secrets bundle, but the
@@ -57,8 +60,9 @@ talosctl bootstrap --recover-from=FILE (docs/runbook.md).
 
 Exit 0 written and verified, 2 not (nothing is left at FILE), 64 for a usage
 error.`,
-		Example: `  devata backup etcd -o backups/etcd-$(date +%F).db`,
-		Args:    cobra.NoArgs,
+		Example: `  devata backup etcd -o backups/etcd-$(date +%F).db
+  devata backup etcd -o /backups/      # /backups/etcd-homelab-20261204T040500Z.db`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if flags.output == "" {
 				return usageError(errors.New("backup etcd needs -o FILE: where to write the snapshot"))
@@ -66,13 +70,14 @@ error.`,
 			return a.backupEtcd(cmd.Context(), flags.output, flags.force)
 		},
 	}
-	cmd.Flags().StringVarP(&flags.output, "output", "o", "", "snapshot file to write (FILE.json is written next to it)")
+	cmd.Flags().StringVarP(&flags.output, "output", "o", "", "snapshot file to write (FILE.json is written next to it); a directory (or a path ending in /) gets etcd-CLUSTER-TIME.db")
 	cmd.Flags().BoolVar(&flags.force, "force", false, "replace FILE and FILE.json if they exist")
 	return cmd
 }
 
 func (a *app) backupEtcd(ctx context.Context, out string, force bool) error {
-	if !force {
+	named := backup.OutPath(out, "", time.Time{}) == out // not a directory: the file is named now
+	if !force && named {
 		if err := backup.CheckVacant(out); err != nil {
 			return exitWith(exitTrouble, err)
 		}
@@ -82,6 +87,7 @@ func (a *app) backupEtcd(ctx context.Context, out string, force bool) error {
 		fmt.Fprintln(a.streams.Err, err)
 		return exitWith(exitTrouble, fmt.Errorf("%s is invalid: nothing was backed up; run devata validate", a.settings.Inventory))
 	}
+	out = backup.OutPath(out, inv.Cluster.Name, time.Now())
 	a.printWarnings(inv)
 	tc, err := machines.LoadTalosconfig(a.settings.Talosconfig)
 	if err != nil {

@@ -169,3 +169,24 @@ func TestBackupEtcdPicksAnotherControlPlane(t *testing.T) {
 		t.Errorf("before bootstrap: exit %d, want 2 naming devata bootstrap\n%s", r.code, r.err)
 	}
 }
+
+// -o DIR/ writes etcd-CLUSTER-TIME.db there, so a schedule (the CronJob in
+// deploy/) keeps every snapshot; two runs give two files.
+func TestBackupEtcdIntoADirectory(t *testing.T) {
+	sf := startSim(t, simtest.Options{Bootstrap: true})
+	dir := filepath.Join(t.TempDir(), "backups") + "/"
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if r := devata(t, nil, "backup", "etcd", "--config", sf.settings, "-o", dir); r.code != 0 {
+			t.Fatalf("exit %d\n%s%s", r.code, r.stdout, r.err)
+		}
+		time.Sleep(1100 * time.Millisecond) // the name has the second
+	}
+	snaps, _ := filepath.Glob(filepath.Join(dir, "etcd-"+sf.Inventory.Cluster.Name+"-*Z.db"))
+	sidecars, _ := filepath.Glob(filepath.Join(dir, "etcd-*.db.json"))
+	if len(snaps) != 2 || len(sidecars) != 2 {
+		t.Errorf("two runs into %s left %v and %v, want two snapshots and two sidecars", dir, snaps, sidecars)
+	}
+}
