@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"devata.dev/devata/examples"
+	"devata.dev/devata/internal/simtest"
 	"devata.dev/devata/inventory"
 )
 
@@ -185,7 +186,7 @@ func TestAliasesAndErrorsAreBounded(t *testing.T) {
 // patch once, so the time grows linearly with the machine count.
 func BenchmarkLoadLargeInventory(b *testing.B) {
 	const n = 20000
-	path := writeLargeInventory(b, n)
+	path := simtest.LargeInventory(b, n, "patches/worker.yaml")
 	for b.Loop() {
 		if _, err := inventory.Load(path); err != nil {
 			b.Fatal(err)

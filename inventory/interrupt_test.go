@@ -4,44 +4,22 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"devata.dev/devata/examples"
+	"devata.dev/devata/internal/simtest"
 	"devata.dev/devata/internal/testctx"
 	"devata.dev/devata/inventory"
 )
-
-// writeLargeInventory writes an inventory of n workers and one control
-// plane, all sharing the homelab's patches, and returns its path.
-func writeLargeInventory(tb testing.TB, n int) string {
-	tb.Helper()
-	dir := tb.TempDir()
-	if _, err := examples.WriteHomelab(dir); err != nil {
-		tb.Fatal(err)
-	}
-	var inv strings.Builder
-	inv.WriteString("apiVersion: devata.dev/v1alpha1\nkind: Inventory\ncluster: {name: lab, endpoint: 'https://10.0.0.10:6443', patches: [patches/common.yaml]}\nmachines:\n")
-	inv.WriteString("  - {name: cp-1, role: controlplane, address: 10.0.0.11, installDisk: /dev/sda}\n")
-	for i := range n {
-		fmt.Fprintf(&inv, "  - {name: w-%d, role: worker, address: 10.%d.%d.%d, installDisk: /dev/sda, patches: [patches/worker.yaml]}\n", i, 1+i>>16, i>>8&255, i&255)
-	}
-	path := filepath.Join(dir, "large.yaml")
-	if err := os.WriteFile(path, []byte(inv.String()), 0o600); err != nil {
-		tb.Fatal(err)
-	}
-	return path
-}
 
 // Ctrl-C stops Load of an inventory of any size (issue 15, probe 6: a
 // 539,832-machine validate ignored SIGINT and SIGTERM): decoding and
 // validation look at the context, and the error says it was interrupted,
 // not that the inventory is invalid.
 func TestLoadContextStopsWhenInterrupted(t *testing.T) {
-	large := writeLargeInventory(t, 20000)
+	large := simtest.LargeInventory(t, 20000, "patches/worker.yaml")
 	small, err := examples.WriteHomelab(t.TempDir())
 	if err != nil {
 		t.Fatal(err)

@@ -3,14 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
-	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"devata.dev/devata/examples"
 	"devata.dev/devata/internal/simtest"
 	"devata.dev/devata/internal/testctx"
 )
@@ -20,20 +16,7 @@ import (
 // it exits 2, says it was interrupted, and prints no verdict.
 func TestValidateStopsWhenInterrupted(t *testing.T) {
 	const workers = 3000
-	dir := t.TempDir()
-	if _, err := examples.WriteHomelab(dir); err != nil {
-		t.Fatal(err)
-	}
-	var inv strings.Builder
-	inv.WriteString("apiVersion: devata.dev/v1alpha1\nkind: Inventory\ncluster: {name: lab, endpoint: 'https://10.0.0.10:6443', patches: [patches/common.yaml]}\nmachines:\n")
-	inv.WriteString("  - {name: cp-1, role: controlplane, address: 10.0.0.11, installDisk: /dev/sda}\n")
-	for i := range workers {
-		fmt.Fprintf(&inv, "  - {name: w-%d, role: worker, address: 10.%d.%d.%d, installDisk: /dev/sda}\n", i, 1+i>>16, i>>8&255, i&255)
-	}
-	path := filepath.Join(dir, "large.yaml")
-	if err := os.WriteFile(path, []byte(inv.String()), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	path := simtest.LargeInventory(t, workers, "")
 
 	cancelled, cancel := context.WithCancel(context.Background())
 	cancel()
