@@ -27,12 +27,7 @@ const nextExecRBAC = "netcheck needs create on pods/exec in the agent's namespac
 func checkAgent(_ context.Context, t *Target) []drift.Result {
 	const desired = "agent pod Ready; status: kube-proxy replacement True, NodePort enabled, Kubernetes Ok, no failing controllers"
 	var f drift.Findings
-	if err := kubeSide(t); err != nil {
-		// not consulted: Unknown even when nothing is expected
-		f.Unknown(err, nextKubeconfig)
-		return []drift.Result{f.Result(desired, "")}
-	}
-	if r, ok := notExpected(t); ok {
+	if r, ok := kubeSideFirst(t, desired); ok {
 		return []drift.Result{r}
 	}
 	pod, ok := agentPodOf(t, &f)

@@ -110,4 +110,18 @@ func kubeSide(t *Target) error {
 	return nil
 }
 
+// kubeSideFirst is the result of a check that reads Kubernetes before it
+// looks at anything else: Unknown when the Kubernetes side was not read,
+// even when nothing is expected (nothing was seen), else InSync when the
+// inventory expects no kube-proxy replacement; ok is false when the check
+// goes on.
+func kubeSideFirst(t *Target, desired string) (drift.Result, bool) {
+	if err := kubeSide(t); err != nil {
+		var f drift.Findings
+		f.Unknown(err, nextKubeconfig)
+		return f.Result(desired, ""), true
+	}
+	return notExpected(t)
+}
+
 const nextKubeconfig = "pass --kubeconfig (or set KUBECONFIG) so the cluster's Cilium objects can be read"

@@ -227,12 +227,7 @@ func checkProbe(ctx context.Context, t *Target, kube kubernetes.Interface, opts 
 	opts = opts.withDefaults()
 	const desired = "from the host and the pod network, the kubernetes Service ClusterIP accepts a connection"
 	var f drift.Findings
-	if err := kubeSide(t); err != nil {
-		// not consulted: Unknown even when nothing is expected
-		f.Unknown(err, nextKubeconfig)
-		return []drift.Result{f.Result(desired, "")}
-	}
-	if r, ok := notExpected(t); ok {
+	if r, ok := kubeSideFirst(t, desired); ok {
 		return []drift.Result{r}
 	}
 	if t.Cluster.APIServiceErr != nil {

@@ -20,12 +20,7 @@ import (
 func checkServices(_ context.Context, t *Target) []drift.Result {
 	var f drift.Findings
 	cl := t.Cluster
-	if err := kubeSide(t); err != nil {
-		// not consulted: Unknown even when nothing is expected
-		f.Unknown(err, nextKubeconfig)
-		return []drift.Result{f.Result(servicesDesired, "")}
-	}
-	if r, ok := notExpected(t); ok {
+	if r, ok := kubeSideFirst(t, servicesDesired); ok {
 		return []drift.Result{r}
 	}
 	switch {
