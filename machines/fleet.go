@@ -100,14 +100,12 @@ func (f *FleetCheck) Select() ([]*inventory.Machine, []drift.Check[*Target], err
 // selection error (a --machines or --checks name that does not exist) is
 // returned before anything is observed.
 func (f *FleetCheck) Report(ctx context.Context, h drift.Header) (*drift.Report, error) {
-	ms, _, err := f.Select()
+	ms, checks, err := f.Select()
 	if err != nil {
 		return nil, err
 	}
 	rep := drift.NewReport(f.Header(h, ms))
-	if err := f.Run(ctx, rep); err != nil {
-		return nil, err
-	}
+	f.run(ctx, rep, ms, checks)
 	rep.Finish()
 	return rep, nil
 }
@@ -130,6 +128,12 @@ func (f *FleetCheck) Run(ctx context.Context, out drift.Collector) error {
 	if err != nil {
 		return err
 	}
+	f.run(ctx, out, ms, checks)
+	return nil
+}
+
+// run is Run over a selection already made.
+func (f *FleetCheck) run(ctx context.Context, out drift.Collector, ms []*inventory.Machine, checks []drift.Check[*Target]) {
 	var nodes *Nodes
 	if f.Kube != nil || slices.ContainsFunc(checks, func(c drift.Check[*Target]) bool { return c.Name == CheckKubelet }) {
 		n := ObserveNodes(ctx, f.Kube)
@@ -197,5 +201,4 @@ func (f *FleetCheck) Run(ctx context.Context, out drift.Collector) error {
 		out.AddError(ferr)
 		mu.Unlock()
 	}
-	return nil
 }
