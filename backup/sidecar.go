@@ -62,10 +62,17 @@ func gitCommit(ctx context.Context, path string) (commit string, modified bool) 
 // cluster and the time, etcd-CLUSTER-20261204T040500Z.db, so that a
 // schedule keeps every snapshot (the CronJob in deploy/).
 func OutPath(out, cluster string, t time.Time) string {
-	if st, err := os.Stat(out); (err == nil && st.IsDir()) || strings.HasSuffix(out, string(filepath.Separator)) {
+	if NamesDirectory(out) {
 		return filepath.Join(out, "etcd-"+cluster+"-"+t.UTC().Format("20060102T150405Z")+".db")
 	}
 	return out
+}
+
+// NamesDirectory reports whether -o out names a directory to write into
+// (it ends in a slash or is one) rather than the snapshot file itself.
+func NamesDirectory(out string) bool {
+	st, err := os.Stat(out)
+	return (err == nil && st.IsDir()) || strings.HasSuffix(out, string(filepath.Separator))
 }
 
 // writeSidecar writes path (0600) whole or not at all.

@@ -76,8 +76,7 @@ error.`,
 }
 
 func (a *app) backupEtcd(ctx context.Context, out string, force bool) error {
-	named := backup.OutPath(out, "", time.Time{}) == out // not a directory: the file is named now
-	if !force && named {
+	if !force && !backup.NamesDirectory(out) { // a file named now: refuse an existing one before loading anything
 		if err := backup.CheckVacant(out); err != nil {
 			return exitWith(exitTrouble, err)
 		}
