@@ -4,30 +4,14 @@ import (
 	"strings"
 	"testing"
 
-	"devata.dev/devata/bootstrap"
-	"devata.dev/devata/inventory"
+	"devata.dev/devata/internal/simtest"
 	"devata.dev/devata/machines"
 )
 
 func renderedExample(t *testing.T) map[string][]byte {
 	t.Helper()
-	inv, err := inventory.Load("../examples/homelab/inventory.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := bootstrap.LoadSecrets("../bootstrap/testdata/secrets.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := bootstrap.Render(inv, b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := map[string][]byte{}
-	for _, r := range out {
-		m[r.Machine] = r.Config
-	}
-	return m
+	_, _, configs := simtest.Rendered(t)
+	return configs
 }
 
 func TestDiffConfigs(t *testing.T) {

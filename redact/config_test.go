@@ -7,9 +7,7 @@ import (
 
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 
-	"devata.dev/devata/bootstrap"
 	"devata.dev/devata/internal/simtest"
-	"devata.dev/devata/inventory"
 	"devata.dev/devata/redact"
 )
 
@@ -51,23 +49,8 @@ cluster:
 // fixture's bundle.
 func renderCP1(t *testing.T) ([]byte, *secrets.Bundle) {
 	t.Helper()
-	inv, err := inventory.Load("../examples/homelab/inventory.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := bootstrap.LoadSecrets("../bootstrap/testdata/secrets.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := bootstrap.NewRenderer(inv, b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rd, err := r.Render(inv.Machine("cp-1"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return rd.Config, b
+	_, b, configs := simtest.Rendered(t)
+	return configs["cp-1"], b
 }
 
 func TestRedactConfigCoversWhatMachineryMisses(t *testing.T) {
