@@ -27,6 +27,13 @@ type Settings struct {
 	Output      string        `mapstructure:"output"`
 	LogFormat   string        `mapstructure:"log-format"`
 	Verbose     int           `mapstructure:"verbose"`
+	// Context is the talosconfig context to use (talosctl --context); empty
+	// means the talosconfig's current one.
+	Context string `mapstructure:"context"`
+	// Endpoints, when set, carry every call to the machines, each named by
+	// node metadata (talosctl -e); empty means the context's endpoints, used
+	// only for machines that refuse a direct connection.
+	Endpoints []string `mapstructure:"endpoints"`
 	// Dial overrides where a machine's Talos API is reached: machine name → host:port.
 	// `devata sim` writes these so the inventory's real addresses stay untouched.
 	Dial map[string]string `mapstructure:"dial"`
@@ -64,6 +71,8 @@ var pathKeys = []string{"inventory", "talosconfig", "kubeconfig"}
 func RegisterFlags(flags *pflag.FlagSet) {
 	flags.StringP("inventory", "i", DefaultInventory, "inventory file (env DEVATA_INVENTORY)")
 	flags.String("talosconfig", "", "talosctl client config (env TALOSCONFIG; default ~/.talos/config)")
+	flags.String("context", "", "talosconfig context to use, as talosctl --context (env DEVATA_CONTEXT; default: the current one)")
+	flags.StringSliceP("endpoints", "e", nil, "reach every machine through these Talos API endpoints, as talosctl -e (env DEVATA_ENDPOINTS; default: direct, or the context's endpoints for a machine that refuses)")
 	flags.String("kubeconfig", "", "kubeconfig for Kubernetes-side checks (env KUBECONFIG; a list a:b is merged as kubectl merges it)")
 	flags.Int("concurrency", DefaultConcurrency, "machines worked on at once (env DEVATA_CONCURRENCY)")
 	flags.Duration("timeout", DefaultTimeout, "timeout per machine (env DEVATA_TIMEOUT)")
@@ -97,7 +106,7 @@ func Load(flags *pflag.FlagSet, getenv func(string) string) (Settings, error) {
 
 	// Environment: read through getenv so tests and callers control it.
 	envSet := map[string]bool{}
-	for _, key := range []string{"inventory", "talosconfig", "kubeconfig", "concurrency", "timeout", "output", "log-format", "verbose"} {
+	for _, key := range []string{"inventory", "talosconfig", "kubeconfig", "concurrency", "timeout", "output", "log-format", "verbose", "context", "endpoints"} {
 		names := []string{"DEVATA_" + strings.ToUpper(strings.ReplaceAll(key, "-", "_"))}
 		if extra, ok := extraEnv[key]; ok {
 			names = append(names, extra)
@@ -150,9 +159,13 @@ func Load(flags *pflag.FlagSet, getenv func(string) string) (Settings, error) {
 		}
 	}
 	if flags != nil {
-		for _, key := range []string{"inventory", "talosconfig", "kubeconfig", "concurrency", "timeout", "output", "log-format", "verbose"} {
+		for _, key := range []string{"inventory", "talosconfig", "kubeconfig", "concurrency", "timeout", "output", "log-format", "verbose", "context", "endpoints"} {
 			f := flags.Lookup(key)
 			if f == nil || !f.Changed || key == "output" && f.Annotations[outputAnnotation] == nil {
+				continue
+			}
+			if sv, ok := f.Value.(pflag.SliceValue); ok {
+				v.Set(key, sv.GetSlice())
 				continue
 			}
 			v.Set(key, f.Value.String())
@@ -160,7 +173,7 @@ func Load(flags *pflag.FlagSet, getenv func(string) string) (Settings, error) {
 	}
 
 	if err := v.Unmarshal(&s, func(c *mapstructure.DecoderConfig) {
-		c.DecodeHook = mapstructure.ComposeDecodeHookFunc(mapstructure.StringToTimeDurationHookFunc())
+		c.DecodeHook = mapstructure.ComposeDecodeHookFunc(mapstructure.StringToTimeDurationHookFunc(), mapstructure.StringToSliceHookFunc(","))
 		c.WeaklyTypedInput = true
 	}); err != nil {
 		return Settings{}, fmt.Errorf("settings: %w", err)
@@ -233,7 +246,7 @@ func fieldPtr(s *Settings, key string) *string {
 	}
 }
 
-var knownKeys = map[string]bool{"inventory": true, "talosconfig": true, "kubeconfig": true, "concurrency": true, "timeout": true, "output": true, "log-format": true, "verbose": true, "dial": true, "simulated": true}
+var knownKeys = map[string]bool{"inventory": true, "talosconfig": true, "kubeconfig": true, "concurrency": true, "timeout": true, "output": true, "log-format": true, "verbose": true, "context": true, "endpoints": true, "dial": true, "simulated": true}
 
 func checkKeys(v *viper.Viper, file string) error {
 	var bad []string
@@ -244,7 +257,7 @@ func checkKeys(v *viper.Viper, file string) error {
 		}
 	}
 	if len(bad) > 0 {
-		return fmt.Errorf("settings file %s: unknown setting %q (known: inventory, talosconfig, kubeconfig, concurrency, timeout, output, log-format, verbose, dial, simulated)", file, bad[0])
+		return fmt.Errorf("settings file %s: unknown setting %q (known: inventory, talosconfig, kubeconfig, context, endpoints, concurrency, timeout, output, log-format, verbose, dial, simulated)", file, bad[0])
 	}
 	return nil
 }
@@ -263,6 +276,11 @@ func (s Settings) Validate() error {
 	}
 	if !contains(LogFormats, s.LogFormat) {
 		errs = append(errs, fmt.Sprintf("log-format must be text or json, got %q", s.LogFormat))
+	}
+	for _, ep := range s.Endpoints {
+		if strings.TrimSpace(ep) == "" || strings.ContainsAny(ep, " \t/") && !strings.Contains(ep, "://") {
+			errs = append(errs, fmt.Sprintf("endpoints: %q is not a host, host:port or URL", ep))
+		}
 	}
 	for name, addr := range s.Dial {
 		if !strings.Contains(addr, ":") {

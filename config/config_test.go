@@ -227,3 +227,35 @@ func TestCheckFlags(t *testing.T) {
 		t.Errorf("-o DIR: %v", err)
 	}
 }
+
+// talosctl's --context and -e, from a flag, DEVATA_* or the settings file,
+// in that order; -e takes a comma-separated list or repeats.
+func TestContextAndEndpoints(t *testing.T) {
+	dir := t.TempDir()
+	file := writeFile(t, dir, "devata.yaml", "context: from-file\nendpoints: [10.0.0.1, 10.0.0.2]\n")
+	tests := []struct {
+		name      string
+		args      []string
+		env       map[string]string
+		context   string
+		endpoints []string
+	}{
+		{"file", []string{"--config", file}, nil, "from-file", []string{"10.0.0.1", "10.0.0.2"}},
+		{"env over file", []string{"--config", file}, map[string]string{"DEVATA_CONTEXT": "from-env", "DEVATA_ENDPOINTS": "10.0.1.1,10.0.1.2"}, "from-env", []string{"10.0.1.1", "10.0.1.2"}},
+		{"flags over env", []string{"--config", file, "--context", "from-flag", "-e", "10.0.2.1", "-e", "10.0.2.2:50000"}, map[string]string{"DEVATA_CONTEXT": "from-env", "DEVATA_ENDPOINTS": "10.0.1.1"}, "from-flag", []string{"10.0.2.1", "10.0.2.2:50000"}},
+		{"comma list flag", []string{"--config", file, "--endpoints", "a.example,b.example"}, nil, "from-file", []string{"a.example", "b.example"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, err := config.Load(flags(t, tt.args...), envOf(tt.env))
+			if err != nil {
+				t.Fatal(err)
+			}
+			eq(t, "context", s.Context, tt.context)
+			eq(t, "endpoints", strings.Join(s.Endpoints, " "), strings.Join(tt.endpoints, " "))
+		})
+	}
+	if _, err := config.Load(flags(t, "-e", "bad host"), envOf(nil)); err == nil || !strings.Contains(err.Error(), `endpoints: "bad host"`) {
+		t.Errorf("an endpoint with a space: %v", err)
+	}
+}

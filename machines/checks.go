@@ -40,9 +40,27 @@ type Target struct {
 	Obs           *Observation
 	// Nodes is the Kubernetes side; nil means Kubernetes was not consulted.
 	Nodes *Nodes
+	// Talosctl is how next steps reach the machine with talosctl, as
+	// devata did (Dialer.Talosctl); Node is the -n it names. Empty means
+	// "talosctl -n ADDRESS".
+	Talosctl, Node string
 }
 
-func (t *Target) addr() string { return t.Machine.Address }
+// talosctl is a talosctl command line for the machine.
+func (t *Target) talosctl(args string) string {
+	if t.Talosctl == "" {
+		return "talosctl -n " + t.Machine.Address + " " + args
+	}
+	return t.Talosctl + " " + args
+}
+
+// node is the machine as talosctl -n names it.
+func (t *Target) node() string {
+	if t.Node == "" {
+		return t.Machine.Address
+	}
+	return t.Node
+}
 
 // Checks returns the machine checks in ladder order.
 func Checks() []drift.Check[*Target] {
@@ -71,13 +89,13 @@ func unreachable(t *Target) (drift.Result, bool) {
 	if o.Maintenance {
 		return drift.Drifted("machine is in maintenance mode: no config applied", "configured", "maintenance mode").
 			WithEvidence("Talos API " + o.Endpoint + " answers only insecurely").
-			WithNext("devata bootstrap (or: talosctl apply-config --insecure -n " + t.addr() + ")"), true
+			WithNext("devata bootstrap (or: talosctl apply-config --insecure -n " + t.node() + ")"), true
 	}
-	return drift.Unknown(o.Err, "check that "+name+" is up and its Talos API reachable: talosctl -n "+t.addr()+" version"), true
+	return drift.Unknown(o.Err, "check that "+name+" is up and its Talos API reachable: "+t.talosctl("version")), true
 }
 
 func unknownRead(t *Target, err error) drift.Result {
-	next := "talosctl -n " + t.addr() + " get machinestatus"
+	next := t.talosctl("get machinestatus")
 	if client.StatusCode(err) == codes.PermissionDenied {
 		next = "the talosconfig's certificate lacks the role this read needs (MachineConfig needs os:admin): use an os:admin talosconfig"
 	}
@@ -97,7 +115,7 @@ func checkConfig(_ context.Context, t *Target) []drift.Result {
 	}
 	d, err := DiffConfigs(o.Active, t.Desired)
 	if err != nil {
-		return []drift.Result{drift.Unknown(fmt.Errorf("compare configs: %w", err), "talosctl -n "+t.addr()+" get machineconfig -o yaml")}
+		return []drift.Result{drift.Unknown(fmt.Errorf("compare configs: %w", err), t.talosctl("get machineconfig -o yaml"))}
 	}
 	evidence := []string{"MachineConfig v1alpha1 sha256:" + short(o.ActiveHash)}
 	desiredHash := sumOf(t.Desired)
@@ -113,7 +131,7 @@ func checkConfig(_ context.Context, t *Target) []drift.Result {
 	next := "devata apply --machines " + name
 	if o.HasPersistent && o.PersistentHash == desiredHash {
 		reason = "desired config is staged but not applied (it takes effect on the next reboot); applied differs: " + d.Summary()
-		next = "reboot " + name + " to apply it (talosctl -n " + t.addr() + " reboot), or devata apply --machines " + name
+		next = "reboot " + name + " to apply it (" + t.talosctl("reboot") + "), or devata apply --machines " + name
 	}
 	return []drift.Result{drift.Drifted(reason, "sha256:"+short(desiredHash), "sha256:"+short(o.ActiveHash)).
 		WithDiff(d.Text).WithEvidence(evidence...).WithNext(next)}
@@ -153,7 +171,7 @@ func checkMachineStage(_ context.Context, t *Target) []drift.Result {
 	if len(o.Unmet) > 0 {
 		reason += "; unmet: " + strings.Join(o.Unmet, "; ")
 	}
-	next := "talosctl -n " + t.addr() + " get machinestatus -o yaml; talosctl -n " + t.addr() + " dmesg"
+	next := t.talosctl("get machinestatus -o yaml") + "; " + t.talosctl("dmesg")
 	if o.Stage == "booting" && o.WaitingForEtcd() {
 		// machined's boot sequence waits for etcd (StartAllServices)
 		next = "its boot waits for etcd: devata bootstrap if no control plane has etcd yet, else " + next
@@ -218,7 +236,7 @@ func checkKubelet(_ context.Context, t *Target) []drift.Result {
 	}
 	switch {
 	case len(problems) > 0:
-		next := "talosctl -n " + t.addr() + " service kubelet; talosctl -n " + t.addr() + " logs kubelet; kubectl describe node " + name
+		next := t.talosctl("service kubelet") + "; " + t.talosctl("logs kubelet") + "; kubectl describe node " + name
 		if node, ok := t.nodeFacts(name); ok && NetworkNotReady(node.ReadyReason) {
 			next = "no CNI runs on the node yet: with cluster.network.cni none, install Cilium (helm install cilium …), then see the cilium checks; kubectl describe node " + name
 		}
@@ -226,7 +244,7 @@ func checkKubelet(_ context.Context, t *Target) []drift.Result {
 			WithEvidence(evidence...).
 			WithNext(next)}
 	case unknown != nil:
-		next := "talosctl -n " + t.addr() + " service kubelet"
+		next := t.talosctl("service kubelet")
 		if t.Nodes == nil || t.Nodes.Err != nil {
 			next = "pass --kubeconfig (or set KUBECONFIG) so the Node can be checked"
 		}
@@ -242,7 +260,7 @@ func checkEtcd(_ context.Context, t *Target) []drift.Result {
 	o, name := t.Obs, t.Machine.Name
 	if o.EtcdService != nil && o.Etcd == nil && errors.Is(o.EtcdErr, ErrEtcdNotRunning) {
 		// observed, not unknown: the service says etcd does not run here
-		next := "talosctl -n " + t.addr() + " service etcd; talosctl -n " + t.addr() + " logs etcd"
+		next := t.talosctl("service etcd") + "; " + t.talosctl("logs etcd")
 		if o.WaitingForEtcd() {
 			next = "bootstrap the cluster (devata bootstrap) if no control plane has etcd yet, else check why it does not join: " + next
 		}
@@ -250,7 +268,7 @@ func checkEtcd(_ context.Context, t *Target) []drift.Result {
 			WithEvidence("ServiceList etcd: " + o.EtcdService.State + ", " + o.EtcdService.Event).WithNext(next)}
 	}
 	if o.EtcdErr != nil && o.Etcd == nil {
-		return []drift.Result{drift.Unknown(o.EtcdErr, "talosctl -n "+t.addr()+" service etcd; talosctl -n "+t.addr()+" etcd members")}
+		return []drift.Result{drift.Unknown(o.EtcdErr, t.talosctl("service etcd")+"; "+t.talosctl("etcd members"))}
 	}
 	e := o.Etcd
 	want := slices.Clone(t.ControlPlanes)
@@ -291,7 +309,7 @@ func checkEtcd(_ context.Context, t *Target) []drift.Result {
 		return []drift.Result{drift.InSync(evidence...)}
 	}
 	return []drift.Result{drift.Drifted(strings.Join(problems, "; "), "members ["+strings.Join(want, " ")+"]", "members ["+strings.Join(got, " ")+"]").
-		WithEvidence(evidence...).WithNext("talosctl -n " + t.addr() + " etcd members; talosctl -n " + t.addr() + " etcd status")}
+		WithEvidence(evidence...).WithNext(t.talosctl("etcd members") + "; " + t.talosctl("etcd status"))}
 }
 
 func short(h [32]byte) string { return hex.EncodeToString(h[:6]) }
@@ -314,7 +332,7 @@ func upgradeHint(t *Target) string {
 	if image == "" {
 		image = "ghcr.io/siderolabs/installer:" + t.TalosVersion
 	}
-	hint := "upgrade: talosctl -n " + t.addr() + " upgrade --image " + image + " (or fix cluster.talosVersion)"
+	hint := "upgrade: " + t.talosctl("upgrade --image "+image) + " (or fix cluster.talosVersion)"
 	if ref, tag, ok := strings.Cut(image[strings.LastIndex(image, "/")+1:], ":"); ok && !strings.Contains(tag, "@") && tag != t.TalosVersion {
 		hint += "; cluster.installImage " + image + " is tagged " + tag + ", not " + t.TalosVersion + ": set it to the " + ref + " image of " + t.TalosVersion
 	}

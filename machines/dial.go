@@ -13,20 +13,78 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
 
 	"github.com/siderolabs/talos/pkg/machinery/client"
 	clientconfig "github.com/siderolabs/talos/pkg/machinery/client/config"
+	"github.com/siderolabs/talos/pkg/machinery/constants"
+	"google.golang.org/grpc"
 
 	"devata.dev/devata/inventory"
 )
 
 // Dialer opens Talos API clients to the machines of an inventory. It parses the
 // talosconfig once and shares one TLS configuration across every machine.
+//
+// A machine is dialed directly (the node is the endpoint: the fast path) or
+// through the talosconfig context's endpoints, which proxy the call to it
+// by `node` metadata as talosctl -e E -n NODE does (apid's routing). Through
+// the endpoints go every machine when endpoints are given explicitly
+// (WithEndpoints, talosctl's -e) or the context has no client certificate
+// (a talosconfig whose auth machinery's client handles, such as Omni's);
+// otherwise a machine whose direct address refuses a connection, when the
+// context has endpoints to try.
 type Dialer struct {
-	tls       *tls.Config
+	tls       *tls.Config // nil: the context has no client certificate
 	overrides map[string]string
-	source    string
+	cfg       *clientconfig.Config
+	context   string   // the talosconfig context used
+	chosen    bool     // the context was chosen (talosctl --context), not the current one
+	endpoints []string // where proxied calls enter
+	explicit  bool     // endpoints were given (talosctl -e): every machine goes through them
+	probe     func(ctx context.Context, addr string) error
+
+	mu    sync.Mutex
+	route map[string]routeSeen // machine name → the last route decided
+}
+
+// routeSeen is a decided route and when: a direct address that refused is
+// tried again after routeTTL, so a machine that comes back is dialed directly.
+type routeSeen struct {
+	proxied bool
+	at      time.Time
+}
+
+const routeTTL = 30 * time.Second
+
+// DialOption changes how a Dialer picks a context and reaches machines.
+type DialOption func(*Dialer)
+
+// WithContext uses the talosconfig context name instead of the current one
+// (talosctl --context).
+func WithContext(name string) DialOption {
+	return func(d *Dialer) {
+		if name != "" {
+			d.context, d.chosen = name, true
+		}
+	}
+}
+
+// WithEndpoints sends every call through these endpoints instead of the
+// context's, naming the machine by `node` metadata (talosctl -e).
+func WithEndpoints(endpoints ...string) DialOption {
+	return func(d *Dialer) {
+		if len(endpoints) > 0 {
+			d.endpoints, d.explicit = endpoints, true
+		}
+	}
 }
 
 // ErrNoTalosconfig is LoadTalosconfig's error when no path is given and no
@@ -56,51 +114,82 @@ func LoadTalosconfig(path string) (*clientconfig.Config, error) {
 		return nil, fmt.Errorf("talosconfig: %w (devata gen config writes one)", err)
 	}
 	defer f.Close()
-	cfg, err := clientconfig.ReadFrom(f)
+	cfg, err := clientconfig.ReadFrom(io.LimitReader(f, maxTalosconfig))
 	if err != nil {
 		return nil, fmt.Errorf("talosconfig %s: %w", path, err)
 	}
 	return cfg, nil
 }
 
-// NewDialer builds a dialer from the current context of a talosconfig.
-// overrides maps machine names to the host:port to dial instead of the
-// inventory's address (devata sim writes them).
-func NewDialer(cfg *clientconfig.Config, overrides map[string]string) (*Dialer, error) {
-	ctx, ok := cfg.Contexts[cfg.Context]
-	if !ok || ctx == nil {
-		return nil, fmt.Errorf("talosconfig has no context %q: set one with talosctl config context", cfg.Context)
+// maxTalosconfig bounds the talosconfig read: a real one is a few KiB per context.
+const maxTalosconfig = 4 << 20
+
+// NewDialer builds a dialer from a talosconfig context: the current one
+// unless WithContext names another. overrides maps machine names to the
+// host:port to dial instead of the inventory's address (devata sim writes
+// them); an overridden machine is always dialed there, unless WithEndpoints
+// sends every machine through the endpoints.
+func NewDialer(cfg *clientconfig.Config, overrides map[string]string, opts ...DialOption) (*Dialer, error) {
+	d := &Dialer{cfg: cfg, overrides: overrides, context: cfg.Context, route: map[string]routeSeen{}, probe: probeTCP}
+	for _, o := range opts {
+		o(d)
 	}
-	if ctx.CA == "" || ctx.Crt == "" || ctx.Key == "" {
-		return nil, fmt.Errorf("talosconfig context %q has no CA or client certificate: devata needs mTLS (devata gen config writes a talosconfig that has them)", cfg.Context)
+	ctx, ok := cfg.Contexts[d.context]
+	if !ok || ctx == nil {
+		return nil, fmt.Errorf("talosconfig has no context %q (it has %s): pass --context NAME or set one with talosctl config context", d.context, contextNames(cfg))
+	}
+	if !d.explicit {
+		d.endpoints = ctx.Endpoints
+	}
+	if ctx.Crt == "" || ctx.Key == "" {
+		if ctx.Auth.SideroV1 == nil && ctx.Auth.Basic == nil {
+			return nil, fmt.Errorf("talosconfig context %q has no client certificate and no auth: devata needs mTLS (devata gen config writes a talosconfig that has it)", d.context)
+		}
+		if len(d.endpoints) == 0 {
+			return nil, fmt.Errorf("talosconfig context %q has no client certificate and no endpoints to reach machines through: pass -e ENDPOINT", d.context)
+		}
+		d.explicit = true // only machinery's client speaks this auth: through the endpoints
+		return d, nil
+	}
+	if ctx.CA == "" {
+		return nil, fmt.Errorf("talosconfig context %q has no CA: devata verifies every machine (devata gen config writes a talosconfig that has it)", d.context)
 	}
 	ca, err := base64.StdEncoding.DecodeString(ctx.CA)
 	if err != nil {
-		return nil, fmt.Errorf("talosconfig context %q: decode CA: %w", cfg.Context, err)
+		return nil, fmt.Errorf("talosconfig context %q: decode CA: %w", d.context, err)
 	}
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(ca) {
-		return nil, fmt.Errorf("talosconfig context %q: the CA is not a PEM certificate", cfg.Context)
+		return nil, fmt.Errorf("talosconfig context %q: the CA is not a PEM certificate", d.context)
 	}
 	crt, err := client.CertificateFromConfigContext(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("talosconfig context %q: client certificate: %w", cfg.Context, err)
+		return nil, fmt.Errorf("talosconfig context %q: client certificate: %w", d.context, err)
 	}
-	return &Dialer{
-		tls: &tls.Config{
-			RootCAs:      pool,
-			Certificates: []tls.Certificate{*crt},
-			MinVersion:   tls.VersionTLS12,
-			// One session cache for the fleet: redials resume instead of a full handshake.
-			ClientSessionCache: tls.NewLRUClientSessionCache(1024),
-		},
-		overrides: overrides,
-		source:    cfg.Context,
-	}, nil
+	d.tls = &tls.Config{
+		RootCAs:      pool,
+		Certificates: []tls.Certificate{*crt},
+		MinVersion:   tls.VersionTLS12,
+		// One session cache for the fleet: redials resume instead of a full handshake.
+		ClientSessionCache: tls.NewLRUClientSessionCache(1024),
+	}
+	return d, nil
 }
 
-// Endpoint is where a machine's Talos API is dialed: its override, or its
-// inventory address and port.
+func contextNames(cfg *clientconfig.Config) string {
+	names := make([]string, 0, len(cfg.Contexts))
+	for name := range cfg.Contexts {
+		names = append(names, strconv.Quote(name))
+	}
+	if len(names) == 0 {
+		return "none"
+	}
+	slices.Sort(names)
+	return strings.Join(names, ", ")
+}
+
+// Endpoint is where a machine's Talos API is dialed directly: its override,
+// or its inventory address and port.
 func (d *Dialer) Endpoint(m *inventory.Machine) string {
 	if ep, ok := d.overrides[m.Name]; ok {
 		return ep
@@ -108,15 +197,111 @@ func (d *Dialer) Endpoint(m *inventory.Machine) string {
 	return m.Endpoint()
 }
 
-// Client returns an mTLS client talking to the machine directly (no apid
-// proxying: the node is the endpoint). Connecting is lazy: errors show on the
-// first call.
+// Node is how a proxied call names the machine: its override (the sim
+// routes host:port) or its inventory address, as talosctl -n takes it.
+func (d *Dialer) Node(m *inventory.Machine) string {
+	if ep, ok := d.overrides[m.Name]; ok {
+		return ep
+	}
+	return m.Address
+}
+
+// Client returns an mTLS client for the machine: direct, or through the
+// endpoints with the machine as `node` (see Dialer). Connecting is lazy:
+// errors show on the first call.
 func (d *Dialer) Client(ctx context.Context, m *inventory.Machine) (*client.Client, error) {
-	return client.New(ctx, client.WithTLSConfig(d.tls), client.WithEndpoints(d.Endpoint(m)))
+	if !d.proxied(ctx, m) {
+		return client.New(ctx, client.WithTLSConfig(d.tls), client.WithEndpoints(d.Endpoint(m)))
+	}
+	node := d.Node(m)
+	opts := []client.OptionFunc{
+		client.WithEndpoints(d.endpoints...),
+		client.WithGRPCDialOptions(
+			grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+				return invoker(client.WithNode(ctx, node), method, req, reply, cc, opts...)
+			}),
+			grpc.WithChainStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+				return streamer(client.WithNode(ctx, node), desc, cc, method, opts...)
+			})),
+	}
+	if d.tls != nil {
+		opts = append(opts, client.WithTLSConfig(d.tls))
+	} else {
+		// machinery's client builds the credentials and auth of the context
+		opts = append(opts, client.WithConfig(d.cfg), client.WithContextName(d.context))
+	}
+	return client.New(ctx, opts...)
+}
+
+// Proxied says whether the machine's calls go through the endpoints, as
+// Client last decided or would decide now.
+func (d *Dialer) Proxied(ctx context.Context, m *inventory.Machine) bool {
+	return d.proxied(ctx, m)
+}
+
+func (d *Dialer) proxied(ctx context.Context, m *inventory.Machine) bool {
+	switch {
+	case d.explicit:
+		return true
+	case len(d.endpoints) == 0:
+		return false
+	}
+	if _, ok := d.overrides[m.Name]; ok {
+		return false
+	}
+	ep := d.Endpoint(m)
+	if slices.Contains(d.endpoints, ep) || slices.Contains(d.endpoints, m.Address) {
+		return false // an endpoint itself: going through it is the direct dial
+	}
+	d.mu.Lock()
+	seen, ok := d.route[m.Name]
+	d.mu.Unlock()
+	if ok && time.Since(seen.at) < routeTTL {
+		return seen.proxied
+	}
+	proxied := d.probe(ctx, ep) != nil
+	d.mu.Lock()
+	d.route[m.Name] = routeSeen{proxied: proxied, at: time.Now()}
+	d.mu.Unlock()
+	return proxied
+}
+
+// probeTimeout bounds the direct-reachability probe: a LAN answers in
+// milliseconds, a firewall that drops takes the whole timeout.
+const probeTimeout = 2 * time.Second
+
+func probeTCP(ctx context.Context, addr string) error {
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	c, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return err
+	}
+	return c.Close()
+}
+
+// Talosctl is the talosctl command line that reaches the machine the way
+// devata did, for next steps: the context when one was chosen, the
+// endpoints when given, and the node (without apid's default port).
+func (d *Dialer) Talosctl(m *inventory.Machine) string {
+	parts := []string{"talosctl"}
+	if d.chosen {
+		parts = append(parts, "--context", d.context)
+	}
+	if d.explicit && len(d.endpoints) > 0 && d.tls != nil {
+		parts = append(parts, "-e", strings.Join(d.endpoints, ","))
+	}
+	node := d.Node(m)
+	if host, port, err := net.SplitHostPort(node); err == nil && port == strconv.Itoa(constants.ApidPort) {
+		node = host
+	}
+	return strings.Join(append(parts, "-n", node), " ")
 }
 
 // MaintenanceClient returns a client for a machine in maintenance mode: TLS
-// without verification and without a client certificate, as talosctl --insecure.
+// without verification and without a client certificate, as talosctl
+// --insecure. It is always direct: apid cannot proxy to a machine that has
+// no identity yet.
 func (d *Dialer) MaintenanceClient(ctx context.Context, m *inventory.Machine) (*client.Client, error) {
 	return client.New(ctx, client.WithTLSConfig(&tls.Config{InsecureSkipVerify: true}), client.WithEndpoints(d.Endpoint(m))) //nolint:gosec // maintenance mode has no identity to verify
 }

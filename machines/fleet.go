@@ -163,6 +163,8 @@ func (f *FleetCheck) run(ctx context.Context, out drift.Collector, ms []*invento
 			InstallImage:      f.Inventory.Cluster.InstallImage,
 			ControlPlanes:     cps,
 			Nodes:             nodes,
+			Talosctl:          f.Dialer.Talosctl(m),
+			Node:              f.Dialer.Node(m),
 		}
 		c, err := f.Dialer.Client(ctx, m)
 		if err != nil {

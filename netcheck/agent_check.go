@@ -54,7 +54,7 @@ func checkAgent(_ context.Context, t *Target) []drift.Result {
 		for _, p := range EvaluateAgent(a.Status) {
 			next := strings.ReplaceAll(p.Next, "POD", pod.Name)
 			next = strings.ReplaceAll(next, "-n kube-system", "-n "+pod.Namespace)
-			next = strings.ReplaceAll(next, "talosctl -n NODE", "talosctl -n "+t.addr())
+			next = strings.ReplaceAll(next, "talosctl -n NODE", talosctlPrefix(t.Talosctl, t.Machine))
 			f.Problem(p.Reason, next)
 		}
 		st := a.Status

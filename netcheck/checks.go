@@ -63,11 +63,22 @@ type Target struct {
 	Agent *AgentObservation
 	// AgentSkipped says why the agent was not exec'd into, when it was not.
 	AgentSkipped error
+	// Talosctl is how next steps reach the node with talosctl, as devata
+	// did (machines.Dialer.Talosctl); empty means "talosctl -n ADDRESS".
+	Talosctl string
 }
 
-func (t *Target) addr() string { return t.Machine.Address }
+// talosctl is a talosctl command line for the node.
+func (t *Target) talosctl(args string) string {
+	return talosctlPrefix(t.Talosctl, t.Machine) + " " + args
+}
 
-func (t *Target) talosctl(args string) string { return "talosctl -n " + t.addr() + " " + args }
+func talosctlPrefix(prefix string, m *inventory.Machine) string {
+	if prefix == "" {
+		return "talosctl -n " + m.Address
+	}
+	return prefix
+}
 
 // node is the Kubernetes Node name of the machine, as the kubelet check has it.
 func (t *Target) node() string { return t.Machine.Name }

@@ -79,7 +79,7 @@ func (e *extension) Run(ctx context.Context, c *client.Client, mt *machines.Targ
 	default:
 		no = Observe(ctx, c)
 	}
-	t := &Target{Machine: mt.Machine, Expect: e.expect, Active: o.Active, ActiveErr: o.ConfigErr, Obs: no, Cluster: e.snap.get(ctx)}
+	t := &Target{Machine: mt.Machine, Expect: e.expect, Active: o.Active, ActiveErr: o.ConfigErr, Obs: no, Cluster: e.snap.get(ctx), Talosctl: mt.Talosctl}
 	if e.expect.KubeProxyReplacement && (slices.Contains(want, CheckAgent) || slices.Contains(want, CheckServices)) {
 		t.Agent, t.AgentSkipped = observeAgent(ctx, e.ex, t, slices.Contains(want, CheckServices))
 	}

@@ -39,6 +39,10 @@ type Target struct {
 	// Obs is what Observe read; nil means storage was not observed.
 	Obs *Observation
 
+	// Talosctl is how next steps reach the node with talosctl, as devata
+	// did (machines.Dialer.Talosctl); empty means "talosctl -n ADDRESS".
+	Talosctl string
+
 	exp *expectations // set by NewTarget; else derived per check
 }
 
@@ -48,9 +52,13 @@ func NewTarget(m *inventory.Machine, desired, active []byte, activeErr error, ob
 	return &Target{Machine: m, Desired: desired, Active: active, ActiveErr: activeErr, Obs: obs, exp: expect(m, desired)}
 }
 
-func (t *Target) addr() string { return t.Machine.Address }
-
-func (t *Target) talosctl(args string) string { return "talosctl -n " + t.addr() + " " + args }
+// talosctl is a talosctl command line for the node.
+func (t *Target) talosctl(args string) string {
+	if t.Talosctl == "" {
+		return "talosctl -n " + t.Machine.Address + " " + args
+	}
+	return t.Talosctl + " " + args
+}
 
 func (t *Target) expectations() *expectations {
 	if t.exp != nil {

@@ -29,6 +29,7 @@ func (extension) Run(ctx context.Context, c *client.Client, mt *machines.Target,
 		so = Observe(ctx, c, mt.Machine)
 	}
 	t := NewTarget(mt.Machine, mt.Desired, o.Active, o.ConfigErr, so)
+	t.Talosctl = mt.Talosctl
 	var out []drift.Result
 	for _, ch := range Checks() {
 		if slices.Contains(want, ch.Name) {

@@ -34,6 +34,8 @@ type Options struct {
 	Talosconfig *clientconfig.Config
 	// Overrides maps machine names to the host:port to dial instead of their address.
 	Overrides map[string]string
+	// Dial chooses the talosconfig context and endpoints (talosctl --context, -e).
+	Dial []machines.DialOption
 	// KubeconfigOut is where the admin kubeconfig is written; default
 	// "kubeconfig" next to the inventory.
 	KubeconfigOut string

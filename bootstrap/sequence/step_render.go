@@ -39,7 +39,7 @@ func (s *Sequence) render(context.Context) (string, error) {
 	} else if !sameCA(tc, s.bundle) {
 		s.say("    warning: the talosconfig's CA is not the secrets bundle's OS CA: machines configured from this bundle will not accept it")
 	}
-	if s.dialer, err = machines.NewDialer(tc, s.opts.Overrides); err != nil {
+	if s.dialer, err = machines.NewDialer(tc, s.opts.Overrides, s.opts.Dial...); err != nil {
 		return "", err
 	}
 	return fmt.Sprintf("%d configs rendered and validated%s", len(rendered), note), nil

@@ -56,7 +56,7 @@ Exit 0 done (or nothing to do), 1 some machines not converged, 2 error.`,
 	cmd.Flags().StringVar(&flags.mode, "mode", "auto", "apply mode: auto, no-reboot, reboot, staged, try")
 	cmd.Flags().BoolVar(&flags.dryRun, "dry-run", false, "print the plan and diffs; write nothing")
 	cmd.Flags().BoolVar(&flags.yes, "yes", false, "do not ask before changes that reboot machines")
-	cmd.Flags().StringSliceVar(&flags.machines, "machines", nil, "only these machines (comma-separated names or addresses)")
+	addMachinesFlags(cmd, &flags.machines)
 	cmd.Flags().IntVar(&flags.maxUnavailable, "max-unavailable", 1, "workers changed at once")
 	cmd.Flags().BoolVar(&flags.allowQuorum, "allow-quorum-loss", false, quorumLossUsage)
 	cmd.Flags().DurationVar(&flags.wait, "wait", 10*time.Minute, "how long to wait for a machine to return and for etcd to be healthy")
@@ -65,6 +65,28 @@ Exit 0 done (or nothing to do), 1 some machines not converged, 2 error.`,
 }
 
 const quorumLossUsage = "let a change reboot a control plane even when etcd loses quorum meanwhile (one or two control planes): the Kubernetes API stops until it returns"
+
+// addMachinesFlags adds --machines and its talosctl spelling -n/--nodes;
+// both add to one list.
+func addMachinesFlags(cmd *cobra.Command, refs *[]string) {
+	v := (*machineRefs)(refs)
+	cmd.Flags().Var(v, "machines", "only these machines (comma-separated names or addresses; repeatable)")
+	cmd.Flags().VarP(v, "nodes", "n", "the same as --machines, as talosctl spells it")
+}
+
+// machineRefs is a list flag that every occurrence adds to.
+type machineRefs []string
+
+func (r *machineRefs) String() string { return strings.Join(*r, ",") }
+func (r *machineRefs) Type() string   { return "strings" }
+func (r *machineRefs) Set(s string) error {
+	for _, ref := range strings.Split(s, ",") {
+		if ref = strings.TrimSpace(ref); ref != "" {
+			*r = append(*r, ref)
+		}
+	}
+	return nil
+}
 
 func selectMachines(inv *inventory.Inventory, refs []string) ([]*inventory.Machine, error) {
 	names, err := inv.Resolve(refs)

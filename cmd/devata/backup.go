@@ -92,7 +92,7 @@ func (a *app) backupEtcd(ctx context.Context, out string, force bool) error {
 	if err != nil {
 		return exitWith(exitTrouble, err)
 	}
-	d, err := machines.NewDialer(tc, a.settings.Dial)
+	d, err := a.newDialer(tc)
 	if err != nil {
 		return exitWith(exitTrouble, err)
 	}

@@ -141,6 +141,7 @@ func (a *app) sequenceOptions(f sequenceFlags) (sequence.Options, error) {
 	opts := sequence.Options{
 		InventoryPath: a.settings.Inventory,
 		Overrides:     a.settings.Dial,
+		Dial:          a.dialOptions(),
 		KubeconfigOut: f.kubeconfigOut,
 		Kubeconfig:    a.settings.Kubeconfig,
 		SkipNodes:     f.skipNodes,

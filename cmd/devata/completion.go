@@ -39,6 +39,7 @@ func (a *app) registerCompletions(root *cobra.Command) {
 	walk = func(c *cobra.Command) {
 		register(c, "checks", completeList(checkChoices))
 		register(c, "machines", completeList(a.machineChoices))
+		register(c, "nodes", completeList(a.machineChoices))
 		register(c, "mode", fixed(modes))
 		if formats, ok := outputs[c.Name()]; ok {
 			register(c, "output", fixed(formats))

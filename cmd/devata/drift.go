@@ -50,7 +50,7 @@ Exit 0 all in sync, 1 drift found, 2 could not complete (any Unknown or an error
 		},
 	}
 	config.AddOutputFlag(cmd.Flags())
-	cmd.Flags().StringSliceVar(&flags.machines, "machines", nil, "only these machines (comma-separated names or addresses)")
+	addMachinesFlags(cmd, &flags.machines)
 	cmd.Flags().StringSliceVar(&flags.checks, "checks", nil, "only these checks (comma-separated): "+checkList())
 	cmd.Flags().BoolVar(&flags.probe, "probe", false, "also run cilium-probe: per node, a host-network and a pod-network pod connect to the kubernetes Service ClusterIP (created, awaited, always deleted)")
 	cmd.Flags().StringVar(&flags.probeOpts.Namespace, "probe-namespace", netcheck.DefaultProbeNamespace, "namespace of the --probe pods (the host-network one needs Pod Security level privileged there)")

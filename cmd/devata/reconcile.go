@@ -127,7 +127,7 @@ func (a *app) reconcile(ctx context.Context, flags reconcileFlags) error {
 	if err != nil {
 		return exitWith(exitTrouble, err)
 	}
-	dialer, err := machines.NewDialer(tc, a.settings.Dial)
+	dialer, err := a.newDialer(tc)
 	if err != nil {
 		return exitWith(exitTrouble, err)
 	}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
+	clientconfig "github.com/siderolabs/talos/pkg/machinery/client/config"
 	"golang.org/x/term"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -72,7 +73,7 @@ func (a *app) openSession(ctx context.Context, leanOK bool, only ...string) (*se
 	if err != nil {
 		return nil, exitWith(exitTrouble, err)
 	}
-	if s.dialer, err = machines.NewDialer(tc, a.settings.Dial); err != nil {
+	if s.dialer, err = a.newDialer(tc); err != nil {
 		return nil, exitWith(exitTrouble, err)
 	}
 	names := make(map[string]bool, len(inv.Machines))
@@ -88,6 +89,17 @@ func (a *app) openSession(ctx context.Context, leanOK bool, only ...string) (*se
 		return nil, exitWith(exitTrouble, err)
 	}
 	return s, nil
+}
+
+// dialOptions are the talosctl-style choices of context and endpoints.
+func (a *app) dialOptions() []machines.DialOption {
+	return []machines.DialOption{machines.WithContext(a.settings.Context), machines.WithEndpoints(a.settings.Endpoints...)}
+}
+
+// newDialer reaches the inventory's machines as the settings say: the
+// talosconfig context, the endpoints and the dial overrides.
+func (a *app) newDialer(tc *clientconfig.Config) (*machines.Dialer, error) {
+	return machines.NewDialer(tc, a.settings.Dial, a.dialOptions()...)
 }
 
 // kubeClients are the kubeconfig's API client and pods/exec transport.
