@@ -30,7 +30,7 @@ func TestAuditLogThatCannotBeWrittenStopsTheChange(t *testing.T) {
 		audits["/dev/full"] = func(t *testing.T) *reconcile.AuditLog {
 			a, err := reconcile.OpenAuditLog("/dev/full", "test", reconcile.Shard{})
 			if err != nil {
-				t.Skip(err)
+				t.Fatalf("open /dev/full (Linux has it): %v", err)
 			}
 			t.Cleanup(func() { _ = a.Close() })
 			return a
