@@ -22,6 +22,7 @@ var allowed = []struct {
 }{
 	// leaves
 	{"redact", nil},
+	{"provenance", nil},
 	{"drift", nil},
 	{"config", nil},
 	{"lock", nil},
