@@ -47,7 +47,7 @@ var allowed = []struct {
 	// what changes machines
 	{"reconcile", []string{"bootstrap", "drift", "gate", "internal/heartbeat", "inventory", "machines"}},
 	{"bootstrap/sequence", []string{"bootstrap", "checks", "drift", "gate", "internal/heartbeat", "inventory", "machines"}},
-	{"backup", []string{"gate", "inventory", "machines"}},
+	{"backup", []string{"gate", "inventory", "machines", "provenance"}},
 	// test bed and tools
 	{"internal/simtest", []string{"bootstrap", "examples", "inventory", "machines", "sim"}},
 	{"internal/simfleet", []string{"bootstrap", "internal/testenv", "inventory", "machines", "sim"}},
