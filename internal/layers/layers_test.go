@@ -23,7 +23,7 @@ var allowed = []struct {
 	// leaves
 	{"redact", nil},
 	{"provenance", nil},
-	{"drift", nil},
+	{"drift", []string{"provenance"}},
 	{"config", nil},
 	{"lock", nil},
 	{"examples", nil},
