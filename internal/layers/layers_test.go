@@ -45,7 +45,7 @@ var allowed = []struct {
 	// the one list of checks
 	{"checks", []string{"drift", "inventory", "machines", "netcheck", "storagecheck"}},
 	// what changes machines
-	{"reconcile", []string{"bootstrap", "drift", "gate", "internal/heartbeat", "inventory", "machines"}},
+	{"reconcile", []string{"bootstrap", "drift", "gate", "internal/heartbeat", "inventory", "machines", "provenance"}},
 	{"bootstrap/sequence", []string{"bootstrap", "checks", "drift", "gate", "internal/heartbeat", "inventory", "machines"}},
 	{"backup", []string{"gate", "inventory", "machines", "provenance"}},
 	// test bed and tools
