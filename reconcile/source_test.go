@@ -116,6 +116,14 @@ func TestPassNamesTheInventory(t *testing.T) {
 	if v := h.metric(t, "devata_inventory_info", `commit="`+head+`"`, `dirty="false"`); v != 1 {
 		t.Errorf("devata_inventory_info at %s, clean = %v, want 1", head, v)
 	}
+	// A change made from it says so in the audit log.
+	f.Drift(t, "worker-1", "time.cloudflare.com", "pool.ntp.org")
+	if res := h.loop.Once(context.Background()); res.Outcomes["worker-1"] != reconcile.OutcomeConverged {
+		t.Fatalf("worker-1 not converged: %v\n%s", res.Outcomes, h.logs)
+	}
+	if n := strings.Count(h.audit.String(), `"inventoryCommit":"`+head+`","inventorySha256":"`+sha+`"`); n != 2 {
+		t.Errorf("%d audit records name commit %s and the sha256, want 2 (started, converged):\n%s", n, head, h.audit)
+	}
 
 	if err := os.WriteFile(filepath.Join(f.Dir, "patches", "new.yaml"), []byte("machine: {}\n"), 0o600); err != nil {
 		t.Fatal(err)
