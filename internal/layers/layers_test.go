@@ -59,7 +59,7 @@ var allowed = []struct {
 	// the command: parse, call, render
 	{"cmd/devata", []string{
 		"backup", "bootstrap", "bootstrap/sequence", "checks", "config", "drift", "examples", "gate", "internal/demo", "internal/simfleet",
-		"internal/testenv", "inventory", "lock", "machines", "netcheck", "reconcile", "redact", "sim", "storagecheck",
+		"internal/testenv", "inventory", "lock", "machines", "netcheck", "provenance", "reconcile", "redact", "sim", "storagecheck",
 	}},
 }
 
