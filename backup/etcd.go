@@ -6,8 +6,6 @@ package backup
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -20,6 +18,7 @@ import (
 	"devata.dev/devata/gate"
 	"devata.dev/devata/inventory"
 	"devata.dev/devata/machines"
+	"devata.dev/devata/provenance"
 )
 
 // Options say where Etcd writes and how it tells what it does.
@@ -93,9 +92,13 @@ func Etcd(ctx context.Context, o Options) (*Result, error) {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
 	inv, d := o.Inventory, o.Dialer
-	invBytes, err := os.ReadFile(inv.Path)
-	if err != nil {
-		return nil, fmt.Errorf("inventory: %w", err)
+	prov, err := provenance.Of(ctx, inv.Path)
+	switch {
+	case prov.InventorySHA256 == "":
+		return nil, err // the inventory could not be hashed
+	case err != nil:
+		// the sha256 is there; a restore can still match the inventory by it
+		o.warn("%v; the sidecar names no commit", err)
 	}
 
 	view := gate.ObserveEtcd(ctx, inv, d, o.Timeout)
@@ -131,16 +134,15 @@ func Etcd(ctx context.Context, o Options) (*Result, error) {
 			continue
 		}
 		abs, _ := filepath.Abs(inv.Path) //nolint:errcheck // the path was just read: Abs only fails without a working directory
-		invSum := sha256.Sum256(invBytes)
 		res := &Result{Path: o.Out, SidecarPath: SidecarPath(o.Out), Sidecar: Sidecar{
 			Cluster: inv.Cluster.Name, Time: time.Now().UTC().Truncate(time.Second),
 			ControlPlane: m.Name, Endpoint: d.Endpoint(m),
 			EtcdRevision: rev, Members: view.Members,
 			Snapshot: filepath.Base(o.Out), Size: info.Size, SHA256: info.SHA256,
 			TalosVersion: info.TalosVersion, KubernetesVersion: inv.Cluster.KubernetesVersion,
-			Inventory: abs, InventorySHA256: hex.EncodeToString(invSum[:]),
+			Inventory: abs, InventorySHA256: prov.InventorySHA256,
+			InventoryCommit: prov.Commit, InventoryModified: prov.Dirty,
 		}}
-		res.Sidecar.InventoryCommit, res.Sidecar.InventoryModified = gitCommit(ctx, abs)
 		if err := writeSidecar(res.SidecarPath, res.Sidecar); err != nil {
 			_ = os.Remove(res.SidecarPath) // an older one describes another snapshot
 			return res, fmt.Errorf("%s is written and verified, but its sidecar is not: %w", o.Out, err)

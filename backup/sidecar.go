@@ -1,11 +1,8 @@
 package backup
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
@@ -33,28 +30,12 @@ type Sidecar struct {
 	Inventory         string `json:"inventory"`
 	InventorySHA256   string `json:"inventorySha256"`
 	// InventoryCommit is the Git commit of the inventory's work tree, and
-	// InventoryModified says the inventory file differs from it; both are
-	// absent when the inventory is not in Git or git is not installed.
+	// InventoryModified says the work tree holds changes that commit does
+	// not (the inventory, a patch beside it, a file not in Git:
+	// provenance.Info's Dirty); both are absent when the inventory is not in
+	// Git or git is not installed.
 	InventoryCommit   string `json:"inventoryCommit,omitempty"`
 	InventoryModified bool   `json:"inventoryModified,omitempty"`
-}
-
-// gitCommit is the commit of the Git work tree path is in, and whether
-// path has changes not in it; "" when there is no Git (no repository, or no
-// git binary, as in devata's container image).
-func gitCommit(ctx context.Context, path string) (commit string, modified bool) {
-	git, err := exec.LookPath("git")
-	if err != nil {
-		return "", false
-	}
-	dir := filepath.Dir(path)
-	out, err := exec.CommandContext(ctx, git, "-C", dir, "rev-parse", "--verify", "HEAD").Output()
-	if err != nil {
-		return "", false
-	}
-	commit = strings.TrimSpace(string(out))
-	st, err := exec.CommandContext(ctx, git, "-C", dir, "status", "--porcelain", "--", filepath.Base(path)).Output()
-	return commit, err == nil && len(bytes.TrimSpace(st)) > 0
 }
 
 // OutPath is where a snapshot goes: out itself, or, when out names a

@@ -61,4 +61,7 @@ func TestReportDocsShowTheOutput(t *testing.T) {
 	}
 	inOrder(t, "docs/report.md's JSON", docBlock(t, "## JSON (`-o json`)", "json"), golden("report.json"))
 	inOrder(t, "docs/report.md's textfile", docBlock(t, "## Prometheus textfile (`-o prom`)", ""), golden("report.prom"))
+	inOrder(t, "docs/report.md's provenance", docBlock(t, "### `provenance`", "json"), golden("report-provenance.json"))
+	inOrder(t, "docs/report.md's inventory series", docBlock(t, "### The inventory's series", ""), golden("report-provenance.prom"))
+	inOrder(t, "docs/report.md's inventory line", docBlock(t, "### The inventory line", ""), golden("report-provenance.txt"))
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/hashicorp/go-multierror"
 
 	"devata.dev/devata/drift"
+	"devata.dev/devata/provenance"
 )
 
 // The fixture is an obviously fake fleet: documentation addresses, no real key
@@ -85,6 +86,24 @@ func fixtureHeader(simulated bool) drift.Header {
 // fixtureReport is the finished fixture report.
 func fixtureReport(simulated bool) *drift.Report {
 	r := drift.NewReport(fixtureHeader(simulated))
+	r.Add(fixtureResults()...)
+	r.Finish()
+	return r
+}
+
+// fixtureProvenance is a dirty work tree's: made-up hashes of the right length.
+var fixtureProvenance = provenance.Info{
+	Commit:          "e5c8b180c0252e033abd844ee9afe61bbb1913d7",
+	Dirty:           true,
+	RepoPath:        "examples/homelab/inventory.yaml",
+	InventorySHA256: "5605c38488054349b5c80d09121d925ab35dcba4ae73707de4407c9ecb4d1d81",
+}
+
+// provenanceReport is the finished fixture report with pv as its provenance.
+func provenanceReport(simulated bool, pv provenance.Info) *drift.Report {
+	h := fixtureHeader(simulated)
+	h.Provenance = pv
+	r := drift.NewReport(h)
 	r.Add(fixtureResults()...)
 	r.Finish()
 	return r

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"devata.dev/devata/provenance"
 )
 
 // WriteJSON writes the finished report as indented JSON (docs/report.md). The
@@ -59,12 +61,13 @@ func NewJSONStream(w io.Writer) *JSONStream {
 
 // jsonHeader is the part of Report written before the results, in its order.
 type jsonHeader struct {
-	APIVersion  string    `json:"apiVersion"`
-	Kind        string    `json:"kind"`
-	GeneratedAt time.Time `json:"generatedAt"`
-	Inventory   string    `json:"inventory,omitempty"`
-	Cluster     string    `json:"cluster"`
-	Simulated   bool      `json:"simulated"`
+	APIVersion  string          `json:"apiVersion"`
+	Kind        string          `json:"kind"`
+	GeneratedAt time.Time       `json:"generatedAt"`
+	Inventory   string          `json:"inventory,omitempty"`
+	Provenance  provenance.Info `json:"provenance,omitzero"`
+	Cluster     string          `json:"cluster"`
+	Simulated   bool            `json:"simulated"`
 }
 
 // Begin writes the header and opens the results.
@@ -80,7 +83,7 @@ func (s *JSONStream) Begin(h Header) error {
 	}
 	b, err := marshal(jsonHeader{
 		APIVersion: APIVersion, Kind: Kind, GeneratedAt: runTime(h.GeneratedAt),
-		Inventory: h.Inventory, Cluster: h.Cluster, Simulated: h.Simulated,
+		Inventory: h.Inventory, Provenance: h.Provenance, Cluster: h.Cluster, Simulated: h.Simulated,
 	}, "")
 	if err != nil {
 		return s.fail(fmt.Errorf("encode report header: %w", err))

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"devata.dev/devata/provenance"
 )
 
 // The JUnit XML shape that Jenkins (junit plugin) and GitLab read: testsuites >
@@ -81,6 +83,7 @@ func WriteJUnit(w io.Writer, r *Report) error {
 		{Name: "inventory", Value: r.Inventory},
 		{Name: "simulated", Value: fmt.Sprint(r.Simulated)},
 	}
+	props = append(props, provenanceProperties(r.Provenance)...)
 	stamp := r.GeneratedAt.UTC().Format(time.RFC3339)
 	doc := junitSuites{Name: "devata drift " + r.Cluster + sim, Time: junitTime}
 
@@ -140,6 +143,25 @@ func WriteJUnit(w io.Writer, r *Report) error {
 	}
 	_, err := io.WriteString(w, "\n")
 	return err
+}
+
+// provenanceProperties are the provenance's fields named by their JSON
+// path (provenance.commit, …), each only when the JSON has it, except that
+// provenance.dirty is there whenever a commit is: a property for CI to read.
+func provenanceProperties(pv provenance.Info) []junitProperty {
+	var out []junitProperty
+	add := func(name, value string) {
+		if value != "" {
+			out = append(out, junitProperty{Name: "provenance." + name, Value: value})
+		}
+	}
+	add("commit", pv.Commit)
+	if pv.InGit() {
+		add("dirty", fmt.Sprint(pv.Dirty))
+	}
+	add("repoPath", pv.RepoPath)
+	add("inventorySha256", pv.InventorySHA256)
+	return out
 }
 
 func junitResult(res Result) junitCase {

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"devata.dev/devata/provenance"
 )
 
 // statuses in the order metrics list them.
@@ -27,6 +29,7 @@ var statuses = []Status{StatusInSync, StatusDrifted, StatusUnknown}
 //	devata_drift_exit_code{cluster}                          the exit code of the run
 //	devata_drift_last_run_timestamp_seconds{cluster}         when the run started
 //	devata_drift_simulated{cluster}                          1 when the fleet was simulated
+//	devata_inventory_info{cluster,commit,dirty,sha256}       1, naming the inventory (only with provenance)
 func WritePrometheus(w io.Writer, r *Report) error {
 	r = r.finishedView()
 	bw := bufio.NewWriter(w)
@@ -90,7 +93,36 @@ func WritePrometheus(w io.Writer, r *Report) error {
 		sim = 1
 	}
 	fmt.Fprintf(bw, "devata_drift_simulated{%s} %d\n", cluster, sim)
+	if !r.Provenance.IsZero() {
+		family(InventoryInfo, InventoryInfoHelp)
+		labels := []string{cluster}
+		for i, v := range InventoryInfoValues(r.Provenance) {
+			labels = append(labels, label(InventoryInfoLabels()[i], v))
+		}
+		fmt.Fprintf(bw, "%s{%s} 1\n", InventoryInfo, strings.Join(labels, ","))
+	}
 	return bw.Flush()
+}
+
+// InventoryInfo is the info series naming the inventory a run used; the
+// drift textfile and reconcile's /metrics both carry it, with this help
+// and these labels after cluster.
+const (
+	InventoryInfo     = "devata_inventory_info"
+	InventoryInfoHelp = "The inventory the run used: its Git commit, whether the work tree was dirty, and its sha256 (commit and dirty empty without Git); always 1."
+)
+
+// InventoryInfoLabels are devata_inventory_info's label names after cluster.
+func InventoryInfoLabels() []string { return []string{"commit", "dirty", "sha256"} }
+
+// InventoryInfoValues are the values of InventoryInfoLabels for pv:
+// dirty is "true" or "false" in Git, and like commit "" without it.
+func InventoryInfoValues(pv provenance.Info) []string {
+	dirty := ""
+	if pv.InGit() {
+		dirty = strconv.FormatBool(pv.Dirty)
+	}
+	return []string{pv.Commit, dirty, pv.InventorySHA256}
 }
 
 func countOf(c Counts, s Status) int {

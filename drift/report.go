@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"devata.dev/devata/provenance"
 )
 
 const (
@@ -70,6 +72,9 @@ type Summary struct {
 type Header struct {
 	Cluster   string
 	Inventory string // path of the inventory file
+	// Provenance is where the inventory came from (provenance.Of); zero
+	// leaves it out of every format.
+	Provenance provenance.Info
 	// Simulated is true when the machines are devata's simulated fleet; every
 	// renderer says so visibly.
 	Simulated bool
@@ -101,9 +106,12 @@ type Report struct {
 	Kind        string    `json:"kind"`
 	GeneratedAt time.Time `json:"generatedAt"`
 	Inventory   string    `json:"inventory,omitempty"`
-	Cluster     string    `json:"cluster"`
-	Simulated   bool      `json:"simulated"`
-	Results     []Result  `json:"results"`
+	// Provenance is the inventory's sha256 and, in Git, its commit and
+	// whether the work tree was dirty; absent when not known.
+	Provenance provenance.Info `json:"provenance,omitzero"`
+	Cluster    string          `json:"cluster"`
+	Simulated  bool            `json:"simulated"`
+	Results    []Result        `json:"results"`
 	// Machines has one summary per machine, declared or seen in a result.
 	Machines []MachineSummary `json:"machines"`
 	// Errors are fatal problems that stopped part of the run.
@@ -120,6 +128,7 @@ func NewReport(h Header) *Report {
 		Kind:        Kind,
 		GeneratedAt: runTime(h.GeneratedAt),
 		Inventory:   h.Inventory,
+		Provenance:  h.Provenance,
 		Cluster:     h.Cluster,
 		Simulated:   h.Simulated,
 		Results:     []Result{},

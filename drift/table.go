@@ -2,6 +2,7 @@ package drift
 
 import (
 	"bufio"
+	"cmp"
 	"fmt"
 	"io"
 	"os"
@@ -64,6 +65,9 @@ func WriteTable(w io.Writer, r *Report, opts TableOptions) error {
 
 	if r.Simulated {
 		p("%s\n\n", simulatedNotice)
+	}
+	if line := provenanceLine(r); line != "" {
+		p("%s\n\n", line)
 	}
 
 	// The machine table. Columns are padded by hand rather than with tabwriter
@@ -182,6 +186,25 @@ func WriteTable(w io.Writer, r *Report, opts TableOptions) error {
 		p("%s\n", simulatedNotice)
 	}
 	return bw.Flush()
+}
+
+// provenanceLine is "inventory: PATH @ COMMIT (dirty), sha256:HASH", the
+// commit and the hash shortened to 12 digits; without Git it says so
+// instead of naming a commit. "" when the report has no provenance.
+func provenanceLine(r *Report) string {
+	pv := r.Provenance
+	if pv.IsZero() {
+		return ""
+	}
+	path := cmp.Or(r.Inventory, pv.RepoPath, "(unnamed)")
+	if !pv.InGit() {
+		return fmt.Sprintf("inventory: %s, sha256:%s (no Git commit)", clean(path), clean(pv.ShortSHA256()))
+	}
+	dirty := ""
+	if pv.Dirty {
+		dirty = " (dirty)"
+	}
+	return fmt.Sprintf("inventory: %s @ %s%s, sha256:%s", clean(path), clean(pv.ShortCommit()), dirty, clean(pv.ShortSHA256()))
 }
 
 func plural(n int, one, many string) string {

@@ -41,6 +41,12 @@ type AuditRecord struct {
 	Interrupted bool   `json:"interrupted,omitempty"`
 	Identity    string `json:"identity,omitempty"`
 	Shard       string `json:"shard,omitempty"`
+	// InventoryCommit, InventoryDirty and InventorySHA256 name the inventory
+	// the action came from (Desired.Provenance): the commit and whether the
+	// work tree was dirty, in Git only, and the file's sha256.
+	InventoryCommit string `json:"inventoryCommit,omitempty"`
+	InventoryDirty  bool   `json:"inventoryDirty,omitempty"`
+	InventorySHA256 string `json:"inventorySha256,omitempty"`
 }
 
 // AuditLog writes AuditRecords as JSON Lines. It is safe for concurrent use;

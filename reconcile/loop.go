@@ -89,6 +89,7 @@ type Loop struct {
 type inForce struct {
 	desired *Desired
 	invErr  error
+	provErr string // the provenance error last logged
 	blocked string // why changes are stopped; empty when not
 }
 

@@ -10,6 +10,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"devata.dev/devata/drift"
+	"devata.dev/devata/provenance"
 )
 
 // Metrics are the loop's Prometheus series, on a registry of their own (no
@@ -24,6 +25,7 @@ import (
 //	devata_reconcile_machine_failures{machine}                 consecutive failed syncs (0 once it succeeds)
 //	devata_reconcile_machine_backoff_seconds{machine}          the delay before its next retry
 //	devata_reconcile_inventory_valid                           0 while the last edit is invalid (the last valid one is in force)
+//	devata_inventory_info{cluster,commit,dirty,sha256}         1, naming the inventory in force, as the drift textfile has it
 //	devata_reconcile_gate_blocked                              1 while a failed gate stops every change
 //	devata_reconcile_leader                                    1 while this instance acts
 //	workqueue_{depth,adds_total,queue_duration_seconds,work_duration_seconds,
@@ -41,6 +43,7 @@ type Metrics struct {
 	failures       *prometheus.GaugeVec
 	backoff        *prometheus.GaugeVec
 	inventoryValid prometheus.Gauge
+	inventory      *inventoryInfo
 	gateBlocked    prometheus.Gauge
 	leader         prometheus.Gauge
 	queue          *queueMetrics
@@ -63,9 +66,11 @@ func NewMetrics() *Metrics {
 		failures:       prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "devata_reconcile_machine_failures", Help: "Consecutive failed syncs of a machine; 0 once one succeeds."}, []string{"machine"}),
 		backoff:        prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "devata_reconcile_machine_backoff_seconds", Help: "Delay before a failing machine is retried (exponential per machine)."}, []string{"machine"}),
 		inventoryValid: prometheus.NewGauge(prometheus.GaugeOpts{Name: "devata_reconcile_inventory_valid", Help: "1 when the inventory read last is valid; 0 when it is not and the last valid one stays in force."}),
-		gateBlocked:    prometheus.NewGauge(prometheus.GaugeOpts{Name: "devata_reconcile_gate_blocked", Help: "1 while a failed gate (etcd quorum and health) stops every change."}),
-		leader:         prometheus.NewGauge(prometheus.GaugeOpts{Name: "devata_reconcile_leader", Help: "1 while this instance is the one that acts."}),
-		queue:          newQueueMetrics(),
+		inventory: &inventoryInfo{desc: prometheus.NewDesc(drift.InventoryInfo, drift.InventoryInfoHelp,
+			append([]string{"cluster"}, drift.InventoryInfoLabels()...), nil)},
+		gateBlocked: prometheus.NewGauge(prometheus.GaugeOpts{Name: "devata_reconcile_gate_blocked", Help: "1 while a failed gate (etcd quorum and health) stops every change."}),
+		leader:      prometheus.NewGauge(prometheus.GaugeOpts{Name: "devata_reconcile_leader", Help: "1 while this instance is the one that acts."}),
+		queue:       newQueueMetrics(),
 	}
 	for _, result := range []string{ResultConverged, ResultFailed, ResultBlocked, ResultInterrupted, ResultDryRun, ResultAbandoned} {
 		m.actions.WithLabelValues(string(KindApply), result) // present at 0 from the start
@@ -74,7 +79,7 @@ func NewMetrics() *Metrics {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.drift, m.passDuration, m.passes, m.lastPass, m.actions, m.errors,
-		m.failures, m.backoff, m.inventoryValid, m.gateBlocked, m.leader,
+		m.failures, m.backoff, m.inventoryValid, m.inventory, m.gateBlocked, m.leader,
 	)
 	m.queue.register(r)
 	return m
@@ -149,6 +154,34 @@ func (c *driftCollector) Collect(ch chan<- prometheus.Metric) {
 		for _, s := range []drift.Status{drift.StatusInSync, drift.StatusDrifted, drift.StatusUnknown} {
 			ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, b2f(worst[k] == s), c.cluster, k.machine, k.check, k.rung, string(s))
 		}
+	}
+}
+
+// inventoryInfo is devata_inventory_info for the inventory in force: one
+// series, replaced whole when another inventory is taken, absent until one
+// with provenance is.
+type inventoryInfo struct {
+	desc   *prometheus.Desc
+	mu     sync.Mutex
+	labels []string // label values, in desc's order; nil: no series
+}
+
+func (c *inventoryInfo) set(cluster string, pv provenance.Info) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.labels = nil
+	if !pv.IsZero() {
+		c.labels = append([]string{cluster}, drift.InventoryInfoValues(pv)...)
+	}
+}
+
+func (c *inventoryInfo) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *inventoryInfo) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.labels != nil {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, 1, c.labels...)
 	}
 }
 

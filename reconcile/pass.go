@@ -200,14 +200,21 @@ func (l *Loop) readSpec(ctx context.Context, res *PassResult) *Desired {
 	for _, w := range d.Inventory.Warnings {
 		l.Log.Debug("inventory warning", "warning", w)
 	}
+	if msg := errText(d.ProvenanceErr); msg != l.provErr {
+		l.provErr = msg // said once, not every pass
+		if msg != "" {
+			l.Log.Warn("reports name no inventory commit", "error", msg)
+		}
+	}
 	l.desired, l.invErr = d, nil
 	l.Metrics.inventoryValid.Set(1)
+	l.Metrics.inventory.set(d.Inventory.Cluster.Name, d.Provenance)
 	return d
 }
 
 // observe runs the drift checks over the owned machines and publishes them.
 func (l *Loop) observe(ctx context.Context, d *Desired, owned []*inventory.Machine) *drift.Report {
-	h := drift.Header{Cluster: d.Inventory.Cluster.Name, Inventory: d.Inventory.Path, Simulated: l.Simulated}
+	h := drift.Header{Cluster: d.Inventory.Cluster.Name, Inventory: d.Inventory.Path, Provenance: d.Provenance, Simulated: l.Simulated}
 	names := make([]string, 0, len(owned))
 	for _, m := range owned {
 		names = append(names, m.Name)
@@ -318,4 +325,11 @@ func compareBool(a, b bool) int {
 		return 1
 	}
 	return -1
+}
+
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
 }

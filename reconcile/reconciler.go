@@ -41,7 +41,8 @@ func (r *machineReconciler) Reconcile(ctx context.Context, key string) (string, 
 	if outcome != "" {
 		return outcome, err
 	}
-	rec := AuditRecord{Machine: key, Action: string(KindApply), Mode: string(a.Mode), Reboots: a.Reboots, Reason: a.Reason, Diff: a.Diff.Summary()}
+	rec := AuditRecord{Machine: key, Action: string(KindApply), Mode: string(a.Mode), Reboots: a.Reboots, Reason: a.Reason, Diff: a.Diff.Summary(),
+		InventoryCommit: d.Provenance.Commit, InventoryDirty: d.Provenance.Dirty, InventorySHA256: d.Provenance.InventorySHA256}
 	if l.DryRun {
 		rec.Result = ResultDryRun
 		l.audit(rec)

@@ -6,6 +6,7 @@ import (
 
 	"devata.dev/devata/bootstrap"
 	"devata.dev/devata/inventory"
+	"devata.dev/devata/provenance"
 )
 
 // Where desired state comes from. A controller-runtime controller watches
@@ -18,6 +19,11 @@ import (
 type Desired struct {
 	Inventory *inventory.Inventory
 	Configs   *bootstrap.Desired
+	// Provenance is where the inventory came from (provenance.Of), for the
+	// pass's report and devata_inventory_info; zero when the source does not
+	// say. ProvenanceErr is what could not be learnt of it: the pass goes on.
+	Provenance    provenance.Info
+	ProvenanceErr error
 }
 
 // Source reads the spec afresh; the loop calls it at the start of every pass.
@@ -25,13 +31,14 @@ type Source func(ctx context.Context) (*Desired, error)
 
 // FileSource loads the inventory at path and renders it with the secrets
 // bundle it names, every time it is called, so an edit of either is picked up
-// by the next pass.
+// by the next pass. The inventory's provenance is read right after it.
 func FileSource(path string) Source {
-	return func(context.Context) (*Desired, error) {
+	return func(ctx context.Context) (*Desired, error) {
 		inv, err := inventory.Load(path)
 		if err != nil {
 			return nil, err
 		}
+		prov, provErr := provenance.Of(ctx, path)
 		bundle, err := bootstrap.LoadSecrets(inv.SecretsPath())
 		if err != nil {
 			return nil, err
@@ -40,6 +47,6 @@ func FileSource(path string) Source {
 		if err != nil {
 			return nil, fmt.Errorf("render %s: %w", path, err)
 		}
-		return &Desired{Inventory: inv, Configs: configs}, nil
+		return &Desired{Inventory: inv, Configs: configs, Provenance: prov, ProvenanceErr: provErr}, nil
 	}
 }

@@ -22,7 +22,8 @@ var allowed = []struct {
 }{
 	// leaves
 	{"redact", nil},
-	{"drift", nil},
+	{"provenance", nil},
+	{"drift", []string{"provenance"}},
 	{"config", nil},
 	{"lock", nil},
 	{"examples", nil},
@@ -44,9 +45,9 @@ var allowed = []struct {
 	// the one list of checks
 	{"checks", []string{"drift", "inventory", "machines", "netcheck", "storagecheck"}},
 	// what changes machines
-	{"reconcile", []string{"bootstrap", "drift", "gate", "internal/heartbeat", "inventory", "machines"}},
+	{"reconcile", []string{"bootstrap", "drift", "gate", "internal/heartbeat", "inventory", "machines", "provenance"}},
 	{"bootstrap/sequence", []string{"bootstrap", "checks", "drift", "gate", "internal/heartbeat", "inventory", "machines"}},
-	{"backup", []string{"gate", "inventory", "machines"}},
+	{"backup", []string{"gate", "inventory", "machines", "provenance"}},
 	// test bed and tools
 	{"internal/simtest", []string{"bootstrap", "examples", "inventory", "machines", "sim"}},
 	{"internal/simfleet", []string{"bootstrap", "internal/testenv", "inventory", "machines", "sim"}},
@@ -58,7 +59,7 @@ var allowed = []struct {
 	// the command: parse, call, render
 	{"cmd/devata", []string{
 		"backup", "bootstrap", "bootstrap/sequence", "checks", "config", "drift", "examples", "gate", "internal/demo", "internal/simfleet",
-		"internal/testenv", "inventory", "lock", "machines", "netcheck", "reconcile", "redact", "sim", "storagecheck",
+		"internal/testenv", "inventory", "lock", "machines", "netcheck", "provenance", "reconcile", "redact", "sim", "storagecheck",
 	}},
 }
 
