@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"regexp"
 	"slices"
 	"strings"
@@ -51,6 +52,15 @@ func TestReconcileDocsShowTheAuditLog(t *testing.T) {
 	}
 
 	h := newLoop(t, nil)
+	// the inventory in Git, committed, as an operator keeps it
+	for _, args := range [][]string{
+		{"-c", "init.defaultBranch=main", "init", "-q"}, {"add", "-A"},
+		{"-c", "user.name=devata", "-c", "user.email=devata@example.com", "commit", "-q", "-m", "inventory"},
+	} {
+		if out, err := exec.Command("git", append([]string{"-C", h.f.Dir}, args...)...).CombinedOutput(); err != nil {
+			t.Fatalf("git %v (the test needs git): %v\n%s", args, err, out)
+		}
+	}
 	h.f.Drift(t, "worker-1", "time.cloudflare.com", "pool.ntp.org")
 	h.loop.Audit = reconcile.NewAuditLog(h.audit, "devata-reconcile-7d9c-x2", reconcile.Shard{Index: 0, Count: 1})
 	h.loop.Once(t.Context())
@@ -80,7 +90,11 @@ func TestReconcileDocsShowTheAuditLog(t *testing.T) {
 		}
 		var rec reconcile.AuditRecord
 		_ = json.Unmarshal(got, &rec)
-		want.Time = rec.Time
+		if len(rec.InventoryCommit) != 40 || len(rec.InventorySHA256) != 64 {
+			t.Errorf("the pass's %s record names no commit or sha256: %+v", want.Result, rec)
+		}
+		// the run's own: when, and which commit and file
+		want.Time, want.InventoryCommit, want.InventorySHA256 = rec.Time, rec.InventoryCommit, rec.InventorySHA256
 		if want != rec {
 			t.Errorf("docs' %s record:\n%+v\nthe pass wrote:\n%+v", want.Result, want, rec)
 		}

@@ -168,7 +168,7 @@ func (a *app) driftReport(ctx context.Context, seq *sequence.Sequence, kube kube
 	// Cilium comes after bootstrap: its checks are not in this report.
 	fc := a.fleetCheck(inv, seq.Desired(), seq.Dialer(), kube, nil)
 	fc.Checks = checks
-	rep, err := fc.Report(ctx, drift.Header{Cluster: inv.Cluster.Name, Inventory: inv.Path, Simulated: a.settings.Simulated})
+	rep, err := fc.Report(ctx, a.reportHeader(ctx, inv))
 	if err != nil {
 		return 0, err
 	}

@@ -108,7 +108,7 @@ func (a *app) drift(ctx context.Context, flags driftFlags) error {
 		return exitWith(exitTrouble, err)
 	}
 	fc.Done = a.progress(len(ms))
-	h := s.header(a.settings.Simulated)
+	h := a.reportHeader(ctx, s.inv)
 	if flags.stream {
 		return a.driftStream(ctx, fc, fc.Header(h, ms))
 	}

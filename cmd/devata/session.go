@@ -19,6 +19,7 @@ import (
 	"devata.dev/devata/inventory"
 	"devata.dev/devata/machines"
 	"devata.dev/devata/netcheck"
+	"devata.dev/devata/provenance"
 )
 
 // session is what the commands that talk to machines share: the validated
@@ -134,10 +135,17 @@ func (a *app) fleetCheck(inv *inventory.Inventory, desired map[string][]byte, d 
 	}
 }
 
-// header is a report's header for the session's inventory; the pass adds
-// its machines (machines.FleetCheck.Report).
-func (s *session) header(simulated bool) drift.Header {
-	return drift.Header{Cluster: s.inv.Cluster.Name, Inventory: s.inv.Path, Simulated: simulated}
+// reportHeader is a report's header for inv, with the inventory's
+// provenance (its sha256 and, in Git, the commit); the pass adds its
+// machines (machines.FleetCheck.Report). A Git that does not answer is a
+// warning: the report goes on without the commit.
+func (a *app) reportHeader(ctx context.Context, inv *inventory.Inventory) drift.Header {
+	h := drift.Header{Cluster: inv.Cluster.Name, Inventory: inv.Path, Simulated: a.settings.Simulated}
+	var err error
+	if h.Provenance, err = provenance.Of(ctx, inv.Path); err != nil {
+		a.log.Warn("the report names no inventory commit", "error", err)
+	}
+	return h
 }
 
 // progress returns a progress printer for stderr, or nil when stderr is not

@@ -1,0 +1,64 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"devata.dev/devata/drift"
+	"devata.dev/devata/internal/simtest"
+)
+
+func git(t *testing.T, dir string, args ...string) string {
+	t.Helper()
+	out, err := exec.Command("git", append([]string{"-C", dir, "-c", "user.name=devata", "-c", "user.email=devata@example.com", "-c", "init.defaultBranch=main"}, args...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("git %v (the test needs git): %v\n%s", args, err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// A drift report names the inventory it came from (issue 18): its sha256
+// always, and in Git the commit and whether the work tree is dirty; the
+// table says so in its header.
+func TestDriftReportNamesTheInventoryCommit(t *testing.T) {
+	sf := startSim(t, simtest.Options{Bootstrap: true})
+	report := func() drift.Report {
+		t.Helper()
+		r := devata(t, nil, "drift", "--config", sf.settings, machineChecks, "-o", "json")
+		if r.code != 0 {
+			t.Fatalf("exit %d\n%s%s", r.code, r.stdout, r.err)
+		}
+		var rep drift.Report
+		if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+			t.Fatal(err)
+		}
+		return rep
+	}
+	if p := report().Provenance; p.Commit != "" || len(p.InventorySHA256) != 64 {
+		t.Errorf("outside Git: %+v, want a sha256 and no commit", p)
+	}
+	git(t, sf.Dir, "init", "-q")
+	if err := os.WriteFile(filepath.Join(sf.Dir, ".gitignore"), []byte("sim/\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	git(t, sf.Dir, "add", "-A")
+	git(t, sf.Dir, "commit", "-q", "-m", "inventory")
+	head := git(t, sf.Dir, "rev-parse", "HEAD")
+	if p := report().Provenance; p.Commit != head || p.Dirty {
+		t.Errorf("committed: %+v, want commit %s, clean", p, head)
+	}
+	if err := os.WriteFile(filepath.Join(sf.Dir, "notes.txt"), []byte("wip\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if p := report().Provenance; p.Commit != head || !p.Dirty {
+		t.Errorf("an untracked file: %+v, want commit %s, dirty", p, head)
+	}
+	r := devata(t, nil, "drift", "--config", sf.settings, machineChecks)
+	if want := "@ " + head[:12] + " (dirty)"; !strings.Contains(r.stdout, want) {
+		t.Errorf("the table does not name the commit (%s):\n%s", want, r.stdout)
+	}
+}
