@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/siderolabs/talos/pkg/machinery/client"
+	etcdres "github.com/siderolabs/talos/pkg/machinery/resources/etcd"
 	"google.golang.org/grpc/codes"
 
 	"devata.dev/devata/drift"
@@ -292,8 +293,15 @@ func checkEtcd(_ context.Context, t *Target) []drift.Result {
 	if quorum := len(want)/2 + 1; len(got) < quorum {
 		problems = append(problems, fmt.Sprintf("%d of %d members: below quorum (%d)", len(got), len(want), quorum))
 	}
+	next := t.talosctl("etcd members") + "; " + t.talosctl("etcd status")
 	if !slices.Equal(got, want) {
 		problems = append(problems, fmt.Sprintf("members [%s], control planes [%s]", strings.Join(got, " "), strings.Join(want, " ")))
+		for _, orphan := range slices.DeleteFunc(slices.Clone(got), func(m string) bool { return slices.Contains(want, m) }) {
+			// an orphan: the loop never removes a member on its own
+			problems = append(problems, "etcd member "+orphan+" is not in the inventory")
+			next = fmt.Sprintf("if %s is gone for good: %s while it runs, else %s; or add %s back to the inventory",
+				orphan, "talosctl -n "+orphan+" etcd leave", t.talosctl("etcd remove-member "+etcdres.FormatMemberID(e.IDs[orphan])), orphan)
+		}
 	}
 	if len(e.Learners) > 0 {
 		var ls []string
@@ -309,7 +317,7 @@ func checkEtcd(_ context.Context, t *Target) []drift.Result {
 		return []drift.Result{drift.InSync(evidence...)}
 	}
 	return []drift.Result{drift.Drifted(strings.Join(problems, "; "), "members ["+strings.Join(want, " ")+"]", "members ["+strings.Join(got, " ")+"]").
-		WithEvidence(evidence...).WithNext(t.talosctl("etcd members") + "; " + t.talosctl("etcd status"))}
+		WithEvidence(evidence...).WithNext(next)}
 }
 
 func short(h [32]byte) string { return hex.EncodeToString(h[:6]) }

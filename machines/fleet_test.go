@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	machineapi "github.com/siderolabs/talos/pkg/machinery/api/machine"
 	clientconfig "github.com/siderolabs/talos/pkg/machinery/client/config"
+	etcdres "github.com/siderolabs/talos/pkg/machinery/resources/etcd"
 	"google.golang.org/grpc/codes"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -16,6 +19,7 @@ import (
 	"devata.dev/devata/drift"
 	"devata.dev/devata/internal/simtest"
 	"devata.dev/devata/internal/testenv"
+	"devata.dev/devata/inventory"
 	"devata.dev/devata/machines"
 	"devata.dev/devata/sim"
 )
@@ -269,5 +273,39 @@ func TestStageAndEtcdDrifted(t *testing.T) {
 		if r.Status != tt.status || !strings.Contains(r.Reason, tt.reasonHas) {
 			t.Errorf("%s/%s: %s %q, want %s containing %q", tt.machine, tt.check, r.Status, r.Reason, tt.status, tt.reasonHas)
 		}
+	}
+}
+
+// A control plane taken out of the inventory but still an etcd member is
+// named as an orphan, with the member ID talosctl etcd remove-member takes:
+// nothing removes a member on its own (issue 16).
+func TestEtcdMemberNotInTheInventoryIsNamed(t *testing.T) {
+	f := simtest.Start(t, simtest.Options{Bootstrap: true})
+	inv := *f.Inventory
+	inv.Machines = slices.DeleteFunc(slices.Clone(inv.Machines), func(m inventory.Machine) bool { return m.Name == "cp-3" })
+	tf := &testFleet{Fleet: f, dialer: f.Dialer}
+	tf.Inventory = &inv
+	rep := tf.drift(t, machines.CheckEtcd)
+	r := statusOf(rep, "cp-1", machines.CheckEtcd)
+	if r.Status != drift.StatusDrifted || !strings.Contains(r.Reason, "etcd member cp-3 is not in the inventory") {
+		t.Fatalf("cp-1/etcd: %s %q", r.Status, r.Reason)
+	}
+	c, err := f.Dialer.Client(t.Context(), f.Inventory.Machine("cp-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	resp, err := c.EtcdMemberList(t.Context(), &machineapi.EtcdMemberListRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := ""
+	for _, m := range resp.GetMessages()[0].GetMembers() {
+		if m.GetHostname() == "cp-3" {
+			id = etcdres.FormatMemberID(m.GetId())
+		}
+	}
+	if id == "" || !strings.Contains(r.Next, "etcd remove-member "+id) || !strings.Contains(r.Next, "talosctl -n cp-3 etcd leave") || !strings.Contains(r.Next, "add cp-3 back to the inventory") {
+		t.Errorf("next step %q does not name cp-3's member ID %s", r.Next, id)
 	}
 }

@@ -132,6 +132,9 @@ type ServiceState struct {
 type EtcdState struct {
 	Members  []string // member hostnames
 	Learners []string
+	// IDs are the members' and learners' IDs by hostname (talosctl etcd
+	// remove-member takes them).
+	IDs      map[string]uint64
 	MemberID uint64
 	Leader   uint64
 	Errors   []string
@@ -282,9 +285,10 @@ func observeEtcd(ctx context.Context, c *client.Client) (*EtcdState, error) {
 	if membersErr != nil {
 		return nil, fmt.Errorf("etcd member list: %w", PlainError(membersErr))
 	}
-	st := &EtcdState{}
+	st := &EtcdState{IDs: map[string]uint64{}}
 	for _, msg := range members.GetMessages() {
 		for _, mem := range msg.GetMembers() {
+			st.IDs[mem.GetHostname()] = mem.GetId()
 			if mem.GetIsLearner() {
 				st.Learners = append(st.Learners, mem.GetHostname())
 			} else {
