@@ -302,9 +302,14 @@ func (a *machineAPI) Reboot(ctx context.Context, _ *machine.RebootRequest) (*mac
 	return &machine.RebootResponse{Messages: []*machine.Reboot{{ActorId: actorID()}}}, nil
 }
 
+// actorID is a random (version 4) UUID, as machined's uuid.New().String()
+// makes for every action.
 func actorID() string {
 	b := make([]byte, 16)
 	_, _ = rand.Read(b) //nolint:errcheck // crypto/rand never fails on Linux
+
+	b[6] = b[6]&0x0f | 0x40 // version 4
+	b[8] = b[8]&0x3f | 0x80 // RFC 4122 variant
 
 	h := hex.EncodeToString(b)
 
