@@ -194,7 +194,7 @@ func desiredResources(s snapshot) []resource.Resource {
 
 	out = append(out, networkResources(s)...)
 	out = append(out, hardwareResources(s)...)
-	out = append(out, machineStatus(s))
+	out = append(out, machineStatus(s), versionResource(s))
 
 	if s.active == nil {
 		return out
@@ -228,6 +228,15 @@ func networkResources(s snapshot) []resource.Resource {
 	}
 
 	return out
+}
+
+// versionResource is runtime.Version, which VersionController writes with
+// the running Talos' tag (controllers/runtime/version.go).
+func versionResource(s snapshot) *runtime.Version {
+	v := runtime.NewVersion()
+	v.TypedSpec().Version = s.version
+
+	return v
 }
 
 // machineStatus is the MachineStatus: maintenance and ready until the
