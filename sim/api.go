@@ -293,11 +293,17 @@ func (a *machineAPI) EtcdStatus(ctx context.Context, _ *emptypb.Empty) (*machine
 	return &machine.EtcdStatusResponse{Messages: []*machine.EtcdStatus{{MemberStatus: st}}}, nil
 }
 
-// Reboot takes the node away for the reboot delay after replying.
+// Reboot takes the node away for the reboot delay after replying. While
+// an upgrade sequence runs, the reboot sequence cannot take over
+// (sequencer.go CanTakeOver): machined logs it, and acks all the same.
 func (a *machineAPI) Reboot(ctx context.Context, _ *machine.RebootRequest) (*machine.RebootResponse, error) {
-	t, _ := target(ctx)
+	t, s := target(ctx)
 
-	t.reboot(true)
+	if s.upgrading {
+		a.fleet.log.Info("sim: reboot not started: an upgrade runs", "machine", t.name)
+	} else {
+		t.reboot(true)
+	}
 
 	return &machine.RebootResponse{Messages: []*machine.Reboot{{ActorId: actorID()}}}, nil
 }

@@ -36,6 +36,7 @@ var rules = map[string]role.Set{
 	"/machine.MachineService/Mounts":             allRoles,
 	"/machine.MachineService/Reboot":             operatorUp,
 	"/machine.MachineService/ServiceList":        allRoles,
+	"/machine.MachineService/Upgrade":            adminRole,
 	"/machine.MachineService/Version":            allRoles,
 
 	// per-type authorization is the access policy's job
@@ -64,5 +65,6 @@ func authorize(fullMethod string, roles role.Set) error {
 // are unimplemented there, as in Talos' maintenance service.
 var maintenanceMethods = map[string]bool{
 	"ApplyConfiguration": true,
+	"Upgrade":            true, // answers Unimplemented itself (upgrade.go)
 	"Version":            true,
 }
