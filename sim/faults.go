@@ -29,7 +29,8 @@ type Faults struct {
 	// undoes the drift like any other config change. A machine in maintenance
 	// mode has no config to drift and ignores it.
 	DriftedConfig []byte
-	// TalosVersion overrides the version the machine reports.
+	// TalosVersion overrides the version the machine reports, whatever it
+	// runs (an upgrade does not clear it).
 	TalosVersion string
 	// KubeletUnhealthy marks the kubelet service unhealthy and the machine
 	// status not ready.

@@ -72,7 +72,8 @@ type MachineSpec struct {
 	// Config is the applied machine config (multi-document YAML); nil starts
 	// the machine in maintenance mode.
 	Config []byte
-	// TalosVersion is what Version reports (default "v1.11.0").
+	// TalosVersion is the version the machine runs at Start (default
+	// "v1.11.0"); an Upgrade installs another.
 	TalosVersion string
 	// SystemDisk is the hardware's system disk (default /dev/sda, solid
 	// state); SystemDiskFor picks one an inventory's install disk or

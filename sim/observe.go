@@ -21,7 +21,8 @@ type Observation struct {
 	// TalosVersion is the version the machine runs (what Version reports
 	// unless the TalosVersion fault says otherwise); InstallImage the
 	// installer image that wrote its boot partition: its config's
-	// machine.install.image until an upgrade installs another.
+	// machine.install.image (else the default installer of its version)
+	// until an upgrade installs another.
 	TalosVersion, InstallImage string
 	// Upgrading: an upgrade sequence runs (MachineStatus stage upgrading).
 	Upgrading bool
