@@ -293,18 +293,29 @@ func (a *machineAPI) EtcdStatus(ctx context.Context, _ *emptypb.Empty) (*machine
 	return &machine.EtcdStatusResponse{Messages: []*machine.EtcdStatus{{MemberStatus: st}}}, nil
 }
 
-// Reboot takes the node away for the reboot delay after replying.
+// Reboot takes the node away for the reboot delay after replying. While
+// an upgrade sequence runs, the reboot sequence cannot take over
+// (sequencer.go CanTakeOver): machined logs it, and acks all the same.
 func (a *machineAPI) Reboot(ctx context.Context, _ *machine.RebootRequest) (*machine.RebootResponse, error) {
-	t, _ := target(ctx)
+	t, s := target(ctx)
 
-	t.reboot(true)
+	if s.upgrading {
+		a.fleet.log.Info("sim: reboot not started: an upgrade runs", "machine", t.name)
+	} else {
+		t.reboot(true)
+	}
 
 	return &machine.RebootResponse{Messages: []*machine.Reboot{{ActorId: actorID()}}}, nil
 }
 
+// actorID is a random (version 4) UUID, as machined's uuid.New().String()
+// makes for every action.
 func actorID() string {
 	b := make([]byte, 16)
 	_, _ = rand.Read(b) //nolint:errcheck // crypto/rand never fails on Linux
+
+	b[6] = b[6]&0x0f | 0x40 // version 4
+	b[8] = b[8]&0x3f | 0x80 // RFC 4122 variant
 
 	h := hex.EncodeToString(b)
 

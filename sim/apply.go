@@ -216,6 +216,7 @@ func (a *machineAPI) applyMaintenance(ctx context.Context, t *Machine, _ snapsho
 	}
 
 	t.setConfig(cfg, false, true)
+	t.installedFrom(cfg)
 	t.reboot(true)
 
 	a.fleet.log.Info("sim: config installed from maintenance", "machine", t.name)

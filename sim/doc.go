@@ -130,6 +130,70 @@
 //     node). KubePrismStatuses lists
 //     127.0.0.1:<port> (kubeprism_config.go) and is healthy only while an
 //     API server can run (kubeprism.go writeKubePrismStatus).
+//   - Upgrade (upgrade.go, upgrade_etcd.go; v1alpha1_server.go Upgrade):
+//     os:admin only (services/machined.go rules); on a node without config
+//     Unimplemented "API is not implemented in maintenance mode"
+//     (maintenance/server.go Upgrade: assertAdminRole, and only SideroLink
+//     peers are os:admin there). The installer image is pulled as
+//     install.PullAndValidateInstallerImage and image.Pull do: it must
+//     parse as reference.ParseDockerRef reads it (imageref.go), and the
+//     sim's registry has an installer for every Talos version tag (vX.Y.Z,
+//     pre-releases included), which is the version the node then boots;
+//     any other tag, a bare digest and Faults.UpgradeImagesMissing are not
+//     found, retried once (WithMaxNotFoundRetries) and answered as go-retry's
+//     error set: "error validating installer image %q: 1 error(s)
+//     occurred:\n\tfailed to pull image ...: failed to resolve reference
+//     ...: ...: not found", code Unknown (a plain error through machined's
+//     gRPC server). On a control plane (init or controlplane) unless
+//     forced: an etcd client from the control planes' endpoints
+//     (NewClientFromControlPlaneIPs: "failed to create etcd client: no
+//     controlplane endpoints discovered yet" before any etcd cluster, the
+//     admin certificate error for CRIStartDelay after a boot), the upgrade
+//     mutex (tryLockUpgradeMutex: without quorum its session waits as an
+//     etcd client does and fails DeadlineExceeded; held by another call's
+//     checks, "failed to acquire upgrade mutex: error trying to lock etcd
+//     upgrade mutex: mutex: Locked by another session" at once), then
+//     internal/pkg/etcd ValidateForUpgrade over the member list: exactly
+//     two members are refused ("etcd member count(2) is insufficient to
+//     maintain quorum if upgrade commences"), a member without a name
+//     "is not started", a member that is down, Unreachable or has its etcd
+//     stopped "is not healthy ...: context deadline exceeded" after the
+//     client's wait (DeadlineExceeded: a wrapped context error keeps its
+//     code). Each member's check takes its Latency, and the mutex is held
+//     only while the checks run: once the first call replied, a second
+//     control plane's Upgrade is not refused while the first still drains.
+//     The reply is UpgradeResponse{Ack: "Upgrade request received",
+//     ActorId: a UUID}. Downgrades are not refused: the handler compares
+//     no versions.
+//   - The upgrade sequence (v1alpha1_sequencer.go Upgrade) runs after the
+//     reply for Options.UpgradeDelay: MachineStatus stage upgrading and
+//     ready (machine_status.go getReadinessChecks has no checks in that
+//     stage), the Node cordoned (node_cordoned_spec.go, node_apply.go
+//     ApplyCordoned, annotation talos.dev/cordoned); the first half drains
+//     (CordonAndDrainNode, skipped with kubelet.skipNodeRegistration), the
+//     second runs with cri, kubelet, etcd and trustd Finished, health
+//     "service not running" (StopServicesEphemeral), so the node's own etcd
+//     calls wait as without etcd and other control planes find it
+//     unhealthy. The upgrade does not leave etcd. Then the node reboots
+//     (RebootDelay) into the new version with its config and etcd data,
+//     rejoins etcd as after any reboot and is uncordoned. Version,
+//     runtime.Version (VersionController), Member resources and the Node's
+//     osImage report the version it runs; Observation the version, the
+//     installer image that wrote its partition and whether it upgrades.
+//     A Reboot while the sequence runs is acked and does nothing
+//     (sequencer.go CanTakeOver: nothing takes over an upgrade); a second
+//     Upgrade is acked too and does not start. Staged (StageUpgrade): the
+//     node reboots at once, and the next boot's install sequence
+//     (v1alpha1_state.go probeMeta, Install with IsInstallStaged) runs the
+//     installer for UpgradeDelay and reboots again into the new version.
+//     Reboot modes (default kexec, powercycle) only change Talos' timing,
+//     and the sim's is the same.
+//   - A/B fallback (Faults.UpgradeBootFails): the new version comes up,
+//     booting and not ready, without the services its boot sequence would
+//     start, and after RebootDelay that sequence fails; machined then
+//     reverts the bootloader to the partition the Upgrade META tag names
+//     and reboots (main.go handle, revert.go revertBootloadInternal, grub
+//     Config.Revert), and the node comes back on the version it ran before.
 //   - Machines given a config at Start have been up a minute: their CRI is
 //     up and their etcd certificates exist; a reboot starts the clock again.
 //   - Other calls: Version (machinery's version reply with the machine's tag),
@@ -144,7 +208,7 @@
 //     access policy: reads only, known types and namespaces only, Sensitive
 //     types (MachineConfig) for os:admin only. Resources follow the machine's
 //     state: MachineConfig `v1alpha1` and `persistent`, MachineStatus,
-//     Service, NodeAddress, KubeletSpec (extraMounts from the config),
+//     Service, NodeAddress, Version, KubeletSpec (extraMounts from the config),
 //     KubePrismStatuses (when KubePrism is on) and, on control
 //     planes with etcd data, ManifestStatus (10-kube-proxy unless
 //     cluster.proxy.disabled).
@@ -166,7 +230,10 @@
 // # What stays kinder than Talos
 //
 // Reboots and boots take RebootDelay, not minutes; etcd joins take
-// EtcdJoinDelay; services start at once. Time is always synced and the
+// EtcdJoinDelay; services start at once. An upgrade takes UpgradeDelay,
+// its drain evicts no pods, and an installer is pulled at once. The
+// upgrade mutex is released when the call ends even if the node goes down
+// mid-call (Talos' lease lives 60 seconds). Time is always synced and the
 // network always ready, so Bootstrap is never refused with "time is not in
 // sync yet". ManifestStatus appears on every control
 // plane with etcd data, not only once etcd is healthy on the node that holds

@@ -23,6 +23,9 @@ type etcdCluster struct {
 	// when its etcd started (see put), for what an etcd snapshot carries.
 	revision int64
 	kvs      []etcdKV
+	// upgradeHolder holds the Talos upgrade mutex (Upgrade's
+	// tryLockUpgradeMutex); nil while it is free.
+	upgradeHolder *upgradeSession
 }
 
 // etcdMember is one member of a cluster. A joining control plane is added as
@@ -167,7 +170,7 @@ func (f *Fleet) etcdMembersOf(m *Machine) (members []memberView, leader uint64) 
 	defer f.mu.Unlock()
 
 	s := m.snap()
-	if s.etcdID == 0 {
+	if !s.etcdRunning() {
 		return nil, 0
 	}
 

@@ -158,7 +158,7 @@ func (f *Fleet) etcdSnapshotOf(m *Machine) (file []byte, flip int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 
-	if m.snap().etcdID == 0 {
+	if !m.snap().etcdRunning() {
 		return nil, 0
 	}
 

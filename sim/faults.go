@@ -15,7 +15,8 @@ type Faults struct {
 	// soon as it is accepted (the port stays the machine's), so calls fail
 	// with Unavailable; apid routing to it fails the same way.
 	Unreachable bool
-	// Latency delays every call the machine serves.
+	// Latency delays every call the machine serves, and the etcd health
+	// check another control plane's Upgrade makes against it.
 	Latency time.Duration
 	// ErrorCodes fails calls with the given code, by short method name
 	// ("Version", "Get", …) or, where a short name is ambiguous ("List" is
@@ -28,7 +29,8 @@ type Faults struct {
 	// undoes the drift like any other config change. A machine in maintenance
 	// mode has no config to drift and ignores it.
 	DriftedConfig []byte
-	// TalosVersion overrides the version the machine reports.
+	// TalosVersion overrides the version the machine reports, whatever it
+	// runs (an upgrade does not clear it).
 	TalosVersion string
 	// KubeletUnhealthy marks the kubelet service unhealthy and the machine
 	// status not ready.
@@ -73,6 +75,18 @@ type Faults struct {
 	// the config, then drop the connection and reboot before replying. It
 	// clears itself once it fired.
 	RebootDuringApply bool
+	// UpgradeImagesMissing names installer images the machine's registry
+	// does not have, as written ("ghcr.io/siderolabs/installer:v1.11.1"),
+	// as the same reference, or by repository
+	// ("ghcr.io/siderolabs/installer"): Upgrade fails pulling them, not
+	// found, as machined's image.Pull does.
+	UpgradeImagesMissing []string
+	// UpgradeBootFails makes the version an upgrade installed fail its boot
+	// sequence: the machine comes up on it, stays booting without its
+	// services for RebootDelay, then machined reverts the bootloader and
+	// reboots, and it comes back on the version it ran before (main.go
+	// handle, revertBootloader). It holds until cleared.
+	UpgradeBootFails bool
 	// EtcdSnapshotCorrupt flips one bit of the snapshot EtcdSnapshot
 	// streams, inside the value of its newest key: the size stays right,
 	// bbolt and etcdutl's status read the file, only its sha256 tells.
@@ -121,6 +135,7 @@ func (f Faults) clone() Faults {
 	f.KubeletMountMissing = slices.Clone(f.KubeletMountMissing)
 	f.KubeletMountOptions = maps.Clone(f.KubeletMountOptions)
 	f.DriftedConfig = bytes.Clone(f.DriftedConfig)
+	f.UpgradeImagesMissing = slices.Clone(f.UpgradeImagesMissing)
 
 	return f
 }

@@ -32,6 +32,12 @@ type Options struct {
 	Machines []MachineSpec
 	// RebootDelay is how long a reboot or crash takes a machine away (default 2s).
 	RebootDelay time.Duration
+	// UpgradeDelay is how long an upgrade sequence runs before its reboot:
+	// it drains for the first half, then runs with cri, kubelet, etcd and
+	// trustd stopped while the installer writes the other boot partition.
+	// A staged upgrade's install takes as long at the next boot (default:
+	// RebootDelay; on Talos, minutes).
+	UpgradeDelay time.Duration
 	// Logger receives the fleet's own log lines (default: discarded).
 	Logger *slog.Logger
 	// EtcdJoinDelay is how long a control plane without etcd data takes to
@@ -66,7 +72,8 @@ type MachineSpec struct {
 	// Config is the applied machine config (multi-document YAML); nil starts
 	// the machine in maintenance mode.
 	Config []byte
-	// TalosVersion is what Version reports (default "v1.11.0").
+	// TalosVersion is the version the machine runs at Start (default
+	// "v1.11.0"); an Upgrade installs another.
 	TalosVersion string
 	// SystemDisk is the hardware's system disk (default /dev/sda, solid
 	// state); SystemDiskFor picks one an inventory's install disk or
@@ -106,6 +113,7 @@ func SystemDiskFor(installDisk, selectorType string) SystemDisk {
 type Fleet struct {
 	log            *slog.Logger
 	rebootDelay    time.Duration
+	upgradeDelay   time.Duration
 	joinDelay      time.Duration
 	etcdWait       time.Duration
 	criDelay       time.Duration // see Options.CRIStartDelay
@@ -136,6 +144,10 @@ func Start(ctx context.Context, opts Options) (*Fleet, error) {
 		opts.RebootDelay = 2 * time.Second
 	}
 
+	if opts.UpgradeDelay <= 0 {
+		opts.UpgradeDelay = opts.RebootDelay
+	}
+
 	if opts.EtcdJoinDelay <= 0 {
 		opts.EtcdJoinDelay = 300 * time.Millisecond
 	}
@@ -164,17 +176,18 @@ func Start(ctx context.Context, opts Options) (*Fleet, error) {
 	}
 
 	f := &Fleet{
-		log:         log,
-		rebootDelay: opts.RebootDelay,
-		joinDelay:   opts.EtcdJoinDelay,
-		etcdWait:    opts.EtcdClientWait,
-		criDelay:    opts.CRIStartDelay,
-		ca:          ca,
-		meta:        meta,
-		byName:      map[string]*Machine{},
-		byAddr:      map[string]*Machine{},
-		byHost:      map[string][]*Machine{},
-		agents:      map[string]*agentPod{},
+		log:          log,
+		rebootDelay:  opts.RebootDelay,
+		upgradeDelay: opts.UpgradeDelay,
+		joinDelay:    opts.EtcdJoinDelay,
+		etcdWait:     opts.EtcdClientWait,
+		criDelay:     opts.CRIStartDelay,
+		ca:           ca,
+		meta:         meta,
+		byName:       map[string]*Machine{},
+		byAddr:       map[string]*Machine{},
+		byHost:       map[string][]*Machine{},
+		agents:       map[string]*agentPod{},
 	}
 	f.maintenanceTLS = ca.maintenanceTLS()
 	f.configuredTLS = ca.configuredTLS()
@@ -263,6 +276,7 @@ func (f *Fleet) add(spec MachineSpec, loaded map[[sha256.Size]byte]config.Provid
 		}
 
 		m.active, m.persisted = cfg, cfg
+		m.installImage = installImageOf(cfg, m.version)
 	}
 
 	m.st = newMachineState(f.meta)

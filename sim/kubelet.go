@@ -7,11 +7,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/siderolabs/talos/pkg/machinery/constants"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 )
 
 const nodeLeaseNamespace = "kube-node-lease"
@@ -113,7 +115,10 @@ func (m *Machine) syncKubelet(ctx context.Context, kc kubernetes.Interface) (str
 	if !m.fleet.hasEtcd() {
 		return "", nil
 	}
-	posting := !s.down && !s.faults.Unreachable
+	// machined runs while the machine is up; the kubelet not while an
+	// upgrade stopped it
+	machined := !s.down && !s.faults.Unreachable
+	posting := machined && !s.ephemeralDown()
 	labels := map[string]string{
 		"kubernetes.io/hostname": nodeName,
 		"kubernetes.io/os":       "linux",
@@ -149,6 +154,12 @@ func (m *Machine) syncKubelet(ctx context.Context, kc kubernetes.Interface) (str
 			if node, err = nodes.Update(ctx, node, metav1.UpdateOptions{}); err != nil {
 				return "", fmt.Errorf("update node labels: %w", err)
 			}
+		}
+	}
+
+	if machined {
+		if node, err = applyCordoned(ctx, nodes, node, s.upgrading); err != nil {
+			return "", err
 		}
 	}
 
@@ -189,6 +200,36 @@ func (m *Machine) syncKubelet(ctx context.Context, kc kubernetes.Interface) (str
 		return "", nil
 	}
 	return nodeName, renewLease(ctx, kc, node)
+}
+
+// applyCordoned cordons the Node while its machine upgrades and uncordons
+// it once it boots, as machined's NodeApplyController does
+// (node_cordoned_spec.go: cordoned in stage upgrading; node_apply.go
+// ApplyCordoned: only a node Talos cordoned itself, by its annotation, is
+// uncordoned).
+func applyCordoned(ctx context.Context, nodes typedcorev1.NodeInterface, node *corev1.Node, cordon bool) (*corev1.Node, error) {
+	_, byTalos := node.Annotations[constants.AnnotationCordonedKey]
+
+	switch {
+	case cordon && !node.Spec.Unschedulable:
+		node.Spec.Unschedulable = true
+		if node.Annotations == nil {
+			node.Annotations = map[string]string{}
+		}
+		node.Annotations[constants.AnnotationCordonedKey] = constants.AnnotationCordonedValue
+	case !cordon && node.Spec.Unschedulable && byTalos:
+		node.Spec.Unschedulable = false
+		delete(node.Annotations, constants.AnnotationCordonedKey)
+	default:
+		return node, nil
+	}
+
+	node, err := nodes.Update(ctx, node, metav1.UpdateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("cordon node: %w", err)
+	}
+
+	return node, nil
 }
 
 // noteNode records the Node as Talos' NodeStatus controller would see it,

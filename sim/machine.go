@@ -66,6 +66,20 @@ type Machine struct {
 	bootDone bool
 	// node is the Kubernetes Node as its kubelet last posted it.
 	node nodeFacts
+	// The A/B boot (upgrade.go): installImage is the installer image the
+	// running system came from; staged is a staged upgrade, installed by
+	// the next boot; next is the partition the next boot loads when an
+	// installer wrote another one; fallback the one it replaced, which a
+	// failing boot reverts to.
+	installImage           string
+	staged, next, fallback *bootEntry
+	// upgrading: an upgrade sequence runs (stage upgrading); stoppedAt:
+	// when it stopped cri and the services that depend on it.
+	upgrading bool
+	stoppedAt time.Time
+	// bootFailing: this boot's boot sequence fails before its services
+	// start (UpgradeBootFails on a new version's first boot).
+	bootFailing bool
 }
 
 // nodeFacts are what Talos' NodeStatus resource carries for the
@@ -194,6 +208,9 @@ func (m *Machine) reboot(graceful bool) {
 		m.tryTimer = nil
 	}
 
+	// an upgrade sequence in flight ends with the boot it ran in
+	m.upgrading, m.stoppedAt, m.bootFailing = false, time.Time{}, false
+
 	if sess != nil {
 		m.draining = append(m.draining, sess)
 	}
@@ -218,6 +235,17 @@ func (m *Machine) boot(gen int) {
 		return
 	}
 
+	// a staged upgrade installs and boots once more before coming up
+	if again, ok := m.loadBootEntryLocked(); ok {
+		m.bootGen++
+		next := m.bootGen
+		m.mu.Unlock()
+
+		time.AfterFunc(again, func() { m.boot(next) })
+
+		return
+	}
+
 	// nothing from before the reboot survives it
 	draining := m.draining
 	m.draining = nil
@@ -225,13 +253,19 @@ func (m *Machine) boot(gen int) {
 	m.active = m.persisted
 	m.booted = time.Now()
 	m.bootDone = false
+	failing := m.bootFailing
 	m.mu.Unlock()
 
 	for _, sess := range draining {
 		sess.stop()
 	}
 
-	m.fleet.joinEtcd(m)
+	if failing {
+		time.AfterFunc(m.fleet.rebootDelay, func() { m.failBoot(gen) })
+	} else {
+		m.fleet.joinEtcd(m)
+	}
+
 	m.sync()
 
 	m.mu.Lock()

@@ -46,6 +46,11 @@ func servicesOf(s snapshot) []service {
 		slices.Sort(ids)
 	}
 
+	if s.bootFailing {
+		// the boot sequence fails before StartAllServices loads them
+		ids = slices.DeleteFunc(ids, func(id string) bool { return ephemeralServices[id] })
+	}
+
 	noHealthCheck := map[string]bool{"auditd": true, "dashboard": true, "syslogd": true, "udevd": true}
 
 	at := func(d time.Duration) time.Time { return s.booted.Add(d) }
@@ -75,6 +80,13 @@ func servicesOf(s snapshot) []service {
 			svc.events = []serviceEvent{
 				{msg: "Running pre state", state: "Preparing", ts: at(time.Second)},
 			}
+		case ephemeralServices[id] && !s.stoppedAt.IsZero():
+			// an upgrade's StopServicesEphemeral stopped it: the runner
+			// finished, and health reads "service not running"
+			// (system.go StopWithRevDepenencies, service_runner.go run)
+			svc.state, svc.running, svc.healthy = "Finished", false, false
+			svc.message = "service not running"
+			svc.events = append(svc.events, serviceEvent{msg: "Service finished successfully", state: "Finished", ts: s.stoppedAt})
 		case id == "kubelet" && s.faults.KubeletUnhealthy:
 			svc.healthy = false
 			svc.message = "Get \"http://127.0.0.1:10248/healthz\": dial tcp 127.0.0.1:10248: connect: connection refused"
@@ -86,6 +98,11 @@ func servicesOf(s snapshot) []service {
 
 	return svcs
 }
+
+// ephemeralServices are what an upgrade's StopServicesEphemeral stops
+// (v1alpha1_sequencer_tasks.go: cri with its reverse dependencies, and
+// trustd).
+var ephemeralServices = map[string]bool{"cri": true, "etcd": true, "kubelet": true, "trustd": true}
 
 // requiredServices are the services MachineStatus waits for
 // (machine_status.go getReadinessChecks).
@@ -168,7 +185,7 @@ func (m *Machine) sync() {
 
 	// The boot sequence ends, once, when every service of this boot is up.
 	s := m.snap()
-	if s.configured() && !s.down && !s.bootDone && servicesUp(s) {
+	if s.configured() && !s.down && !s.bootDone && !s.bootFailing && servicesUp(s) {
 		m.mu.Lock()
 		m.bootDone = true
 		m.mu.Unlock()
@@ -194,7 +211,7 @@ func desiredResources(s snapshot) []resource.Resource {
 
 	out = append(out, networkResources(s)...)
 	out = append(out, hardwareResources(s)...)
-	out = append(out, machineStatus(s))
+	out = append(out, machineStatus(s), versionResource(s))
 
 	if s.active == nil {
 		return out
@@ -230,6 +247,15 @@ func networkResources(s snapshot) []resource.Resource {
 	return out
 }
 
+// versionResource is runtime.Version, which VersionController writes with
+// the running Talos' tag (controllers/runtime/version.go).
+func versionResource(s snapshot) *runtime.Version {
+	v := runtime.NewVersion()
+	v.TypedSpec().Version = s.version
+
+	return v
+}
+
 // machineStatus is the MachineStatus: maintenance and ready until the
 // machine is configured, then booting (running once the boot sequence
 // ended) and ready when no condition is unmet.
@@ -245,6 +271,16 @@ func machineStatus(s snapshot) *runtime.MachineStatus {
 	ms.TypedSpec().Stage = runtime.MachineStageBooting
 	if s.bootDone {
 		ms.TypedSpec().Stage = runtime.MachineStageRunning
+	}
+
+	if s.upgrading {
+		// machine_status.go: an upgrade sequence's start sets the stage;
+		// getReadinessChecks has no checks outside booting and running,
+		// so an upgrading machine is ready
+		ms.TypedSpec().Stage = runtime.MachineStageUpgrading
+		ms.TypedSpec().Status.Ready = true
+
+		return ms
 	}
 
 	ms.TypedSpec().Status.UnmetConditions = unmetConditions(s)

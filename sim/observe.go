@@ -18,6 +18,14 @@ type Observation struct {
 	// Booted is when the machine last came up (a time before Start for a
 	// machine that never rebooted).
 	Booted time.Time
+	// TalosVersion is the version the machine runs (what Version reports
+	// unless the TalosVersion fault says otherwise); InstallImage the
+	// installer image that wrote its boot partition: its config's
+	// machine.install.image (else the default installer of its version)
+	// until an upgrade installs another.
+	TalosVersion, InstallImage string
+	// Upgrading: an upgrade sequence runs (MachineStatus stage upgrading).
+	Upgrading bool
 }
 
 // Observe returns the machine's Observation.
@@ -25,7 +33,10 @@ func (m *Machine) Observe() Observation {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 
-	return Observation{Down: m.down, Reboots: m.bootGen, Booted: m.booted}
+	return Observation{
+		Down: m.down, Reboots: m.bootGen, Booted: m.booted,
+		TalosVersion: m.version, InstallImage: m.installImage, Upgrading: m.upgrading,
+	}
 }
 
 // EtcdCluster is one etcd cluster of the fleet, by machine name.

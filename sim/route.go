@@ -35,63 +35,6 @@ func callFrom(ctx context.Context) *call {
 	return c
 }
 
-var errNotAuthorized = status.Error(codes.PermissionDenied, "not authorized")
-
-var (
-	allRoles   = role.MakeSet(role.Admin, role.Operator, role.Reader)
-	adminRole  = role.MakeSet(role.Admin)
-	operatorUp = role.MakeSet(role.Admin, role.Operator)
-	etcdRead   = role.MakeSet(role.Admin, role.Operator, role.Reader, role.EtcdBackup)
-	// a snapshot holds every Secret: os:reader may not take one
-	// (services/machined.go rules)
-	etcdBackup = role.MakeSet(role.Admin, role.Operator, role.EtcdBackup)
-)
-
-// rules mirror machined's authorizer for the methods the sim serves; any
-// other method needs os:admin.
-var rules = map[string]role.Set{
-	"/machine.MachineService/ApplyConfiguration": adminRole,
-	"/machine.MachineService/Bootstrap":          adminRole,
-	"/machine.MachineService/EtcdMemberList":     etcdRead,
-	"/machine.MachineService/EtcdSnapshot":       etcdBackup,
-	"/machine.MachineService/EtcdStatus":         etcdRead,
-	"/machine.MachineService/Hostname":           allRoles,
-	"/machine.MachineService/Kubeconfig":         adminRole,
-	"/machine.MachineService/Memory":             allRoles,
-	"/machine.MachineService/Mounts":             allRoles,
-	"/machine.MachineService/Reboot":             operatorUp,
-	"/machine.MachineService/ServiceList":        allRoles,
-	"/machine.MachineService/Version":            allRoles,
-
-	// per-type authorization is the access policy's job
-	"/cosi.resource.State/Create":  adminRole,
-	"/cosi.resource.State/Destroy": adminRole,
-	"/cosi.resource.State/Get":     allRoles,
-	"/cosi.resource.State/List":    allRoles,
-	"/cosi.resource.State/Update":  adminRole,
-	"/cosi.resource.State/Watch":   allRoles,
-}
-
-func authorize(fullMethod string, roles role.Set) error {
-	allowed, ok := rules[fullMethod]
-	if !ok {
-		allowed = adminRole
-	}
-
-	if !allowed.IncludesAny(roles) {
-		return errNotAuthorized
-	}
-
-	return nil
-}
-
-// maintenanceMethods are the ones a node without config answers; the rest
-// are unimplemented there, as in Talos' maintenance service.
-var maintenanceMethods = map[string]bool{
-	"ApplyConfiguration": true,
-	"Version":            true,
-}
-
 // connection tells which machine a call reached, in which mode, and the
 // caller's roles the way the authz injector reads them: from the client
 // certificate's Organization, or reader-only in maintenance mode.

@@ -23,6 +23,10 @@ type snapshot struct {
 	role      string
 	bootDone  bool
 	node      nodeFacts
+	// upgrading, stoppedAt, bootFailing: see Machine
+	upgrading   bool
+	stoppedAt   time.Time
+	bootFailing bool
 	// apiUp: an API server can run (some etcd cluster does); set by sync,
 	// which may take the fleet's lock where snap may not.
 	apiUp bool
@@ -47,6 +51,10 @@ func (m *Machine) snap() snapshot {
 		role:      m.role,
 		bootDone:  m.bootDone,
 		node:      m.node,
+
+		upgrading:   m.upgrading,
+		stoppedAt:   m.stoppedAt,
+		bootFailing: m.bootFailing,
 	}
 
 	if s.faults.TalosVersion != "" {
@@ -57,6 +65,14 @@ func (m *Machine) snap() snapshot {
 }
 
 func (s snapshot) configured() bool { return s.active != nil }
+
+// ephemeralDown: cri and the services that depend on it (kubelet, etcd)
+// and trustd do not run, although the machine is up: an upgrade stopped
+// them, or this boot fails before it starts them.
+func (s snapshot) ephemeralDown() bool { return !s.stoppedAt.IsZero() || s.bootFailing }
+
+// etcdRunning: the node holds etcd data and its etcd runs.
+func (s snapshot) etcdRunning() bool { return s.etcdID != 0 && !s.down && !s.ephemeralDown() }
 
 // cniNone reports a config that leaves the CNI to the operator
 // (cluster.network.cni.name none).

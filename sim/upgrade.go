@@ -1,0 +1,288 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/blang/semver/v4"
+	"github.com/siderolabs/talos/pkg/machinery/api/machine"
+	"github.com/siderolabs/talos/pkg/machinery/config"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Upgrade as Talos v1.11.0 has it: the handler
+// (internal/app/machined/internal/server/v1alpha1/v1alpha1_server.go
+// Upgrade) pulls the installer, checks etcd on a control plane
+// (upgrade_etcd.go) and starts a sequence in the background; the
+// sequences (internal/app/machined/pkg/runtime/v1alpha1/
+// v1alpha1_sequencer.go Upgrade, StageUpgrade, Install) drain, stop
+// services, run the installer into the other boot partition and reboot
+// into it; machined's main.go reverts the bootloader when that boot fails.
+
+// defaultInstallerRepository is images.DefaultInstallerImageRepository.
+const defaultInstallerRepository = "ghcr.io/siderolabs/installer"
+
+// bootEntry is a boot partition: the Talos version it holds and the
+// installer image that wrote it.
+type bootEntry struct {
+	version, image string
+	// revert: the bootloader went back to it after a failed boot; it is
+	// the version that booted before, so it boots.
+	revert bool
+}
+
+// installImageOf is the installer image a config installs from
+// (machine.install.image, else images.DefaultInstallerImage).
+func installImageOf(cfg config.Provider, version string) string {
+	if cfg != nil && cfg.Machine() != nil && cfg.Machine().Install() != nil {
+		if img := cfg.Machine().Install().Image(); img != "" {
+			return img
+		}
+	}
+
+	return defaultInstallerRepository + ":" + version
+}
+
+// installedFrom records the install from maintenance mode: the config's
+// installer image wrote the boot partition. The version stays the one
+// the machine was started with.
+func (m *Machine) installedFrom(cfg config.Provider) {
+	m.mu.Lock()
+	m.installImage = installImageOf(cfg, m.version)
+	m.mu.Unlock()
+}
+
+// Upgrade answers as machined's Upgrade: refused in maintenance mode, a
+// pull of the installer, etcd's checks on a control plane unless forced,
+// then the ack while the sequence runs.
+func (a *machineAPI) Upgrade(ctx context.Context, in *machine.UpgradeRequest) (*machine.UpgradeResponse, error) {
+	t, s := target(ctx)
+
+	if !s.configured() {
+		// maintenance/server.go Upgrade: assertAdminRole comes first, and
+		// only a SideroLink peer is os:admin there, which the sim's
+		// maintenance callers never are
+		return nil, status.Error(codes.Unimplemented, "API is not implemented in maintenance mode")
+	}
+
+	a.fleet.log.Info("sim: upgrade request received", "machine", t.name, "image", in.GetImage(),
+		"staged", in.GetStage(), "force", in.GetForce(), "reboot_mode", in.GetRebootMode().String())
+
+	next, err := pullInstaller(in.GetImage(), s.faults)
+	if err != nil {
+		return nil, status.Errorf(codes.Unknown, "error validating installer image %q: %s", in.GetImage(), err)
+	}
+
+	// machine type != worker: init and controlplane alike
+	if s.controlPlane() && !in.GetForce() {
+		unlock, err := a.fleet.checkEtcdForUpgrade(ctx, t, s)
+		if unlock != nil {
+			// the mutex guards only the checks: released once the call is done
+			defer unlock()
+		}
+
+		if err != nil {
+			return nil, err
+		}
+	}
+
+	if !t.startUpgrade(next, in.GetStage()) {
+		// controller.Run: an upgrade sequence runs already and nothing
+		// takes one over (sequencer.go CanTakeOver); machined logs
+		// "upgrade failed: locked" and the call is acked all the same
+		a.fleet.log.Info("sim: upgrade sequence not started: another one runs", "machine", t.name)
+	}
+
+	return &machine.UpgradeResponse{Messages: []*machine.Upgrade{{
+		Ack:     "Upgrade request received",
+		ActorId: actorID(),
+	}}}, nil
+}
+
+// pullInstaller is install.PullAndValidateInstallerImage: the reference
+// must parse (image.Pull's reference.ParseDockerRef), and the registry
+// must have it. The sim's registry has an installer for every Talos
+// version tag (v1.11.0, v1.12.0-beta.1, …), and the new version is that
+// tag; any other tag, a bare digest and any image UpgradeImagesMissing
+// names are not found. image.Pull retries a not-found once
+// (WithMaxNotFoundRetries(1)) and go-retry returns its error set.
+func pullInstaller(image string, f Faults) (bootEntry, error) {
+	ref, err := parseDockerRef(image)
+	if err != nil {
+		return bootEntry{}, fmt.Errorf("failed to parse image reference %q: %w", image, err)
+	}
+
+	version, ok := talosVersionTag(ref.tag)
+	if !ok || imageMissing(f.UpgradeImagesMissing, image, ref) {
+		return bootEntry{}, fmt.Errorf("1 error(s) occurred:\n\tfailed to pull image %q: failed to resolve reference %q: %s: not found", ref, ref, ref)
+	}
+
+	return bootEntry{version: version, image: image}, nil
+}
+
+// talosVersionTag: a tag is a Talos version when it is v and a semantic
+// version.
+func talosVersionTag(tag string) (string, bool) {
+	v, ok := strings.CutPrefix(tag, "v")
+	if !ok {
+		return "", false
+	}
+
+	if _, err := semver.Parse(v); err != nil {
+		return "", false
+	}
+
+	return tag, true
+}
+
+// imageMissing: one of missing names the image as written, its repository,
+// or the same reference.
+func imageMissing(missing []string, image string, ref imageRef) bool {
+	for _, m := range missing {
+		if m == image {
+			return true
+		}
+
+		mr, err := parseDockerRef(m)
+		if err != nil || mr.repository != ref.repository {
+			continue
+		}
+
+		if mr.tag == "" && mr.digest == "" || mr.String() == ref.String() {
+			return true
+		}
+	}
+
+	return false
+}
+
+// startUpgrade runs the upgrade sequence, or the staged one; it reports
+// false when another upgrade sequence runs (the controller's lock). A
+// staged upgrade writes its META tags first, so the next boot installs
+// it even then (v1alpha1_state.go probeMeta).
+func (m *Machine) startUpgrade(next bootEntry, staged bool) bool {
+	m.mu.Lock()
+	if staged {
+		m.staged = &next
+	}
+
+	if m.upgrading {
+		m.mu.Unlock()
+
+		return false
+	}
+
+	m.upgrading = true
+	gen := m.bootGen
+
+	// the sequence drains first, unless the node never registered with
+	// Kubernetes (CordonAndDrainNode is skipped with
+	// kubelet.skipNodeRegistration)
+	drain := m.fleet.upgradeDelay / 2
+	if mc := m.active.Machine(); mc != nil && mc.Kubelet().SkipNodeRegistration() {
+		drain = 0
+	}
+	m.mu.Unlock()
+
+	if staged {
+		// StageUpgrade: stop pods and services, reboot; the install
+		// sequence of the next boot runs the installer
+		m.reboot(true)
+
+		return true
+	}
+
+	m.sync()
+
+	// Upgrade: cordon and drain, then StopServicesEphemeral (cri and what
+	// depends on it, trustd), the installer into the other partition,
+	// StopAllServices and the reboot
+	time.AfterFunc(drain, func() { m.upgradeStep(gen, nil) })
+	time.AfterFunc(m.fleet.upgradeDelay, func() { m.upgradeStep(gen, &next) })
+
+	return true
+}
+
+// upgradeStep moves an upgrade sequence of boot gen on: without an entry
+// it stops the ephemeral services; with one the installer has written it
+// and the machine reboots into it.
+func (m *Machine) upgradeStep(gen int, installed *bootEntry) {
+	m.mu.Lock()
+	if m.closed || gen != m.bootGen || !m.upgrading {
+		m.mu.Unlock()
+
+		return
+	}
+
+	if installed == nil {
+		if m.stoppedAt.IsZero() {
+			m.stoppedAt = time.Now()
+		}
+		m.mu.Unlock()
+
+		m.sync()
+
+		return
+	}
+
+	m.next = installed
+	m.mu.Unlock()
+
+	m.fleet.log.Info("sim: upgrade installed; rebooting", "machine", m.name, "version", installed.version)
+	m.reboot(true)
+}
+
+// loadBootEntryLocked is what a boot does before it comes up. A staged
+// upgrade runs its install sequence (v1alpha1_sequencer.go Install, with
+// IsInstallStaged): the installer, then another reboot. A partition an
+// installer wrote is loaded; the one it replaces is the fallback the
+// Upgrade META tag names, and under UpgradeBootFails the new version's
+// boot sequence fails. It reports how long until the next boot when
+// this one does not come up.
+func (m *Machine) loadBootEntryLocked() (time.Duration, bool) {
+	if m.staged != nil {
+		m.next, m.staged = m.staged, nil
+
+		return m.fleet.upgradeDelay, true
+	}
+
+	if m.next == nil {
+		return 0, false
+	}
+
+	next := *m.next
+	m.next, m.fallback = nil, nil
+
+	if !next.revert {
+		// the installer set the Upgrade tag; a revert deleted it
+		m.fallback = &bootEntry{version: m.version, image: m.installImage, revert: true}
+		m.bootFailing = m.faults.UpgradeBootFails
+	}
+
+	m.version, m.installImage = next.version, next.image
+
+	return 0, false
+}
+
+// failBoot ends a failing boot as machined's main does when a sequence
+// fails (main.go handle): revertBootloader points the bootloader back at
+// the partition the Upgrade META tag names (revert.go
+// revertBootloadInternal, grub Config.Revert), and the machine reboots
+// into it (after ten seconds, which the sim folds into its reboot).
+func (m *Machine) failBoot(gen int) {
+	m.mu.Lock()
+	if m.closed || gen != m.bootGen || !m.bootFailing {
+		m.mu.Unlock()
+
+		return
+	}
+
+	m.next, m.fallback = m.fallback, nil
+	m.mu.Unlock()
+
+	m.fleet.log.Info("sim: boot sequence failed; bootloader reverted", "machine", m.name)
+	m.reboot(false)
+}
