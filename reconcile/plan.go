@@ -25,6 +25,8 @@ type Kind string
 const (
 	// KindApply sends the desired config.
 	KindApply Kind = "apply"
+	// KindUpgrade boots the machine into the inventory's Talos version.
+	KindUpgrade Kind = "upgrade"
 	// KindNone: the machine already runs the desired config.
 	KindNone Kind = "none"
 	// KindSkip: nothing can be done from here (unreachable, maintenance mode, unreadable).
@@ -40,7 +42,9 @@ type Action struct {
 	Reboots bool
 	Reason  string
 	// Diff is redacted; secrets appear only as changed paths.
-	Diff     machines.ConfigDiff
+	Diff machines.ConfigDiff
+	// Upgrade is set on a KindUpgrade action.
+	Upgrade  *UpgradeStep
 	Evidence string
 	Warnings []string
 	// Held marks a skip made on purpose: the machine is left alone until
@@ -62,8 +66,10 @@ type Plan struct {
 	Actions []Action
 }
 
-// Pending returns the actions that change something.
-func (p *Plan) Pending() []Action { return p.ofKind(KindApply) }
+// Pending returns the actions that change something: config applies and upgrades.
+func (p *Plan) Pending() []Action {
+	return slices.DeleteFunc(slices.Clone(p.Actions), func(a Action) bool { return a.Kind != KindApply && a.Kind != KindUpgrade })
+}
 
 // Skipped returns the machines that could not be planned.
 func (p *Plan) Skipped() []Action { return p.ofKind(KindSkip) }
@@ -93,6 +99,8 @@ type Planner struct {
 	Mode        machines.Mode
 	Concurrency int
 	Timeout     time.Duration
+	// Upgrades, when set, also plans Talos OS upgrades (nil: none).
+	Upgrades *Upgrades
 }
 
 // Plan observes the given machines (all when nil) and returns the plan.
@@ -135,7 +143,8 @@ func (p *Planner) Plan(ctx context.Context, only []*inventory.Machine) (*Plan, e
 
 func (p *Planner) planOne(ctx context.Context, m *inventory.Machine) Action {
 	desired := p.Desired[m.Name]
-	s := machines.SurveyMachine(ctx, p.Dialer, m, desired, p.Mode, true)
+	only := p.Upgrades != nil && p.Upgrades.Only
+	s := machines.SurveyMachine(ctx, p.Dialer, m, desired, p.Mode, !only)
 	o := s.Obs
 	switch {
 	case o.Maintenance:
@@ -150,6 +159,16 @@ func (p *Planner) planOne(ctx context.Context, m *inventory.Machine) Action {
 	d := s.Diff
 	evidence := fmt.Sprintf("MachineConfig v1alpha1 observed (Talos %s, stage %s)", o.Version, o.Stage)
 	switch {
+	case only && s.Pending:
+		return Action{Machine: m, Kind: KindSkip, Held: true, Evidence: evidence, Reason: "left alone: it has a pending config (a `--mode try` waiting for its rollback, or a config staged for the next reboot), which the upgrade's reboot would settle: wait for it, or reboot it, then upgrade"}
+	case only:
+		a := p.planUpgrade(m, o, evidence)
+		if !d.Equal && a.Kind == KindUpgrade {
+			a.Warnings = append(a.Warnings, "its applied config differs from the desired one ("+d.Summary()+"); the upgrade keeps the applied config: devata apply changes it")
+		}
+		return a
+	case d.Equal && p.Upgrades != nil:
+		return p.planUpgrade(m, o, evidence)
 	case d.Equal:
 		return Action{Machine: m, Kind: KindNone, Reason: "applied config is the desired one", Evidence: evidence}
 	case s.Pending:
@@ -169,11 +188,15 @@ func (p *Planner) planOne(ctx context.Context, m *inventory.Machine) Action {
 	if notReady != "" {
 		evidence += "; " + notReady
 	}
-	return Action{
+	a := Action{
 		Machine: m, Kind: KindApply, Mode: out.Mode, Reboots: out.Reboots(),
 		Reason: "applied config differs: " + d.Summary(), Diff: d, Evidence: evidence, Warnings: out.Warnings,
 		NotReady: notReady,
 	}
+	if p.Upgrades != nil && o.Version != p.Inventory.Cluster.TalosVersion {
+		a.Warnings = append(a.Warnings, "it runs Talos "+o.Version+", the inventory says "+p.Inventory.Cluster.TalosVersion+": its config goes first, the upgrade on the next run")
+	}
+	return a
 }
 
 // notReadyBefore says what keeps a machine about to be changed from being

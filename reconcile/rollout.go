@@ -106,7 +106,7 @@ func (r *Rollout) Run(ctx context.Context, plan *Plan) *Outcome {
 			untouched(workers)
 			return out
 		}
-		err := r.change(context.WithoutCancel(ctx), a)
+		err := r.step(context.WithoutCancel(ctx), a)
 		if ctx.Err() != nil {
 			out.InFlight = a.Machine.Name // interrupted while changing it: finished, not abandoned
 		}
@@ -143,7 +143,7 @@ func (r *Rollout) Run(ctx context.Context, plan *Plan) *Outcome {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				err := r.change(context.WithoutCancel(ctx), a)
+				err := r.step(context.WithoutCancel(ctx), a)
 				mu.Lock()
 				defer mu.Unlock()
 				if err != nil {
@@ -167,6 +167,14 @@ func (r *Rollout) Run(ctx context.Context, plan *Plan) *Outcome {
 		}
 	}
 	return out
+}
+
+// step carries out one action: an upgrade or a config change.
+func (r *Rollout) step(ctx context.Context, a Action) error {
+	if a.Kind == KindUpgrade {
+		return r.upgrade(ctx, a)
+	}
+	return r.change(ctx, a)
 }
 
 // change applies one machine's desired config and waits until it runs it.

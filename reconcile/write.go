@@ -62,6 +62,15 @@ func (p *Plan) Write(w io.Writer) {
 			for _, warn := range act.Warnings {
 				fmt.Fprintf(w, "      warning: %s\n", warn)
 			}
+		case KindUpgrade:
+			u := act.Upgrade
+			fmt.Fprintf(w, "  %-20s upgrade Talos %s → %s (REBOOTS): %s\n", who, u.From, u.To, u.Image)
+			if act.NotReady != "" {
+				fmt.Fprintf(w, "      %s\n", act.NotReady)
+			}
+			for _, warn := range act.Warnings {
+				fmt.Fprintf(w, "      warning: %s\n", warn)
+			}
 		case KindNone:
 			if !countInSync {
 				fmt.Fprintf(w, "  %-20s in sync\n", who)
@@ -79,7 +88,8 @@ func (p *Plan) Write(w io.Writer) {
 // machine: the same change, or the same reason to skip.
 func sameAction(a, b Action) bool {
 	return a.Kind == b.Kind && a.Mode == b.Mode && a.Reboots == b.Reboots && a.Reason == b.Reason &&
-		a.Diff.Text == b.Diff.Text && a.NotReady == b.NotReady && slices.Equal(a.Warnings, b.Warnings)
+		a.Diff.Text == b.Diff.Text && a.NotReady == b.NotReady && slices.Equal(a.Warnings, b.Warnings) &&
+		(a.Upgrade == nil) == (b.Upgrade == nil) && (a.Upgrade == nil || *a.Upgrade == *b.Upgrade)
 }
 
 func machineList(as []Action) string {

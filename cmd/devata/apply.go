@@ -25,6 +25,18 @@ type applyFlags struct {
 	maxUnavailable int
 	wait           time.Duration
 	lock           lockFlags
+	// upgrade plans Talos upgrades too (apply --upgrade); upgrades, set
+	// by devata upgrade, plans only them.
+	upgrade  bool
+	upgrades *reconcile.Upgrades
+}
+
+// verb is the command that rolls the plan out, for messages.
+func (f applyFlags) verb() string {
+	if f.upgrades != nil && f.upgrades.Only {
+		return "upgrade"
+	}
+	return "apply"
 }
 
 func (a *app) newApplyCommand() *cobra.Command {
@@ -60,6 +72,7 @@ Exit 0 done (or nothing to do), 1 some machines not converged, 2 error.`,
 	cmd.Flags().IntVar(&flags.maxUnavailable, "max-unavailable", 1, "workers changed at once")
 	cmd.Flags().BoolVar(&flags.allowQuorum, "allow-quorum-loss", false, quorumLossUsage)
 	cmd.Flags().DurationVar(&flags.wait, "wait", 10*time.Minute, "how long to wait for a machine to return and for etcd to be healthy")
+	cmd.Flags().BoolVar(&flags.upgrade, "upgrade", false, "also upgrade Talos on machines whose config is in sync and whose version is not cluster.talosVersion (as devata upgrade)")
 	flags.lock.register(cmd, true)
 	return cmd
 }
@@ -138,6 +151,9 @@ func (a *app) apply(ctx context.Context, flags applyFlags) error {
 	if err != nil {
 		return usageError(err)
 	}
+	if flags.upgrade && flags.upgrades == nil {
+		flags.upgrades = &reconcile.Upgrades{}
+	}
 	s, err := a.openSession(ctx, false)
 	if err != nil {
 		return err
@@ -159,13 +175,13 @@ func (a *app) apply(ctx context.Context, flags applyFlags) error {
 	if a.settings.Simulated {
 		fmt.Fprintln(out, "SIMULATED: the machines are devata's simulated fleet.")
 	}
-	planner := &reconcile.Planner{Inventory: s.inv, Desired: s.desired.Held(), Dialer: s.dialer, Mode: mode, Concurrency: a.settings.Concurrency, Timeout: a.settings.Timeout}
+	planner := &reconcile.Planner{Inventory: s.inv, Desired: s.desired.Held(), Dialer: s.dialer, Mode: mode, Concurrency: a.settings.Concurrency, Timeout: a.settings.Timeout, Upgrades: flags.upgrades}
 	plan, err := planner.Plan(ctx, only)
 	if err != nil {
 		if lost := held.Lost(); lost != nil {
 			err = lost
 		}
-		return exitWith(exitTrouble, fmt.Errorf("planning interrupted: %w; nothing was applied", err))
+		return exitWith(exitTrouble, fmt.Errorf("planning interrupted: %w; nothing was changed", err))
 	}
 	plan.Write(out)
 	pending, skipped := plan.Pending(), plan.Skipped()
@@ -173,6 +189,9 @@ func (a *app) apply(ctx context.Context, flags applyFlags) error {
 	case flags.dryRun:
 		fmt.Fprintln(out, "dry run: nothing was written")
 		return planExit(pending, skipped)
+	case len(pending) == 0 && flags.verb() == "upgrade":
+		fmt.Fprintf(out, "nothing to upgrade: %d of %d machines run Talos %s\n", len(plan.Actions)-len(skipped), len(plan.Actions), s.inv.Cluster.TalosVersion)
+		return planExit(nil, skipped)
 	case len(pending) == 0:
 		fmt.Fprintf(out, "nothing to apply: %d of %d machines run their desired config\n", len(plan.Actions)-len(skipped), len(plan.Actions))
 		return planExit(nil, skipped)
@@ -196,5 +215,5 @@ func (a *app) apply(ctx context.Context, flags applyFlags) error {
 	case res.Done():
 		return planExit(nil, skipped)
 	}
-	return exitWith(exitFailed, fmt.Errorf("rollout stopped: %s\nresolve it, then run devata apply again: it continues from what the machines report", res.Stopped))
+	return exitWith(exitFailed, fmt.Errorf("rollout stopped: %s\nresolve it, then run devata %s again: it continues from what the machines report", res.Stopped, flags.verb()))
 }

@@ -179,7 +179,7 @@ func checkApplyReport(t *testing.T, w *faultWriter, announced map[string]int) {
 	}
 	if !strings.Contains(w.stdout, "plan:\n") {
 		// SIGTERM while planning: nothing is applied, and it says so
-		if !w.cancelled.Load() || !strings.Contains(w.stderr, "planning interrupted") || !strings.Contains(w.stderr, "nothing was applied") {
+		if !w.cancelled.Load() || !strings.Contains(w.stderr, "planning interrupted") || !strings.Contains(w.stderr, "nothing was changed") {
 			t.Errorf("writer %d printed no plan", w.id)
 		}
 		return

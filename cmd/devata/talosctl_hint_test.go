@@ -65,3 +65,34 @@ func TestTalosctlRunsTheHintDevataPrints(t *testing.T) {
 		}
 	}
 }
+
+// The real talosctl sees what devata upgrade did: every machine's version
+// tag is v1.11.0 after, v1.10.6 before (issue 16).
+func TestTalosctlSeesTheUpgrade(t *testing.T) {
+	bin, err := testenv.Talosctl(context.Background(), tlog{t})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sf := startSim(t, simtest.Options{Bootstrap: true, TalosVersion: "v1.10.6"})
+	tcPath := filepath.Join(filepath.Dir(sf.settings), "talosconfig")
+	tags := func() string {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		defer cancel()
+		out, err := exec.CommandContext(ctx, bin, "--talosconfig", tcPath, "-n", "cp-1,cp-2,cp-3,worker-1,worker-2", "version", "--short").CombinedOutput()
+		if err != nil {
+			t.Fatalf("talosctl version: %v\n%s", err, out)
+		}
+		return string(out)
+	}
+	const tag = "Tag:         " // talosctl version's line per node
+	if before := tags(); strings.Count(before, tag+"v1.10.6") != 5 {
+		t.Fatalf("before: talosctl sees\n%s", before)
+	}
+	if r := devata(t, nil, "upgrade", "--config", sf.settings, "--yes"); r.code != 0 {
+		t.Fatalf("upgrade: exit %d\n%s%s", r.code, r.stdout, r.err)
+	}
+	if after := tags(); strings.Count(after, tag+"v1.11.0") != 5 {
+		t.Errorf("after devata upgrade, talosctl sees\n%s", after)
+	}
+}

@@ -51,6 +51,9 @@ type Options struct {
 	// has an address of its own as on a real network, and its Node's
 	// InternalIP is that address. Default: 127.0.0.1, a port each.
 	LoopbackNet string
+	// TalosVersion is the version every machine starts on (default the
+	// sim's, v1.11.0), e.g. an older one to upgrade from.
+	TalosVersion string
 }
 
 // FixtureSecrets is the path of the committed test bundle (a fake cluster's).
@@ -93,7 +96,7 @@ func Start(t testing.TB, opts Options) *Fleet {
 			t.Fatal(err)
 		}
 		f.Desired[m.Name] = rd.Config
-		spec := sim.MachineSpec{Name: m.Name, Role: m.Role, Config: rd.Config, SystemDisk: sim.SystemDiskFor(m.InstallDisk, m.InstallDiskType())}
+		spec := sim.MachineSpec{Name: m.Name, Role: m.Role, Config: rd.Config, TalosVersion: opts.TalosVersion, SystemDisk: sim.SystemDiskFor(m.InstallDisk, m.InstallDiskType())}
 		if opts.LoopbackNet != "" {
 			spec.Address = fmt.Sprintf("%s.%d:50000", opts.LoopbackNet, i+1)
 		}

@@ -1,0 +1,49 @@
+package main
+
+import (
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"devata.dev/devata/reconcile"
+)
+
+func (a *app) newUpgradeCommand() *cobra.Command {
+	flags := applyFlags{mode: "auto", upgrades: &reconcile.Upgrades{Only: true}}
+	cmd := &cobra.Command{
+		Use:   "upgrade",
+		Short: "Upgrade Talos on the machines to the inventory's cluster.talosVersion",
+		Long: `upgrade asks every machine which Talos version it runs and, on those that do
+not run cluster.talosVersion, calls Talos' Upgrade with cluster.installImage
+(an Image Factory installer carries its schematic): control planes one at a
+time, each gated before and after on etcd health and on etcd keeping quorum
+while it is down, then workers in batches of --max-unavailable; under the
+cluster's lock and Lease, as devata apply. Talos drains the node, installs the
+new version and reboots; devata waits until the machine is back, running and
+ready, on the new version, and stops at the first failure (a machine that comes
+back on its old version did not take the new one). Rerunning continues from
+what the machines report: machines already upgraded get no call.
+
+The version rule: never a downgrade (talosctl rollback goes back to the
+previous boot), and one minor release at a time (v1.10 → v1.11), unless
+--force. Configs are not changed (devata apply does that; apply --upgrade does
+both, configs first). Every upgrade reboots its machine, so it is confirmed at
+the terminal unless --yes.
+
+Exit 0 done (or nothing to do), 1 some machines not upgraded, 2 error.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return a.apply(cmd.Context(), flags)
+		},
+	}
+	cmd.Flags().BoolVar(&flags.dryRun, "dry-run", false, "print the plan; upgrade nothing")
+	cmd.Flags().BoolVar(&flags.yes, "yes", false, "do not ask before upgrading (every upgrade reboots its machine)")
+	addMachinesFlags(cmd, &flags.machines)
+	cmd.Flags().IntVar(&flags.maxUnavailable, "max-unavailable", 1, "workers upgraded at once")
+	cmd.Flags().BoolVar(&flags.allowQuorum, "allow-quorum-loss", false, quorumLossUsage)
+	cmd.Flags().DurationVar(&flags.wait, "wait", 15*time.Minute, "how long to wait for a machine to come back on the new version and for etcd to be healthy")
+	cmd.Flags().BoolVar(&flags.upgrades.Force, "force", false, "allow a downgrade or a jump of more than one minor release")
+	cmd.Flags().BoolVar(&flags.upgrades.Stage, "stage", false, "stage the upgrade: Talos reboots and installs it during that boot, before anything holds the files (talosctl upgrade --stage)")
+	flags.lock.register(cmd, true)
+	return cmd
+}

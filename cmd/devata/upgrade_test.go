@@ -1,0 +1,62 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"devata.dev/devata/internal/simtest"
+	"devata.dev/devata/machines"
+)
+
+// devata upgrade on a 3+2 fleet on v1.10.6, the inventory saying v1.11.0:
+// the dry run shows the five upgrades and sends none; without a terminal
+// and --yes it refuses; with --yes every machine comes back on v1.11.0,
+// talos-version is in sync, and a second run has nothing to do.
+func TestUpgradeCommand(t *testing.T) {
+	sf := startSim(t, simtest.Options{Bootstrap: true, TalosVersion: "v1.10.6"})
+	calls := func() int {
+		n := 0
+		for _, m := range sf.Sim.Machines() {
+			n += m.Calls("Upgrade")
+		}
+		return n
+	}
+	r := devata(t, nil, "upgrade", "--config", sf.settings, "--dry-run")
+	if r.code != 1 || strings.Count(r.stdout, "upgrade Talos v1.10.6 → v1.11.0 (REBOOTS): ghcr.io/siderolabs/installer:v1.11.0") != 1 ||
+		!strings.Contains(r.stdout, "cp-1, cp-2, cp-3, worker-1, worker-2 (5 machines)") || !strings.Contains(r.stdout, "dry run: nothing was written") {
+		t.Fatalf("dry run: exit %d\n%s%s", r.code, r.stdout, r.err)
+	}
+	if n := calls(); n != 0 {
+		t.Fatalf("the dry run sent %d Upgrade calls", n)
+	}
+	if r = devata(t, nil, "upgrade", "--config", sf.settings); r.code != 2 || !strings.Contains(r.err, "rerun with --yes") {
+		t.Fatalf("without a terminal or --yes: exit %d\n%s%s", r.code, r.stdout, r.err)
+	}
+	if n := calls(); n != 0 {
+		t.Fatalf("an unconfirmed upgrade sent %d Upgrade calls", n)
+	}
+	r = devata(t, nil, "upgrade", "--config", sf.settings, "--yes", "--wait", "1m")
+	if r.code != 0 || !strings.Contains(r.stdout, "cp-2: runs Talos v1.11.0") {
+		t.Fatalf("upgrade: exit %d\n%s%s", r.code, r.stdout, r.err)
+	}
+	if r := devata(t, nil, "drift", "--config", sf.settings, "--checks", machines.CheckTalosVersion); r.code != 0 {
+		t.Errorf("talos-version after the upgrade: exit %d\n%s", r.code, r.stdout)
+	}
+	r = devata(t, nil, "upgrade", "--config", sf.settings, "--yes")
+	if r.code != 0 || !strings.Contains(r.stdout, "nothing to upgrade: 5 of 5 machines run Talos v1.11.0") || calls() != 5 {
+		t.Errorf("second run: exit %d, %d Upgrade calls in all\n%s%s", r.code, calls(), r.stdout, r.err)
+	}
+}
+
+// apply --upgrade: configs first; a machine in sync is upgraded in the same run.
+func TestApplyUpgrade(t *testing.T) {
+	sf := startSim(t, simtest.Options{Bootstrap: true, TalosVersion: "v1.10.6"})
+	sf.Drift(t, "worker-1", "time.cloudflare.com", "pool.ntp.org")
+	r := devata(t, nil, "apply", "--config", sf.settings, "--upgrade", "--dry-run")
+	if r.code != 1 || !strings.Contains(r.stdout, "its config goes first, the upgrade on the next run") || !strings.Contains(r.stdout, "(4 machines)") {
+		t.Fatalf("apply --upgrade --dry-run: exit %d\n%s%s", r.code, r.stdout, r.err)
+	}
+	if r := devata(t, nil, "apply", "--config", sf.settings, "--dry-run"); strings.Contains(r.stdout, "upgrade Talos") {
+		t.Errorf("apply without --upgrade plans upgrades:\n%s", r.stdout)
+	}
+}

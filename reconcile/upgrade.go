@@ -1,0 +1,165 @@
+package reconcile
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/blang/semver/v4"
+	"github.com/siderolabs/talos/pkg/machinery/client"
+
+	"devata.dev/devata/internal/heartbeat"
+	"devata.dev/devata/inventory"
+	"devata.dev/devata/machines"
+)
+
+// Upgrades makes a Planner plan Talos OS upgrades to the inventory's
+// cluster.talosVersion, booted from cluster.installImage.
+type Upgrades struct {
+	// Only plans upgrades and no config change: no dry run, no apply
+	// (devata upgrade). Without it a machine whose config differs gets its
+	// config first, and its upgrade on a later run.
+	Only bool
+	// Force allows what the version rule refuses: a downgrade, or a jump
+	// of more than one minor release (UpgradePath).
+	Force bool
+	// Stage asks Talos to stage the upgrade and install it on the reboot
+	// it starts at once (UpgradeRequest.stage: for files in use).
+	Stage bool
+}
+
+// UpgradeStep is a planned Talos OS upgrade.
+type UpgradeStep struct {
+	From, To, Image string
+	Stage           bool
+}
+
+// UpgradePath says whether Talos may go from one version to another
+// without --force: never backwards (a downgrade is talosctl rollback's job,
+// to the previous boot), and one minor release at a time, which is the path
+// Talos' release notes support (v1.10 → v1.11, not v1.9 → v1.11).
+func UpgradePath(from, to string) error {
+	f, err := semver.ParseTolerant(from)
+	if err != nil {
+		return fmt.Errorf("the machine reports Talos %q, not a version devata can compare: upgrade it by hand (talosctl upgrade), or pass --force", from)
+	}
+	t, err := semver.ParseTolerant(to)
+	if err != nil {
+		return fmt.Errorf("cluster.talosVersion %q is not a version: fix the inventory", to)
+	}
+	switch {
+	case t.LT(f):
+		return fmt.Errorf("a downgrade from %s to %s: Talos goes back with talosctl rollback (to the previous boot); set cluster.talosVersion to %s, or pass --force to install the older version", from, to, from)
+	case t.Major != f.Major || t.Minor > f.Minor+1:
+		return fmt.Errorf("a jump from %s to %s: Talos upgrades one minor release at a time; set cluster.talosVersion to the latest v%d.%d patch and upgrade to %s after, or pass --force", from, to, f.Major, f.Minor+1, to)
+	}
+	return nil
+}
+
+// imageTag is the tag of an image reference, "" when it has none (a digest only).
+func imageTag(image string) string {
+	last := image[strings.LastIndex(image, "/")+1:]
+	last, _, _ = strings.Cut(last, "@")
+	_, tag, _ := strings.Cut(last, ":")
+	return tag
+}
+
+// planUpgrade decides a machine's upgrade from the version it reports.
+func (p *Planner) planUpgrade(m *inventory.Machine, o *machines.Observation, evidence string) Action {
+	want := p.Inventory.Cluster.TalosVersion
+	image := p.Inventory.Cluster.InstallImage
+	if o.Version == want {
+		return Action{Machine: m, Kind: KindNone, Reason: "runs Talos " + want, Evidence: evidence}
+	}
+	if err := UpgradePath(o.Version, want); err != nil && !p.Upgrades.Force {
+		return Action{Machine: m, Kind: KindSkip, Reason: "upgrade refused: " + err.Error(), Evidence: evidence}
+	}
+	if tag := imageTag(image); tag != "" && tag != want {
+		return Action{Machine: m, Kind: KindSkip, Evidence: evidence,
+			Reason: fmt.Sprintf("upgrade refused: cluster.installImage %s is tagged %s, not cluster.talosVersion %s: set it to the installer of %s", image, tag, want, want)}
+	}
+	notReady := notReadyBefore(o)
+	if notReady != "" {
+		evidence += "; " + notReady
+	}
+	return Action{
+		Machine: m, Kind: KindUpgrade, Reboots: true,
+		Reason:   fmt.Sprintf("runs Talos %s, the inventory says %s", o.Version, want),
+		Upgrade:  &UpgradeStep{From: o.Version, To: want, Image: image, Stage: p.Upgrades.Stage},
+		Evidence: evidence, NotReady: notReady,
+	}
+}
+
+// upgrade sends one machine's Upgrade and waits until it runs the new
+// version, running and ready.
+func (r *Rollout) upgrade(ctx context.Context, a Action) error {
+	m, u := a.Machine, a.Upgrade
+	start := time.Now()
+	r.say("==> %s: upgrade Talos %s → %s (%s), REBOOTS", m.Name, u.From, u.To, u.Image)
+	if a.NotReady != "" {
+		r.say("    %s: %s; the wait after the upgrade needs it running and ready", m.Name, a.NotReady)
+	}
+	actx, cancel := context.WithTimeout(ctx, r.Timeout)
+	c, err := r.Dialer.Client(actx, m)
+	lost := false
+	if err == nil {
+		defer c.Close()
+		_, err = c.UpgradeWithOptions(actx, client.WithUpgradeImage(u.Image), client.WithUpgradeStage(u.Stage))
+		// Talos replies before it drains and reboots; a dropped call may
+		// still have started the upgrade: judge by the version it comes back on.
+		lost = err != nil && machines.IsUnreachable(err) && ctx.Err() == nil
+	}
+	cancel()
+	switch {
+	case lost:
+		r.say("    %s: connection lost during the upgrade call (%v); waiting to see whether it upgrades", m.Name, err)
+	case err != nil:
+		return fmt.Errorf("%s: upgrade to %s: %w", m.Name, u.To, err)
+	default:
+		r.say("    %s: upgrade accepted; Talos drains it, installs %s and reboots: waiting for it to return", m.Name, u.To)
+	}
+	if err := r.waitUpgraded(ctx, m, u); err != nil {
+		return err
+	}
+	r.say("    %s: runs Talos %s, stage running (%s)", m.Name, u.To, time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// waitUpgraded polls until the machine reports u.To, running and ready (or
+// ready but for its Node, as waitConverged accepts). A machine seen down
+// that comes back running u.From did not take the new version (Talos boots
+// the previous one when the new one fails): that fails at once.
+func (r *Rollout) waitUpgraded(ctx context.Context, m *inventory.Machine, u *UpgradeStep) error {
+	wctx, cancel := context.WithTimeout(ctx, r.Wait)
+	defer cancel()
+	last, wentDown := "no answer yet", false
+	beat := heartbeat.Start(r.Say, r.Heartbeat, r.Wait, m.Name+" to come back on Talos "+u.To)
+	defer beat.Stop()
+	for {
+		octx, ocancel := context.WithTimeout(ctx, r.Timeout)
+		o := machines.Observe(octx, r.Dialer, m)
+		ocancel()
+		ready := o.Stage == "running" && (o.Ready || o.NotReadyOnlyForNode())
+		switch {
+		case o.Err != nil:
+			wentDown, last = true, o.Err.Error()
+		case o.Version == u.To && ready:
+			return nil
+		case o.Version == u.From && wentDown && ready:
+			return fmt.Errorf("%s went down and came back on Talos %s, not %s: the new version did not take (Talos boots the previous one when it fails); see %s, then run devata upgrade again",
+				m.Name, u.From, u.To, r.Dialer.Talosctl(m)+" dmesg")
+		default:
+			last = fmt.Sprintf("Talos %s, stage %s, ready %t", o.Version, o.Stage, o.Ready)
+			if len(o.Unmet) > 0 {
+				last += "; unmet: " + strings.Join(o.Unmet, "; ")
+			}
+		}
+		beat.Saw(last)
+		select {
+		case <-wctx.Done():
+			return fmt.Errorf("%s did not come back on Talos %s within %s: %s", m.Name, u.To, r.Wait, last)
+		case <-time.After(r.Poll):
+		}
+	}
+}
