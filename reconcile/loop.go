@@ -50,6 +50,10 @@ type Loop struct {
 	ReportOnly, DryRun bool
 	Mode               machines.Mode
 	MaxUnavailable     int
+	// Upgrades, when set, also upgrades Talos on machines whose config is
+	// in sync and whose version is not the inventory's (reconcile
+	// --upgrade; off by default: an upgrade reboots every machine).
+	Upgrades *Upgrades
 	// AllowQuorumLoss lets a rebooting change take down a control plane of
 	// an etcd of one or two members (Rollout.AllowQuorumLoss).
 	AllowQuorumLoss bool

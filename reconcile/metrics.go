@@ -73,7 +73,9 @@ func NewMetrics() *Metrics {
 		queue:       newQueueMetrics(),
 	}
 	for _, result := range []string{ResultConverged, ResultFailed, ResultBlocked, ResultInterrupted, ResultDryRun, ResultAbandoned} {
-		m.actions.WithLabelValues(string(KindApply), result) // present at 0 from the start
+		for _, kind := range []Kind{KindApply, KindUpgrade} {
+			m.actions.WithLabelValues(string(kind), result) // present at 0 from the start
+		}
 	}
 	r.MustRegister(
 		collectors.NewGoCollector(),

@@ -9,8 +9,11 @@ package reconcile
 // They stay untyped strings, so that PassResult.Outcomes stays the
 // map[string]string its callers read and compare.
 const (
-	OutcomeInSync      = "in-sync"
-	OutcomeConverged   = ResultConverged
+	OutcomeInSync    = "in-sync"
+	OutcomeConverged = ResultConverged
+	// OutcomeUpgraded: converged by a Talos upgrade (reconcile --upgrade),
+	// which fixes talos-version where a config change fixes config.
+	OutcomeUpgraded    = "upgraded"
 	OutcomeFailed      = ResultFailed
 	OutcomeBlocked     = ResultBlocked
 	OutcomeDryRun      = ResultDryRun

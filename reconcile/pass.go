@@ -52,12 +52,18 @@ func (r *PassResult) ExitCode() int {
 			code = 1
 		}
 	}
-	fixed := func(machine string) bool { return r.Outcomes[machine] == OutcomeConverged }
+	fixed := func(machine string) bool {
+		return r.Outcomes[machine] == OutcomeConverged || r.Outcomes[machine] == OutcomeUpgraded
+	}
+	fixes := func(res drift.Result) bool {
+		o := r.Outcomes[res.Machine]
+		return o == OutcomeConverged && res.Check == machines.CheckConfig || o == OutcomeUpgraded && res.Check == machines.CheckTalosVersion
+	}
 	for _, res := range r.Report.Results {
 		switch {
 		case res.Status == drift.StatusUnknown && !fixed(res.Machine):
 			return 2
-		case res.Status == drift.StatusDrifted && !(fixed(res.Machine) && res.Check == machines.CheckConfig):
+		case res.Status == drift.StatusDrifted && !fixes(res):
 			code = 1
 		}
 	}
@@ -121,7 +127,8 @@ func (l *Loop) pass(ctx context.Context, t *term) *PassResult {
 	// control planes first: the queue hands keys out in order.
 	needs := map[string]bool{}
 	for _, r := range res.Report.Results {
-		if r.Check == machines.CheckConfig && r.Status != drift.StatusInSync {
+		if r.Check == machines.CheckConfig && r.Status != drift.StatusInSync ||
+			l.Upgrades != nil && r.Check == machines.CheckTalosVersion && r.Status != drift.StatusInSync {
 			needs[r.Machine] = true
 		}
 	}
@@ -222,6 +229,9 @@ func (l *Loop) observe(ctx context.Context, d *Desired, owned []*inventory.Machi
 	checks := l.Checks
 	if len(checks) > 0 && !slices.Contains(checks, machines.CheckConfig) {
 		checks = append(slices.Clone(checks), machines.CheckConfig)
+	}
+	if len(checks) > 0 && l.Upgrades != nil && !slices.Contains(checks, machines.CheckTalosVersion) {
+		checks = append(slices.Clone(checks), machines.CheckTalosVersion)
 	}
 	fc := &machines.FleetCheck{
 		Inventory: d.Inventory, Desired: d.Configs.Held(), DesiredFor: d.Configs.Config, Dialer: l.Dialer, Kube: l.Kube,

@@ -41,23 +41,31 @@ func (r *machineReconciler) Reconcile(ctx context.Context, key string) (string, 
 	if outcome != "" {
 		return outcome, err
 	}
-	rec := AuditRecord{Machine: key, Action: string(KindApply), Mode: string(a.Mode), Reboots: a.Reboots, Reason: a.Reason, Diff: a.Diff.Summary(),
+	rec := AuditRecord{Machine: key, Action: string(a.Kind), Mode: string(a.Mode), Reboots: a.Reboots, Reason: a.Reason, Diff: diffSummary(a),
 		InventoryCommit: d.Provenance.Commit, InventoryDirty: d.Provenance.Dirty, InventorySHA256: d.Provenance.InventorySHA256}
 	if l.DryRun {
 		rec.Result = ResultDryRun
 		l.audit(rec)
 		l.Metrics.actions.WithLabelValues(rec.Action, ResultDryRun).Inc()
-		l.Log.Info("would apply (dry run)", "machine", key, "mode", a.Mode, "reboots", a.Reboots, "diff", rec.Diff)
+		l.Log.Info("would "+rec.Action+" (dry run)", "machine", key, "mode", a.Mode, "reboots", a.Reboots, "diff", rec.Diff, "reason", a.Reason)
 		return OutcomeDryRun, nil
 	}
 	return r.change(ctx, d, desired, a, rec)
+}
+
+// diffSummary is an action's config diff for the audit log; an upgrade has none.
+func diffSummary(a Action) string {
+	if a.Kind != KindApply {
+		return ""
+	}
+	return a.Diff.Summary()
 }
 
 // planOne plans the machine alone; a non-empty outcome means there is
 // nothing to apply (in sync, held, failed to plan, interrupted).
 func (r *machineReconciler) planOne(ctx context.Context, d *Desired, desired map[string][]byte, m *inventory.Machine) (Action, string, error) {
 	l := r.loop
-	p := &Planner{Inventory: d.Inventory, Desired: desired, Dialer: l.Dialer, Mode: l.Mode, Concurrency: 1, Timeout: l.Timeout}
+	p := &Planner{Inventory: d.Inventory, Desired: desired, Dialer: l.Dialer, Mode: l.Mode, Concurrency: 1, Timeout: l.Timeout, Upgrades: l.Upgrades}
 	plan, err := p.Plan(ctx, []*inventory.Machine{m})
 	if err != nil {
 		return Action{}, OutcomeInterrupted, nil
@@ -129,7 +137,7 @@ func (r *machineReconciler) change(ctx context.Context, d *Desired, desired map[
 			return outcome, err
 		}
 		a = fresh
-		rec.Mode, rec.Reboots, rec.Reason, rec.Diff = string(a.Mode), a.Reboots, a.Reason, a.Diff.Summary()
+		rec.Action, rec.Mode, rec.Reboots, rec.Reason, rec.Diff = string(a.Kind), string(a.Mode), a.Reboots, a.Reason, diffSummary(a)
 	}
 
 	// The audit log fails closed: a change whose record cannot be written
@@ -179,6 +187,9 @@ func (r *machineReconciler) change(ctx context.Context, d *Desired, desired map[
 	case len(out.Converged) > 0:
 		rec.Result = ResultConverged
 		outcome = OutcomeConverged
+		if a.Kind == KindUpgrade {
+			outcome = OutcomeUpgraded
+		}
 		if out.Stopped != "" { // the gate after the change failed
 			rec.Error = out.Stopped
 			l.block(out.Stopped)

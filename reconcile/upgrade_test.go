@@ -206,3 +206,53 @@ func TestUpgradeThatDoesNotTakeStopsTheRollout(t *testing.T) {
 		t.Errorf("cp-3 got %d Upgrade calls after cp-2 failed", n)
 	}
 }
+
+// reconcile --upgrade: the loop upgrades machines whose version is not the
+// inventory's, one control plane at a time, and records each as an
+// upgrade; without --upgrade it only reports the drift and sends no Upgrade.
+func TestLoopUpgradesOnlyWhenAsked(t *testing.T) {
+	f := simtest.Start(t, simtest.Options{Bootstrap: true, TalosVersion: "v1.10.6"})
+	h := newLoop(t, f)
+	upgradeCalls := func() int {
+		n := 0
+		for _, m := range f.Sim.Machines() {
+			n += m.Calls("Upgrade")
+		}
+		return n
+	}
+	res := h.loop.Once(context.Background())
+	if n := upgradeCalls(); n != 0 || len(res.Queued) != 0 {
+		t.Fatalf("without --upgrade: %d Upgrade calls, queued %v", n, res.Queued)
+	}
+	h.loop.Upgrades = &reconcile.Upgrades{}
+	watch, stop := watchControlPlanes(f)
+	res = h.loop.Once(context.Background())
+	stop()
+	if res.ExitCode() != 0 || len(res.Queued) != 5 {
+		t.Fatalf("with --upgrade: exit %d, queued %v, outcomes %v, errors %v", res.ExitCode(), res.Queued, res.Outcomes, res.Errors)
+	}
+	if watch.most != 1 {
+		t.Errorf("%d control planes were down at once", watch.most)
+	}
+	if n := upgradeCalls(); n != 5 {
+		t.Errorf("%d Upgrade calls, want 5", n)
+	}
+	converged := 0
+	for _, r := range h.audit.records(t) {
+		if r.Action != "upgrade" || r.Diff != "" || !strings.Contains(r.Reason, "runs Talos v1.10.6, the inventory says v1.11.0") {
+			t.Errorf("audit record %+v", r)
+		}
+		if r.Result == reconcile.ResultConverged {
+			converged++
+		}
+	}
+	if converged != 5 {
+		t.Errorf("%d converged upgrade records, want 5", converged)
+	}
+	if got := h.metric(t, "devata_reconcile_actions_total", "action", "upgrade", "result", "converged"); got != 5 {
+		t.Errorf("actions_total{upgrade,converged} = %v, want 5", got)
+	}
+	if res = h.loop.Once(context.Background()); len(res.Queued) != 0 || upgradeCalls() != 5 {
+		t.Errorf("a pass after the upgrade queued %v", res.Queued)
+	}
+}

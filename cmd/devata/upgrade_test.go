@@ -60,3 +60,20 @@ func TestApplyUpgrade(t *testing.T) {
 		t.Errorf("apply without --upgrade plans upgrades:\n%s", r.stdout)
 	}
 }
+
+// reconcile --once --upgrade upgrades the fleet and exits 0; without
+// --upgrade it reports the drift (exit 1) and sends no Upgrade.
+func TestReconcileOnceUpgrade(t *testing.T) {
+	sf := startSim(t, simtest.Options{Bootstrap: true, TalosVersion: "v1.10.6"})
+	if r := devata(t, nil, "reconcile", "--once", "--config", sf.settings, loopChecks); r.code != 1 {
+		t.Fatalf("without --upgrade: exit %d, want 1\n%s%s", r.code, r.stdout, r.err)
+	}
+	if r := devata(t, nil, "reconcile", "--once", "--upgrade", "--config", sf.settings, loopChecks); r.code != 0 {
+		t.Fatalf("--upgrade: exit %d\n%s%s", r.code, r.stdout, r.err)
+	}
+	for _, m := range sf.Sim.Machines() {
+		if n, v := m.Calls("Upgrade"), m.Observe().TalosVersion; n != 1 || v != "v1.11.0" {
+			t.Errorf("%s: %d Upgrade calls, runs %s", m.Name(), n, v)
+		}
+	}
+}
