@@ -2,7 +2,6 @@ package drift
 
 import (
 	"bufio"
-	"cmp"
 	"fmt"
 	"io"
 	"os"
@@ -191,21 +190,7 @@ func WriteTable(w io.Writer, r *Report, opts TableOptions) error {
 // provenanceLine is "inventory: PATH @ COMMIT (dirty), sha256:HASH", the
 // commit and the hash shortened to 12 digits; without Git it says so
 // instead of naming a commit. "" when the report has no provenance.
-func provenanceLine(r *Report) string {
-	pv := r.Provenance
-	if pv.IsZero() {
-		return ""
-	}
-	path := cmp.Or(r.Inventory, pv.RepoPath, "(unnamed)")
-	if !pv.InGit() {
-		return fmt.Sprintf("inventory: %s, sha256:%s (no Git commit)", clean(path), clean(pv.ShortSHA256()))
-	}
-	dirty := ""
-	if pv.Dirty {
-		dirty = " (dirty)"
-	}
-	return fmt.Sprintf("inventory: %s @ %s%s, sha256:%s", clean(path), clean(pv.ShortCommit()), dirty, clean(pv.ShortSHA256()))
-}
+func provenanceLine(r *Report) string { return clean(r.Provenance.Line(r.Inventory)) }
 
 func plural(n int, one, many string) string {
 	if n == 1 {

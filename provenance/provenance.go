@@ -66,6 +66,29 @@ func (i Info) ShortCommit() string { return short(i.Commit) }
 // ShortSHA256 is the inventory hash's first 12 hex digits, for people.
 func (i Info) ShortSHA256() string { return short(i.InventorySHA256) }
 
+// Line is the inventory at path as people read it: "inventory: PATH @
+// COMMIT (dirty), sha256:HASH", or "inventory: PATH, sha256:HASH (no Git
+// commit)" outside Git; "" when i says nothing.
+func (i Info) Line(path string) string {
+	if i.IsZero() {
+		return ""
+	}
+	if path == "" {
+		path = i.RepoPath
+	}
+	if path == "" {
+		path = "(unnamed)"
+	}
+	if !i.InGit() {
+		return fmt.Sprintf("inventory: %s, sha256:%s (no Git commit)", path, i.ShortSHA256())
+	}
+	dirty := ""
+	if i.Dirty {
+		dirty = " (dirty)"
+	}
+	return fmt.Sprintf("inventory: %s @ %s%s, sha256:%s", path, i.ShortCommit(), dirty, i.ShortSHA256())
+}
+
 func short(h string) string {
 	if len(h) > 12 {
 		return h[:12]

@@ -8,6 +8,7 @@ import (
 	"devata.dev/devata/gate"
 	"devata.dev/devata/inventory"
 	"devata.dev/devata/machines"
+	"devata.dev/devata/provenance"
 )
 
 // Step names of plan actions, in the order the sequence takes them.
@@ -74,6 +75,9 @@ type Action struct {
 type Plan struct {
 	Cluster   string `json:"cluster"`
 	Inventory string `json:"inventory"`
+	// Provenance is the inventory's sha256 and, in Git, its commit (set by
+	// the caller; zero says nothing).
+	Provenance provenance.Info `json:"provenance,omitzero"`
 	// Notes are facts about the plan itself (a throwaway bundle, a derived talosconfig).
 	Notes   []string `json:"notes,omitempty"`
 	Actions []Action `json:"actions"`

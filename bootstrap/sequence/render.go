@@ -51,6 +51,9 @@ func writeText(w io.Writer, p *Plan, simulated bool) error {
 		b.WriteString("SIMULATED: the machines are devata's simulated fleet.\n")
 	}
 	fmt.Fprintf(&b, "plan for cluster %s (%s): %d pending, %d blocked, %d steps\n", p.Cluster, p.Inventory, len(p.Pending()), len(p.Blocked()), len(p.Actions))
+	if line := p.Provenance.Line(p.Inventory); line != "" {
+		b.WriteString(line + "\n")
+	}
 	for _, n := range p.Notes {
 		fmt.Fprintf(&b, "note: %s\n", n)
 	}
@@ -78,6 +81,9 @@ func writeMarkdown(w io.Writer, p *Plan, simulated bool) error {
 	b.WriteString("Addresses are the inventory's; `rendered/` is what `devata gen config -o rendered/` writes, and `TALOSCONFIG` points at its talosconfig.\n\n")
 	if simulated {
 		b.WriteString("> SIMULATED: the machines observed are devata's simulated fleet, not real machines.\n\n")
+	}
+	if line := p.Provenance.Line(p.Inventory); line != "" {
+		fmt.Fprintf(&b, "Made from %s.\n\n", strings.Replace(line, "inventory: ", "", 1))
 	}
 	fmt.Fprintf(&b, "Status: %d pending, %d blocked, %d steps.\n\n", len(p.Pending()), len(p.Blocked()), len(p.Actions))
 	for _, n := range p.Notes {

@@ -183,6 +183,9 @@ func (a *app) apply(ctx context.Context, flags applyFlags) error {
 		}
 		return exitWith(exitTrouble, fmt.Errorf("planning interrupted: %w; nothing was changed", err))
 	}
+	if line := a.inventoryProvenance(ctx, s.inv.Path).Line(s.inv.Path); line != "" {
+		fmt.Fprintln(out, line)
+	}
 	plan.Write(out)
 	pending, skipped := plan.Pending(), plan.Skipped()
 	switch {

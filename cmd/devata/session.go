@@ -140,12 +140,18 @@ func (a *app) fleetCheck(inv *inventory.Inventory, desired map[string][]byte, d 
 // machines (machines.FleetCheck.Report). A Git that does not answer is a
 // warning: the report goes on without the commit.
 func (a *app) reportHeader(ctx context.Context, inv *inventory.Inventory) drift.Header {
-	h := drift.Header{Cluster: inv.Cluster.Name, Inventory: inv.Path, Simulated: a.settings.Simulated}
-	var err error
-	if h.Provenance, err = provenance.Of(ctx, inv.Path); err != nil {
-		a.log.Warn("the report names no inventory commit", "error", err)
+	return drift.Header{Cluster: inv.Cluster.Name, Inventory: inv.Path, Simulated: a.settings.Simulated, Provenance: a.inventoryProvenance(ctx, inv.Path)}
+}
+
+// inventoryProvenance is the inventory file's provenance for reports and
+// plans; a Git that does not answer is a warning, and the output goes on
+// without the commit.
+func (a *app) inventoryProvenance(ctx context.Context, path string) provenance.Info {
+	pv, err := provenance.Of(ctx, path)
+	if err != nil {
+		a.log.Warn("the output names no inventory commit", "error", err)
 	}
-	return h
+	return pv
 }
 
 // progress returns a progress printer for stderr, or nil when stderr is not
