@@ -44,7 +44,7 @@ Exit 0 nothing to do, 1 actions pending, 2 error or a blocked action.`,
 			if err != nil {
 				return exitWith(exitTrouble, err)
 			}
-			plan.Provenance = a.inventoryProvenance(cmd.Context(), plan.Inventory)
+			plan.Provenance = a.inventoryProvenance(cmd.Context(), a.settings.Inventory)
 			if err := sequence.WritePlan(a.streams.Out, flags.output, plan, a.settings.Simulated); err != nil {
 				return exitWith(exitTrouble, err)
 			}

@@ -61,4 +61,18 @@ func TestDriftReportNamesTheInventoryCommit(t *testing.T) {
 	if want := "@ " + head[:12] + " (dirty)"; !strings.Contains(r.stdout, want) {
 		t.Errorf("the table does not name the commit (%s):\n%s", want, r.stdout)
 	}
+	// Plans too: the text plan's header and the markdown runbook.
+	for _, out := range []string{"text", "markdown"} {
+		r := devata(t, nil, "plan", "--config", sf.settings, "-o", out)
+		if r.code > 1 {
+			t.Fatalf("plan -o %s: exit %d\n%s%s", out, r.code, r.stdout, r.err)
+		}
+		if want := head[:12] + " (dirty)"; !strings.Contains(r.stdout, want) || !strings.Contains(r.stdout, "sha256") {
+			t.Errorf("plan -o %s does not name the commit (%s) and sha256:\n%s", out, want, r.stdout)
+		}
+	}
+	r = devata(t, nil, "apply", "--config", sf.settings, "--dry-run")
+	if want := "@ " + head[:12] + " (dirty)"; !strings.Contains(r.stdout+r.err, want) {
+		t.Errorf("apply --dry-run does not name the commit (%s): exit %d\n%s%s", want, r.code, r.stdout, r.err)
+	}
 }
