@@ -228,13 +228,24 @@ func syncCoreDNS(ctx context.Context, kc kubernetes.Interface, image string, sub
 		return nil
 	}
 
+	// the scheduler's NodeUnschedulable filter: a replica is not placed on
+	// a cordoned node (the sim moves one there to another, where a real
+	// cluster would leave it until a drain evicts it)
+	schedulable := slices.DeleteFunc(slices.Clone(nodes), func(name string) bool {
+		n, err := kc.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		return err == nil && n.Spec.Unschedulable
+	})
+	if len(schedulable) == 0 {
+		schedulable = nodes
+	}
+
 	var errs []error
 
 	ready := int32(0)
 	replicas := int(*dep.Spec.Replicas)
 
 	for i := range replicas {
-		node := nodes[i%len(nodes)]
+		node := schedulable[i%len(schedulable)]
 		s, ok := byNode[node], netReady[node]
 		reason, message := "", ""
 

@@ -35,6 +35,10 @@ type etcdMember struct {
 	m       *Machine
 	id      uint64
 	learner bool
+	// name is the member's name once its etcd started (it published its
+	// attributes): etcd keeps it while the member is down or wiped, and
+	// counts the member as started (IsStarted) from then on.
+	name string
 }
 
 // memberView is a member as EtcdMemberList shows it.
@@ -68,6 +72,7 @@ func (f *Fleet) bootstrapEtcd(m *Machine) (created bool) {
 
 	c := &etcdCluster{nextID: 0x5a1d0c3e7f2b9a01 + uint64(len(f.etcd))*0x7e57c1a5, revision: 1}
 	id := c.add(m, false)
+	c.members[len(c.members)-1].name = m.snap().hostname()
 	c.put(memberKey(m.snap().hostname()), fmt.Sprintf("started %016x", id))
 
 	m.mu.Lock()
@@ -111,8 +116,8 @@ func (f *Fleet) joinEtcd(m *Machine) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 
-	if len(f.etcd) == 0 || !m.isReadyControlPlane() || m.etcdMemberID() != 0 {
-		return
+	if len(f.etcd) == 0 || !m.isReadyControlPlane() || m.etcdMemberID() != 0 || !m.snap().etcdStopped.IsZero() {
+		return // EtcdLeaveCluster stopped its etcd: it stays stopped until a boot
 	}
 
 	m.mu.Lock()
@@ -137,6 +142,8 @@ func (f *Fleet) promote(m *Machine, gen int) {
 		return // down: joinEtcd gives it its join again when it boots
 	}
 
+	host := m.snap().hostname()
+
 	m.mu.Lock()
 	ok := m.joinGen == gen && m.etcdID == 0 && m.etcdCluster != nil
 	if ok {
@@ -145,6 +152,7 @@ func (f *Fleet) promote(m *Machine, gen int) {
 		for _, mem := range m.etcdCluster.members {
 			if mem.m == m {
 				mem.learner = false
+				mem.name = host
 				m.etcdID = mem.id
 				ok = true
 			}
@@ -190,12 +198,10 @@ func (c *etcdCluster) views() (members []memberView, leader uint64) {
 		ms := mem.m.snap()
 		v := memberView{id: mem.id, host: ms.host, learner: mem.learner}
 
-		if ms.etcdID == mem.id {
-			v.name = ms.hostname()
+		v.name = mem.name
 
-			if leader == 0 && !mem.learner {
-				leader = mem.id
-			}
+		if ms.etcdID == mem.id && leader == 0 && !mem.learner {
+			leader = mem.id
 		}
 
 		members = append(members, v)

@@ -96,6 +96,10 @@ func (f *Fleet) SyncKubelets(ctx context.Context, kc kubernetes.Interface) map[s
 		errs["probes"] = err
 		f.log.Debug("sim probe pods", "error", err)
 	}
+	if err := f.finishTerminatingPods(ctx, kc, posting); err != nil {
+		errs["pods"] = err
+		f.log.Debug("sim terminating pods", "error", err)
+	}
 	return errs
 }
 

@@ -60,6 +60,17 @@ type Machine struct {
 	// learner; joinGen tells a join in flight from a later one.
 	etcdCluster *etcdCluster
 	joinGen     int
+	// etcdStopped: when EtcdLeaveCluster stopped the etcd service and
+	// deleted its data (etcd.go Client.LeaveCluster); it stays stopped
+	// until the next boot. etcdRemoved: when the member was removed from
+	// its cluster by another node (EtcdRemoveMemberByID) while this one
+	// holds its data: etcd exits "the member has been permanently removed
+	// from the cluster" and the service runner restarts it, failing, for
+	// ever. Zero: not so.
+	etcdStopped, etcdRemoved time.Time
+	// halted: a Reset without reboot shut the machine down; it stays down
+	// until PowerOn.
+	halted bool
 	// bootDone is set once every service of this boot was up: the end of
 	// machined's boot sequence (StartAllServices), when the stage turns
 	// running. A reboot clears it.
@@ -253,6 +264,7 @@ func (m *Machine) boot(gen int) {
 	m.active = m.persisted
 	m.booted = time.Now()
 	m.bootDone = false
+	m.etcdStopped = time.Time{}
 	failing := m.bootFailing
 	m.mu.Unlock()
 

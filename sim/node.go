@@ -70,6 +70,11 @@ func servicesOf(s snapshot) []service {
 		}
 
 		switch {
+		case id == "etcd" && !s.etcdStopped.IsZero():
+			// EtcdLeaveCluster stopped it (system.Services Stop)
+			svc.state, svc.running, svc.healthy = "Finished", false, false
+			svc.message = "service not running"
+			svc.events = append(svc.events, serviceEvent{msg: "Service finished successfully", state: "Finished", ts: s.etcdStopped})
 		case id == "etcd" && s.etcdID == 0:
 			// The PreFunc waits to join a cluster (services/etcd.go
 			// buildInitialCluster) until this node is bootstrapped or
@@ -80,6 +85,12 @@ func servicesOf(s snapshot) []service {
 			svc.events = []serviceEvent{
 				{msg: "Running pre state", state: "Preparing", ts: at(time.Second)},
 			}
+		case id == "etcd" && !s.etcdRemoved.IsZero():
+			// another member removed this one: etcd exits, the runner
+			// restarts it, and it exits again
+			svc.state, svc.running, svc.healthy = "Failed", false, false
+			svc.message = "Error running Containerd(etcd), going to restart forever: task \"etcd\" failed: exit code 1"
+			svc.events = append(svc.events, serviceEvent{msg: svc.message, state: "Failed", ts: s.etcdRemoved})
 		case ephemeralServices[id] && !s.stoppedAt.IsZero():
 			// an upgrade's StopServicesEphemeral stopped it: the runner
 			// finished, and health reads "service not running"
@@ -217,10 +228,11 @@ func desiredResources(s snapshot) []resource.Resource {
 		return out
 	}
 
-	out = append(out,
-		config.NewMachineConfigWithID(s.active, config.ActiveID),
-		config.NewMachineConfigWithID(s.persisted, config.PersistentID),
-	)
+	out = append(out, config.NewMachineConfigWithID(s.active, config.ActiveID))
+	if s.persisted != nil {
+		// nil only while a reset that wiped STATE goes down
+		out = append(out, config.NewMachineConfigWithID(s.persisted, config.PersistentID))
+	}
 	out = append(out, volumeResources(s)...)
 	out = append(out, serviceResources(s)...)
 	out = append(out, kubernetesResources(s)...)

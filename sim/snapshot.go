@@ -20,9 +20,11 @@ type snapshot struct {
 	active    config.Provider
 	persisted config.Provider
 	etcdID    uint64
-	role      string
-	bootDone  bool
-	node      nodeFacts
+	// etcdStopped, etcdRemoved: see Machine
+	etcdStopped, etcdRemoved time.Time
+	role                     string
+	bootDone                 bool
+	node                     nodeFacts
 	// upgrading, stoppedAt, bootFailing: see Machine
 	upgrading   bool
 	stoppedAt   time.Time
@@ -37,20 +39,22 @@ func (m *Machine) snap() snapshot {
 	defer m.mu.Unlock()
 
 	s := snapshot{
-		name:      m.name,
-		host:      m.host,
-		addr:      m.addr,
-		version:   m.version,
-		sysDisk:   m.sysDisk,
-		down:      m.down || m.closed,
-		booted:    m.booted,
-		faults:    m.faults,
-		active:    m.active,
-		persisted: m.persisted,
-		etcdID:    m.etcdID,
-		role:      m.role,
-		bootDone:  m.bootDone,
-		node:      m.node,
+		name:        m.name,
+		host:        m.host,
+		addr:        m.addr,
+		version:     m.version,
+		sysDisk:     m.sysDisk,
+		down:        m.down || m.closed,
+		booted:      m.booted,
+		faults:      m.faults,
+		active:      m.active,
+		persisted:   m.persisted,
+		etcdID:      m.etcdID,
+		etcdStopped: m.etcdStopped,
+		etcdRemoved: m.etcdRemoved,
+		role:        m.role,
+		bootDone:    m.bootDone,
+		node:        m.node,
 
 		upgrading:   m.upgrading,
 		stoppedAt:   m.stoppedAt,
@@ -71,8 +75,11 @@ func (s snapshot) configured() bool { return s.active != nil }
 // them, or this boot fails before it starts them.
 func (s snapshot) ephemeralDown() bool { return !s.stoppedAt.IsZero() || s.bootFailing }
 
-// etcdRunning: the node holds etcd data and its etcd runs.
-func (s snapshot) etcdRunning() bool { return s.etcdID != 0 && !s.down && !s.ephemeralDown() }
+// etcdRunning: the node holds etcd data and its etcd runs: not stopped by
+// EtcdLeaveCluster, not failing because its member was removed.
+func (s snapshot) etcdRunning() bool {
+	return s.etcdID != 0 && s.etcdStopped.IsZero() && s.etcdRemoved.IsZero() && !s.down && !s.ephemeralDown()
+}
 
 // cniNone reports a config that leaves the CNI to the operator
 // (cluster.network.cni.name none).
