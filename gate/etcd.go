@@ -215,3 +215,62 @@ func (v EtcdView) Err() error {
 	}
 	return nil
 }
+
+// MayRemove decides whether member name may be removed from etcd (devata
+// remove) without etcd losing quorum. Removing a member is a membership
+// change etcd itself commits through the current quorum, and it leaves n−1
+// members whose quorum is ⌊(n−1)/2⌋+1. So the control planes that answer
+// must agree on the members, name must be one of them and not the last, no
+// learner may be pending, and every member that stays must be healthy: a
+// removal with a member already down would leave a cluster one failure from
+// stopping, and the operator should see that first. The member removed may
+// be down or gone: that is why it is removed. v comes from ObserveEtcd over
+// the inventory, which no longer holds name, so its "sees members" problem
+// about name is expected and not a refusal.
+func MayRemove(v EtcdView, name string) error {
+	if len(v.Members) == 0 {
+		why := "the control planes do not agree on etcd's members"
+		if len(v.Problems) > 0 {
+			why += ": " + strings.Join(v.Problems, "; ")
+		}
+		return &QuorumError{Why: why, Next: "wait until every control plane of the inventory answers and agrees, then run again"}
+	}
+	if !slices.Contains(v.Members, name) {
+		return &QuorumError{Why: fmt.Sprintf("%s is not an etcd member (members: %s)", name, strings.Join(v.Members, ", ")), Next: "nothing to remove from etcd"}
+	}
+	stay := slices.DeleteFunc(slices.Clone(v.Members), func(m string) bool { return m == name })
+	if len(stay) == 0 {
+		return &QuorumError{Loss: true, Why: fmt.Sprintf("%s is etcd's only member: removing it ends the cluster", name),
+			Next: "keep it: the last member holds the cluster's data; take a snapshot with devata backup etcd before anything else"}
+	}
+	var why []string
+	for _, m := range stay {
+		switch {
+		case slices.Contains(v.Down, m):
+			why = append(why, m+" is down")
+		case !slices.Contains(v.Healthy, m):
+			why = append(why, m+" is not healthy")
+		}
+	}
+	for _, l := range v.Learners {
+		if l == "" {
+			l = "(unnamed: its etcd has not started)"
+		}
+		why = append(why, "learner "+l+" is not yet promoted")
+	}
+	healthy := 0
+	for _, m := range stay {
+		if slices.Contains(v.Healthy, m) {
+			healthy++
+		}
+	}
+	quorum := len(stay)/2 + 1
+	if len(why) > 0 {
+		msg := fmt.Sprintf("etcd cannot lose member %s now: %s", name, strings.Join(why, "; "))
+		if healthy < quorum {
+			msg += fmt.Sprintf("; the %d members left would have %d healthy, below their quorum %d", len(stay), healthy, quorum)
+		}
+		return &QuorumError{Why: msg, Next: "wait until every member that stays is healthy, then run again"}
+	}
+	return nil
+}

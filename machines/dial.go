@@ -197,6 +197,13 @@ func (d *Dialer) Endpoint(m *inventory.Machine) string {
 	return m.Endpoint()
 }
 
+// Override is the dial settings' address for a machine name, if they have
+// one (the sim's loopback addresses; a machine no inventory lists).
+func (d *Dialer) Override(name string) (string, bool) {
+	ep, ok := d.overrides[name]
+	return ep, ok
+}
+
 // Node is how a proxied call names the machine: its override (the sim
 // routes host:port) or its inventory address, as talosctl -n takes it.
 func (d *Dialer) Node(m *inventory.Machine) string {

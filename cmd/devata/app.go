@@ -139,6 +139,7 @@ other codes (2: it could not observe or complete).`,
 		a.newBootstrapCommand(),
 		a.newPlanCommand(),
 		a.newBackupCommand(),
+		a.newRemoveCommand(),
 	)
 	markUsageErrors(root)
 	a.registerCompletions(root)

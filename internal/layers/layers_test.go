@@ -48,6 +48,7 @@ var allowed = []struct {
 	{"reconcile", []string{"bootstrap", "drift", "gate", "internal/heartbeat", "inventory", "machines", "provenance"}},
 	{"bootstrap/sequence", []string{"bootstrap", "checks", "drift", "gate", "internal/heartbeat", "inventory", "machines", "provenance"}},
 	{"backup", []string{"gate", "inventory", "machines", "provenance"}},
+	{"membership", []string{"gate", "internal/heartbeat", "inventory", "machines"}},
 	// test bed and tools
 	{"internal/simtest", []string{"bootstrap", "examples", "inventory", "machines", "sim"}},
 	{"internal/simfleet", []string{"bootstrap", "internal/testenv", "inventory", "machines", "sim"}},
@@ -59,7 +60,7 @@ var allowed = []struct {
 	// the command: parse, call, render
 	{"cmd/devata", []string{
 		"backup", "bootstrap", "bootstrap/sequence", "checks", "config", "drift", "examples", "gate", "internal/demo", "internal/simfleet",
-		"internal/testenv", "inventory", "lock", "machines", "netcheck", "provenance", "reconcile", "redact", "sim", "storagecheck",
+		"internal/testenv", "inventory", "lock", "machines", "membership", "netcheck", "provenance", "reconcile", "redact", "sim", "storagecheck",
 	}},
 }
 
