@@ -359,3 +359,17 @@ func TestIdentityFileMustBeARegularFile(t *testing.T) {
 		t.Errorf("directory as key file: %v", err)
 	}
 }
+
+// readBundle's size bound holds before any decryption is tried.
+func TestEncryptedBundleSizeBound(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "secrets.yaml")
+	big := append([]byte("-----BEGIN AGE ENCRYPTED FILE-----\n"), bytes.Repeat([]byte("A"), inventory.MaxFileSize)...)
+	if err := os.WriteFile(path, big, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := bootstrap.LoadSecretsWith(path, testOnlyKeys())
+	var fe *inventory.FileError
+	if !errors.As(err, &fe) || !strings.Contains(err.Error(), "more than the 4 MiB devata reads") {
+		t.Errorf("oversized encrypted bundle: %v", err)
+	}
+}
