@@ -5,6 +5,7 @@ go 1.26.0
 replace gopkg.in/yaml.v3 => github.com/unix4ever/yaml v0.0.0-20220527175918-f17b0f05cf2c
 
 require (
+	filippo.io/age v1.3.2
 	github.com/blang/semver/v4 v4.0.0
 	github.com/cilium/cilium v1.20.2
 	github.com/cosi-project/runtime v1.10.7
@@ -46,6 +47,7 @@ require (
 
 require (
 	cel.dev/expr v0.25.3 // indirect
+	filippo.io/hpke v0.4.0 // indirect
 	github.com/ProtonMail/go-crypto v1.2.0 // indirect
 	github.com/ProtonMail/go-mime v0.0.0-20230322103455-7d82a3887f2f // indirect
 	github.com/ProtonMail/gopenpgp/v2 v2.8.3 // indirect

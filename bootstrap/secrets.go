@@ -54,14 +54,29 @@ func SecretsFromConfig(path string) (*secrets.Bundle, error) {
 	return b, nil
 }
 
-// LoadSecrets reads a talosctl-format secrets bundle.
+// LoadSecrets reads a talosctl-format secrets bundle, in clear or encrypted
+// (an age file, binary or armored, or a sops YAML file with age recipients),
+// opening an encrypted one with the identities AgeIdentitiesFromEnv names.
 func LoadSecrets(path string) (*secrets.Bundle, error) {
-	b, err := readBundle(path)
+	return LoadSecretsWith(path, AgeIdentitiesFromEnv(nil))
+}
+
+// LoadSecretsWith is LoadSecrets with the age identities given.
+func LoadSecretsWith(path string, ids AgeIdentities) (*secrets.Bundle, error) {
+	b, format, err := readBundle(path, ids)
 	if err != nil {
 		var pe *fs.PathError
 		var fe *inventory.FileError
-		if !errors.As(err, &pe) && !errors.As(err, &fe) {
+		var de *DecryptError
+		switch {
+		case errors.As(err, &de):
+			return nil, fmt.Errorf("load secrets bundle: %w", err)
+		case errors.As(err, &pe), errors.As(err, &fe):
+		default:
 			// Decode errors quote the offending value, which may be a key: keep only the line.
+			if format != FormatPlain {
+				return nil, fmt.Errorf("load secrets bundle %s: it decrypts (%s), but the clear text is not a talosctl secrets bundle%s: re-encrypt the right bundle", path, format, yamlErrorLine(err))
+			}
 			err = fmt.Errorf("not a talosctl secrets bundle%s", yamlErrorLine(err))
 		}
 		return nil, fmt.Errorf("load secrets bundle %s: %w (create one with `devata gen secrets`, or recover it with `devata gen secrets --from-controlplane-config`)", path, err)
@@ -152,15 +167,29 @@ func WriteSecretFile(path string, data []byte, force bool) error {
 }
 
 // readBundle is machinery's secrets.LoadBundle over a bounded read of a
-// regular file (inventory.ReadFile).
-func readBundle(path string) (*secrets.Bundle, error) {
+// regular file (inventory.ReadFile), decrypting it in memory first when its
+// content says it is encrypted. format is what it was found to be.
+func readBundle(path string, ids AgeIdentities) (*secrets.Bundle, string, error) {
 	data, err := inventory.ReadFile(path)
 	if err != nil {
-		return nil, err
+		return nil, FormatPlain, err
 	}
 	b := &secrets.Bundle{Clock: secrets.NewClock()}
-	if err := yaml.Unmarshal(data, b); err != nil {
-		return nil, err
+	format, doc := detectFormat(data)
+	switch format {
+	case FormatAge:
+		plain, err := decryptAge(path, data, ids)
+		if err != nil {
+			return nil, format, err
+		}
+		defer clear(plain)
+		err = yaml.Unmarshal(plain, b)
+		return b, format, err
+	case FormatSOPS:
+		if err := decryptSOPS(path, doc, ids); err != nil {
+			return nil, format, err
+		}
+		return b, format, doc.Decode(b)
 	}
-	return b, nil
+	return b, format, yaml.Unmarshal(data, b)
 }

@@ -26,6 +26,7 @@ func (a *app) newGenCommand() *cobra.Command {
 func (a *app) newGenSecretsCommand() *cobra.Command {
 	var flags struct {
 		output, talosVersion, fromConfig string
+		encryptTo                        []string
 		force                            bool
 	}
 	cmd := &cobra.Command{
@@ -36,6 +37,13 @@ with mode 0600. It never replaces an existing file unless --force is given.
 
 With --from-controlplane-config it recovers the bundle from a control-plane
 machine config instead (for reconstruction when the bundle is lost).
+
+With --encrypt-to AGE_RECIPIENT (repeatable) the bundle is written as an
+ASCII-armored age file encrypted to every recipient, so that it can be kept
+in Git; the clear text never reaches the disk. Every command that loads the
+bundle decrypts it in memory with the age identity in SOPS_AGE_KEY_FILE (or
+SOPS_AGE_KEY, or sops' ~/.config/sops/age/keys.txt). A sops YAML file with
+age recipients is read the same way.
 
 The output path defaults to the inventory's cluster.secrets when the inventory
 exists, else ./secrets.yaml.`,
@@ -58,6 +66,13 @@ exists, else ./secrets.yaml.`,
 			if version == "" {
 				version = inventory.DefaultTalosVersion
 			}
+			var to bootstrap.AgeRecipients
+			if len(flags.encryptTo) > 0 {
+				var err error
+				if to, err = bootstrap.ParseAgeRecipients(flags.encryptTo); err != nil {
+					return exitWith(exitUsage, fmt.Errorf("--encrypt-to: %w", err))
+				}
+			}
 			if !flags.force {
 				if _, err := os.Lstat(out); err == nil {
 					return exitWith(exitTrouble, fmt.Errorf("%s exists: not replacing a secrets bundle (it may be the only key to a running cluster); pass --force after keeping a copy", out))
@@ -76,12 +91,20 @@ exists, else ./secrets.yaml.`,
 			if err != nil {
 				return exitWith(exitTrouble, err)
 			}
-			if err := bootstrap.WriteSecrets(out, b, flags.force); err != nil {
-				return exitWith(exitTrouble, err)
-			}
 			how := "new"
 			if flags.fromConfig != "" {
 				how = "recovered from " + flags.fromConfig
+			}
+			if to != nil {
+				if err := bootstrap.WriteSecretsEncrypted(out, b, to, flags.force); err != nil {
+					return exitWith(exitTrouble, err)
+				}
+				fmt.Fprintf(a.streams.Out, "wrote %s secrets bundle %s, age-encrypted (armored) to %d %s (mode 0600): devata opens it with %s set to a matching identity file; back that identity up, without it the bundle cannot be opened\n",
+					how, out, len(to), plural(len(to), "recipient", "recipients"), bootstrap.EnvAgeKeyFile)
+				return nil
+			}
+			if err := bootstrap.WriteSecrets(out, b, flags.force); err != nil {
+				return exitWith(exitTrouble, err)
 			}
 			fmt.Fprintf(a.streams.Out, "wrote %s secrets bundle %s (mode 0600): keep it safe and backed up; it holds every CA key of the cluster\n", how, out)
 			return nil
@@ -90,6 +113,7 @@ exists, else ./secrets.yaml.`,
 	cmd.Flags().StringVarP(&flags.output, "output", "o", "", "bundle path (default: the inventory's cluster.secrets, else secrets.yaml)")
 	cmd.Flags().StringVar(&flags.talosVersion, "talos-version", "", "Talos version whose contract the bundle follows (default: the inventory's, else "+inventory.DefaultTalosVersion+")")
 	cmd.Flags().StringVar(&flags.fromConfig, "from-controlplane-config", "", "recover the bundle from this control-plane machine config")
+	cmd.Flags().StringArrayVar(&flags.encryptTo, "encrypt-to", nil, "age recipient (age1…) to encrypt the bundle to, as armored age; repeatable")
 	cmd.Flags().BoolVar(&flags.force, "force", false, "replace an existing bundle")
 	return cmd
 }
@@ -116,7 +140,7 @@ only replaced with --force. An existing talosconfig is kept unless --force.`,
 				return a.invalid(err)
 			}
 			a.printWarnings(inv)
-			b, err := bootstrap.LoadSecrets(inv.SecretsPath())
+			b, err := bootstrap.LoadSecretsWith(inv.SecretsPath(), bootstrap.AgeIdentitiesFromEnv(a.getenv))
 			if err != nil {
 				return exitWith(exitTrouble, err)
 			}

@@ -1,0 +1,339 @@
+package bootstrap
+
+// Encrypted bundles, so that the bundle can live in Git: age files (binary
+// or ASCII-armored, as `age -e [-a]` writes them) and sops YAML files whose
+// data key is wrapped for age recipients. The kind is told from the content,
+// never from the file name. Decryption happens in memory only: no clear text
+// is ever written, and no error quotes the file, an identity or a value.
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+
+	"filippo.io/age"
+	"filippo.io/age/armor"
+	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
+	"gopkg.in/yaml.v3"
+
+	"devata.dev/devata/inventory"
+)
+
+// The environment variables sops reads its age identities from; devata reads
+// the same ones, so one setting serves sops, age-encrypted bundles and devata.
+const (
+	EnvAgeKey     = "SOPS_AGE_KEY"
+	EnvAgeKeyFile = "SOPS_AGE_KEY_FILE"
+)
+
+// Bundle encodings LoadSecrets tells apart by content.
+const (
+	FormatPlain = ""
+	FormatAge   = "age"
+	FormatSOPS  = "sops"
+)
+
+const ageBinaryHeader = "age-encryption.org/v1\n"
+
+// DecryptError is why an encrypted bundle could not be opened. Its message
+// names the file and what to do next; it never quotes the file's content or
+// key material.
+type DecryptError struct {
+	Path   string
+	Format string // FormatAge or FormatSOPS
+	Reason string
+	// NoIdentity is set when no identity was configured or none matched:
+	// the file may be fine, the key is what is missing.
+	NoIdentity bool
+}
+
+func (e *DecryptError) Error() string {
+	return fmt.Sprintf("%s is %s-encrypted: %s", e.Path, e.Format, e.Reason)
+}
+
+// AgeIdentities says where the age identities that open an encrypted bundle
+// are read from. Nothing is read until a bundle turns out to be encrypted.
+type AgeIdentities struct {
+	// Key holds identities inline, separated by white space (SOPS_AGE_KEY).
+	Key string
+	// KeyFile is an identity file, one identity a line (SOPS_AGE_KEY_FILE).
+	// It must exist when set.
+	KeyFile string
+	// DefaultFile is sops' default identity file, read only when it exists.
+	DefaultFile string
+}
+
+// AgeIdentitiesFromEnv is where sops looks for age identities, read through
+// getenv (os.Getenv when nil): SOPS_AGE_KEY, SOPS_AGE_KEY_FILE, then
+// <user config dir>/sops/age/keys.txt ($XDG_CONFIG_HOME or ~/.config on
+// Linux). LoadSecrets reads the process environment itself, unlike devata's
+// own settings, because this is a convention shared with sops that every
+// command loading the bundle must honour alike.
+func AgeIdentitiesFromEnv(getenv func(string) string) AgeIdentities {
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	ids := AgeIdentities{Key: getenv(EnvAgeKey), KeyFile: getenv(EnvAgeKeyFile)}
+	dir := ""
+	if x := getenv("XDG_CONFIG_HOME"); x != "" && filepath.IsAbs(x) && runtime.GOOS != "windows" {
+		dir = x // as os.UserConfigDir on Linux, and as sops on macOS
+	} else if runtime.GOOS == "linux" {
+		if home := getenv("HOME"); home != "" {
+			dir = filepath.Join(home, ".config")
+		}
+	} else {
+		dir, _ = os.UserConfigDir()
+	}
+	if dir != "" {
+		ids.DefaultFile = filepath.Join(dir, "sops", "age", "keys.txt")
+	}
+	return ids
+}
+
+// identitySet is the parsed identities and where they came from (names of
+// variables and files, for messages).
+type identitySet struct {
+	ids     []age.Identity
+	sources []string
+}
+
+func (s identitySet) describe() string {
+	return fmt.Sprintf("%d age %s from %s", len(s.ids), plural(len(s.ids), "identity", "identities"), strings.Join(s.sources, ", "))
+}
+
+const nextStepIdentity = "set " + EnvAgeKeyFile + " to the age identity file that can decrypt it (or " + EnvAgeKey + " to the identity itself)"
+
+// load parses every configured source. An unreadable or malformed source is
+// an error: a typo in SOPS_AGE_KEY_FILE must not read as "wrong key".
+func (a AgeIdentities) load() (identitySet, error) {
+	var set identitySet
+	add := func(source string, data []byte, perLine bool) error {
+		ids, err := parseAgeIdentities(source, data, perLine)
+		if err != nil {
+			return err
+		}
+		set.ids = append(set.ids, ids...)
+		set.sources = append(set.sources, source)
+		return nil
+	}
+	if strings.TrimSpace(a.Key) != "" {
+		if err := add(EnvAgeKey, []byte(a.Key), false); err != nil {
+			return set, err
+		}
+	}
+	if a.KeyFile != "" {
+		data, err := inventory.ReadFile(a.KeyFile)
+		if err != nil {
+			return set, fmt.Errorf("%s names %s, which cannot be read (%s): point it at your age identity file", EnvAgeKeyFile, a.KeyFile, readProblem(err))
+		}
+		defer clear(data)
+		if err := add(EnvAgeKeyFile+" ("+a.KeyFile+")", data, true); err != nil {
+			return set, err
+		}
+	}
+	if a.DefaultFile != "" && a.DefaultFile != a.KeyFile {
+		data, err := inventory.ReadFile(a.DefaultFile)
+		switch {
+		case errors.Is(err, os.ErrNotExist):
+		case err != nil:
+			return set, fmt.Errorf("sops' default identity file %s cannot be read (%s): fix it, or set %s", a.DefaultFile, readProblem(err), EnvAgeKeyFile)
+		default:
+			defer clear(data)
+			if err := add(a.DefaultFile, data, true); err != nil {
+				return set, err
+			}
+		}
+	}
+	return set, nil
+}
+
+// readProblem is why inventory.ReadFile failed, without the path it names
+// already.
+func readProblem(err error) string {
+	var pe *fs.PathError
+	var fe *inventory.FileError
+	switch {
+	case errors.As(err, &pe):
+		return pe.Err.Error()
+	case errors.As(err, &fe):
+		return fe.Reason
+	}
+	return err.Error()
+}
+
+// parseAgeIdentities reads identities one a line (perLine, as in a keys
+// file) or separated by any white space (as sops reads SOPS_AGE_KEY). Errors
+// give the source and line, never the line itself.
+func parseAgeIdentities(source string, data []byte, perLine bool) ([]age.Identity, error) {
+	trimmed := bytes.TrimSpace(data)
+	if bytes.HasPrefix(trimmed, []byte(ageBinaryHeader)) || bytes.HasPrefix(trimmed, []byte(armor.Header)) {
+		return nil, fmt.Errorf("%s is a passphrase-protected identity file, which devata cannot open without a prompt: use an unprotected identity file of mode 0600 (age-keygen -o FILE)", source)
+	}
+	var ids []age.Identity
+	for n, line := range strings.Split(string(data), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		words := []string{line}
+		if !perLine {
+			words = strings.Fields(line)
+		}
+		for _, w := range words {
+			id, err := parseAgeIdentity(w)
+			if err != nil {
+				return nil, fmt.Errorf("%s line %d %s", source, n+1, err)
+			}
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) == 0 {
+		return nil, fmt.Errorf("%s holds no age identity (AGE-SECRET-KEY-1…): point it at the identity file age-keygen wrote", source)
+	}
+	return ids, nil
+}
+
+func parseAgeIdentity(s string) (age.Identity, error) {
+	switch {
+	case strings.HasPrefix(s, "AGE-PLUGIN-"):
+		return nil, errors.New("is an age plugin identity, which devata does not run: use a native age identity (AGE-SECRET-KEY-1…)")
+	case strings.HasPrefix(s, "-----BEGIN"), strings.HasPrefix(s, "ssh-"):
+		return nil, errors.New("looks like an SSH key, which devata does not read as an age identity: use a native age identity (AGE-SECRET-KEY-1…)")
+	}
+	ids, err := age.ParseIdentities(strings.NewReader(s))
+	if err != nil || len(ids) != 1 {
+		// age's errors do not quote the key, but bech32's may hint at it: keep none
+		return nil, errors.New("is not an age identity (AGE-SECRET-KEY-1… or AGE-SECRET-KEY-PQ-1…): fix or remove that line")
+	}
+	return ids[0], nil
+}
+
+// detectFormat tells an encrypted bundle from a clear one by its content.
+// doc is the parsed YAML when the content is YAML (nil for age files).
+func detectFormat(data []byte) (format string, doc *yaml.Node) {
+	trimmed := bytes.TrimLeft(data, " \t\r\n")
+	if bytes.HasPrefix(data, []byte(ageBinaryHeader)) || bytes.HasPrefix(trimmed, []byte(armor.Header)) {
+		return FormatAge, nil
+	}
+	if !bytes.Contains(data, []byte("sops")) {
+		return FormatPlain, nil
+	}
+	var n yaml.Node
+	if err := yaml.Unmarshal(data, &n); err != nil {
+		return FormatPlain, nil // the clear-text decoder reports the line
+	}
+	if _, meta := sopsMetadataNode(&n); meta != nil {
+		return FormatSOPS, &n
+	}
+	return FormatPlain, nil
+}
+
+// decryptAge opens an age file (binary or armored) in memory.
+func decryptAge(path string, data []byte, a AgeIdentities) ([]byte, error) {
+	fail := func(noID bool, reason string) error {
+		return &DecryptError{Path: path, Format: FormatAge, Reason: reason, NoIdentity: noID}
+	}
+	set, err := a.load()
+	if err != nil {
+		return nil, fail(true, err.Error())
+	}
+	if len(set.ids) == 0 {
+		return nil, fail(true, "no age identity is set: "+nextStepIdentity)
+	}
+	var src io.Reader = bytes.NewReader(data)
+	if !bytes.HasPrefix(data, []byte(ageBinaryHeader)) {
+		src = armor.NewReader(src)
+	}
+	r, err := age.Decrypt(src, set.ids...)
+	var nomatch *age.NoIdentityMatchError
+	switch {
+	case errors.As(err, &nomatch):
+		return nil, fail(true, "it does not open with the "+set.describe()+": "+nextStepIdentity)
+	case err != nil:
+		return nil, fail(false, "its age header does not parse or verify (damaged, truncated or not an age file): restore it from Git or your backup")
+	}
+	plain, err := io.ReadAll(io.LimitReader(r, inventory.MaxFileSize+1))
+	switch {
+	case err != nil:
+		return nil, fail(false, "its age payload does not verify (damaged or truncated): restore it from Git or your backup")
+	case len(plain) > inventory.MaxFileSize:
+		return nil, fail(false, fmt.Sprintf("it decrypts to more than the %d MiB devata reads: check it is the bundle you meant", inventory.MaxFileSize>>20))
+	}
+	return plain, nil
+}
+
+// AgeRecipients are the public keys a bundle is encrypted to.
+type AgeRecipients []age.Recipient
+
+// ParseAgeRecipients parses age public keys (age1… or age1pq1…). Errors say
+// which one by position, not by value: a private key passed by mistake must
+// not land in a terminal's scroll-back.
+func ParseAgeRecipients(values []string) (AgeRecipients, error) {
+	var out AgeRecipients
+	for i, v := range values {
+		v = strings.TrimSpace(v)
+		if strings.HasPrefix(strings.ToUpper(v), "AGE-SECRET-KEY-") {
+			return nil, fmt.Errorf("recipient %d is an age identity (a private key), not a recipient: pass its public key, which `age-keygen -y IDENTITY_FILE` prints, and keep the identity secret", i+1)
+		}
+		rs, err := age.ParseRecipients(strings.NewReader(v))
+		if err != nil || len(rs) != 1 {
+			return nil, fmt.Errorf("recipient %d is not an age public key (age1… or age1pq1…): `age-keygen -y IDENTITY_FILE` prints yours", i+1)
+		}
+		out = append(out, rs[0])
+	}
+	if len(out) == 0 {
+		return nil, errors.New("no age recipient given")
+	}
+	return out, nil
+}
+
+// EncryptSecrets encodes a bundle as talosctl does and encrypts it to every
+// recipient as an ASCII-armored age file: text diffs and merges better in
+// Git than binary, and `age -d` reads it as it is.
+func EncryptSecrets(b *secrets.Bundle, to AgeRecipients) ([]byte, error) {
+	plain, err := MarshalSecrets(b)
+	if err != nil {
+		return nil, fmt.Errorf("encode secrets bundle: %w", err)
+	}
+	defer clear(plain)
+	var out bytes.Buffer
+	aw := armor.NewWriter(&out)
+	w, err := age.Encrypt(aw, to...)
+	if err != nil {
+		return nil, fmt.Errorf("age-encrypt the bundle: %w (post-quantum age1pq1… and classic age1… recipients cannot be mixed in one file)", err)
+	}
+	if _, err := w.Write(plain); err != nil {
+		return nil, fmt.Errorf("age-encrypt the bundle: %w", err)
+	}
+	if err := w.Close(); err != nil {
+		return nil, fmt.Errorf("age-encrypt the bundle: %w", err)
+	}
+	if err := aw.Close(); err != nil {
+		return nil, fmt.Errorf("age-encrypt the bundle: %w", err)
+	}
+	return out.Bytes(), nil
+}
+
+// WriteSecretsEncrypted writes the bundle age-encrypted (armored) to the
+// recipients, mode 0600, with WriteSecretFile's rules; the clear text never
+// reaches the disk.
+func WriteSecretsEncrypted(path string, b *secrets.Bundle, to AgeRecipients, force bool) error {
+	data, err := EncryptSecrets(b, to)
+	if err != nil {
+		return err
+	}
+	return WriteSecretFile(path, data, force)
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
