@@ -6,13 +6,17 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/expfmt"
 
 	"devata.dev/devata/provenance"
 )
 
-// statuses in the order metrics list them.
+// statuses in the order the one-hot series are set.
 var statuses = []Status{StatusInSync, StatusDrifted, StatusUnknown}
 
 // WritePrometheus writes the report in the Prometheus text exposition format
@@ -30,78 +34,110 @@ var statuses = []Status{StatusInSync, StatusDrifted, StatusUnknown}
 //	devata_drift_last_run_timestamp_seconds{cluster}         when the run started
 //	devata_drift_simulated{cluster}                          1 when the fleet was simulated
 //	devata_inventory_info{cluster,commit,dirty,sha256}       1, naming the inventory (only with provenance)
+//
+// The series are gauges on a registry of their own, gathered and encoded by
+// client_golang and prometheus/common: families come sorted by name, series
+// by label values, labels by name (as any exporter writes them), and a
+// family without series (devata_drift_status of a report without results)
+// is left out.
 func WritePrometheus(w io.Writer, r *Report) error {
-	r = r.finishedView()
-	bw := bufio.NewWriter(w)
-	cluster := label("cluster", r.Cluster)
-	family := func(name, help string) {
-		fmt.Fprintf(bw, "# HELP %s %s\n# TYPE %s gauge\n", name, help, name)
+	reg, err := promRegistry(r)
+	if err != nil {
+		return err
 	}
-	oneHot := func(name, labels string, current Status) {
+	families, err := reg.Gather()
+	if err != nil {
+		return fmt.Errorf("prometheus report: %w", err)
+	}
+	bw := bufio.NewWriter(w)
+	for _, f := range families {
+		if _, err := expfmt.MetricFamilyToText(bw, f); err != nil {
+			return err
+		}
+	}
+	return bw.Flush()
+}
+
+// promRegistry holds the report's series.
+func promRegistry(r *Report) (*prometheus.Registry, error) {
+	r = r.finishedView()
+	reg := prometheus.NewRegistry()
+	gauge := func(name, help string, labels ...string) *prometheus.GaugeVec {
+		g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, append([]string{"cluster"}, labels...))
+		reg.MustRegister(g) // names are constants here: a clash is a bug in this file
+		return g
+	}
+	var err error
+	// set records the first error: a label value client_golang refuses.
+	// Values are made valid UTF-8 first, so none is expected.
+	set := func(g *prometheus.GaugeVec, v float64, labels ...string) {
+		if err != nil {
+			return
+		}
+		values := append([]string{r.Cluster}, labels...)
+		for i, v := range values {
+			values[i] = strings.ToValidUTF8(v, "\uFFFD")
+		}
+		m, e := g.GetMetricWithLabelValues(values...)
+		if e != nil {
+			err = fmt.Errorf("prometheus report: %w", e)
+			return
+		}
+		m.Set(v)
+	}
+	oneHot := func(g *prometheus.GaugeVec, current Status, labels ...string) {
 		for _, s := range statuses {
-			v := 0
-			if s == current {
-				v = 1
-			}
-			fmt.Fprintf(bw, "%s{%s,%s} %d\n", name, labels, label("status", string(s)), v)
+			set(g, b2f(s == current), slices.Concat(labels, []string{string(s)})...)
 		}
 	}
 
-	family("devata_drift_status", "Status of one check on one machine: 1 for its current status, 0 for the others.")
+	status := gauge("devata_drift_status", "Status of one check on one machine: 1 for its current status, 0 for the others.",
+		"machine", "check", "rung", "status")
 	// Results are sorted by machine, rung and check, so the results of one
 	// series are adjacent and the worst can be kept without a map.
 	for i := 0; i < len(r.Results); {
 		res := r.Results[i]
-		status := res.Status
+		worst := res.Status
 		j := i + 1
 		for ; j < len(r.Results); j++ {
 			n := r.Results[j]
 			if n.Machine != res.Machine || n.Rung != res.Rung || n.Check != res.Check {
 				break
 			}
-			status = Worse(status, n.Status)
+			worst = Worse(worst, n.Status)
 		}
-		labels := strings.Join([]string{cluster, label("machine", res.Machine), label("check", res.Check), label("rung", string(res.Rung))}, ",")
-		oneHot("devata_drift_status", labels, status)
+		oneHot(status, worst, res.Machine, res.Check, string(res.Rung))
 		i = j
 	}
 
-	family("devata_drift_machine_status", "Overall status of a machine, the worst of its checks: 1 for its current status, 0 for the others.")
+	machine := gauge("devata_drift_machine_status", "Overall status of a machine, the worst of its checks: 1 for its current status, 0 for the others.",
+		"machine", "role", "status")
 	for _, m := range r.Machines {
-		oneHot("devata_drift_machine_status", cluster+","+label("machine", m.Name)+","+label("role", m.Role), m.Status)
+		oneHot(machine, m.Status, m.Name, m.Role)
 	}
 
 	s := r.Summary
-	family("devata_drift_machines", "Number of machines by overall status.")
+	machines := gauge("devata_drift_machines", "Number of machines by overall status.", "status")
+	results := gauge("devata_drift_results", "Number of check results by status.", "status")
 	for _, st := range statuses {
-		fmt.Fprintf(bw, "devata_drift_machines{%s,%s} %d\n", cluster, label("status", string(st)), countOf(s.Machines, st))
+		set(machines, float64(countOf(s.Machines, st)), string(st))
+		set(results, float64(countOf(s.Results, st)), string(st))
 	}
-	family("devata_drift_results", "Number of check results by status.")
-	for _, st := range statuses {
-		fmt.Fprintf(bw, "devata_drift_results{%s,%s} %d\n", cluster, label("status", string(st)), countOf(s.Results, st))
-	}
-	family("devata_drift_errors", "Number of errors that stopped part of the drift run.")
-	fmt.Fprintf(bw, "devata_drift_errors{%s} %d\n", cluster, len(r.Errors))
-	family("devata_drift_exit_code", "Exit code of the drift run: 0 in sync, 1 drifted, 2 unknown or incomplete.")
-	fmt.Fprintf(bw, "devata_drift_exit_code{%s} %d\n", cluster, s.ExitCode)
-	family("devata_drift_last_run_timestamp_seconds", "Unix time the drift run started.")
-	fmt.Fprintf(bw, "devata_drift_last_run_timestamp_seconds{%s} %s\n", cluster,
-		strconv.FormatFloat(float64(r.GeneratedAt.UnixMilli())/1000, 'f', -1, 64))
-	family("devata_drift_simulated", "1 when the results come from devata's simulated fleet, not from real machines.")
-	sim := 0
-	if r.Simulated {
-		sim = 1
-	}
-	fmt.Fprintf(bw, "devata_drift_simulated{%s} %d\n", cluster, sim)
+	set(gauge("devata_drift_errors", "Number of errors that stopped part of the drift run."), float64(len(r.Errors)))
+	set(gauge("devata_drift_exit_code", "Exit code of the drift run: 0 in sync, 1 drifted, 2 unknown or incomplete."), float64(s.ExitCode))
+	set(gauge("devata_drift_last_run_timestamp_seconds", "Unix time the drift run started."), float64(r.GeneratedAt.UnixMilli())/1000)
+	set(gauge("devata_drift_simulated", "1 when the results come from devata's simulated fleet, not from real machines."), b2f(r.Simulated))
 	if !r.Provenance.IsZero() {
-		family(InventoryInfo, InventoryInfoHelp)
-		labels := []string{cluster}
-		for i, v := range InventoryInfoValues(r.Provenance) {
-			labels = append(labels, label(InventoryInfoLabels()[i], v))
-		}
-		fmt.Fprintf(bw, "%s{%s} 1\n", InventoryInfo, strings.Join(labels, ","))
+		set(gauge(InventoryInfo, InventoryInfoHelp, InventoryInfoLabels()...), 1, InventoryInfoValues(r.Provenance)...)
 	}
-	return bw.Flush()
+	return reg, err
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // InventoryInfo is the info series naming the inventory a run used; the
@@ -136,17 +172,14 @@ func countOf(c Counts, s Status) int {
 	}
 }
 
-// labelEscaper escapes a label value as the text format requires.
-var labelEscaper = strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
-
-func label(name, value string) string {
-	return name + `="` + labelEscaper.Replace(strings.ToValidUTF8(value, "\uFFFD")) + `"`
-}
-
 // WritePromTextfile writes the report's metrics to path atomically: into a
 // temporary file in the same directory, synced, made 0644 and renamed over
 // path, so that node_exporter never reads half a file. The temporary name does
 // not end in .prom, so the collector never picks it up either.
+//
+// prometheus.WriteToTextfile does the same but for the sync: without it a
+// crash right after the rename can leave an empty devata_drift.prom behind,
+// so the registry's text goes through writeFileAtomic instead.
 func WritePromTextfile(path string, r *Report) error {
 	return writeFileAtomic(path, 0o644, func(w io.Writer) error { return WritePrometheus(w, r) })
 }

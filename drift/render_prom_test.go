@@ -2,11 +2,15 @@ package drift_test
 
 import (
 	"bytes"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 
 	"devata.dev/devata/drift"
 )
@@ -54,6 +58,31 @@ func TestPrometheus(t *testing.T) {
 	for group, sum := range hot {
 		if sum != 1 {
 			t.Errorf("%s: %v statuses at 1, want exactly one", group, sum)
+		}
+	}
+}
+
+// The textfile is what prometheus/common's encoder writes for the families it
+// holds, byte for byte: sorted families, sorted series, labels by name.
+// Anything written by hand beside the registry would show here.
+func TestPrometheusIsCanonical(t *testing.T) {
+	weird := drift.NewReport(drift.Header{Cluster: `c"1`})
+	weird.Add(drift.InSync().Of("we\"ird\\name\nline", "config", drift.RungReconciliation))
+	for name, r := range map[string]*drift.Report{"fixture": fixtureReport(true), "escapes": weird, "empty": drift.NewReport(drift.Header{Cluster: "e"})} {
+		out := render(t, drift.WritePrometheus, r)
+		parser := expfmt.NewTextParser(model.LegacyValidation)
+		families, err := parser.TextToMetricFamilies(bytes.NewReader(out))
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", name, err, out)
+		}
+		var again bytes.Buffer
+		for _, n := range slices.Sorted(maps.Keys(families)) {
+			if _, err := expfmt.MetricFamilyToText(&again, families[n]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if !bytes.Equal(out, again.Bytes()) {
+			t.Errorf("%s: the textfile is not the encoder's canonical text:\n%s\nre-encoded:\n%s", name, out, again.Bytes())
 		}
 	}
 }

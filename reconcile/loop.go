@@ -185,7 +185,7 @@ func (l *Loop) block(why string) {
 	l.blocked = why
 	l.mu.Unlock()
 	l.Metrics.gateBlocked.Set(1)
-	l.Metrics.errors.WithLabelValues("gate").Inc()
+	l.Metrics.errors.WithLabelValues(stageGate).Inc()
 	l.Log.Error("rollout stopped by a failed gate: no machine is changed until it passes", "stopped", why)
 }
 

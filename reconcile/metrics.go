@@ -49,6 +49,24 @@ type Metrics struct {
 	queue          *queueMetrics
 }
 
+// The values of devata_reconcile_passes_total's result label.
+const (
+	passOK               = "ok"
+	passBlocked          = "blocked"
+	passInventoryInvalid = "inventory-invalid"
+	passInterrupted      = "interrupted"
+)
+
+// The values of devata_reconcile_errors_total's stage label.
+const (
+	stageInventory = "inventory"
+	stageObserve   = "observe"
+	stagePlan      = "plan"
+	stageApply     = "apply"
+	stageGate      = "gate"
+	stageAudit     = "audit"
+)
+
 // NewMetrics registers every series (with Go and process collectors).
 func NewMetrics() *Metrics {
 	r := prometheus.NewRegistry()
@@ -72,10 +90,19 @@ func NewMetrics() *Metrics {
 		leader:      prometheus.NewGauge(prometheus.GaugeOpts{Name: "devata_reconcile_leader", Help: "1 while this instance is the one that acts."}),
 		queue:       newQueueMetrics(),
 	}
+	// Every known label value is present at 0 from the start, so that
+	// increase() and rate() over them (the alerts in deploy/monitoring) see
+	// the first pass that is not ok, the first error and the first action.
 	for _, result := range []string{ResultConverged, ResultFailed, ResultBlocked, ResultInterrupted, ResultDryRun, ResultAbandoned} {
 		for _, kind := range []Kind{KindApply, KindUpgrade} {
-			m.actions.WithLabelValues(string(kind), result) // present at 0 from the start
+			m.actions.WithLabelValues(string(kind), result)
 		}
+	}
+	for _, result := range []string{passOK, passBlocked, passInventoryInvalid, passInterrupted} {
+		m.passes.WithLabelValues(result)
+	}
+	for _, stage := range []string{stageInventory, stageObserve, stagePlan, stageApply, stageGate, stageAudit} {
+		m.errors.WithLabelValues(stage)
 	}
 	r.MustRegister(
 		collectors.NewGoCollector(),

@@ -94,14 +94,14 @@ func (l *Loop) pass(ctx context.Context, t *term) *PassResult {
 		res.Duration = time.Since(res.Started)
 		l.Metrics.passDuration.Observe(res.Duration.Seconds())
 		l.Metrics.lastPass.SetToCurrentTime()
-		result := "ok"
+		result := passOK
 		switch {
 		case ctx.Err() != nil:
-			result = "interrupted"
+			result = passInterrupted
 		case res.Report == nil:
-			result = "inventory-invalid"
+			result = passInventoryInvalid
 		case res.Blocked != "":
-			result = "blocked"
+			result = passBlocked
 		}
 		l.Metrics.passes.WithLabelValues(result).Inc()
 	}()
@@ -193,7 +193,7 @@ func (l *Loop) readSpec(ctx context.Context, res *PassResult) *Desired {
 		res.InventoryErr = err
 		l.invErr = err
 		l.Metrics.inventoryValid.Set(0)
-		l.Metrics.errors.WithLabelValues("inventory").Inc()
+		l.Metrics.errors.WithLabelValues(stageInventory).Inc()
 		if l.desired == nil {
 			l.Log.Error("inventory is invalid and no valid one was read before: nothing is observed or changed until it is fixed", "error", err)
 			return nil
@@ -255,7 +255,7 @@ func (l *Loop) observe(ctx context.Context, d *Desired, owned []*inventory.Machi
 	}
 	for _, r := range rep.Results {
 		if r.Status == drift.StatusUnknown {
-			l.Metrics.errors.WithLabelValues("observe").Inc()
+			l.Metrics.errors.WithLabelValues(stageObserve).Inc()
 		}
 	}
 	l.Metrics.drift.set(d.Inventory.Cluster.Name, rep.Results)
@@ -272,7 +272,7 @@ func (l *Loop) recheckGate(ctx context.Context, d *Desired) string {
 		return ""
 	}
 	if err := gate.EtcdHealthy(ctx, d.Inventory, l.Dialer, l.Timeout); err != nil {
-		l.Metrics.errors.WithLabelValues("gate").Inc()
+		l.Metrics.errors.WithLabelValues(stageGate).Inc()
 		l.Log.Warn("rollout stopped by a failed gate: no machine is changed until it passes", "stopped", blocked, "now", err.Error())
 		return blocked
 	}

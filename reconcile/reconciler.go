@@ -79,7 +79,7 @@ func (r *machineReconciler) planOne(ctx context.Context, d *Desired, desired map
 			l.Log.Warn("not changed", "machine", m.Name, "reason", a.Reason)
 			return a, OutcomeHeld, nil
 		}
-		l.Metrics.errors.WithLabelValues("plan").Inc()
+		l.Metrics.errors.WithLabelValues(stagePlan).Inc()
 		return a, OutcomeFailed, fmt.Errorf("%s: %s", m.Name, a.Reason)
 	}
 	return a, "", nil
@@ -152,7 +152,7 @@ func (r *machineReconciler) change(ctx context.Context, d *Desired, desired map[
 		t.mu.Lock()
 		delete(t.inflight, key)
 		t.mu.Unlock()
-		l.Metrics.errors.WithLabelValues("audit").Inc()
+		l.Metrics.errors.WithLabelValues(stageAudit).Inc()
 		l.Log.Error("not changed: the audit log cannot be written", "machine", key, "error", err)
 		return OutcomeFailed, fmt.Errorf("%s not changed: %w; fix or free the audit log path, or run without --audit-log", key, err)
 	}
@@ -183,7 +183,7 @@ func (r *machineReconciler) change(ctx context.Context, d *Desired, desired map[
 	case len(out.Failed) > 0:
 		rec.Result, rec.Error = ResultFailed, out.Stopped
 		outcome, err = OutcomeFailed, errors.New(out.Stopped)
-		l.Metrics.errors.WithLabelValues("apply").Inc()
+		l.Metrics.errors.WithLabelValues(stageApply).Inc()
 	case len(out.Converged) > 0:
 		rec.Result = ResultConverged
 		outcome = OutcomeConverged
@@ -213,7 +213,7 @@ func (r *machineReconciler) change(ctx context.Context, d *Desired, desired map[
 		// the change is made and cannot be unmade; no further one is made
 		// in this pass (fail closed); the next pass tries again, and its
 		// first started record is written or its change is not made
-		l.Metrics.errors.WithLabelValues("audit").Inc()
+		l.Metrics.errors.WithLabelValues(stageAudit).Inc()
 		l.block(fmt.Sprintf("the audit record of %s's %s could not be written: %v; fix or free the audit log path", key, rec.Result, aerr))
 		if err == nil {
 			err = fmt.Errorf("%s %s, but its audit record could not be written: %w", key, rec.Result, aerr)

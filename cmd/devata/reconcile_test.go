@@ -215,7 +215,8 @@ func TestReconcileLeaderElectHoldsAndReleasesTheLease(t *testing.T) {
 	lr.waitFor("the lease", func() bool { return holder() != "" })
 	lr.waitFor("a pass", func() bool {
 		_, body := lr.get("/metrics")
-		return strings.Contains(body, `devata_reconcile_passes_total{result="ok"}`)
+		// The series is there at 0 from the start: wait for it to count one.
+		return strings.Contains(body, `devata_reconcile_passes_total{result="ok"} `) && !strings.Contains(body, `devata_reconcile_passes_total{result="ok"} 0`+"\n")
 	})
 	if _, body := lr.get("/metrics"); !strings.Contains(body, "devata_reconcile_leader 1") || strings.Contains(body, `machine="worker-2"`) != (reconcileShard("worker-2") == 0) {
 		t.Errorf("/metrics:\n%s", body)
