@@ -140,7 +140,7 @@ only replaced with --force. An existing talosconfig is kept unless --force.`,
 				return a.invalid(err)
 			}
 			a.printWarnings(inv)
-			b, err := bootstrap.LoadSecretsWith(inv.SecretsPath(), bootstrap.AgeIdentitiesFromEnv(a.getenv))
+			b, err := a.loadSecrets(inv.SecretsPath())
 			if err != nil {
 				return exitWith(exitTrouble, err)
 			}

@@ -70,8 +70,7 @@ func TestGenSecretsEncryptToRoundTrip(t *testing.T) {
 	assertNoKey(t, r.err, id)
 
 	// with it
-	t.Setenv(bootstrap.EnvAgeKeyFile, keyFile)
-	r = devata(t, nil, "validate", "-i", inv)
+	r = devata(t, map[string]string{bootstrap.EnvAgeKeyFile: keyFile}, "validate", "-i", inv)
 	if r.code != 0 || !strings.Contains(r.stdout, "is valid: 5 machines") || strings.Contains(r.err, "throwaway") {
 		t.Fatalf("validate with SOPS_AGE_KEY_FILE: exit %d\n%s%s", r.code, r.stdout, r.err)
 	}

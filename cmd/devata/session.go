@@ -56,7 +56,7 @@ func (a *app) openSession(ctx context.Context, leanOK bool, only ...string) (*se
 	if only, err = inv.Resolve(only); err != nil {
 		return nil, exitWith(exitTrouble, err)
 	}
-	bundle, err := bootstrap.LoadSecrets(inv.SecretsPath())
+	bundle, err := a.loadSecrets(inv.SecretsPath())
 	if err != nil {
 		return nil, exitWith(exitTrouble, err)
 	}

@@ -9,7 +9,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"devata.dev/devata/bootstrap"
 	"devata.dev/devata/internal/simfleet"
 	"devata.dev/devata/internal/testenv"
 	"devata.dev/devata/inventory"
@@ -59,7 +58,7 @@ Nothing here is a real machine: reports made against it say SIMULATED.`,
 					return exitWith(exitTrouble, fmt.Errorf("--maintenance: no machine %q in %s", name, inv.Path))
 				}
 			}
-			bundle, err := bootstrap.LoadSecrets(inv.SecretsPath())
+			bundle, err := a.loadSecrets(inv.SecretsPath())
 			if err != nil {
 				return exitWith(exitTrouble, err)
 			}

@@ -92,7 +92,7 @@ func (a *app) printWarnings(inv *inventory.Inventory) {
 // secret is created. Nothing is written.
 func (a *app) secretsForRender(inv *inventory.Inventory) (*secrets.Bundle, bool, error) {
 	path := inv.SecretsPath()
-	b, err := bootstrap.LoadSecrets(path)
+	b, err := a.loadSecrets(path)
 	if err == nil {
 		return b, false, nil
 	}
@@ -141,4 +141,11 @@ func plural(n int, one, many string) string {
 		return one
 	}
 	return many
+}
+
+// loadSecrets reads the bundle at path, opening an encrypted one with the
+// age identities devata's environment names (SOPS_AGE_KEY,
+// SOPS_AGE_KEY_FILE, sops' keys.txt).
+func (a *app) loadSecrets(path string) (*secrets.Bundle, error) {
+	return bootstrap.LoadSecretsWith(path, bootstrap.AgeIdentitiesFromEnv(a.getenv))
 }
