@@ -81,6 +81,19 @@ type Plan struct {
 	// Notes are facts about the plan itself (a throwaway bundle, a derived talosconfig).
 	Notes   []string `json:"notes,omitempty"`
 	Actions []Action `json:"actions"`
+	// Orphans are etcd members and Nodes no machine of the inventory has
+	// (set by the caller once the cluster answers). Neither bootstrap nor
+	// apply touches them; devata remove takes each out.
+	Orphans []Orphan `json:"orphans,omitempty"`
+}
+
+// Orphan is one etcd member or Node the inventory no longer has.
+type Orphan struct {
+	Name string `json:"name"`
+	// What it is: "etcd member cp-3 (ID …) and Node", "Node worker-9".
+	What string `json:"what"`
+	// Remove is the command that takes it out of the cluster.
+	Remove string `json:"remove"`
 }
 
 // Pending returns the actions that would change something.

@@ -68,6 +68,9 @@ func writeText(w io.Writer, p *Plan, simulated bool) error {
 			fmt.Fprintf(&b, "     %-8s %-24s evidence [%s]: %s\n", "", "", e.Rung, e.Observed)
 		}
 	}
+	for _, o := range p.Orphans {
+		fmt.Fprintf(&b, "orphan: %s: no machine of the inventory has it; nothing here touches it; take it out with %s\n", o.What, o.Remove)
+	}
 	_, err := io.WriteString(w, b.String())
 	return err
 }
@@ -109,6 +112,15 @@ func writeMarkdown(w io.Writer, p *Plan, simulated bool) error {
 				b.WriteString(c + "\n")
 			}
 			b.WriteString("```\n")
+		}
+		b.WriteString("\n")
+	}
+	if len(p.Orphans) > 0 {
+		b.WriteString("## Orphans\n\n")
+		b.WriteString("No machine of the inventory has these; bootstrap and apply never touch them. ")
+		b.WriteString("`devata remove NAME` drains each, takes it out of etcd under the quorum rule, resets it and deletes its Node.\n\n")
+		for _, o := range p.Orphans {
+			fmt.Fprintf(&b, "- %s: `%s`\n", o.What, o.Remove)
 		}
 		b.WriteString("\n")
 	}

@@ -1,11 +1,15 @@
 package main
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/spf13/cobra"
 
 	"devata.dev/devata/bootstrap/sequence"
+	"devata.dev/devata/inventory"
+	"devata.dev/devata/machines"
+	"devata.dev/devata/membership"
 )
 
 func (a *app) newPlanCommand() *cobra.Command {
@@ -27,6 +31,10 @@ same by hand. Nothing is written anywhere; configs are only dry-run.
   -o markdown   a reconstruction runbook to follow by hand
   -o json       for tools
 
+Once the cluster answers, plan also lists orphans: etcd members and Nodes
+that no machine of the inventory has (a machine deleted from it). Nothing
+touches them; devata remove NAME takes each out.
+
 Exit 0 nothing to do, 1 actions pending, 2 error or a blocked action.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -45,6 +53,7 @@ Exit 0 nothing to do, 1 actions pending, 2 error or a blocked action.`,
 				return exitWith(exitTrouble, err)
 			}
 			plan.Provenance = a.inventoryProvenance(cmd.Context(), a.settings.Inventory)
+			plan.Orphans = a.planOrphans(cmd.Context())
 			if err := sequence.WritePlan(a.streams.Out, flags.output, plan, a.settings.Simulated); err != nil {
 				return exitWith(exitTrouble, err)
 			}
@@ -60,4 +69,36 @@ Exit 0 nothing to do, 1 actions pending, 2 error or a blocked action.`,
 	flags.register(cmd)
 	cmd.Flags().StringVarP(&flags.output, "output", "o", sequence.FormatText, "plan format: text, markdown (a runbook) or json")
 	return cmd
+}
+
+// planOrphans lists the cluster's etcd members and Nodes the inventory no
+// longer has. It is best effort: before the cluster exists (no talosconfig,
+// no control plane reporting etcd) there are none to list, and plan says
+// nothing about them.
+func (a *app) planOrphans(ctx context.Context) []sequence.Orphan {
+	inv, err := inventory.LoadContext(ctx, a.settings.Inventory)
+	if err != nil {
+		return nil
+	}
+	tc, err := machines.LoadTalosconfig(a.settings.Talosconfig)
+	if err != nil {
+		return nil
+	}
+	d, err := a.newDialer(tc)
+	if err != nil {
+		return nil
+	}
+	kube, _, err := a.sessionKubeClients(inv)
+	if err != nil {
+		kube = nil
+	}
+	found, err := membership.Orphans(ctx, inv, d, kube, a.settings.Timeout)
+	if err != nil {
+		a.log.Debug("orphans not fully observed", "error", err)
+	}
+	out := make([]sequence.Orphan, 0, len(found))
+	for _, o := range found {
+		out = append(out, sequence.Orphan{Name: o.Name, What: o.What(), Remove: "devata remove " + o.Name})
+	}
+	return out
 }

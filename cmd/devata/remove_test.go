@@ -133,6 +133,15 @@ func TestRemoveGoneWorker(t *testing.T) {
 	sf.Sim.Machine("worker-2").SetFaults(sim.Faults{Unreachable: true})
 	dropFromInventory(t, sf.Dir, "worker-2")
 
+	r = devata(t, nil, "plan", "--config", sf.settings, kubeconfig)
+	show(t, r)
+	if !strings.Contains(r.stdout, "orphan: Node worker-2: no machine of the inventory has it") || !strings.Contains(r.stdout, "take it out with devata remove worker-2") {
+		t.Errorf("plan does not list worker-2 as an orphan (exit %d):\n%s%s", r.code, r.stdout, r.err)
+	}
+	if strings.Contains(r.stdout, "orphan: Node worker-1") {
+		t.Errorf("plan lists a machine of the inventory as an orphan:\n%s", r.stdout)
+	}
+
 	r = devata(t, nil, "remove", "worker-2", "--dry-run", "--config", sf.settings, kubeconfig)
 	show(t, r)
 	if r.code != 1 {
@@ -265,8 +274,13 @@ func TestRemoveControlPlane(t *testing.T) {
 	dropFromInventory(t, sf.Dir, "cp-3")
 	kubeconfig := "--kubeconfig=" + k.env.Kubeconfig
 
+	r := devata(t, nil, "plan", "-o", "markdown", "--config", sf.settings, kubeconfig)
+	if !strings.Contains(r.stdout, "## Orphans") || !regexp.MustCompile("- etcd member cp-3 \\(ID [0-9a-f]{16}\\) and Node: `devata remove cp-3`").MatchString(r.stdout) {
+		t.Errorf("plan -o markdown does not list cp-3 as an orphan:\n%s%s", r.stdout, r.err)
+	}
+
 	sf.Sim.Machine("cp-2").SetFaults(sim.Faults{Unreachable: true})
-	r := devata(t, nil, "remove", "cp-3", "--yes", "--config", sf.settings, kubeconfig)
+	r = devata(t, nil, "remove", "cp-3", "--yes", "--config", sf.settings, kubeconfig)
 	show(t, r)
 	if r.code != 2 || !strings.Contains(r.err, "etcd cannot lose member cp-3 now") || !strings.Contains(r.err, "cp-2") || !strings.Contains(r.err, "nothing was changed") {
 		t.Fatalf("remove while cp-2 is down: exit %d, want 2 and the quorum rule\n%s%s", r.code, r.stdout, r.err)
