@@ -130,6 +130,45 @@
 //     node). KubePrismStatuses lists
 //     127.0.0.1:<port> (kubeprism_config.go) and is healthy only while an
 //     API server can run (kubeprism.go writeKubePrismStatus).
+//   - Membership (etcd_remove.go): EtcdRemoveMemberByID and
+//     EtcdLeaveCluster (v1alpha1_server.go; Unimplemented "etcd remove
+//     member / etcd leave is only available on control plane nodes" on a
+//     worker) reach the cluster through the control planes' endpoints
+//     (NewClientFromControlPlaneIPs), so the node itself need not run etcd.
+//     The removal is etcd's MemberRemove behind WithRequireLeader and its
+//     strict reconfiguration check (server.go mayRemoveMember,
+//     cluster.go IsReadyToRemoveVotingMember): "etcdserver: no leader"
+//     without quorum (after etcd's 1s election timeout), NotFound "member
+//     not found" (EtcdRemoveMemberByID maps it; leave takes it as done), a
+//     voting member only while the members that stay hold a quorum of
+//     started ones ("not enough started members": never the last), a down
+//     member always, a running one only while the healthy members less it
+//     are a quorum ("etcdserver: unhealthy cluster"); etcd's errors carry
+//     no gRPC status, so they reach the caller as code Unknown. A running
+//     member removed by another node keeps its data and fails for ever
+//     (service Failed). Leave is etcd.go Client.LeaveCluster: the local
+//     member ID (GetLocalMemberID waits up to 3 minutes on a node whose
+//     etcd never ran), the removal retried every 10s for 5 minutes while
+//     unhealthy, then etcd stopped (service Finished until the next boot,
+//     after which a control plane without data joins again) and its data
+//     deleted.
+//   - Reset (reset.go; v1alpha1_server.go Reset, v1alpha1_sequencer.go
+//     Reset): input checks first (UserDisksToWipe with SYSTEM_DISK, an
+//     unknown or system device, SystemPartitionsToWipe with USER_DISKS or
+//     an unknown label: plain errors, code Unknown), then the ack with an
+//     actor ID and the sequence in the background: not while an upgrade
+//     runs ("reset failed: locked", logged); graceful on a control plane
+//     with etcd data, LeaveEtcd as above, whose failure ends the sequence
+//     with the machine unchanged; the STATE (config) and EPHEMERAL (etcd
+//     data) partitions wiped (SYSTEM_DISK, ALL, or the partitions named);
+//     then a reboot into maintenance mode (the boot medium has no config),
+//     or, with Reboot false, a halt until Machine.PowerOn. A non-graceful
+//     reset leaves its etcd member in the list, as on Talos. The sim does
+//     not serve Reset in maintenance mode (Talos' maintenance service does,
+//     to SideroLink peers only). The sim's kubelets finish pods with a
+//     deletionTimestamp on nodes whose kubelet runs (the status manager's
+//     final Delete with grace 0 and a UID precondition); on a node that is
+//     down they stay Terminating (envtest runs no pod garbage collector).
 //   - Upgrade (upgrade.go, upgrade_etcd.go; v1alpha1_server.go Upgrade):
 //     os:admin only (services/machined.go rules); on a node without config
 //     Unimplemented "API is not implemented in maintenance mode"
