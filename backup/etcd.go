@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -119,7 +120,7 @@ func Etcd(ctx context.Context, o Options) (*Result, error) {
 		if m == nil {
 			continue // a member the inventory does not list: ObserveEtcd warned
 		}
-		info, rev, err := o.snapshotTo(ctx, m)
+		info, rev, err := o.snapshotTo(ctx, m, view.Members)
 		var local *localError
 		switch {
 		case err == nil:
@@ -172,7 +173,7 @@ func sourcesOf(v gate.EtcdView) ([]string, error) {
 // snapshotTo streams m's snapshot to Out.tmp (0600), verifies it, reads its
 // revision and renames it to Out. Failures that are this side's are
 // localErrors; on any failure Out.tmp is gone.
-func (o *Options) snapshotTo(ctx context.Context, m *inventory.Machine) (machines.SnapshotInfo, int64, error) {
+func (o *Options) snapshotTo(ctx context.Context, m *inventory.Machine, members []string) (machines.SnapshotInfo, int64, error) {
 	d, out := o.Dialer, o.Out
 	tmp := out + ".tmp"
 	_ = os.Remove(tmp) // left by an interrupted run: devata's by its name
@@ -218,6 +219,9 @@ func (o *Options) snapshotTo(ctx context.Context, m *inventory.Machine) (machine
 	if err != nil {
 		o.Log.Warn("etcd revision not read from the snapshot", "file", tmp, "error", err)
 	}
+	if err := sameMembers(f, info.Size, members); err != nil {
+		return info, 0, fmt.Errorf("etcd snapshot from %s: %w", m.Name, err)
+	}
 	done = true
 	if err := f.Close(); err != nil {
 		os.Remove(tmp)
@@ -256,4 +260,34 @@ func (o *Options) progress(machine string) func(int64) {
 		return nil
 	}
 	return (&byteProgress{w: o.Progress, machine: machine, every: 2 * time.Second, now: time.Now}).update
+}
+
+// sameMembers checks that the snapshot's voting members (etcd's members
+// bucket) are the members the control planes agree on: a snapshot of
+// another cluster, or of this one before a member joined or left, is not
+// the backup of what runs.
+func sameMembers(r io.ReaderAt, size int64, want []string) error {
+	got, err := machines.SnapshotMembers(r, size)
+	if err != nil {
+		return fmt.Errorf("its member list does not read: %w", err)
+	}
+	var names []string
+	for _, m := range got {
+		if !m.IsLearner {
+			names = append(names, m.Name)
+		}
+	}
+	slices.Sort(names)
+	want = slices.Sorted(slices.Values(want))
+	if !slices.Equal(names, want) {
+		return fmt.Errorf("it holds %d %s (%s) where etcd reports %d (%s): not a snapshot of this etcd as it runs", len(names), plural(len(names), "member", "members"), strings.Join(names, ", "), len(want), strings.Join(want, ", "))
+	}
+	return nil
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"hash"
@@ -360,4 +361,91 @@ func (b *boltReader) lastKey(in []byte) ([]byte, error) {
 		}
 	}
 	return nil, errors.New("bucket tree too deep")
+}
+
+// SnapshotMember is one member of the etcd cluster a snapshot was taken
+// of, as etcd's members bucket stores it (membership.Member's JSON).
+type SnapshotMember struct {
+	ID        uint64 `json:"id"`
+	Name      string `json:"name,omitempty"`
+	IsLearner bool   `json:"isLearner,omitempty"`
+}
+
+// maxSnapshotMembers bounds the members bucket read: etcd allows far fewer.
+const maxSnapshotMembers = 1024
+
+// SnapshotMembers reads the members bucket of a verified snapshot of size
+// bytes: who the cluster was when it was taken. A member removed since
+// sits in members_removed, not here.
+func SnapshotMembers(r io.ReaderAt, size int64) ([]SnapshotMember, error) {
+	db := boltReader{r: r, size: size - sha256.Size}
+	if err := db.open(); err != nil {
+		return nil, fmt.Errorf("etcd snapshot: %w", err)
+	}
+	bucket, err := db.find(db.root, []byte("members"))
+	if err != nil {
+		return nil, fmt.Errorf("etcd snapshot: bucket members: %w", err)
+	}
+	var out []SnapshotMember
+	err = db.each(bucket, boltMaxDepth, func(key, value []byte) error {
+		if len(out) == maxSnapshotMembers {
+			return fmt.Errorf("more than %d members", maxSnapshotMembers)
+		}
+		var m SnapshotMember
+		if err := json.Unmarshal(value, &m); err != nil {
+			return fmt.Errorf("member %q does not decode", key)
+		}
+		out = append(out, m)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("etcd snapshot: bucket members: %w", err)
+	}
+	return out, nil
+}
+
+// each calls fn on every key and value of the bucket in, in order.
+func (b *boltReader) each(in []byte, depth int, fn func(key, value []byte) error) error {
+	p, err := b.bucketRoot(in)
+	if err != nil {
+		return err
+	}
+	return b.walk(p, depth, fn)
+}
+
+func (b *boltReader) walk(p []byte, depth int, fn func(key, value []byte) error) error {
+	if depth == 0 {
+		return errors.New("bucket tree too deep")
+	}
+	if len(p) < 16 {
+		return errors.New("short page")
+	}
+	count := int(binary.LittleEndian.Uint16(p[10:]))
+	typ := binary.LittleEndian.Uint16(p[8:])
+	for i := range count {
+		flags, key, value, child, err := element(p, i)
+		if err != nil {
+			return err
+		}
+		switch typ {
+		case boltLeafPage:
+			if flags&boltBucketLeaf != 0 {
+				continue // a nested bucket: not a member
+			}
+			if err := fn(key, value); err != nil {
+				return err
+			}
+		case boltBranchPage:
+			cp, err := b.page(child)
+			if err != nil {
+				return err
+			}
+			if err := b.walk(cp, depth-1, fn); err != nil {
+				return err
+			}
+		default:
+			return fmt.Errorf("page of unexpected type %#x", typ)
+		}
+	}
+	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -48,6 +49,21 @@ func TestEtcdSnapshot(t *testing.T) {
 	}
 	if got, err := machines.SnapshotRevision(bytes.NewReader(data), info.Size); err != nil || got != rev {
 		t.Errorf("SnapshotRevision = %d, %v; want the cluster's %d", got, err, rev)
+	}
+	members, err := machines.SnapshotMembers(bytes.NewReader(data), info.Size)
+	var names []string
+	for _, m := range members {
+		if m.ID == 0 || m.IsLearner {
+			t.Errorf("snapshot member %+v: want an ID, not a learner", m)
+		}
+		names = append(names, m.Name)
+	}
+	slices.Sort(names)
+	if err != nil || !slices.Equal(names, []string{"cp-1", "cp-2", "cp-3"}) {
+		t.Errorf("SnapshotMembers = %v, %v; want cp-1, cp-2, cp-3", names, err)
+	}
+	if _, err := machines.SnapshotMembers(bytes.NewReader(data[:4096]), 4096); err == nil {
+		t.Error("SnapshotMembers of a cut snapshot: no error")
 	}
 
 	if _, _, err := snap(f.Dialer, "worker-1"); err == nil || !strings.Contains(err.Error(), "etcd snapshot from worker-1: worker-1 is a worker") {
