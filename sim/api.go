@@ -93,10 +93,10 @@ func (a *machineAPI) Memory(ctx context.Context, _ *emptypb.Empty) (*machine.Mem
 // data only: on a control plane that has not joined yet it makes a second
 // cluster, as on Talos. In maintenance mode Bootstrap is not served at all
 // (the maintenance service implements no Bootstrap: route.go).
-func (a *machineAPI) Bootstrap(ctx context.Context, _ *machine.BootstrapRequest) (*machine.BootstrapResponse, error) {
+func (a *machineAPI) Bootstrap(ctx context.Context, in *machine.BootstrapRequest) (*machine.BootstrapResponse, error) {
 	t, _ := target(ctx)
 
-	if err := t.Bootstrap(); err != nil {
+	if _, err := t.bootstrap(in); err != nil {
 		return nil, err
 	}
 
@@ -107,12 +107,12 @@ func (a *machineAPI) Bootstrap(ctx context.Context, _ *machine.BootstrapRequest)
 // with the same refusals (gRPC status errors): for a fleet that should start
 // as a built cluster, the way an operator's `talosctl bootstrap` would.
 func (m *Machine) Bootstrap() error {
-	_, err := m.bootstrap()
+	_, err := m.bootstrap(&machine.BootstrapRequest{})
 
 	return err
 }
 
-func (m *Machine) bootstrap() (*machine.BootstrapResponse, error) {
+func (m *Machine) bootstrap(in *machine.BootstrapRequest) (*machine.BootstrapResponse, error) {
 	t, s := m, m.snap()
 	a := machineAPI{fleet: m.fleet}
 
@@ -128,6 +128,19 @@ func (m *Machine) bootstrap() (*machine.BootstrapResponse, error) {
 
 	if !s.controlPlane() {
 		return nil, status.Error(codes.FailedPrecondition, "bootstrap can only be performed on a control plane node")
+	}
+
+	if t.etcdMemberID() != 0 {
+		return nil, status.Error(codes.AlreadyExists, "etcd data directory is not empty")
+	}
+
+	if in.GetRecoverEtcd() {
+		// the etcd service restores the uploaded snapshot as it starts:
+		// the call has replied by then, and a failure shows in the
+		// service (services/etcd.go recoverFromSnapshot)
+		go t.recoverEtcd(in.GetRecoverSkipHashCheck())
+
+		return &machine.BootstrapResponse{Messages: []*machine.Bootstrap{{}}}, nil
 	}
 
 	if !a.fleet.bootstrapEtcd(t) {

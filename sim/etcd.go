@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -62,6 +63,13 @@ func (f *Fleet) hasEtcd() bool {
 // data. A learner entry m had in another cluster stays there, as it would
 // on Talos.
 func (f *Fleet) bootstrapEtcd(m *Machine) (created bool) {
+	return f.bootstrapEtcdFrom(m, nil)
+}
+
+// bootstrapEtcdFrom is bootstrapEtcd, the key space restored from a
+// snapshot when from is set (a recovery): its revision and keys, in a new
+// single-member cluster with new member IDs, as etcdutl's restore makes.
+func (f *Fleet) bootstrapEtcdFrom(m *Machine, from *servedSnapshot) (created bool) {
 	f.mu.Lock()
 
 	if m.etcdMemberID() != 0 {
@@ -70,7 +78,13 @@ func (f *Fleet) bootstrapEtcd(m *Machine) (created bool) {
 		return false
 	}
 
-	c := &etcdCluster{nextID: 0x5a1d0c3e7f2b9a01 + uint64(len(f.etcd))*0x7e57c1a5, revision: 1}
+	c := &etcdCluster{nextID: 0x5a1d0c3e7f2b9a01 + uint64(f.clustersMade)*0x7e57c1a5, revision: 1}
+	f.clustersMade++
+
+	if from != nil {
+		c.revision, c.kvs = from.revision, slices.Clone(from.kvs)
+	}
+
 	id := c.add(m, false)
 	c.members[len(c.members)-1].name = m.snap().hostname()
 	c.put(memberKey(m.snap().hostname()), fmt.Sprintf("started %016x", id))

@@ -170,6 +170,7 @@ func (f *Fleet) etcdSnapshotOf(m *Machine) (file []byte, flip int) {
 
 	db, last := boltFile(etcdBuckets(c, members), uint64(c.revision))
 	sum := sha256.Sum256(db)
+	f.remember(db, c)
 
 	return append(db, sum[:]...), last
 }

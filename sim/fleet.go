@@ -129,6 +129,12 @@ type Fleet struct {
 	byAddr   map[string]*Machine
 	byHost   map[string][]*Machine
 	etcd     []*etcdCluster // in the order they were bootstrapped
+	// served are the snapshots EtcdSnapshot streamed, by the sha256 of
+	// their database: what a recovery from one restores (etcd_recover.go).
+	served map[[32]byte]servedSnapshot
+	// clustersMade counts the etcd clusters ever bootstrapped: each gets
+	// member IDs of its own
+	clustersMade int
 	closed   bool
 	kube     kubernetes.Interface // the API server the kubelets post to, once they have
 	agents   map[string]*agentPod // cilium agent pods by machine name

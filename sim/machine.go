@@ -71,6 +71,14 @@ type Machine struct {
 	// halted: a Reset without reboot shut the machine down; it stays down
 	// until PowerOn.
 	halted bool
+	// recovery is the snapshot EtcdRecover uploaded
+	// (/var/lib/etcd.snapshot), removed once a recovery restored it;
+	// etcdFailed and etcdFailure: when and why the etcd service failed to
+	// start (a recovery that did not restore), until the next boot or
+	// bootstrap.
+	recovery    []byte
+	etcdFailed  time.Time
+	etcdFailure string
 	// bootDone is set once every service of this boot was up: the end of
 	// machined's boot sequence (StartAllServices), when the stage turns
 	// running. A reboot clears it.
@@ -265,6 +273,7 @@ func (m *Machine) boot(gen int) {
 	m.booted = time.Now()
 	m.bootDone = false
 	m.etcdStopped = time.Time{}
+	m.etcdFailed, m.etcdFailure = time.Time{}, ""
 	failing := m.bootFailing
 	m.mu.Unlock()
 

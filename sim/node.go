@@ -75,6 +75,12 @@ func servicesOf(s snapshot) []service {
 			svc.state, svc.running, svc.healthy = "Finished", false, false
 			svc.message = "service not running"
 			svc.events = append(svc.events, serviceEvent{msg: "Service finished successfully", state: "Finished", ts: s.etcdStopped})
+		case id == "etcd" && !s.etcdFailed.IsZero():
+			svc = service{id: id, state: "Failed", unknown: true, message: s.etcdFailure}
+			svc.events = []serviceEvent{
+				{msg: "Running pre state", state: "Preparing", ts: at(time.Second)},
+				{msg: s.etcdFailure, state: "Failed", ts: s.etcdFailed},
+			}
 		case id == "etcd" && s.etcdID == 0:
 			// The PreFunc waits to join a cluster (services/etcd.go
 			// buildInitialCluster) until this node is bootstrapped or

@@ -125,6 +125,10 @@ func (m *Machine) resetSequence(in *machine.ResetRequest) {
 	}
 	m.mu.Unlock()
 
+	if wipeEphemeral {
+		m.fleet.forgetDeadClusters()
+	}
+
 	m.fleet.log.Info("sim: reset", "machine", m.name, "state_wiped", wipeState, "ephemeral_wiped", wipeEphemeral)
 
 	if in.GetReboot() {

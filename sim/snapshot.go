@@ -22,7 +22,10 @@ type snapshot struct {
 	etcdID    uint64
 	// etcdStopped, etcdRemoved: see Machine
 	etcdStopped, etcdRemoved time.Time
-	role                     string
+	// etcdFailed, etcdFailure: see Machine
+	etcdFailed  time.Time
+	etcdFailure string
+	role        string
 	bootDone                 bool
 	node                     nodeFacts
 	// upgrading, stoppedAt, bootFailing: see Machine
@@ -52,6 +55,8 @@ func (m *Machine) snap() snapshot {
 		etcdID:      m.etcdID,
 		etcdStopped: m.etcdStopped,
 		etcdRemoved: m.etcdRemoved,
+		etcdFailed:  m.etcdFailed,
+		etcdFailure: m.etcdFailure,
 		role:        m.role,
 		bootDone:    m.bootDone,
 		node:        m.node,
