@@ -129,7 +129,10 @@ func (s *Sequence) Plan(ctx context.Context) (*Plan, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	in := planInput{inv: s.inv, secretsPath: s.secretsPath, secretsMissing: s.secretsMissing, st: s.st, skipNodes: s.opts.SkipNodes}
+	in := planInput{inv: s.inv, secretsPath: s.secretsPath, secretsMissing: s.secretsMissing, st: s.st, skipNodes: s.opts.SkipNodes, recover: s.opts.Recover}
+	if in.recover != nil {
+		in.recoverRunning = s.snapshotMembersRunning()
+	}
 	if v, _ := etcdVerdict(s.inv, s.st); v == etcdOurs {
 		in.etcdHealthy = gate.EtcdHealthy(ctx, s.inv, s.dialer, s.opts.Timeout)
 	}
@@ -165,4 +168,9 @@ type planInput struct {
 	kubeconfig     kubeconfigState
 	nodes          *machines.Nodes
 	skipNodes      bool
+	// recover is the snapshot etcd is rebuilt from (nil: bootstrap an
+	// empty one); recoverRunning the control planes still running the
+	// cluster it was taken of.
+	recover        *machines.SnapshotFile
+	recoverRunning []string
 }

@@ -164,10 +164,24 @@ func planEtcd(in planInput, first *inventory.Machine, v verdict, why string) (bo
 	boot = Action{Step: StepBootstrap, Machine: first.Name, Evidence: etcdEvidence,
 		Summary:  "bootstrap etcd on " + first.Name + " (the first control plane by name), after checking every control plane has no etcd data; AlreadyExists counts as done",
 		Talosctl: []string{check, fmt.Sprintf("talosctl bootstrap --nodes %s --endpoints %s", first.Address, first.Address)}}
-	switch v {
-	case etcdNone:
+	decided := false
+	if r := in.recover; r != nil {
+		boot.Summary = fmt.Sprintf("rebuild etcd on %s (the first control plane by name) from the snapshot %s (etcd revision %d, %d members when taken): upload it with EtcdRecover, then bootstrap with recover_etcd; every other control plane joins the restored cluster", first.Name, r.Path, r.Revision, len(r.Members))
+		boot.Talosctl = []string{check, fmt.Sprintf("talosctl bootstrap --nodes %s --endpoints %s --recover-from=%s", first.Address, first.Address, r.Path)}
+		switch {
+		case v == etcdOurs && len(in.recoverRunning) > 0:
+			boot.Status, boot.Reason = StatusBlocked, fmt.Sprintf("refused: %s; etcd still runs the cluster the snapshot was taken of (%s keep its member IDs): recovering now would make a second cluster", why, strings.Join(in.recoverRunning, ", "))
+			decided = true
+		case v == etcdOurs:
+			boot.Status, boot.Reason, boot.Talosctl = StatusDone, why+" with new member IDs, restored from a snapshot: nothing to recover", []string{check}
+			decided = true
+		}
+	}
+	switch {
+	case decided:
+	case v == etcdNone:
 		boot.Status, boot.Reason = StatusPending, why
-	case etcdOurs:
+	case v == etcdOurs:
 		boot.Status, boot.Reason, boot.Talosctl = StatusDone, why+": nothing to bootstrap", []string{check}
 	default:
 		boot.Status, boot.Reason = StatusBlocked, "refused: "+why

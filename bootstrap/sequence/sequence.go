@@ -59,6 +59,11 @@ type Options struct {
 	// control plane with etcd data passes through the same state for a
 	// moment after each boot, before its etcd starts.
 	EtcdSettle time.Duration
+	// Recover, when set, rebuilds etcd from this verified snapshot instead
+	// of bootstrapping an empty one: it is uploaded to the first control
+	// plane (EtcdRecover) and Bootstrap asked with recover_etcd. Refused
+	// while etcd still runs the cluster the snapshot was taken of.
+	Recover *machines.SnapshotFile
 	// Out receives one line per step and per thing done; nil discards.
 	Out io.Writer
 }

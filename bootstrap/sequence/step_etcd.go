@@ -59,6 +59,12 @@ func (s *Sequence) bootstrapEtcd(ctx context.Context) (string, error) {
 		switch {
 		case v == etcdForeign:
 			return "", fmt.Errorf("%w: %s", ErrRefused, why)
+		case v == etcdOurs && s.opts.Recover != nil:
+			if old := s.snapshotMembersRunning(); len(old) > 0 {
+				return "", fmt.Errorf("%w: %s; etcd still runs the cluster %s was taken of (members %s keep their IDs): --recover-from rebuilds an etcd that is gone, and recovering now would make a second cluster. Inspect it with talosctl -n %s etcd members; to rebuild from the snapshot anyway, wipe every control plane's etcd first (talosctl reset --system-labels-to-wipe EPHEMERAL)",
+					ErrRefused, why, s.opts.Recover.Path, strings.Join(old, ", "), bootstrapNode(s.inv).Address)
+			}
+			return why + " with new member IDs, restored from a snapshot: nothing to recover", nil
 		case v == etcdOurs:
 			return why + ": nothing to bootstrap", nil
 		case v == etcdNone && len(notReady) == 0 && len(unsettled) > 0:
@@ -92,6 +98,9 @@ func (s *Sequence) bootstrapFirst(ctx context.Context, why string) (string, erro
 	m := bootstrapNode(s.inv)
 	for _, cp := range s.inv.ControlPlanes() {
 		s.say("    %s: %s", cp.Name, s.st.etcd[cp.Name].Seen)
+	}
+	if s.opts.Recover != nil {
+		return s.recoverFirst(ctx, m, why)
 	}
 	s.say("    %s: bootstrapping %s, the first control plane by name", why, m.Name)
 	bctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)

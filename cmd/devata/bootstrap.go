@@ -24,12 +24,14 @@ type sequenceFlags struct {
 	skipNodes     bool
 	wait          time.Duration
 	etcdSettle    time.Duration
+	recoverFrom   string
 }
 
 func (f *sequenceFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.kubeconfigOut, "kubeconfig-out", "", "where the admin kubeconfig is written (default: kubeconfig next to the inventory)")
 	cmd.Flags().BoolVar(&f.skipNodes, "skip-nodes", false, "do not wait for the Kubernetes Nodes (and leave the kubelet check out of the report)")
 	cmd.Flags().DurationVar(&f.wait, "wait", 10*time.Minute, "how long each wait lasts: a machine's return, etcd health, the Nodes")
+	cmd.Flags().StringVar(&f.recoverFrom, "recover-from", "", "rebuild etcd from this snapshot (devata backup etcd writes one) instead of bootstrapping an empty one: it is verified, uploaded to the first control plane and restored there (talosctl bootstrap --recover-from); refused while etcd still runs the cluster it was taken of")
 	cmd.Flags().DurationVar(&f.etcdSettle, "etcd-settle", 15*time.Second, "how long every control plane's etcd must be seen waiting for a bootstrap before one is bootstrapped (a control plane with etcd data passes through that state briefly after a boot)")
 }
 
@@ -64,6 +66,15 @@ never sends an insecure apply to a machine that answers on mTLS. Before the
 cluster exists it also applies the desired config to configured machines
 whose config differs; a change that reboots one is confirmed at the terminal
 unless --yes (with no terminal it refuses).
+
+--recover-from FILE rebuilds a cluster whose control planes lost etcd (or
+were reinstalled): the snapshot is verified first (size, sha256, its members
+and revision; nothing is sent when it fails), every machine is configured as
+above, then instead of an empty bootstrap the snapshot is uploaded to the
+first control plane (EtcdRecover) and etcd bootstrapped with recover_etcd;
+the others join the restored cluster. It is refused while etcd still runs
+the cluster the snapshot was taken of; a rerun after a recovery finds the
+restored cluster (its members have new IDs) and goes on.
 
 --kubeconfig (or KUBECONFIG) is used to watch the Nodes; by default the
 fetched kubeconfig is.
@@ -149,6 +160,13 @@ func (a *app) sequenceOptions(f sequenceFlags) (sequence.Options, error) {
 		Timeout:       a.settings.Timeout,
 		Wait:          f.wait,
 		EtcdSettle:    f.etcdSettle,
+	}
+	if f.recoverFrom != "" {
+		snap, err := machines.VerifySnapshotFile(f.recoverFrom)
+		if err != nil {
+			return opts, exitWith(exitTrouble, fmt.Errorf("--recover-from: %w; nothing was sent to any machine", err))
+		}
+		opts.Recover = snap
 	}
 	tc, err := machines.LoadTalosconfig(a.settings.Talosconfig)
 	switch {
