@@ -135,9 +135,9 @@ type Fleet struct {
 	// clustersMade counts the etcd clusters ever bootstrapped: each gets
 	// member IDs of its own
 	clustersMade int
-	closed   bool
-	kube     kubernetes.Interface // the API server the kubelets post to, once they have
-	agents   map[string]*agentPod // cilium agent pods by machine name
+	closed       bool
+	kube         kubernetes.Interface // the API server the kubelets post to, once they have
+	agents       map[string]*agentPod // cilium agent pods by machine name
 }
 
 // Start serves every machine of opts and returns once all of them listen.

@@ -26,8 +26,8 @@ type snapshot struct {
 	etcdFailed  time.Time
 	etcdFailure string
 	role        string
-	bootDone                 bool
-	node                     nodeFacts
+	bootDone    bool
+	node        nodeFacts
 	// upgrading, stoppedAt, bootFailing: see Machine
 	upgrading   bool
 	stoppedAt   time.Time
