@@ -56,7 +56,7 @@ const (
 
 // Outputs are the report formats; LogFormats the log encodings.
 var (
-	Outputs    = []string{"table", "json", "yaml", "junit", "prom"}
+	Outputs    = []string{"table", "json", "yaml", "junit", "prom", "html"}
 	LogFormats = []string{"text", "json"}
 )
 

@@ -157,7 +157,7 @@ func TestInvalidSettings(t *testing.T) {
 		{"unknown key", "concurency: 3\n", nil, nil, `unknown setting "concurency"`},
 		{"bad yaml", "concurrency: [\n", nil, nil, "devata.yaml"},
 		{"zero concurrency", "", []string{"--concurrency", "0"}, nil, "concurrency must be at least 1"},
-		{"bad output", "output: xml\n", nil, nil, `output must be one of table, json, yaml, junit, prom, got "xml"`},
+		{"bad output", "output: xml\n", nil, nil, `output must be one of table, json, yaml, junit, prom, html, got "xml"`},
 		{"bad env duration", "", nil, map[string]string{"DEVATA_TIMEOUT": "soon"}, "timeout"},
 		{"bad dial", "dial: {cp-1: nowhere}\n", nil, nil, `dial.cp-1: "nowhere" is not host:port`},
 	}
@@ -208,7 +208,7 @@ func TestCheckFlags(t *testing.T) {
 		{[]string{"--concurrency", "8", "-o", "json", "--log-format", "json", "--timeout", "5s"}, ""},
 		{[]string{"--concurrency", "0"}, "concurrency must be at least 1"},
 		{[]string{"--timeout", "0s"}, "timeout must be positive"},
-		{[]string{"-o", "xml"}, `output must be one of table, json, yaml, junit, prom, got "xml"`},
+		{[]string{"-o", "xml"}, `output must be one of table, json, yaml, junit, prom, html, got "xml"`},
 		{[]string{"--log-format", "xml"}, "log-format must be text or json"},
 	} {
 		err := config.CheckFlags(flags(t, tt.args...))

@@ -15,11 +15,12 @@ const (
 	FormatYAML  Format = "yaml"
 	FormatJUnit Format = "junit"
 	FormatProm  Format = "prom"
+	FormatHTML  Format = "html"
 )
 
 // Formats lists the output formats in the order help texts show them.
 func Formats() []Format {
-	return []Format{FormatTable, FormatJSON, FormatYAML, FormatJUnit, FormatProm}
+	return []Format{FormatTable, FormatJSON, FormatYAML, FormatJUnit, FormatProm, FormatHTML}
 }
 
 // ParseFormat checks a -o value.
@@ -49,6 +50,8 @@ func Render(w io.Writer, f Format, r *Report, opts TableOptions) error {
 		return WriteJUnit(w, r)
 	case FormatProm:
 		return WritePrometheus(w, r)
+	case FormatHTML:
+		return WriteHTML(w, r)
 	default:
 		_, err := ParseFormat(string(f))
 		return err

@@ -214,7 +214,7 @@ func TestFormats(t *testing.T) {
 			t.Errorf("Render(%s) wrote %d bytes, %v", f, buf.Len(), err)
 		}
 	}
-	if _, err := drift.ParseFormat("xml"); err == nil || !strings.Contains(err.Error(), "table, json, yaml, junit, prom") {
+	if _, err := drift.ParseFormat("xml"); err == nil || !strings.Contains(err.Error(), "table, json, yaml, junit, prom, html") {
 		t.Errorf("ParseFormat(xml) = %v, want an error listing the formats", err)
 	}
 	if err := drift.Render(io.Discard, "xml", fixtureReport(false), drift.TableOptions{}); err == nil {

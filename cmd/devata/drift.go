@@ -20,6 +20,7 @@ import (
 type driftFlags struct {
 	machines, checks    []string
 	junitFile, promFile string
+	htmlFile            string
 	stream, all         bool
 	probe               bool
 	probeOpts           netcheck.ProbeOptions
@@ -58,7 +59,8 @@ Exit 0 all in sync, 1 drift found, 2 could not complete (any Unknown or an error
 	cmd.Flags().DurationVar(&flags.probeOpts.Timeout, "probe-timeout", netcheck.DefaultProbeTimeout, "how long a --probe pod may take from creation to its end (image pull included)")
 	cmd.Flags().BoolVar(&flags.all, "all", false, fmt.Sprintf("the table lists every machine (past %d machines it lists those not in sync and counts the rest)", drift.SummaryAbove))
 	cmd.Flags().StringVar(&flags.junitFile, "junit-file", "", "also write the report as JUnit XML to this file")
-	cmd.Flags().BoolVar(&flags.stream, "stream", false, "write the JSON report as machines finish, holding no results (for very large fleets; results in arrival order; not with --junit-file/--prom-file)")
+	cmd.Flags().StringVar(&flags.htmlFile, "html-file", "", "also write the report as one self-contained HTML page to this file (what -o html prints)")
+	cmd.Flags().BoolVar(&flags.stream, "stream", false, "write the JSON report as machines finish, holding no results (for very large fleets; results in arrival order; not with --junit-file/--prom-file/--html-file)")
 	cmd.Flags().StringVar(&flags.promFile, "prom-file", "", "also write the report as a Prometheus textfile (atomically) to this path")
 	return cmd
 }
@@ -77,15 +79,15 @@ func checkList() string {
 	return strings.Join(names, ", ")
 }
 
-// drift observes the machines and reports, as a table or JSON (streamed with
-// --stream), and as JUnit or a Prometheus textfile beside it.
+// drift observes the machines and reports in the -o format (JSON streamed
+// with --stream), and as JUnit, an HTML page or a Prometheus textfile beside it.
 func (a *app) drift(ctx context.Context, flags driftFlags) error {
 	format, err := drift.ParseFormat(a.settings.Output)
 	if err != nil {
 		return usageError(err)
 	}
-	if flags.stream && (format != drift.FormatJSON || flags.junitFile != "" || flags.promFile != "") {
-		return usageError(errors.New("--stream writes JSON as it goes: use it with -o json and without --junit-file or --prom-file"))
+	if flags.stream && (format != drift.FormatJSON || flags.junitFile != "" || flags.promFile != "" || flags.htmlFile != "") {
+		return usageError(errors.New("--stream writes JSON as it goes: use it with -o json and without --junit-file, --prom-file or --html-file"))
 	}
 	if err := knownChecks(flags.checks); err != nil {
 		return usageError(err)
@@ -121,6 +123,11 @@ func (a *app) drift(ctx context.Context, flags driftFlags) error {
 	}
 	if flags.junitFile != "" {
 		if err := writeFileWith(flags.junitFile, func(w *fileWriter) error { return drift.WriteJUnit(w, rep) }); err != nil {
+			return exitWith(exitTrouble, err)
+		}
+	}
+	if flags.htmlFile != "" {
+		if err := writeFileWith(flags.htmlFile, func(w *fileWriter) error { return drift.WriteHTML(w, rep) }); err != nil {
 			return exitWith(exitTrouble, err)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"html"
 	"os"
 	"path/filepath"
 	"strings"
@@ -90,7 +91,7 @@ func TestDriftOneUnreachableOfFive(t *testing.T) {
 }
 
 // Every byte devata prints or writes during drift and apply with diffs (stdout,
-// stderr with debug logs, JSON, JUnit, the Prometheus textfile) is searched for
+// stderr with debug logs, JSON, JUnit, the HTML page, the Prometheus textfile) is searched for
 // the bundle's secret values and for the drifted token's value.
 func TestDriftAndApplyNeverLeakSecrets(t *testing.T) {
 	sf := startSim(t, simtest.Options{Bootstrap: true})
@@ -99,15 +100,15 @@ func TestDriftAndApplyNeverLeakSecrets(t *testing.T) {
 	drifted = bytes.Replace(drifted, []byte(sf.Bundle.Secrets.BootstrapToken), []byte("abcdef.0123456789abcdef"), 1)
 	sf.Sim.Machine("cp-2").SetFaults(sim.Faults{DriftedConfig: drifted})
 	dir := t.TempDir()
-	junit, prom := filepath.Join(dir, "drift.xml"), filepath.Join(dir, "drift.prom")
+	junit, prom, page := filepath.Join(dir, "drift.xml"), filepath.Join(dir, "drift.prom"), filepath.Join(dir, "drift.html")
 	var everything bytes.Buffer
-	for _, format := range []string{"table", "json", "junit", "prom"} {
-		r := devata(t, nil, "drift", "--config", sf.settings, "-o", format, "-vv", "--log-format", "json", "--junit-file", junit, "--prom-file", prom)
+	for _, format := range []string{"table", "json", "junit", "prom", "html"} {
+		r := devata(t, nil, "drift", "--config", sf.settings, "-o", format, "-vv", "--log-format", "json", "--junit-file", junit, "--prom-file", prom, "--html-file", page)
 		if r.code != 1 && r.code != 2 {
 			t.Fatalf("%s: exit %d, want drift\n%s", format, r.code, r.err)
 		}
 		everything.WriteString(r.stdout + r.err)
-		for _, f := range []string{junit, prom} {
+		for _, f := range []string{junit, prom, page} {
 			data, err := os.ReadFile(f)
 			if err != nil {
 				t.Fatal(err)
@@ -115,6 +116,8 @@ func TestDriftAndApplyNeverLeakSecrets(t *testing.T) {
 			everything.Write(data)
 		}
 	}
+	// The page escapes = and + in attributes: search its text as a browser reads it, too.
+	everything.WriteString(html.UnescapeString(everything.String()))
 	// apply prints the plan with its diffs, then rolls out; logs at full verbosity.
 	for _, args := range [][]string{{"apply", "--dry-run"}, {"apply", "--yes"}} {
 		r := devata(t, nil, append(args, "--config", sf.settings, "-vv", "--log-format", "json")...)
@@ -324,5 +327,34 @@ func TestDriftLeanSession(t *testing.T) {
 	r = devata(t, nil, "drift", "--config", sf.settings, machineChecks)
 	if r.code != 1 || !strings.Contains(r.stdout, "-            - pool.ntp.org") || !strings.Contains(r.stdout, "worker-1") {
 		t.Fatalf("lean drift of a drifted worker: exit %d\n%s%s", r.code, r.stdout, r.err)
+	}
+}
+
+// -o html prints the page; --html-file writes the same page beside any -o
+// (as --junit-file does), and not with --stream.
+func TestDriftHTMLPage(t *testing.T) {
+	sf := startSim(t, simtest.Options{Bootstrap: true})
+	sf.Drift(t, "cp-2", "time.cloudflare.com", "pool.ntp.org")
+	page := filepath.Join(t.TempDir(), "drift.html")
+	printed := devata(t, nil, "drift", "--config", sf.settings, machineChecks, "-o", "html")
+	beside := devata(t, nil, "drift", "--config", sf.settings, machineChecks, "--html-file", page)
+	if printed.code != 1 || beside.code != 1 {
+		t.Fatalf("exit codes %d and %d, want 1 (drift)\n%s%s", printed.code, beside.code, printed.err, beside.err)
+	}
+	written, err := os.ReadFile(page)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for what, p := range map[string]string{"-o html": printed.stdout, "--html-file": string(written)} {
+		if !strings.HasPrefix(p, "<!DOCTYPE html>") || !strings.Contains(p, `class="simulated"`) ||
+			!strings.Contains(p, `data-machine="cp-2" data-status="Drifted"`) || !strings.Contains(p, "pool.ntp.org") {
+			t.Errorf("%s: not the page of the drifted simulated fleet:\n%.600s", what, p)
+		}
+	}
+	if !strings.Contains(beside.stdout, "cp-2") || strings.Contains(beside.stdout, "<html") {
+		t.Errorf("--html-file changed stdout: want the table\n%s", beside.stdout)
+	}
+	if r := devata(t, nil, "drift", "--config", sf.settings, "-o", "json", "--stream", "--html-file", page); r.code != exitUsage || !strings.Contains(r.err, "--html-file") {
+		t.Errorf("--stream with --html-file: exit %d, %q", r.code, r.err)
 	}
 }

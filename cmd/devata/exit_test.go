@@ -25,7 +25,7 @@ func TestUsageErrorsExit64(t *testing.T) {
 		{[]string{"drift", "--log-format", "xml"}, "log-format must be text or json", "devata drift"},
 		{[]string{"validate", "extra"}, `unknown command "extra" for "devata validate"`, "devata validate"},
 		{[]string{"gen", "secrets", "a", "b"}, `unknown command "a" for "devata gen secrets"`, "devata gen secrets"},
-		{[]string{"drift", "-o", "nope", "-i", inv}, `output must be one of table, json, yaml, junit, prom, got "nope"`, "devata drift"},
+		{[]string{"drift", "-o", "nope", "-i", inv}, `output must be one of table, json, yaml, junit, prom, html, got "nope"`, "devata drift"},
 		{[]string{"drift", "--stream", "-o", "table", "-i", inv}, "--stream writes JSON as it goes", "devata drift"},
 		{[]string{"drift", "--checks", "cilium-probe", "-i", inv}, "it runs only with --probe", "devata drift"},
 		{[]string{"drift", "--checks", "confg", "-i", inv}, `--checks: no check "confg" (have config, talos-version`, "devata drift"},

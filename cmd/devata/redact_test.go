@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"html"
 	"os"
 	"path/filepath"
 	"strings"
@@ -41,7 +42,7 @@ cluster:
     Authorization: Bearer s3cret-header-token
 `
 
-// Every output of drift (each format, the stream, the JUnit and Prometheus
+// Every output of drift (each format, the stream, the JUnit, HTML and Prometheus
 // files), plan, apply --dry-run, apply and reconcile --once is searched for
 // the credentials on both sides of a diff: the ones the desired config adds
 // and the older ones cp-2 runs with.
@@ -75,7 +76,7 @@ func TestNoOutputLeaksCredentialsOutsideSecretFields(t *testing.T) {
 	sf.Sim.Machine("cp-2").SetFaults(sim.Faults{DriftedConfig: old})
 
 	dir := t.TempDir()
-	junit, prom := filepath.Join(dir, "drift.xml"), filepath.Join(dir, "drift.prom")
+	junit, prom, page := filepath.Join(dir, "drift.xml"), filepath.Join(dir, "drift.prom"), filepath.Join(dir, "drift.html")
 	var everything bytes.Buffer
 	record := func(what string, r result) {
 		t.Helper()
@@ -84,9 +85,9 @@ func TestNoOutputLeaksCredentialsOutsideSecretFields(t *testing.T) {
 		}
 		everything.WriteString(r.stdout + r.err)
 	}
-	for _, format := range []string{"table", "json", "junit", "prom"} {
-		record("drift -o "+format, devata(t, nil, "drift", "--config", sf.settings, "-o", format, "-vv", "--log-format", "json", "--junit-file", junit, "--prom-file", prom))
-		for _, f := range []string{junit, prom} {
+	for _, format := range []string{"table", "json", "junit", "prom", "html"} {
+		record("drift -o "+format, devata(t, nil, "drift", "--config", sf.settings, "-o", format, "-vv", "--log-format", "json", "--junit-file", junit, "--prom-file", prom, "--html-file", page))
+		for _, f := range []string{junit, prom, page} {
 			data, err := os.ReadFile(f)
 			if err != nil {
 				t.Fatal(err)
@@ -116,7 +117,8 @@ func TestNoOutputLeaksCredentialsOutsideSecretFields(t *testing.T) {
 	}
 	everything.Write(audit)
 
-	all := everything.String()
+	// The page escapes = and + in attributes: search its text as a browser reads it, too.
+	all := everything.String() + html.UnescapeString(everything.String())
 	for _, want := range []string{
 		"dry run: nothing was written", "converged: cp-1, cp-2", "https_proxy", "mirror.lan:5000", "https://******@mirror.lan:5000", "manifests.lan/cni.yaml",
 		"v1alpha1.machine.env.https_proxy", `registries.config["registry.lan"].auth.password`, "extraManifestHeaders.Authorization",
