@@ -196,3 +196,10 @@ func (m *Machine) Halted() bool {
 
 	return m.halted
 }
+
+// Wipe is what losing a machine's system disk leaves, for test beds and
+// the demo: a reset without leaving etcd (graceful false), the system disk
+// wiped, a reboot into maintenance mode. It returns once the reset began.
+func (m *Machine) Wipe() {
+	m.resetSequence(&machine.ResetRequest{Reboot: true, Mode: machine.ResetRequest_SYSTEM_DISK})
+}

@@ -221,10 +221,10 @@ func TestDemo(t *testing.T) {
 		t.Fatalf("demo: exit %d\n%s%s", r.code, r.stdout, r.err)
 	}
 	drifts := strings.Split(r.stdout, "$ devata drift")
-	if len(drifts) != 4 {
-		t.Fatalf("want three drift runs, got %d:\n%s", len(drifts)-1, r.stdout)
+	if len(drifts) != 5 {
+		t.Fatalf("want four drift runs, got %d:\n%s", len(drifts)-1, r.stdout)
 	}
-	boot, clean, faulty, after := drifts[0], drifts[1], drifts[2], drifts[3]
+	boot, clean, faulty, after, recovered := drifts[0], drifts[1], drifts[2], drifts[3], drifts[4]
 	for _, want := range []string{"in maintenance mode", "$ devata bootstrap --yes", "bootstrapped etcd on cp-1", "etcd healthy, members [cp-1 cp-2 cp-3]", "5 Nodes registered; 5 NotReady until a CNI runs", "bootstrap complete"} {
 		if !strings.Contains(boot, want) {
 			t.Errorf("demo bootstrap lacks %q", want)
@@ -242,6 +242,10 @@ func TestDemo(t *testing.T) {
 		{"faults: summary", faulty, "1 in sync, 3 drifted, 1 unknown"},
 		{"apply converged cp-2", faulty, "converged: cp-2"},
 		{"after apply", after, "4 in sync, 0 drifted, 1 unknown"},
+		{"backup", after, "$ devata backup etcd -o "},
+		{"wiped", after, "cp-1, cp-2, cp-3 lost their system disks"},
+		{"recovered", after, "recovered etcd on cp-1 from "},
+		{"rebuilt and in sync", recovered, "5 in sync, 0 drifted, 0 unknown"},
 		{"simulated", clean, "SIMULATED"},
 	} {
 		if !strings.Contains(tt.text, tt.want) {

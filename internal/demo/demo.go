@@ -50,6 +50,7 @@ func Run(ctx context.Context, opts Options) error {
 	steps := []func(context.Context) error{
 		s.inventory, s.secrets, s.render, s.kubernetes, s.fleet, s.bootstrap, s.cilium,
 		s.driftHealthy, s.faults, s.driftFaulty, s.apply, s.driftAfterApply,
+		s.recovery, s.driftRecovered,
 	}
 	for _, step := range steps {
 		if err := step(ctx); err != nil {

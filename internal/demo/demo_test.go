@@ -76,11 +76,11 @@ func TestRunTellsTheStoryInOrder(t *testing.T) {
 			titles = append(titles, strings.Fields(title)[0])
 		}
 	}
-	want := []string{"inventory:", "secrets:", "render:", "fleet:", "bootstrap:", "drift", "faults:", "drift:", "apply:", "drift"}
+	want := []string{"inventory:", "secrets:", "render:", "fleet:", "bootstrap:", "drift", "faults:", "drift:", "apply:", "drift", "recovery:", "drift"}
 	if !slices.Equal(titles, want) {
 		t.Errorf("steps %q, want %q", titles, want)
 	}
-	for _, w := range []string{"valid: FLEET", "RENDERED\n", "$ devata bootstrap --yes --etcd-settle 2s --kubeconfig-out ", " --skip-nodes\n", "$ devata apply --yes\n", "Everything above ran against SIMULATED machines."} {
+	for _, w := range []string{"valid: FLEET", "RENDERED\n", "$ devata bootstrap --yes --etcd-settle 2s --kubeconfig-out ", " --skip-nodes\n", "$ devata apply --yes\n", "$ devata backup etcd -o ", " --recover-from ", "lost their system disks", "Everything above ran against SIMULATED machines."} {
 		if !strings.Contains(out.String(), w) {
 			t.Errorf("output lacks %q:\n%s", w, out.String())
 		}
@@ -89,7 +89,7 @@ func TestRunTellsTheStoryInOrder(t *testing.T) {
 	for _, c := range calls {
 		verbs = append(verbs, c[0])
 	}
-	if want := []string{"bootstrap", "drift", "drift", "apply", "drift"}; !slices.Equal(verbs, want) {
+	if want := []string{"bootstrap", "drift", "drift", "apply", "drift", "backup", "bootstrap", "drift"}; !slices.Equal(verbs, want) {
 		t.Errorf("ran %q, want %q", verbs, want)
 	}
 	if drift := calls[1]; slices.Contains(drift, "--checks=") || !strings.HasPrefix(drift[1], "--checks=config,") || strings.Contains(drift[1], machines.CheckKubelet) {

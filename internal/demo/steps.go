@@ -204,3 +204,49 @@ func (s *scenario) driftAfterApply(ctx context.Context) error {
 	fmt.Fprintf(s.Out, "    exit %d\n", s.devata(ctx, "drift", s.checks))
 	return nil
 }
+
+// recovery is the rebuild devata is for: a verified snapshot, then every
+// control plane's disk lost, then the cluster rebuilt from the snapshot by
+// one command.
+func (s *scenario) recovery(ctx context.Context) error {
+	startStep(s.Out, "recovery: an etcd snapshot, every control plane's disk lost, the cluster rebuilt from the snapshot")
+	// Meanwhile worker-2 came back.
+	s.sim.Machine("worker-2").SetFaults(sim.Faults{})
+	snapshot := filepath.Join(s.dir, "etcd.snapshot")
+	if code := s.devata(ctx, "backup", "etcd", "-o", snapshot); code != 0 {
+		return fmt.Errorf("backup etcd exited %d", code)
+	}
+	cps := s.inv.ControlPlanes()
+	var names []string
+	for _, m := range cps {
+		s.sim.Machine(m.Name).Wipe()
+		names = append(names, m.Name)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for _, m := range cps {
+		sm := s.sim.Machine(m.Name)
+		for sm.Configured() || sm.Observe().Down {
+			if time.Now().After(deadline) {
+				return fmt.Errorf("%s did not come back in maintenance mode after its wipe", m.Name)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	fmt.Fprintf(s.Out, "\n    SIMULATED: %s lost their system disks: back in maintenance mode, etcd gone with them\n", strings.Join(names, ", "))
+	args := []string{"bootstrap", "--yes", "--etcd-settle", "2s", "--recover-from", snapshot, "--kubeconfig-out", filepath.Join(s.dir, "kubeconfig")}
+	if s.kube == nil {
+		args = append(args, "--skip-nodes")
+	}
+	if code := s.devata(ctx, args...); code != 0 {
+		return fmt.Errorf("bootstrap --recover-from exited %d", code)
+	}
+	fmt.Fprintln(s.Out, "    exit 0")
+	s.syncKubelets(ctx)
+	return nil
+}
+
+func (s *scenario) driftRecovered(ctx context.Context) error {
+	startStep(s.Out, "drift after the rebuild")
+	fmt.Fprintf(s.Out, "    exit %d\n", s.devata(ctx, "drift", s.checks))
+	return nil
+}
