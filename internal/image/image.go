@@ -67,6 +67,10 @@ type Spec struct {
 	CABundle []byte
 	// Zoneinfo is Go's lib/time/zoneinfo.zip, or nil to leave it out.
 	Zoneinfo []byte
+	// Store writes the layers gzipped at gzip.NoCompression: for tests,
+	// which build the image several times, under -race too, where
+	// compressing 80 MB takes minutes. Everything else is as without it.
+	Store bool
 }
 
 // Build assembles the image: an OCI manifest with two layers, the base and
@@ -85,11 +89,15 @@ func Build(s Spec) (v1.Image, error) {
 	s.Created = s.Created.UTC().Truncate(time.Second)
 	created := s.Created
 
-	base, err := layer(created, s.baseFiles())
+	level := gzip.DefaultCompression
+	if s.Store {
+		level = gzip.NoCompression
+	}
+	base, err := layer(created, level, s.baseFiles())
 	if err != nil {
 		return nil, fmt.Errorf("image: base layer: %w", err)
 	}
-	app, err := layer(created, []file{{name: BinaryPath, mode: 0o755, data: bin}})
+	app, err := layer(created, level, []file{{name: BinaryPath, mode: 0o755, data: bin}})
 	if err != nil {
 		return nil, fmt.Errorf("image: devata layer: %w", err)
 	}
@@ -224,9 +232,9 @@ type file struct {
 
 // layer writes files as a gzipped tar the same way every time: entries
 // sorted by name, one mtime, numeric owners and no user or group names, no
-// PAX records, and a gzip header with neither name nor time. The default
-// level: BestCompression takes four times as long for 0.4% less.
-func layer(mtime time.Time, files []file) (v1.Layer, error) {
+// PAX records, and a gzip header with neither name nor time. Builds use the
+// default level: BestCompression takes four times as long for 0.4% less.
+func layer(mtime time.Time, level int, files []file) (v1.Layer, error) {
 	files = slices.Clone(files)
 	slices.SortFunc(files, func(a, b file) int { return strings.Compare(a.name, b.name) })
 	var raw bytes.Buffer
@@ -258,7 +266,7 @@ func layer(mtime time.Time, files []file) (v1.Layer, error) {
 		return nil, fmt.Errorf("tar: %w", err)
 	}
 	var gz bytes.Buffer
-	zw, err := gzip.NewWriterLevel(&gz, gzip.DefaultCompression)
+	zw, err := gzip.NewWriterLevel(&gz, level)
 	if err != nil {
 		return nil, err
 	}
