@@ -51,3 +51,33 @@ func TestKustomizeNamespaces(t *testing.T) {
 		}
 	}
 }
+
+// Every container runs the image the images: entry names (docs/image.md):
+// none is left with the bare name `devata`, which no registry serves.
+func TestKustomizeImage(t *testing.T) {
+	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
+	res, err := k.Run(filesys.MakeFsOnDisk(), ".")
+	if err != nil {
+		t.Fatalf("kustomize build deploy/: %v", err)
+	}
+	const want = "ghcr.io/devata/devata:latest"
+	n := 0
+	for _, r := range res.Resources() {
+		for _, path := range []string{"spec.template.spec.containers", "spec.jobTemplate.spec.template.spec.containers"} {
+			cs, err := r.GetFieldValue(path)
+			if err != nil {
+				continue
+			}
+			for _, c := range cs.([]any) {
+				c, _ := c.(map[string]any)
+				n++
+				if c["image"] != want {
+					t.Errorf("%s/%s container %v runs %v, want %s (the images: entry in kustomization.yaml)", r.GetKind(), r.GetName(), c["name"], c["image"], want)
+				}
+			}
+		}
+	}
+	if n < 3 {
+		t.Errorf("found %d containers, want the Deployment's and both CronJobs'", n)
+	}
+}

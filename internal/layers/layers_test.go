@@ -57,6 +57,8 @@ var allowed = []struct {
 	}},
 	{"internal/testenv/cmd/testbin", []string{"internal/testenv"}},
 	{"internal/fleetbench", []string{"bootstrap", "internal/testenv", "inventory", "machines"}},
+	{"internal/image", nil},
+	{"internal/image/cmd/mkimage", []string{"internal/image"}},
 	// the command: parse, call, render
 	{"cmd/devata", []string{
 		"backup", "bootstrap", "bootstrap/sequence", "checks", "config", "drift", "examples", "gate", "internal/demo", "internal/simfleet",

@@ -1,0 +1,123 @@
+// Command mkimage builds devata's container image without a Docker daemon:
+// a static devata binary on a distroless-style base made from scratch,
+// written as an OCI image layout (OUT/oci) and a docker-loadable tarball
+// (OUT/devata.tar, tagged devata:VERSION). `go tool -modfile=tools/go.mod
+// task image` runs it; docs/image.md says what is in the image and how to
+// push it.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"syscall"
+
+	"devata.dev/devata/internal/image"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fl := flag.NewFlagSet("mkimage", flag.ContinueOnError)
+	fl.SetOutput(stderr)
+	out := fl.String("o", "dist/image", "output directory: OUT/oci is the OCI layout, OUT/devata.tar the docker tarball")
+	arch := fl.String("arch", runtime.GOARCH, "GOARCH of the image (linux only)")
+	version := fl.String("version", "", "version to stamp and tag (default: git describe --tags --always --dirty)")
+	revision := fl.String("revision", "", "commit for the revision label (default: git rev-parse HEAD)")
+	source := fl.String("source", "", "source label (default: the origin remote's URL, else "+image.DefaultSource+")")
+	caFile := fl.String("ca-bundle", "", "PEM file of trusted roots, e.g. /etc/ssl/certs/ca-certificates.crt (default: the NSS roots golang.org/x/crypto/x509roots/fallback pins)")
+	zoneinfo := fl.Bool("zoneinfo", true, "include the Go toolchain's zoneinfo.zip")
+	tar := fl.Bool("tarball", true, "also write OUT/devata.tar for docker load")
+	if err := fl.Parse(args); err != nil {
+		return 64
+	}
+	if fl.NArg() > 0 {
+		fmt.Fprintf(stderr, "mkimage: unexpected arguments %q\n", fl.Args())
+		return 64
+	}
+	if err := build(ctx, *out, *arch, *version, *revision, *source, *caFile, *zoneinfo, *tar, stdout, stderr); err != nil {
+		fmt.Fprintf(stderr, "mkimage: %v\n", err)
+		return 2
+	}
+	return 0
+}
+
+func build(ctx context.Context, out, arch, version, revision, source, caFile string, zoneinfo, tar bool, stdout, stderr io.Writer) error {
+	st, err := image.ReadStamp(ctx, "")
+	if err != nil {
+		return err
+	}
+	if version != "" {
+		st.Version = version
+	}
+	if revision != "" {
+		st.Revision = revision
+	}
+	if source != "" {
+		st.Source = source
+	}
+	if err := image.CheckVersion(st.Version); err != nil {
+		return err
+	}
+	spec := image.Spec{Arch: arch, Version: st.Version, Revision: st.Revision, Source: st.Source, Created: st.Created}
+	caFrom := "the NSS roots of golang.org/x/crypto/x509roots/fallback"
+	if caFile != "" {
+		if spec.CABundle, err = image.ReadCABundle(caFile); err != nil {
+			return err
+		}
+		caFrom = caFile
+	} else {
+		spec.CABundle = image.FallbackCABundle()
+	}
+	if zoneinfo {
+		if spec.Zoneinfo, err = image.GoZoneinfo(ctx); err != nil {
+			return err
+		}
+	}
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return fmt.Errorf("output directory: %w", err)
+	}
+	tmp, err := os.MkdirTemp(out, ".build-")
+	if err != nil {
+		return fmt.Errorf("output directory: %w", err)
+	}
+	defer os.RemoveAll(tmp)
+	spec.Binary = filepath.Join(tmp, "devata")
+	fmt.Fprintf(stderr, "building devata %s for linux/%s…\n", st.Version, arch)
+	if err := image.BuildBinary(ctx, "", spec.Binary, arch, st.Version, stderr); err != nil {
+		return err
+	}
+	img, err := image.Build(spec)
+	if err != nil {
+		return err
+	}
+	tag := "devata:" + st.Version
+	layoutDir := filepath.Join(out, "oci")
+	if err := image.WriteLayout(layoutDir, img, st.Version); err != nil {
+		return err
+	}
+	digest, err := img.Digest()
+	if err != nil {
+		return fmt.Errorf("image digest: %w", err)
+	}
+	fmt.Fprintf(stdout, "%s\t%s (OCI layout, ref %s; revision %s; created %s from the %s; CA roots: %s)\n",
+		layoutDir, digest, st.Version, st.Revision, st.Created.Format("2006-01-02T15:04:05Z"), st.CreatedFrom, caFrom)
+	if tar {
+		path := filepath.Join(out, "devata.tar")
+		if err := image.WriteTarball(path, img, tag); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "%s\t%s (docker load -i %s)\n", path, tag, path)
+	}
+	return nil
+}
