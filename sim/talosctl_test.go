@@ -151,3 +151,22 @@ func talosctlErr(bin, tcPath string, args ...string) (string, error) {
 	out, err := exec.CommandContext(ctx, bin, append([]string{"--talosconfig", tcPath}, args...)...).CombinedOutput()
 	return string(out), err
 }
+
+// realTalosctl is the real talosctl binary and a talosconfig for f that
+// reaches the fleet through endpoint (a machine's name) and targets node.
+func realTalosctl(t *testing.T, f *simtest.Fleet, endpoint, node string) (bin, tcPath string) {
+	t.Helper()
+	bin, err := testenv.Talosctl(context.Background(), tlog{t})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc := f.Talosconfig(t)
+	ctx := tc.Contexts[tc.Context]
+	ctx.Endpoints = []string{f.Overrides[endpoint]}
+	ctx.Nodes = []string{node}
+	tcPath = filepath.Join(t.TempDir(), "talosconfig")
+	if err := tc.Save(tcPath); err != nil {
+		t.Fatal(err)
+	}
+	return bin, tcPath
+}
