@@ -55,6 +55,7 @@ func fixtureResults() []drift.Result {
 		drift.InSync("3 members, all healthy").Of("cp-1", "etcd", drift.RungResources),
 		drift.Drifted("applied config differs from the rendered one: +2 -2 lines", "sha256:9a41f07c3b2e", "sha256:3e8d0b6a1f94").Of("cp-2", "config", drift.RungReconciliation).
 			WithDiff(fixtureDiff).
+			WithChanges(`machine.kubelet.image: "ghcr.io/siderolabs/kubelet:v1.34.0" → "ghcr.io/siderolabs/kubelet:v1.34.1"`, `machine.network.hostname: "cp-2-old" → "cp-2"`).
 			WithEvidence("MachineConfig v1alpha1 sha256:3e8d0b6a1f94").
 			WithNext("devata apply --machines cp-2"),
 		drift.InSync("Version tag v1.11.0").Of("cp-2", "talos-version", drift.RungReconciliation),

@@ -318,6 +318,7 @@ func compareResults(a, b Result) int {
 		strings.Compare(a.Desired, b.Desired),
 		strings.Compare(a.Actual, b.Actual),
 		strings.Compare(a.Diff, b.Diff),
+		slices.Compare(a.Changes, b.Changes),
 		slices.Compare(a.Evidence, b.Evidence),
 		strings.Compare(a.Next, b.Next),
 		compareBool(a.FailClosed, b.FailClosed),

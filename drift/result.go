@@ -86,8 +86,8 @@ func (r Rung) order() int {
 	}
 }
 
-// Result is the outcome of one check on one machine. Desired, Actual and Diff
-// must already be redacted by the check that made them: drift never sees secret
+// Result is the outcome of one check on one machine. Desired, Actual, Diff
+// and Changes must already be redacted by the check that made them: drift never sees secret
 // values and cannot tell them apart from others.
 type Result struct {
 	Machine string `json:"machine"`
@@ -101,6 +101,9 @@ type Result struct {
 	Actual  string `json:"actual,omitempty"`
 	// Diff is a redacted unified diff; it may span lines.
 	Diff string `json:"diff,omitempty"`
+	// Changes says what Diff says by YAML path, one change a line
+	// ("machine.network.hostname: "a" → "b""), cut to a few and a count.
+	Changes []string `json:"changes,omitempty"`
 	// Evidence lists what was read, e.g. "MachineConfig v1alpha1 version 7".
 	Evidence []string `json:"evidence,omitempty"`
 	// Next is the next command to run or thing to inspect.
@@ -142,6 +145,12 @@ func (r Result) Of(machine, check string, rung Rung) Result {
 
 // WithDiff returns r with a redacted unified diff.
 func (r Result) WithDiff(diff string) Result { r.Diff = diff; return r }
+
+// WithChanges returns r with the redacted changes of its diff by path.
+func (r Result) WithChanges(changes ...string) Result {
+	r.Changes = append(r.Changes[:len(r.Changes):len(r.Changes)], changes...)
+	return r
+}
 
 // WithEvidence returns r with evidence appended.
 func (r Result) WithEvidence(evidence ...string) Result {

@@ -297,5 +297,5 @@ func sameSaying(results []Result) []saying {
 
 func saysTheSame(a, b Result) bool {
 	return a.Status == b.Status && a.Reason == b.Reason && a.Desired == b.Desired && a.Actual == b.Actual &&
-		a.Diff == b.Diff && a.Next == b.Next && slices.Equal(a.Evidence, b.Evidence)
+		a.Diff == b.Diff && slices.Equal(a.Changes, b.Changes) && a.Next == b.Next && slices.Equal(a.Evidence, b.Evidence)
 }

@@ -135,7 +135,7 @@ func checkConfig(_ context.Context, t *Target) []drift.Result {
 		next = "reboot " + name + " to apply it (" + t.talosctl("reboot") + "), or devata apply --machines " + name
 	}
 	return []drift.Result{drift.Drifted(reason, "sha256:"+short(desiredHash), "sha256:"+short(o.ActiveHash)).
-		WithDiff(d.Text).WithEvidence(evidence...).WithNext(next)}
+		WithDiff(d.Text).WithChanges(d.Changes...).WithEvidence(evidence...).WithNext(next)}
 }
 
 func checkTalosVersion(_ context.Context, t *Target) []drift.Result {

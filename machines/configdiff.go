@@ -15,10 +15,15 @@ import (
 
 // ConfigDiff is the difference between an applied and a desired machine
 // config, safe to show: Text is a unified diff of the redacted documents and
-// secrets appear only as the paths of those that changed.
+// secrets appear only as the paths of those that changed. Changes says the
+// same as Text by YAML path, one line per changed value
+// ("machine.network.hostname: "a" → "b""), at most 50 and then a count; it
+// is made from the same redacted documents, so a secret shows as
+// redact.Redacted there too.
 type ConfigDiff struct {
 	Equal          bool
 	Text           string
+	Changes        []string
 	ChangedSecrets []string
 }
 
@@ -54,6 +59,9 @@ func DiffConfigs(active, desired []byte) (ConfigDiff, error) {
 	if !bytes.Equal(redActive, redDesired) {
 		edits := myers.ComputeEdits(span.URIFromPath("applied"), string(redActive), string(redDesired))
 		d.Text = fmt.Sprint(gotextdiff.ToUnified("applied", "desired", string(redActive), edits))
+		if d.Changes, err = pathChanges(redActive, redDesired, maxChanges); err != nil {
+			return ConfigDiff{}, fmt.Errorf("compare redacted configs: %w", err)
+		}
 	}
 	d.Equal = d.Text == "" && len(changed) == 0
 	return d, nil

@@ -1,6 +1,7 @@
 package machines_test
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -24,10 +25,17 @@ func TestDiffConfigs(t *testing.T) {
 		wantInText     []string
 		notInText      []string
 		changedSecrets int
+		changes        []string
 	}{
-		{"identical", cp1, true, nil, nil, 0},
-		{"drifted field", []byte(strings.Replace(string(cp1), "hostname: cp-1", "hostname: cp-one", 1)), false, []string{"-        hostname: cp-one", "+        hostname: cp-1"}, nil, 0},
-		{"rotated token only", []byte(strings.Replace(string(cp1), tokenOf(t, cp1), "abcdef.0123456789abcdef", 1)), false, nil, []string{"abcdef.0123456789abcdef"}, 1},
+		{"identical", cp1, true, nil, nil, 0, nil},
+		{"drifted field", []byte(strings.Replace(string(cp1), "hostname: cp-1", "hostname: cp-one", 1)), false, []string{"-        hostname: cp-one", "+        hostname: cp-1"}, nil, 0,
+			[]string{`machine.network.hostname: "cp-one" → "cp-1"`}},
+		// the secret changed, its redacted value did not: no path shows it
+		{"rotated token only", []byte(strings.Replace(string(cp1), tokenOf(t, cp1), "abcdef.0123456789abcdef", 1)), false, nil, []string{"abcdef.0123456789abcdef"}, 1, nil},
+		// a secret that appears (machinery encodes the missing one as "") shows
+		// as redacted, in the changes as in the text
+		{"secret added", []byte(strings.Replace(string(cp1), "    token: "+tokenOf(t, cp1)+"\n", "", 1)), false, []string{"+    token: '******'"}, nil, 1,
+			[]string{`machine.token: "" → "******"`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -43,8 +51,11 @@ func TestDiffConfigs(t *testing.T) {
 					t.Errorf("diff lacks %q:\n%s", w, d.Text)
 				}
 			}
+			if !slices.Equal(d.Changes, tt.changes) {
+				t.Errorf("changes %q, want %q", d.Changes, tt.changes)
+			}
 			for _, w := range append(tt.notInText, tokenOf(t, cp1)) {
-				if strings.Contains(d.Text+d.Summary(), w) {
+				if strings.Contains(d.Text+d.Summary()+strings.Join(d.Changes, "\n"), w) {
 					t.Errorf("diff shows secret %q", w)
 				}
 			}

@@ -17,7 +17,7 @@ const inSyncListedUpTo = 50
 
 // Write prints the plan for people: per machine what it would do, and under
 // each change whether the machine is already not ready (Action.NotReady),
-// its redacted diff and Talos' warnings. Changes that are the same (mode,
+// its redacted changes by YAML path, its redacted diff and Talos' warnings. Changes that are the same (mode,
 // reboot, diff, warnings, readiness) are printed once with the machines
 // that share them, and so are skips with the same reason: a fleet where a
 // thousand workers drifted the same way reads as one change, not a
@@ -53,6 +53,12 @@ func (p *Plan) Write(w io.Writer) {
 			fmt.Fprintf(w, "  %-20s apply %s (%s): %s\n", who, act.Mode, reboot, act.Diff.Summary())
 			if act.NotReady != "" {
 				fmt.Fprintf(w, "      %s\n", act.NotReady)
+			}
+			if len(act.Diff.Changes) > 0 {
+				fmt.Fprintln(w, "      changes:")
+				for _, c := range act.Diff.Changes {
+					fmt.Fprintf(w, "        %s\n", c)
+				}
 			}
 			for _, line := range strings.Split(strings.TrimRight(act.Diff.Text, "\n"), "\n") {
 				if line != "" {

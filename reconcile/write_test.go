@@ -62,3 +62,29 @@ func TestPlanWriteScales(t *testing.T) {
 		t.Errorf("outcome:\n%s\nwant:\n%s", buf.String(), want)
 	}
 }
+
+// A change lists its paths under "changes:" before the unified diff.
+func TestPlanWriteListsChangesBeforeTheDiff(t *testing.T) {
+	diff := machines.ConfigDiff{
+		Text:    "--- applied\n+++ desired\n@@ -1 +1 @@\n-    hostname: a\n+    hostname: b\n",
+		Changes: []string{`machine.network.hostname: "a" → "b"`},
+	}
+	plan := reconcile.Plan{Actions: []reconcile.Action{{
+		Machine: &inventory.Machine{Name: "cp-1", Role: inventory.RoleControlPlane}, Kind: reconcile.KindApply, Mode: machines.ModeNoReboot, Diff: diff,
+	}}}
+	var buf bytes.Buffer
+	plan.Write(&buf)
+	want := "      changes:\n" +
+		"        machine.network.hostname: \"a\" → \"b\"\n" +
+		"      --- applied\n"
+	if !strings.Contains(buf.String(), want) {
+		t.Errorf("plan lacks\n%s\nin\n%s", want, buf.String())
+	}
+	// no paths, no block
+	plan.Actions[0].Diff.Changes = nil
+	buf.Reset()
+	plan.Write(&buf)
+	if strings.Contains(buf.String(), "changes:") {
+		t.Errorf("a diff without paths prints a changes block:\n%s", buf.String())
+	}
+}
