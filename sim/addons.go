@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 )
 
@@ -228,6 +229,26 @@ func syncCoreDNS(ctx context.Context, kc kubernetes.Interface, image string, sub
 		return nil
 	}
 
+	// the Deployment's ReplicaSet, which owns the pods (what kubectl drain
+	// looks for: a pod no controller owns is not evicted without --force)
+	rsName := coreDNSName + "-sim"
+	rs, err := kc.AppsV1().ReplicaSets(kubeSystem).Get(ctx, rsName, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		rs, err = kc.AppsV1().ReplicaSets(kubeSystem).Create(ctx, &appsv1.ReplicaSet{
+			ObjectMeta: metav1.ObjectMeta{Name: rsName, Namespace: kubeSystem, Labels: labels,
+				OwnerReferences: []metav1.OwnerReference{controllerRef("apps/v1", "Deployment", dep.Name, dep.UID)}},
+			Spec: appsv1.ReplicaSetSpec{
+				Replicas: dep.Spec.Replicas,
+				Selector: &metav1.LabelSelector{MatchLabels: labels},
+				Template: dep.Spec.Template,
+			},
+		}, metav1.CreateOptions{})
+	}
+
+	if err != nil {
+		return fmt.Errorf("coredns replicaset: %w", err)
+	}
+
 	// the scheduler's NodeUnschedulable filter: a replica is not placed on
 	// a cordoned node (the sim moves one there to another, where a real
 	// cluster would leave it until a drain evicts it)
@@ -261,8 +282,9 @@ func syncCoreDNS(ctx context.Context, kc kubernetes.Interface, image string, sub
 		}
 
 		pod := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", coreDNSName, i), Namespace: kubeSystem, Labels: labels, Annotations: map[string]string{simOwnedAnnotation: node}},
-			Spec:       corev1.PodSpec{NodeName: node, Containers: containers},
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", coreDNSName, i), Namespace: kubeSystem, Labels: labels, Annotations: map[string]string{simOwnedAnnotation: node},
+				OwnerReferences: []metav1.OwnerReference{controllerRef("apps/v1", "ReplicaSet", rs.Name, rs.UID)}},
+			Spec: corev1.PodSpec{NodeName: node, Containers: containers},
 		}
 		if err := ensurePod(ctx, kc, pod, podRunning(s.host, ip.String(), s.booted, containers, ok, reason, message)); err != nil {
 			errs = append(errs, err)
@@ -303,8 +325,9 @@ func syncKubeProxy(ctx context.Context, kc kubernetes.Interface, image string, n
 	for m, node := range posting {
 		s := m.snap()
 		pod := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: kubeProxyName + "-" + node, Namespace: kubeSystem, Labels: labels, Annotations: map[string]string{simOwnedAnnotation: s.name}},
-			Spec:       corev1.PodSpec{NodeName: node, HostNetwork: true, Containers: containers},
+			ObjectMeta: metav1.ObjectMeta{Name: kubeProxyName + "-" + node, Namespace: kubeSystem, Labels: labels, Annotations: map[string]string{simOwnedAnnotation: s.name},
+				OwnerReferences: []metav1.OwnerReference{controllerRef("apps/v1", "DaemonSet", ds.Name, ds.UID)}},
+			Spec: corev1.PodSpec{NodeName: node, HostNetwork: true, Containers: containers},
 		}
 		if err := ensurePod(ctx, kc, pod, podRunning(s.host, s.host, s.booted, containers, true, "", "")); err != nil {
 			errs = append(errs, err)
@@ -356,4 +379,10 @@ func ensurePod(ctx context.Context, kc kubernetes.Interface, want *corev1.Pod, s
 
 func podReady(st corev1.PodStatus) *corev1.PodCondition {
 	return podCondition(&corev1.Pod{Status: st}, corev1.PodReady)
+}
+
+// controllerRef is the controller owner reference a controller sets on what
+// it creates (metav1.NewControllerRef).
+func controllerRef(apiVersion, kind, name string, uid types.UID) metav1.OwnerReference {
+	return metav1.OwnerReference{APIVersion: apiVersion, Kind: kind, Name: name, UID: uid, Controller: new(true), BlockOwnerDeletion: new(true)}
 }
