@@ -134,3 +134,20 @@ func plural(n int, one, many string) string {
 	}
 	return many
 }
+
+// unowned are the pods a drain would evict that no controller owns, as
+// namespace/name.
+func (r *Remover) unowned(ctx context.Context, node string) ([]string, error) {
+	pods, err := r.pods(ctx, node)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, p := range pods {
+		if metav1.GetControllerOf(&p) == nil {
+			out = append(out, p.Namespace+"/"+p.Name)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}

@@ -121,6 +121,9 @@ type Remover struct {
 	// PowerOff halts the machine after the reset instead of rebooting it
 	// into maintenance mode.
 	PowerOff bool
+	// Force evicts pods no controller owns as well (kubectl drain --force):
+	// nothing recreates them, so without Force the plan refuses.
+	Force bool
 	// Say prints one line of progress; Heartbeat is how often a wait says
 	// it still waits (heartbeat.Every when zero).
 	Say       func(format string, args ...any)
@@ -199,6 +202,18 @@ func (r *Remover) Plan(ctx context.Context, name string) (*Plan, error) {
 		// before the member goes
 		if err := r.quorum(ctx, p); err != nil {
 			return nil, err
+		}
+	}
+	if p.Node {
+		bare, err := r.unowned(ctx, name)
+		if err != nil {
+			return nil, fmt.Errorf("%w; nothing was changed", err)
+		}
+		if len(bare) > 0 {
+			if !r.Force {
+				return nil, &UnownedPodsError{Node: name, Pods: bare}
+			}
+			p.Notes = append(p.Notes, fmt.Sprintf("--force: %d %s no controller owns will be deleted for good: %s", len(bare), plural(len(bare), "pod", "pods"), strings.Join(bare, ", ")))
 		}
 	}
 	r.steps(p)
@@ -481,4 +496,16 @@ func sleep(ctx context.Context, d time.Duration) error {
 	case <-t.C:
 		return nil
 	}
+}
+
+// UnownedPodsError refuses a drain that would delete pods no controller
+// owns: nothing would recreate them (kubectl drain refuses them too).
+type UnownedPodsError struct {
+	Node string
+	Pods []string
+}
+
+func (e *UnownedPodsError) Error() string {
+	return fmt.Sprintf("Node %s runs %d %s no controller owns (%s): a drain deletes them for good; recreate them under a Deployment, StatefulSet or Job first, or rerun with --force to delete them; nothing was changed",
+		e.Node, len(e.Pods), plural(len(e.Pods), "pod", "pods"), strings.Join(e.Pods, ", "))
 }

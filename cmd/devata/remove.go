@@ -17,10 +17,10 @@ import (
 )
 
 type removeFlags struct {
-	dryRun, yes, powerOff bool
-	address               string
-	wait                  time.Duration
-	lock                  lockFlags
+	dryRun, yes, powerOff, force bool
+	address                      string
+	wait                         time.Duration
+	lock                         lockFlags
 }
 
 func (a *app) newRemoveCommand() *cobra.Command {
@@ -35,7 +35,8 @@ and Lease it plans from what the cluster reports, prints the plan with the
 talosctl and kubectl equivalent of each step, asks, then:
 
   1. cordons the Node and drains it through the Eviction API
-     (PodDisruptionBudgets hold; DaemonSet and mirror pods stay);
+     (PodDisruptionBudgets hold; DaemonSet and mirror pods stay; pods no
+     controller owns stop it before anything changes, unless --force);
   2. on a control plane, takes its member out of etcd: EtcdLeaveCluster on
      the machine itself (it stops its etcd and deletes its data), or, when
      the machine is gone, EtcdRemoveMemberByID through a member that stays.
@@ -63,6 +64,7 @@ the plan was not confirmed, 2 error, 64 usage error.`,
 	cmd.Flags().BoolVar(&flags.dryRun, "dry-run", false, "print the plan; change nothing (no lock is taken)")
 	cmd.Flags().BoolVar(&flags.yes, "yes", false, "do not ask before removing")
 	cmd.Flags().StringVar(&flags.address, "address", "", "the machine's Talos API address (host or host:port) when the dial settings do not name it and its Node has no InternalIP")
+	cmd.Flags().BoolVar(&flags.force, "force", false, "also evict pods no controller owns, which deletes them for good (kubectl drain --force); without it such pods stop the removal before anything changes")
 	cmd.Flags().BoolVar(&flags.powerOff, "power-off", false, "halt the machine after its reset instead of rebooting it into maintenance mode")
 	cmd.Flags().DurationVar(&flags.wait, "wait", 10*time.Minute, "how long each wait may take: the drain, etcd agreeing the member left, the machine coming back after its reset")
 	flags.lock.register(cmd, true)
@@ -92,13 +94,14 @@ func (a *app) remove(ctx context.Context, name string, flags removeFlags) error 
 	r := &membership.Remover{
 		Inventory: s.inv, Dialer: s.dialer, Kube: s.kube,
 		Timeout: a.settings.Timeout, Wait: flags.wait, Poll: 2 * time.Second,
-		Address: flags.address, PowerOff: flags.powerOff,
+		Address: flags.address, PowerOff: flags.powerOff, Force: flags.force,
 		Say: func(format string, args ...any) { fmt.Fprintf(out, format+"\n", args...) },
 	}
 	plan, err := r.Plan(ctx, name)
 	var notOrphan *membership.NotOrphanError
+	var unowned *membership.UnownedPodsError
 	switch {
-	case errors.As(err, &notOrphan):
+	case errors.As(err, &notOrphan), errors.As(err, &unowned):
 		return exitWith(exitTrouble, err)
 	case errors.Is(err, membership.ErrNothingToRemove):
 		fmt.Fprintf(out, "nothing to remove: %v\n", err)

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -133,6 +134,15 @@ func TestRemoveGoneWorker(t *testing.T) {
 	sf.Sim.Machine("worker-2").SetFaults(sim.Faults{Unreachable: true})
 	dropFromInventory(t, sf.Dir, "worker-2")
 
+	// web is a bare pod: evicting it deletes it for good
+	r = devata(t, nil, "remove", "worker-2", "--yes", "--config", sf.settings, kubeconfig)
+	if r.code != 2 || !strings.Contains(r.err, "Node worker-2 runs 1 pod no controller owns (apps/web)") || !strings.Contains(r.err, "--force") || !strings.Contains(r.err, "nothing was changed") {
+		t.Fatalf("remove with a bare pod: exit %d, want 2 naming it and --force\n%s%s", r.code, r.stdout, r.err)
+	}
+	if node, err := k.kc.CoreV1().Nodes().Get(context.Background(), "worker-2", metav1.GetOptions{}); err != nil || node.Spec.Unschedulable {
+		t.Errorf("the refused removal touched Node worker-2 (%v)", err)
+	}
+
 	r = devata(t, nil, "plan", "--config", sf.settings, kubeconfig)
 	show(t, r)
 	if !strings.Contains(r.stdout, "orphan: Node worker-2: no machine of the inventory has it") || !strings.Contains(r.stdout, "take it out with devata remove worker-2") {
@@ -142,12 +152,12 @@ func TestRemoveGoneWorker(t *testing.T) {
 		t.Errorf("plan lists a machine of the inventory as an orphan:\n%s", r.stdout)
 	}
 
-	r = devata(t, nil, "remove", "worker-2", "--dry-run", "--config", sf.settings, kubeconfig)
+	r = devata(t, nil, "remove", "worker-2", "--dry-run", "--force", "--config", sf.settings, kubeconfig)
 	show(t, r)
 	if r.code != 1 {
 		t.Fatalf("dry run: exit %d, want 1 (steps pending)\n%s%s", r.code, r.stdout, r.err)
 	}
-	for _, want := range []string{"remove worker-2, a worker: 3 of 5 steps pending", "kubectl drain worker-2 --ignore-daemonsets", "the machine does not answer", "dry run: nothing was changed"} {
+	for _, want := range []string{"remove worker-2, a worker: 3 of 5 steps pending", "kubectl drain worker-2 --ignore-daemonsets", "the machine does not answer", "--force: 1 pod no controller owns will be deleted for good: apps/web", "dry run: nothing was changed"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("dry run lacks %q:\n%s", want, r.stdout)
 		}
@@ -156,7 +166,7 @@ func TestRemoveGoneWorker(t *testing.T) {
 		t.Errorf("after the dry run pod web is %s", st)
 	}
 
-	r = devata(t, nil, "remove", "worker-2", "--yes", "--config", sf.settings, kubeconfig)
+	r = devata(t, nil, "remove", "worker-2", "--yes", "--force", "--config", sf.settings, kubeconfig)
 	show(t, r)
 	if r.code != 0 {
 		t.Fatalf("remove: exit %d\n%s%s", r.code, r.stdout, r.err)
@@ -200,7 +210,26 @@ func TestRemoveRunningWorkerHonoursBudgets(t *testing.T) {
 	k.playKubelets(t, sf.Sim)
 	k.waitNode(t, "worker-2", true)
 
-	web := k.pod(t, "apps", "web", "worker-2", nil)
+	if _, err := k.kc.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "apps"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	rs, err := k.kc.AppsV1().ReplicaSets("apps").Create(context.Background(), &appsv1.ReplicaSet{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "apps"},
+		Spec: appsv1.ReplicaSetSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "web"}},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}}},
+			},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	web := k.pod(t, "apps", "web", "worker-2", func(p *corev1.Pod) {
+		yes := true
+		p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: rs.Name, UID: rs.UID, Controller: &yes}}
+	})
 	zero := intstr.FromInt32(0)
 	pdb := &policyv1.PodDisruptionBudget{
 		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "apps"},
