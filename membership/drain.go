@@ -49,7 +49,10 @@ func (r *Remover) drain(ctx context.Context, node string, settle bool) error {
 			}
 			err := r.evict(wctx, p)
 			switch {
-			case err == nil || apierrors.IsNotFound(err):
+			case err == nil || apierrors.IsNotFound(err) || apierrors.IsConflict(err):
+				// NotFound, or a Conflict on the UID precondition: the pod
+				// listed is gone already (deleted, or replaced by one of
+				// the same name)
 				evicted[p.UID] = p.Namespace + "/" + p.Name
 				left++
 			case apierrors.IsTooManyRequests(err):
