@@ -48,12 +48,13 @@ Exit 0 nothing to do, 1 actions pending, 2 error or a blocked action.`,
 				return err
 			}
 			opts.Out = a.streams.Err // warnings only
-			plan, err := sequence.New(opts).Plan(cmd.Context())
+			seq := sequence.New(opts)
+			plan, err := seq.Plan(cmd.Context())
 			if err != nil {
 				return exitWith(exitTrouble, err)
 			}
 			plan.Provenance = a.inventoryProvenance(cmd.Context(), a.settings.Inventory)
-			plan.Orphans = a.planOrphans(cmd.Context())
+			plan.Orphans = a.planOrphans(cmd.Context(), seq.Inventory(), seq.Dialer())
 			if err := sequence.WritePlan(a.streams.Out, flags.output, plan, a.settings.Simulated); err != nil {
 				return exitWith(exitTrouble, err)
 			}
@@ -72,20 +73,11 @@ Exit 0 nothing to do, 1 actions pending, 2 error or a blocked action.`,
 }
 
 // planOrphans lists the cluster's etcd members and Nodes the inventory no
-// longer has. It is best effort: before the cluster exists (no talosconfig,
-// no control plane reporting etcd) there are none to list, and plan says
-// nothing about them.
-func (a *app) planOrphans(ctx context.Context) []sequence.Orphan {
-	inv, err := inventory.LoadContext(ctx, a.settings.Inventory)
-	if err != nil {
-		return nil
-	}
-	tc, err := machines.LoadTalosconfig(a.settings.Talosconfig)
-	if err != nil {
-		return nil
-	}
-	d, err := a.newDialer(tc)
-	if err != nil {
+// longer has, through the inventory and dialer the plan already built. It
+// is best effort: before the cluster exists (no control plane reporting
+// etcd) there are none to list, and plan says nothing about them.
+func (a *app) planOrphans(ctx context.Context, inv *inventory.Inventory, d *machines.Dialer) []sequence.Orphan {
+	if inv == nil || d == nil {
 		return nil
 	}
 	kube, _, err := a.sessionKubeClients(inv)
