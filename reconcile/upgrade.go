@@ -57,14 +57,6 @@ func UpgradePath(from, to string) error {
 	return nil
 }
 
-// imageTag is the tag of an image reference, "" when it has none (a digest only).
-func imageTag(image string) string {
-	last := image[strings.LastIndex(image, "/")+1:]
-	last, _, _ = strings.Cut(last, "@")
-	_, tag, _ := strings.Cut(last, ":")
-	return tag
-}
-
 // planUpgrade decides a machine's upgrade from the version it reports.
 func (p *Planner) planUpgrade(m *inventory.Machine, o *machines.Observation, evidence string) Action {
 	want := p.Inventory.Cluster.TalosVersion
@@ -75,7 +67,7 @@ func (p *Planner) planUpgrade(m *inventory.Machine, o *machines.Observation, evi
 	if err := UpgradePath(o.Version, want); err != nil && !p.Upgrades.Force {
 		return Action{Machine: m, Kind: KindSkip, Reason: "upgrade refused: " + err.Error(), Evidence: evidence}
 	}
-	if tag := imageTag(image); tag != "" && tag != want {
+	if tag := machines.ImageTag(image); tag != "" && tag != want {
 		return Action{Machine: m, Kind: KindSkip, Evidence: evidence,
 			Reason: fmt.Sprintf("upgrade refused: cluster.installImage %s is tagged %s, not cluster.talosVersion %s: set it to the installer of %s", image, tag, want, want)}
 	}

@@ -29,17 +29,3 @@ func TestUpgradePath(t *testing.T) {
 		}
 	}
 }
-
-func TestImageTag(t *testing.T) {
-	for image, want := range map[string]string{
-		"ghcr.io/siderolabs/installer:v1.11.0": "v1.11.0",
-		"factory.talos.dev/installer/376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba:v1.11.0": "v1.11.0",
-		"registry.local:5000/installer:v1.10.6":            "v1.10.6",
-		"registry.local:5000/installer@sha256:0123":        "",
-		"ghcr.io/siderolabs/installer:v1.11.0@sha256:0123": "v1.11.0",
-	} {
-		if got := imageTag(image); got != want {
-			t.Errorf("imageTag(%s) = %q, want %q", image, got, want)
-		}
-	}
-}

@@ -46,9 +46,11 @@ const (
 	kubeSystem      = "kube-system"
 )
 
-// staticPod is one control plane static pod a node runs.
+// staticPod is one control plane static pod a node runs: not ready while
+// the kubelet replaces it after a config change (restart.go).
 type staticPod struct {
 	component, image string
+	ready            bool
 }
 
 // id is the pod's name, as the kubelet names a static pod: the manifest's
@@ -63,12 +65,32 @@ func staticPodsOf(s snapshot) []staticPod {
 	}
 
 	cc := s.active.Cluster()
-
-	return []staticPod{
-		{"kube-apiserver", cc.APIServer().Image()},
-		{"kube-controller-manager", cc.ControllerManager().Image()},
-		{"kube-scheduler", cc.Scheduler().Image()},
+	pods := []staticPod{
+		{component: apiServerPod, image: cc.APIServer().Image()},
+		{component: controllerPod, image: cc.ControllerManager().Image()},
+		{component: schedulerPod, image: cc.Scheduler().Image()},
 	}
+
+	for i := range pods {
+		old, restarting := s.restartPhase(pods[i].component)
+		if old {
+			pods[i].image = s.restarts[pods[i].component].from
+		}
+
+		pods[i].ready = !restarting
+	}
+
+	return pods
+}
+
+// notReady are the reason and message of a pod status whose container is
+// starting, as the kubelet words them.
+func (p staticPod) notReady() (reason, message string) {
+	if p.ready {
+		return "", ""
+	}
+
+	return "ContainersNotReady", "containers with unready status: [" + p.component + "]"
 }
 
 func serviceHealthy(s snapshot, id string) bool {
@@ -86,7 +108,8 @@ func staticPodStatuses(s snapshot) []*k8s.StaticPodStatus {
 	var out []*k8s.StaticPodStatus
 
 	for _, p := range staticPodsOf(s) {
-		st := podRunning(s.host, s.host, s.booted, []corev1.Container{{Name: p.component, Image: p.image}}, true, "", "")
+		reason, message := p.notReady()
+		st := podRunning(s.host, s.host, s.booted, []corev1.Container{{Name: p.component, Image: p.image}}, p.ready, reason, message)
 
 		spec, err := kruntime.DefaultUnstructuredConverter.ToUnstructured(&st)
 		if err != nil {
@@ -165,7 +188,8 @@ func (f *Fleet) syncAddons(ctx context.Context, kc kubernetes.Interface, posting
 				},
 				Spec: corev1.PodSpec{NodeName: node, HostNetwork: true, PriorityClassName: "system-cluster-critical", Containers: []corev1.Container{{Name: p.component, Image: p.image}}},
 			}
-			if err := ensurePod(ctx, kc, pod, podRunning(s.host, s.host, s.booted, pod.Spec.Containers, true, "", "")); err != nil {
+			reason, message := p.notReady()
+			if err := ensurePod(ctx, kc, pod, podRunning(s.host, s.host, s.booted, pod.Spec.Containers, p.ready, reason, message)); err != nil {
 				errs = append(errs, fmt.Errorf("%s: %w", m.name, err))
 			}
 		}
@@ -348,8 +372,10 @@ func syncKubeProxy(ctx context.Context, kc kubernetes.Interface, image string, n
 func ensurePod(ctx context.Context, kc kubernetes.Interface, want *corev1.Pod, st corev1.PodStatus) error {
 	pods := kc.CoreV1().Pods(want.Namespace)
 
+	// a pod moved to another node, or a static pod whose manifest changed
+	// (the kubelet replaces an outdated mirror pod), is made anew
 	pod, err := pods.Get(ctx, want.Name, metav1.GetOptions{})
-	if err == nil && pod.Spec.NodeName != want.Spec.NodeName {
+	if err == nil && (pod.Spec.NodeName != want.Spec.NodeName || !sameImages(pod.Spec.Containers, want.Spec.Containers)) {
 		if err := pods.Delete(ctx, want.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("move pod %s/%s: %w", want.Namespace, want.Name, err)
 		}
@@ -375,6 +401,11 @@ func ensurePod(ctx context.Context, kc kubernetes.Interface, want *corev1.Pod, s
 	}
 
 	return nil
+}
+
+// sameImages: the containers run the same images, in order.
+func sameImages(a, b []corev1.Container) bool {
+	return slices.EqualFunc(a, b, func(x, y corev1.Container) bool { return x.Name == y.Name && x.Image == y.Image })
 }
 
 func podReady(st corev1.PodStatus) *corev1.PodCondition {

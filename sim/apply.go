@@ -256,8 +256,9 @@ func interrupted(ctx context.Context, t *Machine) error {
 
 func (m *Machine) setConfig(cfg config.Provider, active, persisted bool) {
 	m.mu.Lock()
+	restarts := false
 	if active {
-		m.active = cfg
+		restarts = m.activateLocked(cfg)
 	}
 
 	if persisted {
@@ -266,6 +267,9 @@ func (m *Machine) setConfig(cfg config.Provider, active, persisted bool) {
 	m.mu.Unlock()
 
 	m.sync()
+	if restarts {
+		m.scheduleRestartSyncs()
+	}
 }
 
 // try makes cfg active without persisting it, and brings back the config
@@ -277,7 +281,7 @@ func (m *Machine) try(cfg config.Provider, timeout time.Duration) {
 	}
 
 	previous := m.active
-	m.active = cfg
+	restarts := m.activateLocked(cfg)
 	gen := m.bootGen
 
 	var timer *time.Timer
@@ -291,16 +295,22 @@ func (m *Machine) try(cfg config.Provider, timeout time.Duration) {
 		}
 
 		m.tryTimer = nil
-		m.active = previous
+		back := m.activateLocked(previous)
 		m.mu.Unlock()
 
 		m.fleet.log.Info("sim: try mode config rolled back", "machine", m.name)
 		m.sync()
+		if back {
+			m.scheduleRestartSyncs()
+		}
 	})
 	m.tryTimer = timer
 	m.mu.Unlock()
 
 	m.sync()
+	if restarts {
+		m.scheduleRestartSyncs()
+	}
 }
 
 // cancelTry keeps a tried config the way machined does when another apply

@@ -115,8 +115,19 @@
 //     control planes, running: "etcd not running"), and nodeReady (`node "x"
 //     status is not available yet` until the kubelet registered its Node,
 //     `node "x" is not ready` while it is NotReady). The time and network
-//     checks always pass; staticPods reads the StaticPodStatus resources,
-//     which are Running and Ready once they exist (see addons.go).
+//     checks always pass; staticPods reads the StaticPodStatus resources:
+//     "kube-system/<pod> not ready" while one restarts.
+//   - Restarts after a live change (restart.go; kubelet_service.go
+//     KubeletServiceController.Run, control_plane_static_pod.go): a change
+//     of machine.kubelet stops and starts the kubelet (service Preparing,
+//     "kubelet not running", no Node posts; the new kubeletVersion shows
+//     once it posts again), and a change of cluster.apiServer,
+//     .controllerManager or .scheduler replaces that static pod (Running,
+//     not Ready, with the new image). Both begin a quarter of RestartDelay
+//     after the apply (until then the old image runs, ready) and last
+//     RestartDelay. The sim's one kube-apiserver stays up meanwhile, where
+//     on Talos requests to that node's API server fail: clients must not
+//     depend on a particular API server answering.
 //   - Kubelets post their Node only once an etcd cluster exists (the API
 //     server is a static pod that needs etcd). A control plane whose etcd
 //     service is healthy runs kube-apiserver, kube-controller-manager and

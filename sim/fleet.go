@@ -56,6 +56,12 @@ type Options struct {
 	// fail building the client's TLS config (default 500ms; on Talos,
 	// seconds).
 	CRIStartDelay time.Duration
+	// RestartDelay is how long the kubelet, or a control plane static pod
+	// (kube-apiserver, kube-controller-manager, kube-scheduler), takes to
+	// restart after a live config change gave it a new spec; the restart
+	// begins a quarter of it after the apply, as machined's controllers
+	// react (default 1s; on Talos, seconds to a minute). See restart.go.
+	RestartDelay time.Duration
 }
 
 // MachineSpec describes one simulated machine.
@@ -117,6 +123,7 @@ type Fleet struct {
 	joinDelay      time.Duration
 	etcdWait       time.Duration
 	criDelay       time.Duration // see Options.CRIStartDelay
+	restartDelay   time.Duration // see Options.RestartDelay
 	ca             *authority
 	grpc           *grpc.Server    // serves every machine's listeners
 	maintenanceTLS *tls.Config     // shared: one self-signed certificate
@@ -166,6 +173,10 @@ func Start(ctx context.Context, opts Options) (*Fleet, error) {
 		opts.CRIStartDelay = 500 * time.Millisecond
 	}
 
+	if opts.RestartDelay <= 0 {
+		opts.RestartDelay = time.Second
+	}
+
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -188,6 +199,7 @@ func Start(ctx context.Context, opts Options) (*Fleet, error) {
 		joinDelay:    opts.EtcdJoinDelay,
 		etcdWait:     opts.EtcdClientWait,
 		criDelay:     opts.CRIStartDelay,
+		restartDelay: opts.RestartDelay,
 		ca:           ca,
 		meta:         meta,
 		byName:       map[string]*Machine{},

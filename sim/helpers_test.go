@@ -51,7 +51,7 @@ func baseConfigs(t testing.TB) (controlPlane, worker []byte) {
 	t.Helper()
 
 	configsOnce.Do(func() {
-		in, err := generate.NewInput("sim", "https://10.20.0.10:6443", "v1.34.1",
+		in, err := generate.NewInput("sim", "https://10.20.0.10:6443", "1.34.1",
 			generate.WithSecretsBundle(bundle), generate.WithVersionContract(config.TalosVersion1_11), generate.WithInstallDisk("/dev/sda"))
 		if err != nil {
 			configsErr = err
@@ -140,6 +140,10 @@ func startWith(t *testing.T, opts sim.Options) *sim.Fleet {
 
 	if opts.EtcdClientWait == 0 {
 		opts.EtcdClientWait = 200 * time.Millisecond
+	}
+
+	if opts.RestartDelay == 0 {
+		opts.RestartDelay = 200 * time.Millisecond
 	}
 
 	f, err := sim.Start(t.Context(), opts)

@@ -122,7 +122,7 @@ func (m *Machine) syncKubelet(ctx context.Context, kc kubernetes.Interface) (str
 	// machined runs while the machine is up; the kubelet not while an
 	// upgrade stopped it
 	machined := !s.down && !s.faults.Unreachable
-	posting := machined && !s.ephemeralDown()
+	posting := machined && !s.ephemeralDown() && !s.kubeletRestarting()
 	labels := map[string]string{
 		"kubernetes.io/hostname": nodeName,
 		"kubernetes.io/os":       "linux",
@@ -185,7 +185,7 @@ func (m *Machine) syncKubelet(ctx context.Context, kc kubernetes.Interface) (str
 	}
 	node.Status.Conditions = []corev1.NodeCondition{ready}
 	if posting {
-		node.Status.NodeInfo.KubeletVersion = kubeletVersion(s.active.Machine().Kubelet().Image())
+		node.Status.NodeInfo.KubeletVersion = kubeletVersion(s.kubeletImage())
 		node.Status.NodeInfo.OSImage = "Talos (" + s.version + ")"
 		node.Status.NodeInfo.OperatingSystem, node.Status.NodeInfo.Architecture = "linux", "amd64"
 		node.Status.NodeInfo.ContainerRuntimeVersion = "containerd://2.1.4"

@@ -99,6 +99,9 @@ type Machine struct {
 	// bootFailing: this boot's boot sequence fails before its services
 	// start (UpgradeBootFails on a new version's first boot).
 	bootFailing bool
+	// restarts are the live config changes that restart the kubelet or a
+	// control plane static pod, by component (restart.go).
+	restarts map[string]restart
 }
 
 // nodeFacts are what Talos' NodeStatus resource carries for the

@@ -104,6 +104,13 @@ func servicesOf(s snapshot) []service {
 			svc.state, svc.running, svc.healthy = "Finished", false, false
 			svc.message = "service not running"
 			svc.events = append(svc.events, serviceEvent{msg: "Service finished successfully", state: "Finished", ts: s.stoppedAt})
+		case id == "kubelet" && s.kubeletRestarting():
+			// KubeletServiceController stopped it for a new spec and
+			// starts it again (restart.go)
+			svc = service{id: id, state: "Preparing", unknown: true, message: "Running pre state"}
+			svc.events = append(svc.events[:len(svc.events):len(svc.events)],
+				serviceEvent{msg: "Service finished successfully", state: "Finished", ts: s.restarts[kubeletComponent].at.Add(s.restartDelay / 4)},
+				serviceEvent{msg: "Running pre state", state: "Preparing", ts: s.restarts[kubeletComponent].at.Add(s.restartDelay / 4)})
 		case id == "kubelet" && s.faults.KubeletUnhealthy:
 			svc.healthy = false
 			svc.message = "Get \"http://127.0.0.1:10248/healthz\": dial tcp 127.0.0.1:10248: connect: connection refused"
@@ -149,8 +156,8 @@ func servicesUp(s snapshot) bool {
 // unmetConditions are the reasons MachineStatus gives for not being ready,
 // in machined's order and words (machine_status.go: time, network,
 // services, staticPods, nodeReady). The time and network checks always
-// pass here; the StaticPodStatus resources are Ready once they exist, so
-// staticPods passes.
+// pass here; staticPods fails while a static pod restarts after a config
+// change (restart.go).
 func unmetConditions(s snapshot) []runtime.UnmetCondition {
 	var unmet []runtime.UnmetCondition
 
@@ -180,6 +187,20 @@ func unmetConditions(s snapshot) []runtime.UnmetCondition {
 
 	if len(problems) > 0 {
 		unmet = append(unmet, runtime.UnmetCondition{Name: "services", Reason: strings.Join(problems, ", ")})
+	}
+
+	// staticPods: a static pod the kubelet is replacing is Running but not
+	// Ready (restart.go)
+	var pods []string
+
+	for _, p := range staticPodsOf(s) {
+		if !p.ready {
+			pods = append(pods, kubeSystem+"/"+p.id(s.hostname())+" not ready")
+		}
+	}
+
+	if len(pods) > 0 {
+		unmet = append(unmet, runtime.UnmetCondition{Name: "staticPods", Reason: strings.Join(pods, ", ")})
 	}
 
 	// nodeReady: the Nodename exists once the machine is configured; its

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"maps"
 	"time"
 
 	"github.com/siderolabs/talos/pkg/machinery/config"
@@ -35,6 +36,9 @@ type snapshot struct {
 	// apiUp: an API server can run (some etcd cluster does); set by sync,
 	// which may take the fleet's lock where snap may not.
 	apiUp bool
+	// restarts, restartDelay: see restart.go
+	restarts     map[string]restart
+	restartDelay time.Duration
 }
 
 func (m *Machine) snap() snapshot {
@@ -64,6 +68,9 @@ func (m *Machine) snap() snapshot {
 		upgrading:   m.upgrading,
 		stoppedAt:   m.stoppedAt,
 		bootFailing: m.bootFailing,
+
+		restarts:     maps.Clone(m.restarts),
+		restartDelay: m.fleet.restartDelay,
 	}
 
 	if s.faults.TalosVersion != "" {

@@ -1,0 +1,127 @@
+package machines
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/cosi-project/runtime/pkg/safe"
+	"github.com/siderolabs/talos/pkg/machinery/client"
+	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
+	"github.com/siderolabs/talos/pkg/machinery/config/configpatcher"
+	"github.com/siderolabs/talos/pkg/machinery/resources/k8s"
+	corev1 "k8s.io/api/core/v1"
+	kruntime "k8s.io/apimachinery/pkg/runtime"
+)
+
+// KubeComponents are the Kubernetes images a machine config runs: the
+// kubelet on every machine, the control plane static pods (kube-apiserver,
+// kube-controller-manager, kube-scheduler) on a control plane only.
+type KubeComponents struct {
+	ControlPlane                            bool
+	Kubelet                                 string
+	APIServer, ControllerManager, Scheduler string
+}
+
+// KubeComponentsOf reads the images from a machine config.
+func KubeComponentsOf(cfg []byte) (KubeComponents, error) {
+	c, err := configloader.NewFromBytes(cfg)
+	if err != nil {
+		return KubeComponents{}, fmt.Errorf("load config: %w", err)
+	}
+	if c.Machine() == nil {
+		return KubeComponents{}, fmt.Errorf("the config has no machine section")
+	}
+	out := KubeComponents{ControlPlane: c.Machine().Type().IsControlPlane(), Kubelet: c.Machine().Kubelet().Image()}
+	if out.ControlPlane && c.Cluster() != nil {
+		cc := c.Cluster()
+		out.APIServer, out.ControllerManager, out.Scheduler = cc.APIServer().Image(), cc.ControllerManager().Image(), cc.Scheduler().Image()
+	}
+	return out, nil
+}
+
+// ControlPlaneImages are the static pods' images by component name, as
+// StaticPods names them (empty on a worker).
+func (k KubeComponents) ControlPlaneImages() map[string]string {
+	if !k.ControlPlane {
+		return nil
+	}
+	return map[string]string{"kube-apiserver": k.APIServer, "kube-controller-manager": k.ControllerManager, "kube-scheduler": k.Scheduler}
+}
+
+// Versions are the distinct tags of the components' images.
+func (k KubeComponents) Versions() []string {
+	var out []string
+	for _, img := range []string{k.Kubelet, k.APIServer, k.ControllerManager, k.Scheduler} {
+		if v := ImageTag(img); v != "" && !slices.Contains(out, v) {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// ImageTag is the tag of an image reference ("v1.34.1"), "" when it has
+// none (a digest only).
+func ImageTag(image string) string {
+	last := image[strings.LastIndex(image, "/")+1:]
+	last, _, _ = strings.Cut(last, "@")
+	_, tag, _ := strings.Cut(last, ":")
+	return tag
+}
+
+// WithKubeletImage returns cfg with machine.kubelet.image set to image, as
+// a strategic merge patch sets it (talosctl upgrade-k8s patches the same
+// field: pkg/cluster/kubernetes/kubelet.go upgradeKubeletPatcher).
+func WithKubeletImage(cfg []byte, image string) ([]byte, error) {
+	patches, err := configpatcher.LoadPatches([]string{fmt.Sprintf("machine:\n  kubelet:\n    image: %q\n", image)})
+	if err != nil {
+		return nil, fmt.Errorf("kubelet image patch: %w", err)
+	}
+	out, err := configpatcher.Apply(configpatcher.WithBytes(cfg), patches)
+	if err != nil {
+		return nil, fmt.Errorf("set the kubelet image: %w", err)
+	}
+	return out.Bytes()
+}
+
+// StaticPod is one control plane static pod as the machine's kubelet
+// reports it (the StaticPodStatus resource).
+type StaticPod struct {
+	// Component is the pod's k8s-app: kube-apiserver, kube-controller-manager, kube-scheduler.
+	Component string
+	Image     string
+	Ready     bool
+	// Reason says why it is not Ready, from its Ready condition.
+	Reason string
+}
+
+// StaticPods reads the machine's StaticPodStatus resources (Talos' view of
+// the kubelet's static pods: `kube-system/<component>-<node>`).
+func StaticPods(ctx context.Context, c *client.Client) ([]StaticPod, error) {
+	list, err := safe.StateListAll[*k8s.StaticPodStatus](ctx, c.COSI)
+	if err != nil {
+		return nil, fmt.Errorf("read StaticPodStatus: %w", PlainError(err))
+	}
+	var out []StaticPod
+	for r := range list.All() {
+		var st corev1.PodStatus
+		if err := kruntime.DefaultUnstructuredConverter.FromUnstructured(r.TypedSpec().PodStatus, &st); err != nil {
+			return nil, fmt.Errorf("StaticPodStatus %s: %w", r.Metadata().ID(), err)
+		}
+		p := StaticPod{Reason: "no Ready condition"}
+		if len(st.ContainerStatuses) > 0 {
+			p.Component, p.Image = st.ContainerStatuses[0].Name, st.ContainerStatuses[0].Image
+		}
+		for _, cond := range st.Conditions {
+			if cond.Type == corev1.PodReady {
+				p.Ready, p.Reason = cond.Status == corev1.ConditionTrue, cond.Reason
+				if cond.Message != "" {
+					p.Reason += ": " + cond.Message
+				}
+			}
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
