@@ -73,6 +73,21 @@ func kubeconfigRules(kubeconfig string) *clientcmd.ClientConfigLoadingRules {
 	return &clientcmd.ClientConfigLoadingRules{Precedence: paths}
 }
 
+// NodeFactsOf reads the facts from a Node.
+func NodeFactsOf(n *corev1.Node) NodeFacts {
+	f := NodeFacts{KubeletVersion: n.Status.NodeInfo.KubeletVersion, Labels: n.Labels, ReadyReason: "no Ready condition"}
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			f.Ready = c.Status == corev1.ConditionTrue
+			f.ReadyReason = c.Reason
+			if c.Message != "" {
+				f.ReadyReason += ": " + c.Message
+			}
+		}
+	}
+	return f
+}
+
 // ObserveNodes lists the cluster's Nodes. A nil client gives Err saying why.
 func ObserveNodes(ctx context.Context, kc kubernetes.Interface) Nodes {
 	if kc == nil {
@@ -86,18 +101,7 @@ func ObserveNodes(ctx context.Context, kc kubernetes.Interface) Nodes {
 			return Nodes{Err: fmt.Errorf("list Nodes: %w", err)}
 		}
 		for i := range list.Items {
-			n := &list.Items[i]
-			f := NodeFacts{KubeletVersion: n.Status.NodeInfo.KubeletVersion, Labels: n.Labels, ReadyReason: "no Ready condition"}
-			for _, c := range n.Status.Conditions {
-				if c.Type == corev1.NodeReady {
-					f.Ready = c.Status == corev1.ConditionTrue
-					f.ReadyReason = c.Reason
-					if c.Message != "" {
-						f.ReadyReason += ": " + c.Message
-					}
-				}
-			}
-			out.ByName[n.Name] = f
+			out.ByName[list.Items[i].Name] = NodeFactsOf(&list.Items[i])
 		}
 		if list.Continue == "" {
 			return out

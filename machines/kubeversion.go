@@ -3,6 +3,7 @@ package machines
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -41,13 +42,42 @@ func KubeComponentsOf(cfg []byte) (KubeComponents, error) {
 	return out, nil
 }
 
+// The Kubernetes components a machine config runs, as StaticPods and
+// talosctl upgrade-k8s name them, in the order talosctl upgrade-k8s moves
+// them to a new version (pkg/cluster/kubernetes/talos_managed.go Upgrade:
+// each static pod on every control plane, then the kubelets).
+const (
+	KubeAPIServer         = "kube-apiserver"
+	KubeControllerManager = "kube-controller-manager"
+	KubeScheduler         = "kube-scheduler"
+	Kubelet               = "kubelet"
+)
+
+// KubeOrder is the order in which a Kubernetes version change moves the components.
+var KubeOrder = []string{KubeAPIServer, KubeControllerManager, KubeScheduler, Kubelet}
+
 // ControlPlaneImages are the static pods' images by component name, as
 // StaticPods names them (empty on a worker).
 func (k KubeComponents) ControlPlaneImages() map[string]string {
 	if !k.ControlPlane {
 		return nil
 	}
-	return map[string]string{"kube-apiserver": k.APIServer, "kube-controller-manager": k.ControllerManager, "kube-scheduler": k.Scheduler}
+	return map[string]string{KubeAPIServer: k.APIServer, KubeControllerManager: k.ControllerManager, KubeScheduler: k.Scheduler}
+}
+
+// Image is the image of one component ("" when the machine runs none).
+func (k KubeComponents) Image(component string) string {
+	switch component {
+	case Kubelet:
+		return k.Kubelet
+	case KubeAPIServer:
+		return k.APIServer
+	case KubeControllerManager:
+		return k.ControllerManager
+	case KubeScheduler:
+		return k.Scheduler
+	}
+	return ""
 }
 
 // Versions are the distinct tags of the components' images.
@@ -70,17 +100,39 @@ func ImageTag(image string) string {
 	return tag
 }
 
-// WithKubeletImage returns cfg with machine.kubelet.image set to image, as
-// a strategic merge patch sets it (talosctl upgrade-k8s patches the same
-// field: pkg/cluster/kubernetes/kubelet.go upgradeKubeletPatcher).
-func WithKubeletImage(cfg []byte, image string) ([]byte, error) {
-	patches, err := configpatcher.LoadPatches([]string{fmt.Sprintf("machine:\n  kubelet:\n    image: %q\n", image)})
+// kubeImageField is where a machine config sets each component's image.
+var kubeImageField = map[string]string{
+	Kubelet:               "machine:\n  kubelet:\n    image: %q\n",
+	KubeAPIServer:         "cluster:\n  apiServer:\n    image: %q\n",
+	KubeControllerManager: "cluster:\n  controllerManager:\n    image: %q\n",
+	KubeScheduler:         "cluster:\n  scheduler:\n    image: %q\n",
+}
+
+// WithKubeImages returns cfg with the given components' images (by
+// component name) set, as a strategic merge patch sets them: talosctl
+// upgrade-k8s patches the same fields, one component at a time
+// (pkg/cluster/kubernetes/talos_managed.go upgradeStaticPodPatcher,
+// kubelet.go upgradeKubeletPatcher).
+func WithKubeImages(cfg []byte, images map[string]string) ([]byte, error) {
+	if len(images) == 0 {
+		return cfg, nil
+	}
+	var docs []string
+	for _, c := range KubeOrder {
+		if img, ok := images[c]; ok {
+			docs = append(docs, fmt.Sprintf(kubeImageField[c], img))
+		}
+	}
+	if len(docs) != len(images) {
+		return nil, fmt.Errorf("set images: unknown component among %v", slices.Sorted(maps.Keys(images)))
+	}
+	patches, err := configpatcher.LoadPatches(docs)
 	if err != nil {
-		return nil, fmt.Errorf("kubelet image patch: %w", err)
+		return nil, fmt.Errorf("image patch: %w", err)
 	}
 	out, err := configpatcher.Apply(configpatcher.WithBytes(cfg), patches)
 	if err != nil {
-		return nil, fmt.Errorf("set the kubelet image: %w", err)
+		return nil, fmt.Errorf("set the Kubernetes images: %w", err)
 	}
 	return out.Bytes()
 }

@@ -48,7 +48,7 @@ func TestKubeComponentsOf(t *testing.T) {
 		t.Errorf("worker-1: %+v; want the kubelet only", w)
 	}
 
-	held, err := machines.WithKubeletImage(cfgs["cp-1"], "ghcr.io/siderolabs/kubelet:v1.33.5")
+	held, err := machines.WithKubeImages(cfgs["cp-1"], map[string]string{machines.Kubelet: "ghcr.io/siderolabs/kubelet:v1.33.5"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,5 +73,44 @@ func TestKubeComponentsOf(t *testing.T) {
 
 	if _, err := machines.KubeComponentsOf([]byte("not: [a config")); err == nil {
 		t.Error("a broken config read without error")
+	}
+}
+
+func TestWithKubeImages(t *testing.T) {
+	cfgs := renderedExample(t)
+	held := map[string]string{
+		machines.KubeAPIServer: "registry.k8s.io/kube-apiserver:v1.33.5",
+		machines.KubeScheduler: "registry.k8s.io/kube-scheduler:v1.33.5",
+	}
+	out, err := machines.WithKubeImages(cfgs["cp-1"], held)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := machines.KubeComponentsOf(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range machines.KubeOrder {
+		want := "v1.34.1"
+		if _, ok := held[c]; ok {
+			want = "v1.33.5"
+		}
+		if tag := machines.ImageTag(got.Image(c)); tag != want {
+			t.Errorf("%s runs %s, want %s", c, got.Image(c), want)
+		}
+	}
+	d, err := machines.DiffConfigs(out, cfgs["cp-1"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(d.Changes) != 2 {
+		t.Errorf("changes %v, want the two images only", d.Changes)
+	}
+	same, err := machines.WithKubeImages(cfgs["worker-1"], nil)
+	if err != nil || string(same) != string(cfgs["worker-1"]) {
+		t.Errorf("no images: the config changed (%v)", err)
+	}
+	if _, err := machines.WithKubeImages(cfgs["cp-1"], map[string]string{"kube-proxy": "x:v1"}); err == nil {
+		t.Error("an unknown component was set without error")
 	}
 }
