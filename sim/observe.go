@@ -26,17 +26,33 @@ type Observation struct {
 	TalosVersion, InstallImage string
 	// Upgrading: an upgrade sequence runs (MachineStatus stage upgrading).
 	Upgrading bool
+	// Images are the images the Kubernetes components run now, by
+	// component (kubelet, kube-apiserver, kube-controller-manager,
+	// kube-scheduler): the old one until the restart of a live change
+	// begins (restart.go); none while the machine is down or unconfigured.
+	Images map[string]string
 }
 
 // Observe returns the machine's Observation.
 func (m *Machine) Observe() Observation {
+	s := m.snap()
+
 	m.mu.Lock()
 	defer m.mu.Unlock()
 
-	return Observation{
+	o := Observation{
 		Down: m.down, Reboots: m.bootGen, Booted: m.booted,
 		TalosVersion: m.version, InstallImage: m.installImage, Upgrading: m.upgrading,
 	}
+
+	if !s.down && s.active != nil && s.active.Machine() != nil {
+		o.Images = map[string]string{kubeletComponent: s.kubeletImage()}
+		for _, p := range staticPodsOf(s) {
+			o.Images[p.component] = p.image
+		}
+	}
+
+	return o
 }
 
 // EtcdCluster is one etcd cluster of the fleet, by machine name.

@@ -54,6 +54,13 @@ type Options struct {
 	// TalosVersion is the version every machine starts on (default the
 	// sim's, v1.11.0), e.g. an older one to upgrade from.
 	TalosVersion string
+	// KubernetesVersion, when set, is the version every machine's config
+	// runs when the fleet starts (rendered from the inventory with
+	// cluster.kubernetesVersion set to it), e.g. an older one to upgrade
+	// from; Desired stays the inventory's.
+	KubernetesVersion string
+	// RestartDelay is the sim's (sim.Options.RestartDelay; default its own).
+	RestartDelay time.Duration
 }
 
 // FixtureSecrets is the path of the committed test bundle (a fake cluster's).
@@ -88,6 +95,14 @@ func Start(t testing.TB, opts Options) *Fleet {
 	if f.Renderer, err = bootstrap.NewRenderer(f.Inventory, f.Bundle); err != nil {
 		t.Fatal(err)
 	}
+	start := f.Renderer
+	if opts.KubernetesVersion != "" {
+		inv := *f.Inventory
+		inv.Cluster.KubernetesVersion = opts.KubernetesVersion
+		if start, err = bootstrap.NewRenderer(&inv, f.Bundle); err != nil {
+			t.Fatal(err)
+		}
+	}
 	var specs []sim.MachineSpec
 	for i := range f.Inventory.Machines {
 		m := &f.Inventory.Machines[i]
@@ -96,6 +111,11 @@ func Start(t testing.TB, opts Options) *Fleet {
 			t.Fatal(err)
 		}
 		f.Desired[m.Name] = rd.Config
+		if start != f.Renderer {
+			if rd, err = start.Render(m); err != nil {
+				t.Fatal(err)
+			}
+		}
 		spec := sim.MachineSpec{Name: m.Name, Role: m.Role, Config: rd.Config, TalosVersion: opts.TalosVersion, SystemDisk: sim.SystemDiskFor(m.InstallDisk, m.InstallDiskType())}
 		if opts.LoopbackNet != "" {
 			spec.Address = fmt.Sprintf("%s.%d:50000", opts.LoopbackNet, i+1)
@@ -109,7 +129,7 @@ func Start(t testing.TB, opts Options) *Fleet {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	if f.Sim, err = sim.Start(ctx, sim.Options{Bundle: f.Bundle, Machines: specs, RebootDelay: 50 * time.Millisecond, EtcdJoinDelay: cmp.Or(opts.EtcdJoinDelay, 50*time.Millisecond), EtcdClientWait: 300 * time.Millisecond}); err != nil {
+	if f.Sim, err = sim.Start(ctx, sim.Options{Bundle: f.Bundle, Machines: specs, RebootDelay: 50 * time.Millisecond, EtcdJoinDelay: cmp.Or(opts.EtcdJoinDelay, 50*time.Millisecond), EtcdClientWait: 300 * time.Millisecond, RestartDelay: opts.RestartDelay}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { f.Sim.Close() })
