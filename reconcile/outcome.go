@@ -21,4 +21,7 @@ const (
 	OutcomeGone        = "gone" // no longer in the inventory or the shard
 	// OutcomeHeld: left alone on purpose (a pending try or a staged config); drift is left.
 	OutcomeHeld = "held"
+	// OutcomePartial: changed part way on purpose: the Kubernetes components
+	// the plan let move did, the others wait for a later pass; drift is left.
+	OutcomePartial = "partial"
 )

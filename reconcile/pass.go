@@ -48,7 +48,7 @@ func (r *PassResult) ExitCode() int {
 		switch o {
 		case OutcomeFailed, OutcomeInterrupted:
 			return 2
-		case OutcomeBlocked, OutcomeDryRun, OutcomeHeld:
+		case OutcomeBlocked, OutcomeDryRun, OutcomeHeld, OutcomePartial:
 			code = 1
 		}
 	}

@@ -14,6 +14,9 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/client-go/kubernetes"
+
+	"devata.dev/devata/gate"
 	"devata.dev/devata/inventory"
 	"devata.dev/devata/machines"
 )
@@ -44,9 +47,12 @@ type Action struct {
 	// Diff is redacted; secrets appear only as changed paths.
 	Diff machines.ConfigDiff
 	// Upgrade is set on a KindUpgrade action.
-	Upgrade  *UpgradeStep
-	Evidence string
-	Warnings []string
+	Upgrade *UpgradeStep
+	// Kubernetes is set on a KindApply action that moves Kubernetes
+	// versions: it is applied in phases, one component at a time.
+	Kubernetes *KubeStep
+	Evidence   string
+	Warnings   []string
 	// Held marks a skip made on purpose: the machine is left alone until
 	// what it waits for is over (a pending try's rollback, a staged config's
 	// reboot), not retried as a failure.
@@ -58,12 +64,17 @@ type Action struct {
 	// Empty when it was running and ready, or ready but for its Node (which
 	// that wait does not need).
 	NotReady string
+
+	kube *kubeSeen
 }
 
 // Plan is the ordered list of actions: control planes first (one at a time
 // when rolled out), then workers.
 type Plan struct {
 	Actions []Action
+	// Kubernetes is the Kubernetes version change the actions make, when
+	// one does: what moves now, what waits, or why it is refused.
+	Kubernetes *gate.KubeRollout
 }
 
 // Pending returns the actions that change something: config applies and upgrades.
@@ -101,6 +112,9 @@ type Planner struct {
 	Timeout     time.Duration
 	// Upgrades, when set, also plans Talos OS upgrades (nil: none).
 	Upgrades *Upgrades
+	// Kube reads the Nodes: the kubelet versions for the Kubernetes version
+	// rules, and a moved kubelet's confirmation. nil holds kubelet moves.
+	Kube kubernetes.Interface
 }
 
 // Plan observes the given machines (all when nil) and returns the plan.
@@ -138,13 +152,28 @@ func (p *Planner) Plan(ctx context.Context, only []*inventory.Machine) (*Plan, e
 		}
 		return 0
 	})
-	return &Plan{Actions: actions}, ctx.Err()
+	plan := &Plan{Actions: actions}
+	if ctx.Err() == nil {
+		plan.Kubernetes = p.planKubernetes(ctx, actions)
+	}
+	for i := range actions {
+		actions[i].kube = nil
+	}
+	return plan, ctx.Err()
 }
 
 func (p *Planner) planOne(ctx context.Context, m *inventory.Machine) Action {
-	desired := p.Desired[m.Name]
+	s := machines.SurveyMachine(ctx, p.Dialer, m, p.Desired[m.Name], p.Mode, p.Upgrades == nil || !p.Upgrades.Only)
+	a := p.decide(m, s)
+	if p.Upgrades == nil || !p.Upgrades.Only {
+		seeKube(&a, s.Obs)
+	}
+	return a
+}
+
+// decide is a machine's action from its survey.
+func (p *Planner) decide(m *inventory.Machine, s *machines.Survey) Action {
 	only := p.Upgrades != nil && p.Upgrades.Only
-	s := machines.SurveyMachine(ctx, p.Dialer, m, desired, p.Mode, !only)
 	o := s.Obs
 	switch {
 	case o.Maintenance:

@@ -65,7 +65,7 @@ func diffSummary(a Action) string {
 // nothing to apply (in sync, held, failed to plan, interrupted).
 func (r *machineReconciler) planOne(ctx context.Context, d *Desired, desired map[string][]byte, m *inventory.Machine) (Action, string, error) {
 	l := r.loop
-	p := &Planner{Inventory: d.Inventory, Desired: desired, Dialer: l.Dialer, Mode: l.Mode, Concurrency: 1, Timeout: l.Timeout, Upgrades: l.Upgrades}
+	p := &Planner{Inventory: d.Inventory, Desired: desired, Dialer: l.Dialer, Mode: l.Mode, Concurrency: 1, Timeout: l.Timeout, Upgrades: l.Upgrades, Kube: l.Kube}
 	plan, err := p.Plan(ctx, []*inventory.Machine{m})
 	if err != nil {
 		return Action{}, OutcomeInterrupted, nil
@@ -159,7 +159,7 @@ func (r *machineReconciler) change(ctx context.Context, d *Desired, desired map[
 	ro := &Rollout{
 		Inventory: d.Inventory, Desired: desired, Dialer: l.Dialer, MaxUnavailable: 1,
 		Timeout: l.Timeout, Wait: l.Wait, TryTimeout: l.TryTimeout, Poll: l.Poll,
-		AllowQuorumLoss: l.AllowQuorumLoss,
+		AllowQuorumLoss: l.AllowQuorumLoss, Kube: l.Kube,
 		Say: func(format string, args ...any) {
 			l.Log.Info(strings.TrimSpace(fmt.Sprintf(format, args...)), "machine", key)
 		},
@@ -184,11 +184,14 @@ func (r *machineReconciler) change(ctx context.Context, d *Desired, desired map[
 		rec.Result, rec.Error = ResultFailed, out.Stopped
 		outcome, err = OutcomeFailed, errors.New(out.Stopped)
 		l.Metrics.errors.WithLabelValues(stageApply).Inc()
-	case len(out.Converged) > 0:
+	case len(out.Converged) > 0 || len(out.Partial) > 0:
 		rec.Result = ResultConverged
 		outcome = OutcomeConverged
-		if a.Kind == KindUpgrade {
+		switch {
+		case a.Kind == KindUpgrade:
 			outcome = OutcomeUpgraded
+		case len(out.Partial) > 0:
+			outcome = OutcomePartial
 		}
 		if out.Stopped != "" { // the gate after the change failed
 			rec.Error = out.Stopped

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/client-go/kubernetes"
+
 	"devata.dev/devata/gate"
 	"devata.dev/devata/internal/heartbeat"
 	"devata.dev/devata/inventory"
@@ -39,6 +41,8 @@ type Rollout struct {
 	// Heartbeat is how often a wait (for a machine or a gate) says through
 	// Say that it still waits (heartbeat.Every when zero).
 	Heartbeat time.Duration
+	// Kube reads the Nodes: a moved kubelet is confirmed on its Node.
+	Kube kubernetes.Interface
 }
 
 // Outcome is what a rollout did.
@@ -54,14 +58,29 @@ type Outcome struct {
 	// Refused marks a stop by the quorum rule (gate.MayTakeDown): etcd is healthy
 	// but too small to lose the next control plane; nothing was sent to it.
 	Refused bool
+	// Partial are machines changed part way: some of their Kubernetes
+	// components moved, the others wait (held by the plan, or the rollout
+	// stopped before them). Their drift is left for a later run.
+	Partial []string
 }
 
 // Done reports whether every pending action converged.
 func (o *Outcome) Done() bool { return len(o.Failed) == 0 && len(o.Untouched) == 0 && o.Stopped == "" }
 
+// unit is one apply of a rollout: a whole action, or one phase of a
+// Kubernetes version change (phase ≥ 0).
+type unit struct {
+	action, phase int
+}
+
 // Run rolls out the pending actions of plan. Cancelling ctx stops taking new
 // machines; a machine already being changed is finished (bounded by Wait) on
 // its own context, so an interrupt never leaves a change half-reported.
+//
+// Control planes go one apply at a time: first every change but the
+// Kubernetes components after kube-apiserver, then, for each of
+// kube-controller-manager, kube-scheduler and the kubelet, every control
+// plane that moves it (talosctl upgrade-k8s' order); then workers in batches.
 func (r *Rollout) Run(ctx context.Context, plan *Plan) *Outcome {
 	if r.Poll <= 0 {
 		r.Poll = 500 * time.Millisecond
@@ -74,104 +93,161 @@ func (r *Rollout) Run(ctx context.Context, plan *Plan) *Outcome {
 		AllowQuorumLoss: r.AllowQuorumLoss, Say: r.Say, Heartbeat: r.Heartbeat,
 	}
 	out := &Outcome{}
-	var cps, workers []Action
-	for _, a := range plan.Pending() {
-		if a.Machine.IsControlPlane() {
-			cps = append(cps, a)
-		} else {
-			workers = append(workers, a)
+	actions := plan.Pending()
+	var cps []unit
+	var workers []int
+	for round, c := range machines.KubeOrder {
+		for i, a := range actions {
+			switch {
+			case !a.Machine.IsControlPlane():
+				if round == 0 {
+					workers = append(workers, i)
+				}
+			case a.Kubernetes == nil:
+				if round == 0 {
+					cps = append(cps, unit{i, -1})
+				}
+			default:
+				for p, ph := range a.Kubernetes.Phases {
+					// the first round takes kube-apiserver and a change with every component held
+					if ph.Component == c || round == 0 && ph.Component == "" {
+						cps = append(cps, unit{i, p})
+					}
+				}
+			}
 		}
 	}
-	untouched := func(rest []Action) {
-		for _, a := range rest {
-			out.Untouched = append(out.Untouched, a.Machine.Name)
+	started, done := make([]bool, len(actions)), make([]bool, len(actions))
+	// stop ends the rollout: every action not started is untouched, every
+	// one started and not done partial.
+	stop := func(why string) *Outcome {
+		out.Stopped = why
+		for i, a := range actions {
+			switch {
+			case !started[i]:
+				out.Untouched = append(out.Untouched, a.Machine.Name)
+			case !done[i] && !slices.Contains(out.Failed, a.Machine.Name):
+				out.Partial = append(out.Partial, a.Machine.Name)
+			}
 		}
+		return out
 	}
-	for i, a := range cps {
+	// finish counts an action whose last apply is done.
+	finish := func(i int) {
+		done[i] = true
+		if k := actions[i].Kubernetes; k != nil && len(k.Held) > 0 {
+			out.Partial = append(out.Partial, actions[i].Machine.Name)
+			return
+		}
+		out.Converged = append(out.Converged, actions[i].Machine.Name)
+	}
+	for _, u := range cps {
+		a := actions[u.action]
 		if err := ctx.Err(); err != nil {
-			out.Stopped = "interrupted before " + a.Machine.Name
-			untouched(cps[i:])
-			untouched(workers)
-			return out
+			return stop("interrupted before " + a.Machine.Name)
 		}
 		var down *inventory.Machine
-		if a.Reboots {
+		if u.reboots(a) {
 			down = a.Machine
 		}
 		if err := g.Pass(ctx, "before "+a.Machine.Name, down); err != nil {
 			var qe *gate.QuorumError
 			out.Refused = errors.As(err, &qe) && qe.Loss
-			out.Stopped = err.Error()
-			untouched(cps[i:])
-			untouched(workers)
-			return out
+			return stop(err.Error())
 		}
-		err := r.step(context.WithoutCancel(ctx), a)
+		started[u.action] = true
+		err := r.apply(context.WithoutCancel(ctx), a, u.phase)
 		if ctx.Err() != nil {
 			out.InFlight = a.Machine.Name // interrupted while changing it: finished, not abandoned
 		}
 		if err != nil {
 			out.Failed = append(out.Failed, a.Machine.Name)
-			out.Stopped = err.Error()
-			untouched(cps[i+1:])
-			untouched(workers)
-			return out
+			return stop(err.Error())
+		}
+		if u.last(a) {
+			finish(u.action)
 		}
 		if err := g.Pass(context.WithoutCancel(ctx), "after "+a.Machine.Name, nil); err != nil {
-			out.Converged = append(out.Converged, a.Machine.Name)
-			out.Stopped = err.Error()
-			untouched(cps[i+1:])
-			untouched(workers)
-			return out
+			return stop(err.Error())
 		}
-		out.Converged = append(out.Converged, a.Machine.Name)
 	}
 	for start := 0; start < len(workers); start += r.MaxUnavailable {
 		batch := workers[start:min(start+r.MaxUnavailable, len(workers))]
 		if ctx.Err() != nil {
-			out.Stopped = "interrupted before " + names(batch)
-			untouched(workers[start:])
-			return out
+			var ns []string
+			for _, i := range batch {
+				ns = append(ns, actions[i].Machine.Name)
+			}
+			return stop("interrupted before " + strings.Join(ns, ", "))
 		}
 		var (
-			mu     sync.Mutex
-			failed []string
-			errs   []string
-			wg     sync.WaitGroup
+			mu   sync.Mutex
+			errs []string
+			wg   sync.WaitGroup
 		)
-		for _, a := range batch {
+		for _, i := range batch {
+			started[i] = true
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				err := r.step(context.WithoutCancel(ctx), a)
+				err := r.applyAll(context.WithoutCancel(ctx), actions[i])
 				mu.Lock()
 				defer mu.Unlock()
 				if err != nil {
-					failed = append(failed, a.Machine.Name)
+					out.Failed = append(out.Failed, actions[i].Machine.Name)
 					errs = append(errs, err.Error())
 				} else {
-					out.Converged = append(out.Converged, a.Machine.Name)
+					finish(i)
 				}
 			}()
 		}
 		wg.Wait()
 		if ctx.Err() != nil {
-			out.InFlight = names(batch)
+			var ns []string
+			for _, i := range batch {
+				ns = append(ns, actions[i].Machine.Name)
+			}
+			out.InFlight = strings.Join(ns, ", ")
 		}
-		if len(failed) > 0 {
-			slices.Sort(failed)
-			out.Failed = append(out.Failed, failed...)
-			out.Stopped = strings.Join(errs, "; ")
-			untouched(workers[start+len(batch):])
-			return out
+		if len(errs) > 0 {
+			slices.Sort(out.Failed)
+			return stop(strings.Join(errs, "; "))
 		}
 	}
 	return out
 }
 
-// step carries out one action: an upgrade or a config change.
-func (r *Rollout) step(ctx context.Context, a Action) error {
-	if a.Kind == KindUpgrade {
+// reboots reports whether the unit's apply reboots the machine.
+func (u unit) reboots(a Action) bool {
+	if u.phase < 0 {
+		return a.Reboots
+	}
+	return a.Kubernetes.Phases[u.phase].Reboots
+}
+
+// last reports whether the unit is the action's last apply.
+func (u unit) last(a Action) bool { return u.phase < 0 || u.phase == len(a.Kubernetes.Phases)-1 }
+
+// applyAll carries out every apply of an action, in order.
+func (r *Rollout) applyAll(ctx context.Context, a Action) error {
+	if a.Kubernetes == nil {
+		return r.apply(ctx, a, -1)
+	}
+	for p := range a.Kubernetes.Phases {
+		if err := r.apply(ctx, a, p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// apply carries out one apply of an action: a Kubernetes phase (phase ≥ 0),
+// an upgrade or a config change.
+func (r *Rollout) apply(ctx context.Context, a Action, phase int) error {
+	switch {
+	case phase >= 0:
+		return r.kubePhase(ctx, a, a.Kubernetes.Phases[phase])
+	case a.Kind == KindUpgrade:
 		return r.upgrade(ctx, a)
 	}
 	return r.change(ctx, a)
@@ -179,28 +255,34 @@ func (r *Rollout) step(ctx context.Context, a Action) error {
 
 // change applies one machine's desired config and waits until it runs it.
 func (r *Rollout) change(ctx context.Context, a Action) error {
-	m := a.Machine
+	return r.applyWait(ctx, a.Machine, r.Desired[a.Machine.Name], a.Mode, a.Reboots, a.Diff.Summary(), a.NotReady)
+}
+
+// applyWait applies cfg to m in mode and waits until it runs it (through
+// its reboot, if it reboots), running and ready. summary says what changes,
+// notReady what kept it from being ready before.
+func (r *Rollout) applyWait(ctx context.Context, m *inventory.Machine, cfg []byte, mode machines.Mode, reboots bool, summary, notReady string) error {
 	start := time.Now()
-	r.say("==> %s: apply (%s): %s", m.Name, a.Mode, a.Diff.Summary())
-	if a.NotReady != "" {
-		r.say("    %s: %s; the wait after the change needs it running and ready", m.Name, a.NotReady)
+	r.say("==> %s: apply (%s): %s", m.Name, mode, summary)
+	if notReady != "" {
+		r.say("    %s: %s; the wait after the change needs it running and ready", m.Name, notReady)
 	}
 	actx, cancel := context.WithTimeout(ctx, r.Timeout)
 	c, err := r.Dialer.Client(actx, m)
 	lost := false
 	if err == nil {
 		defer c.Close()
-		_, err = machines.Apply(actx, c, r.Desired[m.Name], a.Mode, r.TryTimeout)
+		_, err = machines.Apply(actx, c, cfg, mode, r.TryTimeout)
 		// The connection dropped mid-apply: Talos may have persisted the
 		// config and rebooted before it replied. Judge by what the machine
 		// runs once it is back, not by the broken call.
-		lost = err != nil && machines.IsUnreachable(err) && ctx.Err() == nil && a.Mode != machines.ModeStaged
+		lost = err != nil && machines.IsUnreachable(err) && ctx.Err() == nil && mode != machines.ModeStaged
 	}
 	cancel()
 	switch {
 	case lost:
 		r.say("    %s: connection lost during the apply (%v); waiting to see whether it rebooted into its config", m.Name, err)
-		if werr := r.waitConverged(ctx, m, "to come back on its desired config"); werr != nil {
+		if werr := r.waitConverged(ctx, m, cfg, "to come back on its desired config"); werr != nil {
 			return fmt.Errorf("%s: the connection was lost during the apply (%v), and it did not come back running its desired config: %w", m.Name, err, werr)
 		}
 		r.say("    %s: back, runs the desired config (%s)", m.Name, time.Since(start).Round(time.Millisecond))
@@ -208,16 +290,16 @@ func (r *Rollout) change(ctx context.Context, a Action) error {
 	case err != nil:
 		return fmt.Errorf("%s: apply: %w", m.Name, err)
 	}
-	if a.Mode == machines.ModeStaged {
+	if mode == machines.ModeStaged {
 		r.say("    %s: staged; it takes effect on the next reboot", m.Name)
 		return nil
 	}
 	waitsFor := "to run its desired config, running and ready"
-	if a.Reboots {
+	if reboots {
 		r.say("    %s: applied; rebooting, waiting for it to return", m.Name)
 		waitsFor = "to come back on its desired config"
 	}
-	if err := r.waitConverged(ctx, m, waitsFor); err != nil {
+	if err := r.waitConverged(ctx, m, cfg, waitsFor); err != nil {
 		return err
 	}
 	r.say("    %s: runs the desired config, stage running (%s)", m.Name, time.Since(start).Round(time.Millisecond))
@@ -231,12 +313,11 @@ func (r *Rollout) change(ctx context.Context, a Action) error {
 // rebooted into its config comes back through stage booting; a control
 // plane stays there until its etcd runs again. Every Heartbeat it says what it
 // waits for (the machine's name, then waitsFor) and what it last saw.
-func (r *Rollout) waitConverged(ctx context.Context, m *inventory.Machine, waitsFor string) error {
+func (r *Rollout) waitConverged(ctx context.Context, m *inventory.Machine, want []byte, waitsFor string) error {
 	// Each look runs to its own timeout, not the wait's, so that the error
 	// reported when the wait ends is a whole observation, not a cut-off one.
 	wctx, cancel := context.WithTimeout(ctx, r.Wait)
 	defer cancel()
-	want := r.Desired[m.Name]
 	last := "no answer yet"
 	beat := heartbeat.Start(r.Say, r.Heartbeat, r.Wait, m.Name+" "+waitsFor)
 	defer beat.Stop()

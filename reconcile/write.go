@@ -54,6 +54,9 @@ func (p *Plan) Write(w io.Writer) {
 			if act.NotReady != "" {
 				fmt.Fprintf(w, "      %s\n", act.NotReady)
 			}
+			if k := act.Kubernetes; k != nil {
+				fmt.Fprintf(w, "      Kubernetes %s, one apply per component: %s\n", k.From, k.moves())
+			}
 			if len(act.Diff.Changes) > 0 {
 				fmt.Fprintln(w, "      changes:")
 				for _, c := range act.Diff.Changes {
@@ -88,6 +91,7 @@ func (p *Plan) Write(w io.Writer) {
 	if countInSync && inSync > 0 {
 		fmt.Fprintf(w, "  %d of %d machines in sync\n", inSync, len(p.Actions))
 	}
+	writeKubernetes(w, p.Kubernetes)
 }
 
 // sameAction reports whether two actions say the same thing but for the
@@ -95,7 +99,8 @@ func (p *Plan) Write(w io.Writer) {
 func sameAction(a, b Action) bool {
 	return a.Kind == b.Kind && a.Mode == b.Mode && a.Reboots == b.Reboots && a.Reason == b.Reason &&
 		a.Diff.Text == b.Diff.Text && a.NotReady == b.NotReady && slices.Equal(a.Warnings, b.Warnings) &&
-		(a.Upgrade == nil) == (b.Upgrade == nil) && (a.Upgrade == nil || *a.Upgrade == *b.Upgrade)
+		(a.Upgrade == nil) == (b.Upgrade == nil) && (a.Upgrade == nil || *a.Upgrade == *b.Upgrade) &&
+		(a.Kubernetes == nil) == (b.Kubernetes == nil) && (a.Kubernetes == nil || a.Kubernetes.From == b.Kubernetes.From && a.Kubernetes.moves() == b.Kubernetes.moves())
 }
 
 func machineList(as []Action) string {
@@ -129,6 +134,9 @@ func (o *Outcome) Write(w io.Writer) {
 	}
 	if len(o.Failed) > 0 {
 		fmt.Fprintf(w, "failed: %s\n", strings.Join(o.Failed, ", "))
+	}
+	if len(o.Partial) > 0 {
+		fmt.Fprintf(w, "changed part way (some Kubernetes components moved, the others wait): %s\n", shortList(o.Partial))
 	}
 	if len(o.Untouched) > 0 {
 		fmt.Fprintf(w, "not started: %s\n", shortList(o.Untouched))

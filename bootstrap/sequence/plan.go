@@ -85,6 +85,32 @@ type Plan struct {
 	// (set by the caller once the cluster answers). Neither bootstrap nor
 	// apply touches them; devata remove takes each out.
 	Orphans []Orphan `json:"orphans,omitempty"`
+	// Kubernetes is the Kubernetes version change devata apply would make
+	// (set by the caller when configured machines' configs move a
+	// component's version).
+	Kubernetes *KubernetesChange `json:"kubernetes,omitempty"`
+}
+
+// KubernetesChange is a Kubernetes version change, one component at a time
+// in talosctl upgrade-k8s' order.
+type KubernetesChange struct {
+	// From is the lowest version a component runs; To is cluster.kubernetesVersion.
+	From string `json:"from"`
+	To   string `json:"to"`
+	// Refused says why none of it goes ahead.
+	Refused string           `json:"refused,omitempty"`
+	Steps   []KubernetesStep `json:"steps,omitempty"`
+	Next    string           `json:"next"`
+	// Talosctl does the same by hand.
+	Talosctl []string `json:"talosctl,omitempty"`
+}
+
+// KubernetesStep is one component's move: on these machines in order, or
+// held, and why.
+type KubernetesStep struct {
+	Component string   `json:"component"`
+	Machines  []string `json:"machines,omitempty"`
+	Held      string   `json:"held,omitempty"`
 }
 
 // Orphan is one etcd member or Node the inventory no longer has.

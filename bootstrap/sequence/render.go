@@ -71,6 +71,23 @@ func writeText(w io.Writer, p *Plan, simulated bool) error {
 	for _, o := range p.Orphans {
 		fmt.Fprintf(&b, "orphan: %s: no machine of the inventory has it; nothing here touches it; take it out with %s\n", o.What, o.Remove)
 	}
+	if k := p.Kubernetes; k != nil {
+		fmt.Fprintf(&b, "kubernetes: %s → %s by devata apply, one component at a time (every kube-apiserver first, then kube-controller-manager, kube-scheduler, the kubelets)\n", k.From, k.To)
+		if k.Refused != "" {
+			fmt.Fprintf(&b, "     refused: %s\n", k.Refused)
+		}
+		for i, st := range k.Steps {
+			if st.Held != "" {
+				fmt.Fprintf(&b, "     %d. %s: held: %s\n", i+1, st.Component, st.Held)
+			} else {
+				fmt.Fprintf(&b, "     %d. %s on %s\n", i+1, st.Component, strings.Join(st.Machines, ", "))
+			}
+		}
+		fmt.Fprintf(&b, "     next: %s\n", k.Next)
+		for _, c := range k.Talosctl {
+			fmt.Fprintf(&b, "     by hand: %s\n", c)
+		}
+	}
 	_, err := io.WriteString(w, b.String())
 	return err
 }
@@ -123,6 +140,33 @@ func writeMarkdown(w io.Writer, p *Plan, simulated bool) error {
 			fmt.Fprintf(&b, "- %s: `%s`\n", o.What, o.Remove)
 		}
 		b.WriteString("\n")
+	}
+	if k := p.Kubernetes; k != nil {
+		fmt.Fprintf(&b, "## Kubernetes %s → %s\n\n", k.From, k.To)
+		b.WriteString("`devata apply` moves one component at a time, in the order `talosctl upgrade-k8s` moves them: ")
+		b.WriteString("kube-apiserver on each control plane, then kube-controller-manager, kube-scheduler, then the kubelets (control planes first). ")
+		b.WriteString("After each it waits for the static pod to run the new image, Ready (or the Node to report the new kubelet), and for etcd to be healthy.\n\n")
+		if k.Refused != "" {
+			fmt.Fprintf(&b, "**Refused:** %s\n\n", k.Refused)
+		}
+		for i, st := range k.Steps {
+			if st.Held != "" {
+				fmt.Fprintf(&b, "%d. %s: held: %s\n", i+1, st.Component, st.Held)
+			} else {
+				fmt.Fprintf(&b, "%d. %s on %s\n", i+1, st.Component, strings.Join(st.Machines, ", "))
+			}
+		}
+		if len(k.Steps) > 0 {
+			b.WriteString("\n")
+		}
+		fmt.Fprintf(&b, "Next: %s.\n\n", k.Next)
+		if len(k.Talosctl) > 0 {
+			b.WriteString("By hand:\n\n```sh\n")
+			for _, c := range k.Talosctl {
+				b.WriteString(c + "\n")
+			}
+			b.WriteString("```\n\n")
+		}
 	}
 	_, err := io.WriteString(w, strings.TrimRight(b.String(), "\n")+"\n")
 	return err

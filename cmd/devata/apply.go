@@ -175,7 +175,7 @@ func (a *app) apply(ctx context.Context, flags applyFlags) error {
 	if a.settings.Simulated {
 		fmt.Fprintln(out, "SIMULATED: the machines are devata's simulated fleet.")
 	}
-	planner := &reconcile.Planner{Inventory: s.inv, Desired: s.desired.Held(), Dialer: s.dialer, Mode: mode, Concurrency: a.settings.Concurrency, Timeout: a.settings.Timeout, Upgrades: flags.upgrades}
+	planner := &reconcile.Planner{Inventory: s.inv, Desired: s.desired.Held(), Dialer: s.dialer, Mode: mode, Concurrency: a.settings.Concurrency, Timeout: a.settings.Timeout, Upgrades: flags.upgrades, Kube: s.kube}
 	plan, err := planner.Plan(ctx, only)
 	if err != nil {
 		if lost := held.Lost(); lost != nil {
@@ -207,14 +207,16 @@ func (a *app) apply(ctx context.Context, flags applyFlags) error {
 	ro := &reconcile.Rollout{
 		Inventory: s.inv, Desired: s.desired.Held(), Dialer: s.dialer,
 		MaxUnavailable: flags.maxUnavailable, Timeout: a.settings.Timeout, Wait: flags.wait,
-		AllowQuorumLoss: flags.allowQuorum,
-		Say:             func(format string, args ...any) { fmt.Fprintf(out, format+"\n", args...) },
+		AllowQuorumLoss: flags.allowQuorum, Kube: s.kube,
+		Say: func(format string, args ...any) { fmt.Fprintf(out, format+"\n", args...) },
 	}
 	res := ro.Run(ctx, plan)
 	res.Write(out)
 	switch lost := held.Lost(); {
 	case lost != nil:
 		return exitWith(exitTrouble, lost)
+	case res.Done() && len(res.Partial) > 0 && len(skipped) == 0:
+		return exitWith(exitFailed, fmt.Errorf("%s changed part way: some Kubernetes components wait (see the plan's warnings); resolve what holds them, then run devata %s again", strings.Join(res.Partial, ", "), flags.verb()))
 	case res.Done():
 		return planExit(nil, skipped)
 	}

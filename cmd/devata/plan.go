@@ -3,13 +3,17 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/spf13/cobra"
+	"k8s.io/client-go/kubernetes"
 
 	"devata.dev/devata/bootstrap/sequence"
 	"devata.dev/devata/inventory"
 	"devata.dev/devata/machines"
 	"devata.dev/devata/membership"
+	"devata.dev/devata/reconcile"
 )
 
 func (a *app) newPlanCommand() *cobra.Command {
@@ -54,7 +58,14 @@ Exit 0 nothing to do, 1 actions pending, 2 error or a blocked action.`,
 				return exitWith(exitTrouble, err)
 			}
 			plan.Provenance = a.inventoryProvenance(cmd.Context(), a.settings.Inventory)
-			plan.Orphans = a.planOrphans(cmd.Context(), seq.Inventory(), seq.Dialer())
+			var kube kubernetes.Interface
+			if inv := seq.Inventory(); inv != nil {
+				if kube, _, err = a.sessionKubeClients(inv); err != nil {
+					kube = nil
+				}
+			}
+			plan.Orphans = a.planOrphans(cmd.Context(), seq.Inventory(), seq.Dialer(), kube)
+			plan.Kubernetes = a.planKubernetes(cmd.Context(), seq, plan, kube)
 			if err := sequence.WritePlan(a.streams.Out, flags.output, plan, a.settings.Simulated); err != nil {
 				return exitWith(exitTrouble, err)
 			}
@@ -76,13 +87,9 @@ Exit 0 nothing to do, 1 actions pending, 2 error or a blocked action.`,
 // longer has, through the inventory and dialer the plan already built. It
 // is best effort: before the cluster exists (no control plane reporting
 // etcd) there are none to list, and plan says nothing about them.
-func (a *app) planOrphans(ctx context.Context, inv *inventory.Inventory, d *machines.Dialer) []sequence.Orphan {
+func (a *app) planOrphans(ctx context.Context, inv *inventory.Inventory, d *machines.Dialer, kube kubernetes.Interface) []sequence.Orphan {
 	if inv == nil || d == nil {
 		return nil
-	}
-	kube, _, err := a.sessionKubeClients(inv)
-	if err != nil {
-		kube = nil
 	}
 	found, err := membership.Orphans(ctx, inv, d, kube, a.settings.Timeout)
 	if err != nil {
@@ -91,6 +98,38 @@ func (a *app) planOrphans(ctx context.Context, inv *inventory.Inventory, d *mach
 	out := make([]sequence.Orphan, 0, len(found))
 	for _, o := range found {
 		out = append(out, sequence.Orphan{Name: o.Name, What: o.What(), Remove: "devata remove " + o.Name})
+	}
+	return out
+}
+
+// planKubernetes is the Kubernetes version change devata apply would make
+// now, from its own plan (dry runs only: nothing is written); nil when no
+// configured machine's config changes or none moves a version.
+func (a *app) planKubernetes(ctx context.Context, seq *sequence.Sequence, plan *sequence.Plan, kube kubernetes.Interface) *sequence.KubernetesChange {
+	if seq.Inventory() == nil || seq.Dialer() == nil || !slices.ContainsFunc(plan.Pending(), func(x sequence.Action) bool { return x.Step == sequence.StepApply }) {
+		return nil
+	}
+	p := &reconcile.Planner{Inventory: seq.Inventory(), Desired: seq.Desired(), Dialer: seq.Dialer(), Mode: machines.ModeAuto,
+		Concurrency: a.settings.Concurrency, Timeout: a.settings.Timeout, Kube: kube}
+	rp, err := p.Plan(ctx, nil)
+	if err != nil || rp.Kubernetes == nil {
+		return nil
+	}
+	k := rp.Kubernetes
+	out := &sequence.KubernetesChange{From: k.From, To: k.To, Refused: k.Refused, Next: k.Next()}
+	if k.Refused != "" {
+		return out
+	}
+	for _, c := range machines.KubeOrder {
+		switch {
+		case k.Held[c] != "":
+			out.Steps = append(out.Steps, sequence.KubernetesStep{Component: c, Held: k.Held[c]})
+		case len(k.Moves[c]) > 0:
+			out.Steps = append(out.Steps, sequence.KubernetesStep{Component: c, Machines: k.Moves[c]})
+		}
+	}
+	if cps := seq.Inventory().ControlPlanes(); len(cps) > 0 {
+		out.Talosctl = []string{fmt.Sprintf("talosctl --nodes %s upgrade-k8s --to %s", cps[0].Address, strings.TrimPrefix(k.To, "v"))}
 	}
 	return out
 }
