@@ -31,7 +31,14 @@
 //     its plain reply; `nodes` fans out, stamps every message with
 //     metadata.hostname = the target as typed and turns a failed target into
 //     an error-only message (Metadata{Hostname, Error, Status}); streamed
-//     replies are stamped the same way. `nodes` on COSI is InvalidArgument.
+//     replies are stamped the same way. Only the methods apid lists as
+//     streamed (internal/app/apid/main.go, and names ending in "Stream")
+//     are proxied as streams; grpc-proxy takes every other one as unary
+//     (handler_one2many.go forwardClientsToServerMultiUnary), EtcdRecover's
+//     client stream too: each client message goes to every target, and the
+//     client gets one reply whose messages hold each target's, a failed
+//     target's error among them (apid's pkg/backend/apid.go AppendInfo and
+//     BuildError, streaming false). `nodes` on COSI is InvalidArgument.
 //     Targets are machine addresses (host:port, which real apid does not
 //     take: loopback machines differ by port), names, or a host that only one
 //     machine listens on. Unreachable, rebooting and maintenance targets fail
@@ -104,6 +111,17 @@
 //     (bbolt and Status do not notice, the hash does); EtcdSnapshotCutAt
 //     ends the stream early with status OK, as the Chunker does when its
 //     read from etcd fails.
+//   - EtcdRecover (etcd_recover.go; v1alpha1_server.go EtcdRecover,
+//     services/etcd.go recoverFromSnapshot; talosctl's cmd/talosctl/cmd/
+//     talos/bootstrap.go, machinery client.go EtcdRecover): FailedPrecondition
+//     "etcd service is not ready for recovery yet" for CRIStartDelay after a
+//     boot (/var not mounted), Unimplemented on a worker and in maintenance
+//     mode; the upload's bytes become the recovery file, which Bootstrap
+//     with recover_etcd restores into a new single-member cluster with new
+//     member IDs (a snapshot the sim did not stream, a failed sha256 check
+//     or no upload fail the etcd service). talosctl bootstrap --recover-from
+//     sends `nodes`, so its errors come back in the reply as above
+//     (talosctl_recover_test.go).
 //   - Stage and readiness (node.go; machine_status.go and
 //     v1alpha1_sequencer_tasks.go StartAllServices): a configured machine is
 //     booting until every service of its boot is up (running, and healthy

@@ -303,6 +303,10 @@ func (f *Fleet) streamInterceptor() grpc.StreamServerInterceptor {
 			return one(targets[0], ss)
 		}
 
+		if !streamedByApid(info.FullMethod) {
+			return proxyUnary(ss, info.FullMethod, targets, one)
+		}
+
 		// streams from several targets go one after the other: a stream
 		// cannot be written from two goroutines
 		for _, target := range targets {
@@ -315,6 +319,184 @@ func (f *Fleet) streamInterceptor() grpc.StreamServerInterceptor {
 
 		return nil
 	}
+}
+
+// apidStreamed are the methods apid proxies as streams
+// (internal/app/apid/main.go registers them, and any method whose name
+// ends in "Stream", with pkg/director Router.RegisterStreamedRegex): a
+// `nodes` call's replies go out message by message, each stamped, a
+// failed target as one error-only message. grpc-proxy proxies every other
+// method as unary, client streams included: EtcdRecover is not listed.
+var apidStreamed = map[string]bool{
+	"/machine.MachineService/Copy":          true,
+	"/machine.MachineService/DiskUsage":     true,
+	"/machine.MachineService/Dmesg":         true,
+	"/machine.MachineService/EtcdSnapshot":  true,
+	"/machine.MachineService/Events":        true,
+	"/machine.MachineService/ImageList":     true,
+	"/machine.MachineService/Kubeconfig":    true,
+	"/machine.MachineService/List":          true,
+	"/machine.MachineService/Logs":          true,
+	"/machine.MachineService/PacketCapture": true,
+	"/machine.MachineService/Read":          true,
+	"/os.OSService/Dmesg":                   true,
+	"/cluster.ClusterService/HealthCheck":   true,
+}
+
+func streamedByApid(fullMethod string) bool {
+	return apidStreamed[fullMethod] || strings.HasSuffix(fullMethod, "Stream")
+}
+
+// proxyUnary serves a `nodes` call to a stream method apid proxies as
+// unary (grpc-proxy v0.5.1 handler_one2many.go): every message the client
+// sends goes to every target (forwardServerToClientsMulti), and once all
+// of them are done the client gets one reply, each target's messages with
+// metadata.hostname set and a failed target as an error-only message in
+// the reply's messages (forwardClientsToServerMultiUnary; apid's
+// pkg/backend/apid.go AppendInfo and BuildError, streaming false). The
+// call itself succeeds. Sent as a stream's error-only message instead, the
+// error parses as garbage in the client's reply type: talosctl bootstrap
+// --recover-from failed with "grpc: failed to unmarshal the received
+// message", or took the error for success (issue 16).
+func proxyUnary(ss grpc.ServerStream, fullMethod string, targets []string, one func(string, grpc.ServerStream) error) error {
+	md, err := methodDescriptor(fullMethod)
+	if err != nil {
+		return err
+	}
+
+	agg, err := newMessage(md.Output())
+	if err != nil {
+		return err
+	}
+
+	var mu sync.Mutex // apid's ServerStreamWrapper: targets share the client's stream
+
+	streams := make([]*fanStream, len(targets))
+	for i := range streams {
+		streams[i] = &fanStream{ServerStream: ss, mu: &mu, in: make(chan proto.Message), done: make(chan struct{})}
+	}
+
+	// the client's messages, to every target still reading; the last
+	// RecvMsg may return only once the call is over (as grpc-proxy's does)
+	go func() {
+		for {
+			msg, err := newMessage(md.Input())
+			if err == nil {
+				err = ss.RecvMsg(msg)
+			}
+
+			for _, s := range streams {
+				if err != nil {
+					s.recvErr = err
+					close(s.in)
+
+					continue
+				}
+
+				select {
+				case s.in <- msg:
+				case <-s.done:
+				}
+			}
+
+			if err != nil {
+				return
+			}
+		}
+	}()
+
+	errs := make([]error, len(targets))
+	sem := make(chan struct{}, fanOut)
+
+	var wg sync.WaitGroup
+
+	for i, target := range targets {
+		sem <- struct{}{}
+
+		wg.Go(func() {
+			defer func() { <-sem }()
+			defer close(streams[i].done)
+
+			errs[i] = one(target, streams[i])
+		})
+	}
+
+	wg.Wait()
+
+	for i, target := range targets {
+		if errs[i] != nil {
+			appendError(agg, target, errs[i])
+
+			continue
+		}
+
+		for _, reply := range streams[i].replies {
+			appendMessages(agg, reply, target)
+		}
+	}
+
+	return ss.SendMsg(agg)
+}
+
+// fanStream is one target's side of a call proxyUnary fans out: it reads
+// the client's messages as every target does and keeps its replies.
+type fanStream struct {
+	grpc.ServerStream
+
+	mu      *sync.Mutex
+	in      chan proto.Message // closed after recvErr is set
+	recvErr error
+	done    chan struct{} // closed when the target's handler returned
+	replies []proto.Message
+}
+
+func (s *fanStream) RecvMsg(m any) error {
+	msg, ok := <-s.in
+	if !ok {
+		return s.recvErr
+	}
+
+	dst, ok := m.(proto.Message)
+	if !ok {
+		return status.Errorf(codes.Internal, "sim: %T is not a protobuf message", m)
+	}
+
+	proto.Reset(dst)
+	proto.Merge(dst, msg)
+
+	return nil
+}
+
+func (s *fanStream) SendMsg(m any) error {
+	msg, ok := m.(proto.Message)
+	if !ok {
+		return status.Errorf(codes.Internal, "sim: %T is not a protobuf message", m)
+	}
+
+	s.replies = append(s.replies, proto.Clone(msg))
+
+	return nil
+}
+
+func (s *fanStream) SetHeader(md metadata.MD) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+
+	return s.ServerStream.SetHeader(md)
+}
+
+func (s *fanStream) SendHeader(md metadata.MD) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+
+	return s.ServerStream.SendHeader(md)
+}
+
+func (s *fanStream) SetTrailer(md metadata.MD) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+
+	s.ServerStream.SetTrailer(md)
 }
 
 type ctxStream struct {
@@ -345,6 +527,15 @@ func (s *hostnameStream) SendMsg(m any) error {
 
 // newResponse makes an empty reply of the method's output type.
 func newResponse(fullMethod string) (proto.Message, error) {
+	md, err := methodDescriptor(fullMethod)
+	if err != nil {
+		return nil, err
+	}
+
+	return newMessage(md.Output())
+}
+
+func methodDescriptor(fullMethod string) (protoreflect.MethodDescriptor, error) {
 	parts := strings.Split(strings.TrimPrefix(fullMethod, "/"), "/")
 	if len(parts) != 2 {
 		return nil, status.Errorf(codes.Internal, "bad method %q", fullMethod)
@@ -365,9 +556,13 @@ func newResponse(fullMethod string) (proto.Message, error) {
 		return nil, status.Errorf(codes.Unimplemented, "method %s not implemented", parts[1])
 	}
 
-	mt, err := protoregistry.GlobalTypes.FindMessageByName(md.Output().FullName())
+	return md, nil
+}
+
+func newMessage(d protoreflect.MessageDescriptor) (proto.Message, error) {
+	mt, err := protoregistry.GlobalTypes.FindMessageByName(d.FullName())
 	if err != nil {
-		return nil, status.Errorf(codes.Internal, "reply type of %s: %v", parts[1], err)
+		return nil, status.Errorf(codes.Internal, "message type %s: %v", d.FullName(), err)
 	}
 
 	return mt.New().Interface(), nil

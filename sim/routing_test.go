@@ -1,10 +1,15 @@
 package sim_test
 
 import (
+	"bytes"
+	"crypto/sha256"
 	"errors"
+	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/cosi-project/runtime/pkg/safe"
 	"github.com/hashicorp/go-multierror"
@@ -213,4 +218,83 @@ func TestNodeByHost(t *testing.T) {
 	if want := []string{"127.0.0.3=v1.10.6", "127.0.0.2=v1.11.0"}; !slices.Equal(got, want) {
 		t.Errorf("replies = %v, want %v", got, want)
 	}
+}
+
+// EtcdRecover, a client stream, with `nodes`: apid proxies it as a unary
+// call (it is not among apid's streamed methods), so every target gets the
+// whole upload and the reply is one EtcdRecoverResponse with a message per
+// target, a failed one as messages[].metadata.error.
+func TestNodesClientStream(t *testing.T) {
+	t.Parallel()
+
+	f := routedFleet(t)
+	c := admin(t, f.Machine("cp-1").Addr())
+
+	// a snapshot-shaped upload (a multiple of 512 bytes, then their sha256)
+	// of several messages, which only a whole upload passes the hash check
+	db := bytes.Repeat([]byte("devata"), 10*512)
+	sum := sha256.Sum256(db)
+	upload := append(db, sum[:]...)
+
+	ctx := ctxTimeout(t, 10*time.Second)
+	eventually(t, "uploads to cp-1 and cp-2", func() error {
+		_, err := c.EtcdRecover(client.WithNodes(ctx, "cp-1", "cp-2"), bytes.NewReader(upload))
+		return err
+	})
+
+	w2 := f.Machine("w-2").Addr()
+	resp, err := c.EtcdRecover(client.WithNodes(ctx, "cp-1", "w-1", w2, "cp-2"), bytes.NewReader(upload))
+
+	var hosts []string
+	for _, msg := range resp.GetMessages() {
+		hosts = append(hosts, msg.GetMetadata().GetHostname())
+	}
+
+	if want := []string{"cp-1", "cp-2"}; !slices.Equal(hosts, want) {
+		t.Errorf("replies from %v, want %v", hosts, want)
+	}
+
+	var multi *multierror.Error
+	if !errors.As(err, &multi) || len(multi.Errors) != 2 {
+		t.Fatalf("error = %v, want a multierror of two node errors", err)
+	}
+
+	for i, want := range []struct {
+		node string
+		code codes.Code
+		msg  string
+	}{
+		{"w-1", codes.Unimplemented, "etcd recover is only available on control plane nodes"},
+		{w2, codes.Unavailable, "connection refused"},
+	} {
+		var nodeErr *client.NodeError
+		if !errors.As(multi.Errors[i], &nodeErr) || nodeErr.Node != want.node || client.StatusCode(nodeErr.Err) != want.code || !strings.Contains(nodeErr.Err.Error(), want.msg) {
+			t.Errorf("error %d = %v, want %s: %s (%s)", i, multi.Errors[i], want.node, want.code, want.msg)
+		}
+	}
+
+	// cp-2, the last target, got every byte: its etcd recovery passes the
+	// hash check and only then refuses a snapshot the sim did not stream
+	c2 := client.WithNode(ctx, "cp-2")
+	if err := c.Bootstrap(c2, &machine.BootstrapRequest{RecoverEtcd: true}); err != nil {
+		t.Fatalf("bootstrap cp-2 with recover_etcd: %v", err)
+	}
+
+	eventually(t, "cp-2's etcd fails on the foreign snapshot", func() error {
+		svc, err := c.ServiceInfo(c2, "etcd")
+		if err != nil {
+			return err
+		}
+
+		if len(svc) != 1 || svc[0].Service.GetState() != "Failed" {
+			return fmt.Errorf("etcd on cp-2: %v", svc)
+		}
+
+		events := svc[0].Service.GetEvents().GetEvents()
+		if msg := events[len(events)-1].GetMsg(); !strings.Contains(msg, "not a snapshot this simulated fleet streamed") {
+			t.Fatalf("etcd on cp-2 failed with %q, want the foreign snapshot refused after the hash check", msg)
+		}
+
+		return nil
+	})
 }

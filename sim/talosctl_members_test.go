@@ -19,11 +19,8 @@ import (
 // the sim's etcd holds, `etcd remove-member` by hex ID takes out a member
 // that is down (and etcd refuses one that would cost quorum), `etcd leave`
 // on a member removes it, `reset --wait=false` is acked and the machine
-// comes back with its etcd data gone. (talosctl's own `bootstrap
-// --recover-from` upload is not here: against the sim it fails on the
-// server with "failed to unmarshal the received message", while
-// machinery's client in Go uploads the same file; see the closing note of
-// issue 16.)
+// comes back with its etcd data gone. The recovery from the snapshot is
+// talosctl_recover_test.go.
 func TestTalosctlEtcdMembership(t *testing.T) {
 	f := simtest.Start(t, simtest.Options{Bootstrap: true})
 	bin, tcPath := realTalosctl(t, f, "cp-1", "cp-1")
