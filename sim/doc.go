@@ -73,7 +73,11 @@
 //     booted control plane without data joins the oldest one: it is added as
 //     a learner with no name (services/etcd.go addMember,
 //     MemberAddAsLearner), and after EtcdJoinDelay its etcd starts and it is
-//     promoted. Its etcd service stays Preparing ("Running pre state", the
+//     promoted. Before the add, a member of its own hostname (its previous
+//     life: a disk wiped without leaving etcd) is removed, as addMember
+//     does, under etcd's strict reconfiguration check (removeMember); while
+//     that is refused the join waits and retries, as buildInitialCluster's
+//     retry does (TestEtcdRejoinReplacesTheMemberOfTheSameName). Its etcd service stays Preparing ("Running pre state", the
 //     service runner's message while the PreFunc waits in
 //     buildInitialCluster; the "etcd is waiting to join the cluster…" text
 //     is a machined log line, not a service event) until it holds data.

@@ -127,6 +127,19 @@ func (c *etcdCluster) add(m *Machine, learner bool) uint64 {
 // promoted after the join delay. A node already joining (it rebooted while
 // it was) is given the rest of its join again.
 func (f *Fleet) joinEtcd(m *Machine) {
+	if !f.replaceStale(m) {
+		// Talos retries the join (buildInitialCluster: retry.Constant for
+		// EtcdJoinTimeout, every 3s), the service Preparing meanwhile
+		gen := m.bootGeneration()
+		time.AfterFunc(max(f.joinDelay, 100*time.Millisecond), func() {
+			if m.bootGeneration() == gen {
+				f.joinEtcd(m)
+			}
+		})
+
+		return
+	}
+
 	f.mu.Lock()
 	defer f.mu.Unlock()
 
@@ -144,6 +157,55 @@ func (f *Fleet) joinEtcd(m *Machine) {
 	m.mu.Unlock()
 
 	time.AfterFunc(f.joinDelay, func() { f.promote(m, gen) })
+}
+
+// replaceStale is the start of Talos' join (services/etcd.go addMember,
+// called by buildInitialCluster only when the data directory is empty): a
+// member with the joining node's hostname, left by its previous life (a
+// wiped disk: a reset that did not leave), is removed first, as
+// MemberRemove under etcd's strict reconfiguration check (removeMember).
+// It reports false when that removal was refused; true when there was
+// nothing to remove, or nothing to join.
+func (f *Fleet) replaceStale(m *Machine) bool {
+	f.mu.Lock()
+
+	if len(f.etcd) == 0 || !m.isReadyControlPlane() || m.etcdMemberID() != 0 {
+		f.mu.Unlock()
+
+		return true
+	}
+
+	m.mu.Lock()
+	joining := m.etcdCluster != nil // added as a learner already: this join is past addMember
+	m.mu.Unlock()
+
+	c, host := f.etcd[0], m.snap().hostname()
+
+	var stale []uint64
+
+	for _, mem := range c.members {
+		if !joining && mem.name == host {
+			stale = append(stale, mem.id)
+		}
+	}
+	f.mu.Unlock()
+
+	for _, id := range stale {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := f.removeMember(ctx, c, id)
+
+		cancel()
+
+		if err != nil {
+			f.log.Info("sim: etcd join waits: the member of the same name could not be removed", "machine", m.name, "member", fmt.Sprintf("%016x", id), "error", err)
+
+			return false
+		}
+
+		f.log.Info("sim: etcd join removed the member of the same name left by the machine's previous life", "machine", m.name, "member", fmt.Sprintf("%016x", id))
+	}
+
+	return true
 }
 
 // promote starts a learner's etcd and makes it a voting member.

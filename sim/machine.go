@@ -357,6 +357,15 @@ func (m *Machine) etcdMemberID() uint64 {
 	return m.etcdID
 }
 
+// bootGeneration counts the machine's boots and shutdowns: a timer set
+// during one boot checks it to act only in that boot.
+func (m *Machine) bootGeneration() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+
+	return m.bootGen
+}
+
 // isReadyControlPlane: configured as a control plane and up.
 func (m *Machine) isReadyControlPlane() bool {
 	s := m.snap()
