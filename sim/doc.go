@@ -322,6 +322,12 @@
 // Deployment and the kube-proxy DaemonSet exist in the API server (no
 // kube-dns Service, RBAC or bootstrap token objects), and the pods are
 // written, not scheduled: static pods are Ready as soon as they exist.
+// A worker endpoint routes `node` and `nodes` calls to other machines; on
+// Talos a worker has no API client certificate (secrets/api.go
+// generateWorker), so its apid has no remote backends and refuses them
+// whole with PermissionDenied "no request forwarding" (director.go
+// Director, singleDirector, aggregateDirector) unless the call's one
+// target is the worker itself (IsLocalTarget).
 //
 // # Storage
 //
