@@ -19,6 +19,19 @@
 //     usage is ClientAuth. Roles come from the certificate's Organization and
 //     are checked per method as machined's authorizer does (unknown methods
 //     need os:admin): PermissionDenied "not authorized".
+//   - Roles are checked on each target, not at the endpoint: apid only reads
+//     them (internal/app/apid/main.go installs authz.Injector and no
+//     Authorizer) and hands them on in the talos-role metadata
+//     (pkg/backend/apid.go and pkg/grpc/proxy/backend/local.go
+//     GetConnection, authz.SetMetadata; the next apid trusts it because
+//     apid's own client certificate is os:impersonator), and each target's
+//     machined checks them (system/services/machined.go Main: Injector in
+//     MetadataOnly mode, then Authorizer with its rules; COSI types then
+//     internal/app/resources/access.go AccessPolicy). So a caller without
+//     the role gets, on a `nodes` call, one error-only message per target
+//     like any other node error (talosctl: "2 errors occurred: * cp-1: rpc
+//     error: code = PermissionDenied desc = not authorized"), streamed
+//     methods included, and on a `node` call the target's plain error.
 //   - Maintenance mode (no config): a self-signed certificate, no client
 //     certificate, every caller is os:reader. ApplyConfiguration in AUTO,
 //     REBOOT or TRY mode installs the config and reboots into mTLS on the
@@ -313,6 +326,12 @@
 // Deployment and the kube-proxy DaemonSet exist in the API server (no
 // kube-dns Service, RBAC or bootstrap token objects), and the pods are
 // written, not scheduled: static pods are Ready as soon as they exist.
+// A worker endpoint routes `node` and `nodes` calls to other machines; on
+// Talos a worker has no API client certificate (secrets/api.go
+// generateWorker), so its apid has no remote backends and refuses them
+// whole with PermissionDenied "no request forwarding" (director.go
+// Director, singleDirector, aggregateDirector) unless the call's one
+// target is the worker itself (IsLocalTarget).
 //
 // # Storage
 //

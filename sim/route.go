@@ -121,7 +121,11 @@ func (f *Fleet) dial(endpoint *Machine, target string) (*Machine, error) {
 
 // enter runs the checks a machine makes before its handler: injected
 // latency and errors, maintenance limits, authorization. It returns the
-// context the handler runs in.
+// context the handler runs in. Authorization belongs here, once per
+// target: on Talos the endpoint's apid only injects the caller's roles
+// (authz.Injector) and each target's machined runs authz.Authorizer
+// (system/services/machined.go Main), so a `nodes` call without the role
+// fails per node, not as a whole.
 func (f *Fleet) enter(ctx context.Context, endpoint, target *Machine, roles role.Set, fullMethod string, req any) (context.Context, error) {
 	s := target.snap()
 	method := shortMethod(fullMethod)
