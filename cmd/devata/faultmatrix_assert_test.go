@@ -178,8 +178,10 @@ func checkApplyReport(t *testing.T, w *faultWriter, announced map[string]int) {
 		announced[m[1]]++
 	}
 	if !strings.Contains(w.stdout, "plan:\n") {
-		// SIGTERM while planning: nothing is applied, and it says so
-		if !w.cancelled.Load() || !strings.Contains(w.stderr, "planning interrupted") || !strings.Contains(w.stderr, "nothing was changed") {
+		// SIGTERM while rendering or planning: nothing is applied, and it says so
+		planning := strings.Contains(w.stderr, "planning interrupted") && strings.Contains(w.stderr, "nothing was changed")
+		rendering := strings.Contains(w.stderr, "interrupted: rendering and validating stopped") && strings.Contains(w.stderr, "nothing was sent to any machine")
+		if !w.cancelled.Load() || !planning && !rendering {
 			t.Errorf("writer %d printed no plan", w.id)
 		}
 		return
