@@ -37,6 +37,12 @@ type EtcdView struct {
 	// no etcd cluster exists, and waiting does not make one. Empty
 	// otherwise.
 	NotBootstrapped []string
+	// Unjoined are control planes that answer in maintenance mode (not
+	// configured) and that no member lists: not part of etcd yet, as
+	// before apply joins a machine added to the inventory. A control plane
+	// in maintenance mode that a member still lists (a disk wiped without
+	// leaving etcd) is a member that is down, not one of these.
+	Unjoined []string
 }
 
 // QuorumError is MayTakeDown's refusal.
@@ -129,6 +135,8 @@ func ObserveEtcd(ctx context.Context, inv *inventory.Inventory, d *machines.Dial
 		learners = map[string]bool{}
 		leaders  = map[uint64]bool{}
 		waiting  []string
+		maint    []string
+		listed   = map[string]bool{}
 	)
 	_ = machines.ForEach(ctx, cps, len(cps), timeout, func(ctx context.Context, m *inventory.Machine) error {
 		o := machines.Observe(ctx, d, m)
@@ -138,6 +146,9 @@ func ObserveEtcd(ctx context.Context, inv *inventory.Inventory, d *machines.Dial
 		case o.Err != nil:
 			v.Problems = append(v.Problems, o.Err.Error())
 			v.Down = append(v.Down, m.Name)
+			if o.Maintenance {
+				maint = append(maint, m.Name)
+			}
 		case o.Etcd == nil:
 			v.Problems = append(v.Problems, fmt.Sprintf("%s: %v", m.Name, o.EtcdErr))
 			v.Down = append(v.Down, m.Name)
@@ -168,6 +179,9 @@ func ObserveEtcd(ctx context.Context, inv *inventory.Inventory, d *machines.Dial
 			}
 			for _, l := range o.Etcd.Learners {
 				learners[l] = true
+			}
+			for _, h := range append(slices.Clone(o.Etcd.Members), o.Etcd.Learners...) {
+				listed[h] = true
 			}
 			leaders[o.Etcd.Leader] = true
 		}
@@ -201,6 +215,12 @@ func ObserveEtcd(ctx context.Context, inv *inventory.Inventory, d *machines.Dial
 	// once means they all just booted, and devata bootstrap, told to run,
 	// watches the wait hold before it bootstraps and Talos refuses a
 	// bootstrap over data.)
+	for _, m := range maint {
+		if !listed[m] {
+			v.Unjoined = append(v.Unjoined, m)
+		}
+	}
+	slices.Sort(v.Unjoined)
 	if len(cps) > 0 && len(waiting) == len(cps) {
 		slices.Sort(waiting)
 		v.NotBootstrapped = waiting

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -43,6 +44,11 @@ type Etcd struct {
 	// Heartbeat is how often a wait says it still waits, through Say
 	// (heartbeat.Every when zero).
 	Heartbeat time.Duration
+	// JoinedOnly leaves control planes that are not part of etcd yet
+	// (EtcdView.Unjoined: in maintenance mode, listed by no member) out
+	// of the members the gate expects, as apply and reconcile do, which
+	// join them: etcd's health and quorum are its members'.
+	JoinedOnly bool
 }
 
 // Pass waits until every control plane answers, agrees on the members,
@@ -56,19 +62,37 @@ type Etcd struct {
 // in its lines and errors ("before cp-2"). While it waits, a heartbeat says
 // every Heartbeat which problem it waits out.
 func (g *Etcd) Pass(ctx context.Context, when string, down *inventory.Machine) error {
+	return g.pass(ctx, when, down, nil)
+}
+
+// PassJoin is the gate before control plane joining joins etcd: every
+// member healthy, the control planes that are not part of etcd yet
+// (joining among them) left out. When a member still bears joining's name
+// (its previous life: a disk wiped without leaving etcd), Talos removes
+// that member as the machine joins (services/etcd.go addMember), so etcd
+// must be able to lose it (MayRemove) instead.
+func (g *Etcd) PassJoin(ctx context.Context, when string, joining *inventory.Machine) error {
+	return g.pass(ctx, when, nil, joining)
+}
+
+func (g *Etcd) pass(ctx context.Context, when string, down, joining *inventory.Machine) error {
 	wctx, cancel := context.WithTimeout(ctx, g.Wait)
 	defer cancel()
 	health := "etcd to be healthy (gate " + when + ")"
 	beat := heartbeat.Start(g.Say, g.Heartbeat, g.Wait, health)
 	defer beat.Stop()
 	for {
-		v := ObserveEtcd(ctx, g.Inventory, g.Dialer, g.Timeout)
+		v := g.observe(ctx, joining)
 		if len(v.NotBootstrapped) > 0 {
 			return fmt.Errorf("%w %s: %w (each waits to be bootstrapped or to join: %s): run devata bootstrap",
 				ErrFailed, when, ErrNotBootstrapped, strings.Join(v.NotBootstrapped, ", "))
 		}
 		err := v.Err()
 		waitsFor, last := health, ""
+		if joining != nil && slices.Contains(v.Members, joining.Name) {
+			err = MayRemove(v, joining.Name)
+			waitsFor = "etcd to be able to lose " + joining.Name + "'s old member, which its join replaces (gate " + when + ")"
+		}
 		if err == nil && down != nil {
 			var qe *QuorumError
 			switch qerr := MayTakeDown(v, down.Name); {
@@ -101,6 +125,29 @@ func (g *Etcd) Pass(ctx context.Context, when string, down *inventory.Machine) e
 		case <-time.After(g.Poll):
 		}
 	}
+}
+
+// observe is ObserveEtcd over the control planes the gate counts: with
+// JoinedOnly, or before a join, those not part of etcd yet are left out,
+// and so is joining.
+func (g *Etcd) observe(ctx context.Context, joining *inventory.Machine) EtcdView {
+	v := ObserveEtcd(ctx, g.Inventory, g.Dialer, g.Timeout)
+	var out []string
+	if g.JoinedOnly || joining != nil {
+		out = v.Unjoined
+	}
+	if joining != nil && !slices.Contains(out, joining.Name) {
+		out = append(slices.Clone(out), joining.Name)
+	}
+	if len(out) == 0 {
+		return v
+	}
+	inv := *g.Inventory
+	inv.Machines = slices.DeleteFunc(slices.Clone(inv.Machines), func(m inventory.Machine) bool { return slices.Contains(out, m.Name) })
+	if len(inv.ControlPlanes()) == 0 {
+		return EtcdView{Problems: []string{"no control plane but " + strings.Join(out, ", ") + ", which are not part of etcd: no cluster to join; devata bootstrap builds it"}}
+	}
+	return ObserveEtcd(ctx, &inv, g.Dialer, g.Timeout)
 }
 
 func (g *Etcd) say(format string, args ...any) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +15,7 @@ import (
 
 	"devata.dev/devata/gate"
 	"devata.dev/devata/internal/simtest"
+	"devata.dev/devata/sim"
 )
 
 // said collects a gate's progress lines.
@@ -97,5 +99,58 @@ func TestGateWaitsForJoiningControlPlanesWithAHeartbeat(t *testing.T) {
 	lines := strings.Split(out.String(), "\n")
 	if last := lines[len(lines)-1]; !strings.HasPrefix(last, "    gate before cp-2: etcd healthy, 3/3 members") {
 		t.Errorf("the verdict is not the last line (a heartbeat after it?): %q", last)
+	}
+}
+
+// A control plane in maintenance mode that no member lists (added to the
+// inventory, not configured yet) is not part of etcd: ObserveEtcd names it
+// Unjoined, a gate with JoinedOnly judges etcd by its members, and one
+// without it still counts the machine down. A control plane wiped without
+// leaving is still a member in the others' eyes: it is down, not unjoined,
+// and only PassJoin for it passes, because etcd can lose its old member.
+func TestGateJoinedOnlyAndPassJoin(t *testing.T) {
+	f := simtest.Start(t, simtest.Options{Bootstrap: true, Maintenance: []string{"cp-3"}})
+	ctx := context.Background()
+	v := gate.ObserveEtcd(ctx, f.Inventory, f.Dialer, 2*time.Second)
+	if strings.Join(v.Unjoined, ",") != "cp-3" || v.Err() == nil {
+		t.Fatalf("unjoined %v, err %v; want cp-3 and the gate's plain view failing", v.Unjoined, v.Err())
+	}
+	var out said
+	g := etcdGate(f, &out, time.Second)
+	if err := g.Pass(ctx, "before cp-1", nil); err == nil {
+		t.Error("a plain gate passed with cp-3 not a member")
+	}
+	g.JoinedOnly = true
+	if err := g.Pass(ctx, "before cp-1", nil); err != nil {
+		t.Errorf("JoinedOnly: %v", err)
+	}
+	if err := g.PassJoin(ctx, "before cp-3 joins", f.Inventory.Machine("cp-3")); err != nil {
+		t.Errorf("PassJoin cp-3: %v", err)
+	}
+
+	f2 := simtest.Start(t, simtest.Options{Bootstrap: true})
+	cp2 := f2.Sim.Machine("cp-2")
+	cp2.Wipe()
+	for deadline := time.Now().Add(20 * time.Second); cp2.Configured() || cp2.Observe().Down; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("cp-2 not in maintenance mode after its wipe")
+		}
+	}
+	v = gate.ObserveEtcd(ctx, f2.Inventory, f2.Dialer, 2*time.Second)
+	if len(v.Unjoined) != 0 || !slices.Contains(v.Down, "cp-2") {
+		t.Errorf("wiped cp-2: unjoined %v, down %v; want it down, not unjoined", v.Unjoined, v.Down)
+	}
+	g2 := etcdGate(f2, &out, time.Second)
+	g2.JoinedOnly = true
+	if err := g2.Pass(ctx, "before cp-1", nil); err == nil {
+		t.Error("a gate passed with member cp-2 wiped")
+	}
+	if err := g2.PassJoin(ctx, "before cp-2 joins", f2.Inventory.Machine("cp-2")); err != nil {
+		t.Errorf("PassJoin cp-2 (its old member can go): %v", err)
+	}
+	// and not when another member is down too: etcd could not lose it
+	f2.Sim.Machine("cp-3").SetFaults(sim.Faults{Unreachable: true})
+	if err := g2.PassJoin(ctx, "before cp-2 joins", f2.Inventory.Machine("cp-2")); err == nil || !strings.Contains(err.Error(), "cp-3 is down") {
+		t.Errorf("PassJoin cp-2 with cp-3 down: %v; want refused naming cp-3", err)
 	}
 }
