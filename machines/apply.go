@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"devata.dev/devata/inventory"
 	"devata.dev/devata/redact"
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/siderolabs/talos/pkg/machinery/client"
@@ -149,3 +150,48 @@ func (e *scrubbedError) Error() string { return e.msg }
 
 // GRPCStatus lets client.StatusCode see the original code.
 func (e *scrubbedError) GRPCStatus() *status.Status { return status.New(e.code, e.msg) }
+
+// ErrConfigured is wrapped by ApplyMaintenance's refusal of a machine that
+// answers on mTLS.
+var ErrConfigured = errors.New("it is configured")
+
+// ApplyMaintenance applies config to a machine in maintenance mode (mode
+// auto, insecure). It first asks over mTLS and refuses, naming the machine
+// and what it answered, when the machine is configured.
+func ApplyMaintenance(ctx context.Context, d *Dialer, m *inventory.Machine, config []byte, timeout time.Duration) error {
+	if answer := answersMTLS(ctx, d, m, timeout); answer != "" {
+		return fmt.Errorf("%w: %s answers on mTLS (%s), so no insecure maintenance apply is sent to it; use devata apply for configured machines", ErrConfigured, m.Name, answer)
+	}
+	actx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	c, err := d.MaintenanceClient(actx, m)
+	if err != nil {
+		return fmt.Errorf("dial %s: %w", d.Endpoint(m), err)
+	}
+	defer c.Close()
+	if _, err := Apply(actx, c, config, ModeAuto, 0); err != nil {
+		return fmt.Errorf("maintenance apply: %w", err)
+	}
+	return nil
+}
+
+// answersMTLS returns what the machine said over mTLS, or "" when it did not
+// answer there.
+func answersMTLS(ctx context.Context, d *Dialer, m *inventory.Machine, timeout time.Duration) string {
+	vctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	c, err := d.Client(vctx, m)
+	if err != nil {
+		return ""
+	}
+	defer c.Close()
+	resp, err := c.Version(vctx)
+	if err != nil {
+		return ""
+	}
+	tag := "?"
+	if msgs := resp.GetMessages(); len(msgs) > 0 {
+		tag = msgs[0].GetVersion().GetTag()
+	}
+	return "Version answered: Talos " + tag
+}

@@ -37,45 +37,14 @@ func (s *Sequence) applyMaintenance(ctx context.Context, m *inventory.Machine) e
 	}
 }
 
-// ApplyMaintenance applies config to a machine in maintenance mode (mode
-// auto, insecure). It first asks over mTLS and refuses, naming the machine
-// and what it answered, when the machine is configured.
+// ApplyMaintenance is machines.ApplyMaintenance, its refusal of a
+// configured machine wrapping ErrRefused.
 func ApplyMaintenance(ctx context.Context, d *machines.Dialer, m *inventory.Machine, config []byte, timeout time.Duration) error {
-	if answer := answersMTLS(ctx, d, m, timeout); answer != "" {
-		return fmt.Errorf("%w: %s answers on mTLS (%s): it is configured, so no insecure maintenance apply is sent to it; use devata apply for configured machines", ErrRefused, m.Name, answer)
+	err := machines.ApplyMaintenance(ctx, d, m, config, timeout)
+	if errors.Is(err, machines.ErrConfigured) {
+		return fmt.Errorf("%w: %w", ErrRefused, err)
 	}
-	actx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	c, err := d.MaintenanceClient(actx, m)
-	if err != nil {
-		return fmt.Errorf("dial %s: %w", d.Endpoint(m), err)
-	}
-	defer c.Close()
-	if _, err := machines.Apply(actx, c, config, machines.ModeAuto, 0); err != nil {
-		return fmt.Errorf("maintenance apply: %w", err)
-	}
-	return nil
-}
-
-// answersMTLS returns what the machine said over mTLS, or "" when it did not
-// answer there.
-func answersMTLS(ctx context.Context, d *machines.Dialer, m *inventory.Machine, timeout time.Duration) string {
-	vctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	c, err := d.Client(vctx, m)
-	if err != nil {
-		return ""
-	}
-	defer c.Close()
-	resp, err := c.Version(vctx)
-	if err != nil {
-		return ""
-	}
-	tag := "?"
-	if msgs := resp.GetMessages(); len(msgs) > 0 {
-		tag = msgs[0].GetVersion().GetTag()
-	}
-	return "Version answered: Talos " + tag
+	return err
 }
 
 // applyRunning applies the desired config to a configured machine before the
