@@ -29,6 +29,16 @@ func devata(t *testing.T, env map[string]string, args ...string) result {
 	return result{code, out.String(), errb.String()}
 }
 
+// lacks reports each of wants that text does not contain, naming what the text is.
+func lacks(t *testing.T, what, text string, wants ...string) {
+	t.Helper()
+	for _, w := range wants {
+		if !strings.Contains(text, w) {
+			t.Errorf("%s lacks %q", what, w)
+		}
+	}
+}
+
 // homelab copies the example into a fresh directory and returns its inventory path.
 func homelab(t *testing.T) string {
 	t.Helper()
