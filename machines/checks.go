@@ -90,7 +90,7 @@ func unreachable(t *Target) (drift.Result, bool) {
 	if o.Maintenance {
 		return drift.Drifted("machine is in maintenance mode: no config applied", "configured", "maintenance mode").
 			WithEvidence("Talos API " + o.Endpoint + " answers only insecurely").
-			WithNext("devata bootstrap (or: talosctl apply-config --insecure -n " + t.node() + ")"), true
+			WithNext("devata apply joins it to the running cluster, devata bootstrap builds a new one (or: talosctl apply-config --insecure -n " + t.node() + ")"), true
 	}
 	return drift.Unknown(o.Err, "check that "+name+" is up and its Talos API reachable: "+t.talosctl("version")), true
 }

@@ -7,7 +7,6 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -62,22 +61,25 @@ type KubeStep struct {
 	Held map[string]string
 }
 
-// kubeSeen is what the planner saw of a machine's Kubernetes components.
-type kubeSeen struct {
+// seen is what the planner saw of a machine that decisions over the whole
+// fleet need (Kubernetes versions, joins).
+type seen struct {
 	running     *machines.KubeComponents
 	talos       string
 	maintenance bool
+	// etcdRunning: a control plane whose etcd answered.
+	etcdRunning bool
 	// active is the applied config, kept only while a component moves
 	// (to tell other changes from the versions).
 	active []byte
 }
 
-// seeKube notes what a machine's observation says of its Kubernetes
-// components; a machine in sync runs its desired config and is read from
-// that later, only when a version changes somewhere.
-func seeKube(a *Action, o *machines.Observation) {
-	s := &kubeSeen{talos: o.Version, maintenance: o.Maintenance}
-	a.kube = s
+// see notes what a machine's observation says for decisions over the
+// fleet; a machine in sync runs its desired config and is read from that
+// later, only when a version changes somewhere.
+func see(a *Action, o *machines.Observation) {
+	s := &seen{talos: o.Version, maintenance: o.Maintenance, etcdRunning: o.Etcd != nil}
+	a.seen = s
 	if a.Kind == KindNone || o.Err != nil || o.ConfigErr != nil || o.Active == nil {
 		return
 	}
@@ -89,15 +91,37 @@ func seeKube(a *Action, o *machines.Observation) {
 	}
 }
 
+// observeOthers observes the control planes the plan does not cover: the
+// Kubernetes rules need their components, a join that etcd runs.
+func (p *Planner) observeOthers(ctx context.Context, actions []Action) []*machines.Observation {
+	var rest []*inventory.Machine
+	for _, m := range p.Inventory.ControlPlanes() {
+		if !slices.ContainsFunc(actions, func(a Action) bool { return a.Machine.Name == m.Name }) {
+			rest = append(rest, m)
+		}
+	}
+	out := make([]*machines.Observation, len(rest))
+	_ = machines.ForEach(ctx, rest, p.Concurrency, p.Timeout, func(ctx context.Context, m *inventory.Machine) error {
+		out[slices.Index(rest, m)] = machines.Observe(ctx, p.Dialer, m)
+		return nil
+	})
+	for i := range out {
+		if out[i] == nil {
+			out[i] = &machines.Observation{Machine: rest[i], Err: fmt.Errorf("not observed: %w", context.Cause(ctx))}
+		}
+	}
+	return out
+}
+
 // planKubernetes finds the actions that move Kubernetes versions and turns
 // each into its phases, or holds or refuses them, from what every machine
 // runs; nil when no version moves.
-func (p *Planner) planKubernetes(ctx context.Context, actions []Action) *gate.KubeRollout {
+func (p *Planner) planKubernetes(ctx context.Context, actions []Action, others func() []*machines.Observation) *gate.KubeRollout {
 	to := p.Inventory.Cluster.KubernetesVersion
 	desired := make([]machines.KubeComponents, len(actions))
 	moves := false
 	for i, a := range actions {
-		if a.Kind != KindApply || a.kube == nil || a.kube.running == nil {
+		if a.Kind != KindApply || a.seen == nil || a.seen.running == nil {
 			continue
 		}
 		k, err := machines.KubeComponentsOf(p.Desired[a.Machine.Name])
@@ -105,7 +129,7 @@ func (p *Planner) planKubernetes(ctx context.Context, actions []Action) *gate.Ku
 			continue // the dry run validated it; nothing to move
 		}
 		desired[i] = k
-		km := gate.KubeMachine{Running: a.kube.running, Changes: true, Desired: k}
+		km := gate.KubeMachine{Running: a.seen.running, Changes: true, Desired: k}
 		moves = moves || len(km.Moves()) > 0
 	}
 	if !moves {
@@ -113,11 +137,9 @@ func (p *Planner) planKubernetes(ctx context.Context, actions []Action) *gate.Ku
 	}
 
 	var kms []gate.KubeMachine
-	planned := map[string]bool{}
 	for i, a := range actions {
-		planned[a.Machine.Name] = true
 		km := gate.KubeMachine{Name: a.Machine.Name, ControlPlane: a.Machine.IsControlPlane(), Why: a.Reason}
-		if s := a.kube; s != nil {
+		if s := a.seen; s != nil {
 			km.Running, km.Talos, km.Maintenance = s.running, s.talos, s.maintenance
 		}
 		switch a.Kind {
@@ -130,7 +152,9 @@ func (p *Planner) planKubernetes(ctx context.Context, actions []Action) *gate.Ku
 		}
 		kms = append(kms, km)
 	}
-	kms = append(kms, p.kubeContext(ctx, planned)...)
+	for _, o := range others() {
+		kms = append(kms, kubeMachineOf(o))
+	}
 	nodes := p.nodeKubelets(ctx)
 	for i := range kms {
 		kms[i].NodeKubelet = nodes[kms[i].Name]
@@ -174,7 +198,7 @@ func (p *Planner) planKubernetes(ctx context.Context, actions []Action) *gate.Ku
 				}
 			}
 		}
-		a.kube.active = nil
+		a.seen.active = nil
 	}
 	return roll
 }
@@ -238,49 +262,28 @@ func (p *Planner) kubeStep(a *Action, km gate.KubeMachine, roll *gate.KubeRollou
 	if err != nil {
 		return nil, err
 	}
-	if d, err := machines.DiffConfigs(a.kube.active, base); err != nil || d.Equal {
+	if d, err := machines.DiffConfigs(a.seen.active, base); err != nil || d.Equal {
 		return nil, err
 	}
 	step.Phases = []KubePhase{{Config: base, Mode: a.Mode, Reboots: a.Reboots}}
 	return step, nil
 }
 
-// kubeContext reads the machines the plan does not cover that the
-// Kubernetes rules need: the control planes' components, from their
-// applied configs. Workers count through their Nodes (nodeKubelets).
-func (p *Planner) kubeContext(ctx context.Context, planned map[string]bool) []gate.KubeMachine {
-	var rest []*inventory.Machine
-	for _, m := range p.Inventory.ControlPlanes() {
-		if !planned[m.Name] {
-			rest = append(rest, m)
+// kubeMachineOf is a control plane the plan does not cover, as the
+// Kubernetes rules see it.
+func kubeMachineOf(o *machines.Observation) gate.KubeMachine {
+	km := gate.KubeMachine{Name: o.Machine.Name, ControlPlane: true, Talos: o.Version, Maintenance: o.Maintenance, Why: "not in this plan"}
+	switch {
+	case o.Err != nil:
+		km.Why = o.Err.Error()
+	case o.ConfigErr != nil:
+		km.Why = o.ConfigErr.Error()
+	default:
+		if k, err := machines.KubeComponentsOf(o.Active); err == nil {
+			km.Running = &k
 		}
 	}
-	out := make([]gate.KubeMachine, len(rest))
-	var mu sync.Mutex
-	_ = machines.ForEach(ctx, rest, p.Concurrency, p.Timeout, func(ctx context.Context, m *inventory.Machine) error {
-		o := machines.Observe(ctx, p.Dialer, m)
-		km := gate.KubeMachine{Name: m.Name, ControlPlane: true, Talos: o.Version, Maintenance: o.Maintenance, Why: "not in this plan"}
-		switch {
-		case o.Err != nil:
-			km.Why = o.Err.Error()
-		case o.ConfigErr != nil:
-			km.Why = o.ConfigErr.Error()
-		default:
-			if k, err := machines.KubeComponentsOf(o.Active); err == nil {
-				km.Running = &k
-			}
-		}
-		mu.Lock()
-		out[slices.Index(rest, m)] = km
-		mu.Unlock()
-		return nil
-	})
-	for i := range out {
-		if out[i].Name == "" {
-			out[i] = gate.KubeMachine{Name: rest[i].Name, ControlPlane: true, Why: "not observed: " + context.Cause(ctx).Error()}
-		}
-	}
-	return out
+	return km
 }
 
 // nodeKubelets are the kubelet versions the Nodes report, by name; nil
@@ -389,7 +392,7 @@ func (r *Rollout) waitStaticPod(ctx context.Context, m *inventory.Machine, compo
 // Ready (or NotReady only for want of a CNI, as waitConverged accepts).
 func (r *Rollout) waitKubelet(ctx context.Context, m *inventory.Machine, version string) error {
 	if r.Kube == nil {
-		return fmt.Errorf("%s: its kubelet's new version is confirmed on its Node, and devata has no kubeconfig: pass --kubeconfig (or set KUBECONFIG), then run again", m.Name)
+		return fmt.Errorf("%s: its kubelet %s is confirmed on its Node, and devata has no kubeconfig: pass --kubeconfig (or set KUBECONFIG), then run again", m.Name, version)
 	}
 	return r.poll(ctx, "Node "+m.Name+" to report kubelet "+version+", Ready", func() string {
 		octx, cancel := context.WithTimeout(ctx, r.Timeout)

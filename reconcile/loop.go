@@ -54,6 +54,10 @@ type Loop struct {
 	// in sync and whose version is not the inventory's (reconcile
 	// --upgrade; off by default: an upgrade reboots every machine).
 	Upgrades *Upgrades
+	// Joins configures machines found in maintenance mode once etcd runs
+	// (reconcile --join; off by default: the maintenance connection
+	// authenticates no one, see Planner.Joins).
+	Joins bool
 	// AllowQuorumLoss lets a rebooting change take down a control plane of
 	// an etcd of one or two members (Rollout.AllowQuorumLoss).
 	AllowQuorumLoss bool

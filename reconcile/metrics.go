@@ -94,7 +94,7 @@ func NewMetrics() *Metrics {
 	// increase() and rate() over them (the alerts in deploy/monitoring) see
 	// the first pass that is not ok, the first error and the first action.
 	for _, result := range []string{ResultConverged, ResultFailed, ResultBlocked, ResultInterrupted, ResultDryRun, ResultAbandoned} {
-		for _, kind := range []Kind{KindApply, KindUpgrade} {
+		for _, kind := range []Kind{KindApply, KindUpgrade, KindJoin} {
 			m.actions.WithLabelValues(string(kind), result)
 		}
 	}

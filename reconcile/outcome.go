@@ -13,7 +13,12 @@ const (
 	OutcomeConverged = ResultConverged
 	// OutcomeUpgraded: converged by a Talos upgrade (reconcile --upgrade),
 	// which fixes talos-version where a config change fixes config.
-	OutcomeUpgraded    = "upgraded"
+	OutcomeUpgraded = "upgraded"
+	// OutcomeJoined: configured from maintenance mode (reconcile --join)
+	// and seen running its desired config, running and ready, a member of
+	// etcd (a control plane) and its Node registered: that fixes config,
+	// machine-stage and etcd; its other checks are the next pass's.
+	OutcomeJoined      = "joined"
 	OutcomeFailed      = ResultFailed
 	OutcomeBlocked     = ResultBlocked
 	OutcomeDryRun      = ResultDryRun

@@ -53,11 +53,19 @@ func (r *PassResult) ExitCode() int {
 		}
 	}
 	fixed := func(machine string) bool {
-		return r.Outcomes[machine] == OutcomeConverged || r.Outcomes[machine] == OutcomeUpgraded
+		o := r.Outcomes[machine]
+		return o == OutcomeConverged || o == OutcomeUpgraded || o == OutcomeJoined
 	}
 	fixes := func(res drift.Result) bool {
-		o := r.Outcomes[res.Machine]
-		return o == OutcomeConverged && res.Check == machines.CheckConfig || o == OutcomeUpgraded && res.Check == machines.CheckTalosVersion
+		switch r.Outcomes[res.Machine] {
+		case OutcomeConverged:
+			return res.Check == machines.CheckConfig
+		case OutcomeUpgraded:
+			return res.Check == machines.CheckTalosVersion
+		case OutcomeJoined:
+			return res.Check == machines.CheckConfig || res.Check == machines.CheckMachineStage || res.Check == machines.CheckEtcd
+		}
+		return false
 	}
 	for _, res := range r.Report.Results {
 		switch {

@@ -30,6 +30,10 @@ const (
 	KindApply Kind = "apply"
 	// KindUpgrade boots the machine into the inventory's Talos version.
 	KindUpgrade Kind = "upgrade"
+	// KindJoin configures a machine in maintenance mode (a machine added to
+	// the inventory, or one whose disk was lost) so that it joins the
+	// running cluster: etcd on a control plane, its Node on every machine.
+	KindJoin Kind = "join"
 	// KindNone: the machine already runs the desired config.
 	KindNone Kind = "none"
 	// KindSkip: nothing can be done from here (unreachable, maintenance mode, unreadable).
@@ -65,7 +69,7 @@ type Action struct {
 	// that wait does not need).
 	NotReady string
 
-	kube *kubeSeen
+	seen *seen
 }
 
 // Plan is the ordered list of actions: control planes first (one at a time
@@ -77,9 +81,9 @@ type Plan struct {
 	Kubernetes *gate.KubeRollout
 }
 
-// Pending returns the actions that change something: config applies and upgrades.
+// Pending returns the actions that change something: config applies, joins and upgrades.
 func (p *Plan) Pending() []Action {
-	return slices.DeleteFunc(slices.Clone(p.Actions), func(a Action) bool { return a.Kind != KindApply && a.Kind != KindUpgrade })
+	return slices.DeleteFunc(slices.Clone(p.Actions), func(a Action) bool { return a.Kind != KindApply && a.Kind != KindUpgrade && a.Kind != KindJoin })
 }
 
 // Skipped returns the machines that could not be planned.
@@ -115,6 +119,11 @@ type Planner struct {
 	// Kube reads the Nodes: the kubelet versions for the Kubernetes version
 	// rules, and a moved kubelet's confirmation. nil holds kubelet moves.
 	Kube kubernetes.Interface
+	// Joins plans the configuration of machines in maintenance mode once
+	// etcd runs (KindJoin); without it they are skipped. It sends the
+	// machine config, secrets included, over the maintenance connection,
+	// which authenticates no one (talosctl apply-config --insecure).
+	Joins bool
 }
 
 // Plan observes the given machines (all when nil) and returns the plan.
@@ -154,10 +163,12 @@ func (p *Planner) Plan(ctx context.Context, only []*inventory.Machine) (*Plan, e
 	})
 	plan := &Plan{Actions: actions}
 	if ctx.Err() == nil {
-		plan.Kubernetes = p.planKubernetes(ctx, actions)
+		others := sync.OnceValue(func() []*machines.Observation { return p.observeOthers(ctx, actions) })
+		p.planJoins(actions, others)
+		plan.Kubernetes = p.planKubernetes(ctx, actions, others)
 	}
 	for i := range actions {
-		actions[i].kube = nil
+		actions[i].seen = nil
 	}
 	return plan, ctx.Err()
 }
@@ -165,9 +176,7 @@ func (p *Planner) Plan(ctx context.Context, only []*inventory.Machine) (*Plan, e
 func (p *Planner) planOne(ctx context.Context, m *inventory.Machine) Action {
 	s := machines.SurveyMachine(ctx, p.Dialer, m, p.Desired[m.Name], p.Mode, p.Upgrades == nil || !p.Upgrades.Only)
 	a := p.decide(m, s)
-	if p.Upgrades == nil || !p.Upgrades.Only {
-		seeKube(&a, s.Obs)
-	}
+	see(&a, s.Obs)
 	return a
 }
 
@@ -176,8 +185,12 @@ func (p *Planner) decide(m *inventory.Machine, s *machines.Survey) Action {
 	only := p.Upgrades != nil && p.Upgrades.Only
 	o := s.Obs
 	switch {
+	case o.Maintenance && p.Joins && !only:
+		return Action{Machine: m, Kind: KindJoin, Mode: machines.ModeAuto, Reboots: true,
+			Reason:   "in maintenance mode: not configured; its config goes over the maintenance connection (insecure, mode auto), it installs, reboots and joins the cluster",
+			Evidence: "Talos API answers only insecurely (maintenance mode); mTLS is refused"}
 	case o.Maintenance:
-		return Action{Machine: m, Kind: KindSkip, Reason: "in maintenance mode: not configured yet; run devata bootstrap"}
+		return Action{Machine: m, Kind: KindSkip, Reason: "in maintenance mode: not configured yet; devata apply joins it to a running cluster (reconcile does with --join), devata bootstrap builds a new one"}
 	case o.Err != nil:
 		return Action{Machine: m, Kind: KindSkip, Reason: o.Err.Error()}
 	case o.ConfigErr != nil:

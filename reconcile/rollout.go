@@ -90,12 +90,19 @@ func (r *Rollout) Run(ctx context.Context, plan *Plan) *Outcome {
 	}
 	g := &gate.Etcd{
 		Inventory: r.Inventory, Dialer: r.Dialer, Timeout: r.Timeout, Wait: r.Wait, Poll: r.Poll,
-		AllowQuorumLoss: r.AllowQuorumLoss, Say: r.Say, Heartbeat: r.Heartbeat,
+		AllowQuorumLoss: r.AllowQuorumLoss, Say: r.Say, Heartbeat: r.Heartbeat, JoinedOnly: true,
 	}
 	out := &Outcome{}
 	actions := plan.Pending()
 	var cps []unit
 	var workers []int
+	// joins first: until a control plane joined, a gate counts it down
+	// when etcd still lists its old member
+	for i, a := range actions {
+		if a.Kind == KindJoin && a.Machine.IsControlPlane() {
+			cps = append(cps, unit{i, -1})
+		}
+	}
 	for round, c := range machines.KubeOrder {
 		for i, a := range actions {
 			switch {
@@ -103,6 +110,7 @@ func (r *Rollout) Run(ctx context.Context, plan *Plan) *Outcome {
 				if round == 0 {
 					workers = append(workers, i)
 				}
+			case a.Kind == KindJoin:
 			case a.Kubernetes == nil:
 				if round == 0 {
 					cps = append(cps, unit{i, -1})
@@ -150,7 +158,11 @@ func (r *Rollout) Run(ctx context.Context, plan *Plan) *Outcome {
 		if u.reboots(a) {
 			down = a.Machine
 		}
-		if err := g.Pass(ctx, "before "+a.Machine.Name, down); err != nil {
+		pass := func() error { return g.Pass(ctx, "before "+a.Machine.Name, down) }
+		if a.Kind == KindJoin {
+			pass = func() error { return g.PassJoin(ctx, "before "+a.Machine.Name+" joins", a.Machine) }
+		}
+		if err := pass(); err != nil {
 			var qe *gate.QuorumError
 			out.Refused = errors.As(err, &qe) && qe.Loss
 			return stop(err.Error())
@@ -242,13 +254,15 @@ func (r *Rollout) applyAll(ctx context.Context, a Action) error {
 }
 
 // apply carries out one apply of an action: a Kubernetes phase (phase ≥ 0),
-// an upgrade or a config change.
+// an upgrade, a join or a config change.
 func (r *Rollout) apply(ctx context.Context, a Action, phase int) error {
 	switch {
 	case phase >= 0:
 		return r.kubePhase(ctx, a, a.Kubernetes.Phases[phase])
 	case a.Kind == KindUpgrade:
 		return r.upgrade(ctx, a)
+	case a.Kind == KindJoin:
+		return r.join(ctx, a)
 	}
 	return r.change(ctx, a)
 }

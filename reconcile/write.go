@@ -80,6 +80,11 @@ func (p *Plan) Write(w io.Writer) {
 			for _, warn := range act.Warnings {
 				fmt.Fprintf(w, "      warning: %s\n", warn)
 			}
+		case KindJoin:
+			fmt.Fprintf(w, "  %-20s join (REBOOTS): %s\n", who, act.Reason)
+			for _, warn := range act.Warnings {
+				fmt.Fprintf(w, "      warning: %s\n", warn)
+			}
 		case KindNone:
 			if !countInSync {
 				fmt.Fprintf(w, "  %-20s in sync\n", who)

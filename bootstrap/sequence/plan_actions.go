@@ -105,8 +105,13 @@ func planMachine(in planInput, m *inventory.Machine, v verdict) Action {
 				fmt.Sprintf("talosctl apply-config --insecure --nodes %s --file %s --mode auto", m.Address, configFile(m)),
 				fmt.Sprintf("talosctl --nodes %s --endpoints %s version   # repeat until it answers on mTLS", m.Address, m.Address),
 			}}
-		if v == etcdForeign {
+		switch v {
+		case etcdForeign:
 			a.Status, a.Reason = StatusBlocked, "refused: etcd data exists that devata bootstrap did not make (see bootstrap-etcd)"
+		case etcdOurs:
+			// the cluster runs: apply joins it, one control plane at a time under the etcd gates
+			a.By = byApply
+			a.Summary += "; it joins the running cluster (devata bootstrap does the same)"
 		}
 		return a
 	case o.Err != nil:

@@ -56,8 +56,19 @@ desired config again, through its reboot if there is one. It stops at the first
 failed gate or step and says where; rerunning continues from what the machines
 report.
 
-A change that reboots a machine is confirmed at the terminal unless --yes; with
-no terminal apply refuses rather than guess.
+A machine that answers in maintenance mode (added to the inventory, or its disk
+lost) joins the running cluster: its config goes over the maintenance
+connection, which authenticates no one (as talosctl apply-config --insecure),
+control planes one at a time under the etcd gates; apply waits until it runs
+its config, a control plane is an etcd member, and its Node registered.
+
+A changed cluster.kubernetesVersion moves one component at a time, as
+talosctl upgrade-k8s does: every kube-apiserver, then the controller-managers,
+schedulers and kubelets, each confirmed on its static pod or Node; the plan
+shows the steps, and what waits while an API server lags.
+
+A change that reboots a machine (a join too) is confirmed at the terminal
+unless --yes; with no terminal apply refuses rather than guess.
 
 Exit 0 done (or nothing to do), 1 some machines not converged, 2 error.`,
 		Args: cobra.NoArgs,
@@ -175,7 +186,7 @@ func (a *app) apply(ctx context.Context, flags applyFlags) error {
 	if a.settings.Simulated {
 		fmt.Fprintln(out, "SIMULATED: the machines are devata's simulated fleet.")
 	}
-	planner := &reconcile.Planner{Inventory: s.inv, Desired: s.desired.Held(), Dialer: s.dialer, Mode: mode, Concurrency: a.settings.Concurrency, Timeout: a.settings.Timeout, Upgrades: flags.upgrades, Kube: s.kube}
+	planner := &reconcile.Planner{Inventory: s.inv, Desired: s.desired.Held(), Dialer: s.dialer, Mode: mode, Concurrency: a.settings.Concurrency, Timeout: a.settings.Timeout, Upgrades: flags.upgrades, Kube: s.kube, Joins: true}
 	plan, err := planner.Plan(ctx, only)
 	if err != nil {
 		if lost := held.Lost(); lost != nil {

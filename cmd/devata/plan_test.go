@@ -55,8 +55,8 @@ func TestPlanJSONAndText(t *testing.T) {
 		got[a.Step+" "+a.Machine] = a.Status + " by " + a.By
 	}
 	for key, want := range map[string]string{
-		"configure worker-2":  "pending by bootstrap", // maintenance: bootstrap configures it
-		"apply cp-2":          "pending by apply",     // the cluster exists: apply's job
+		"configure worker-2":  "pending by apply", // maintenance and the cluster runs: apply joins it (bootstrap would too)
+		"apply cp-2":          "pending by apply", // the cluster exists: apply's job
 		"configure cp-1":      "done by bootstrap",
 		"bootstrap-etcd cp-1": "done by bootstrap",
 	} {

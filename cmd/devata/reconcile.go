@@ -31,7 +31,7 @@ type reconcileFlags struct {
 	interval, grace, wait, backoffMax         time.Duration
 	lock                                      lockFlags
 	once, reportOnly, dryRun, leaderElect     bool
-	allowQuorumLoss, upgrade                  bool
+	allowQuorumLoss, upgrade, join            bool
 	mode, metricsAddr, shard, auditLog        string
 	leaseNamespace, leaseName                 string
 	leaseDuration, renewDeadline, retryPeriod time.Duration
@@ -90,6 +90,7 @@ Metrics, /healthz and /readyz are served on --metrics-addr.`,
 	f.StringVar(&flags.mode, "mode", "auto", "apply mode: auto, no-reboot, reboot, staged, try")
 	f.IntVar(&flags.maxUnavailable, "max-unavailable", 1, "workers changed at once")
 	f.BoolVar(&flags.allowQuorumLoss, "allow-quorum-loss", false, quorumLossUsage)
+	f.BoolVar(&flags.join, "join", false, "also configure machines found in maintenance mode once etcd runs, so that they join the cluster, as devata apply does (off by default: their config, secrets included, goes over the maintenance connection, which authenticates no one)")
 	f.BoolVar(&flags.upgrade, "upgrade", false, "also upgrade Talos on machines whose config is in sync and whose version is not cluster.talosVersion, as devata upgrade does (off by default: every upgrade reboots its machine)")
 	f.StringVar(&flags.metricsAddr, "metrics-addr", "", "serve /metrics, /healthz and /readyz on this address, e.g. :9090")
 	f.StringVar(&flags.shard, "shard", "", "own only shard i of N (i/N): workers by FNV-1a of their name; control planes belong to shard 0")
@@ -176,7 +177,7 @@ func (a *app) reconcile(ctx context.Context, flags reconcileFlags) error {
 		},
 		Checks: flags.checks, Simulated: a.settings.Simulated,
 		Interval: flags.interval, ReportOnly: flags.reportOnly, DryRun: flags.dryRun,
-		Mode: mode, MaxUnavailable: flags.maxUnavailable, AllowQuorumLoss: flags.allowQuorumLoss, Upgrades: flags.upgrades(),
+		Mode: mode, MaxUnavailable: flags.maxUnavailable, AllowQuorumLoss: flags.allowQuorumLoss, Upgrades: flags.upgrades(), Joins: flags.join,
 		Workers: a.settings.Concurrency, Concurrency: a.settings.Concurrency,
 		Timeout: a.settings.Timeout, Wait: flags.wait, Grace: flags.grace, Shard: shard,
 		WriteRate: flags.writeRate, WriteBurst: flags.writeBurst, BackoffMax: flags.backoffMax,

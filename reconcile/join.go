@@ -1,0 +1,94 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"devata.dev/devata/machines"
+)
+
+// A join configures a machine that answers in maintenance mode once the
+// cluster exists, as devata bootstrap configures one (and as talosctl
+// apply-config --insecure does): its desired config over the maintenance
+// connection, mode auto; Talos installs it and reboots into it. A control
+// plane then joins etcd (services/etcd.go buildInitialCluster: as a
+// learner, promoted once it caught up; a member of its name left by a
+// wiped disk is removed first), which the etcd gate before it allows for
+// (gate.Etcd.PassJoin) and the gate after it confirms; every machine's
+// Node must then register with its kubelet version (waitKubelet).
+//
+// The maintenance connection authenticates no one: the config, with the
+// cluster's secrets, goes to whatever answers at the machine's address.
+// devata apply joins (it asks first: a join reboots); reconcile joins
+// only with --join.
+
+// planJoins skips the joins when no control plane runs etcd: there is no
+// cluster to join, and building one is devata bootstrap's job (it
+// bootstraps etcd exactly once).
+func (p *Planner) planJoins(actions []Action, others func() []*machines.Observation) {
+	var joins []int
+	runs := false
+	for i, a := range actions {
+		if a.Kind == KindJoin {
+			joins = append(joins, i)
+		}
+		if a.Machine.IsControlPlane() && a.seen != nil && a.seen.etcdRunning {
+			runs = true
+		}
+	}
+	if len(joins) == 0 {
+		return
+	}
+	reason := ""
+	switch {
+	case p.Kube == nil:
+		reason = "in maintenance mode: a join is confirmed on the machine's Node, and devata has no kubeconfig: pass --kubeconfig (or set KUBECONFIG)"
+	case runs || slices.ContainsFunc(others(), func(o *machines.Observation) bool { return o.Etcd != nil }):
+		return
+	default:
+		reason = "in maintenance mode, and no control plane runs etcd: there is no cluster to join; devata bootstrap builds it (etcd bootstrapped once)"
+	}
+	for _, i := range joins {
+		a := &actions[i]
+		a.Kind, a.Reboots, a.Reason = KindSkip, false, reason
+	}
+}
+
+// join configures a machine in maintenance mode and waits until it runs its
+// desired config, running and ready, and its Node reports its kubelet.
+func (r *Rollout) join(ctx context.Context, a Action) error {
+	m := a.Machine
+	start := time.Now()
+	desired := r.Desired[m.Name]
+	r.say("==> %s: join: its config over the maintenance connection (insecure, mode auto); it installs and reboots", m.Name)
+	err := machines.ApplyMaintenance(ctx, r.Dialer, m, desired, r.Timeout)
+	switch {
+	case errors.Is(err, machines.ErrConfigured):
+		return fmt.Errorf("%s: configured since it was planned: %w; run devata apply again to plan it afresh", m.Name, err)
+	case err != nil && (!machines.IsUnreachable(err) || ctx.Err() != nil):
+		return fmt.Errorf("%s: join: %w", m.Name, err)
+	case err != nil:
+		r.say("    %s: connection lost during the apply (%v); waiting to see whether it rebooted into its config", m.Name, err)
+	default:
+		waits := "its Node"
+		if m.IsControlPlane() {
+			waits = "etcd and its Node"
+		}
+		r.say("    %s: config applied; waiting for it to come back configured, then for %s", m.Name, waits)
+	}
+	if err := r.waitConverged(ctx, m, desired, "to come back configured, running and ready"); err != nil {
+		return err
+	}
+	k, err := machines.KubeComponentsOf(desired)
+	if err != nil {
+		return fmt.Errorf("%s: desired config: %w", m.Name, err)
+	}
+	if err := r.waitKubelet(ctx, m, machines.ImageTag(k.Kubelet)); err != nil {
+		return err
+	}
+	r.say("    %s: joined: runs its desired config, its Node reports kubelet %s (%s)", m.Name, machines.ImageTag(k.Kubelet), time.Since(start).Round(time.Millisecond))
+	return nil
+}
