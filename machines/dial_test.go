@@ -165,6 +165,11 @@ func TestDialerThroughAWorkerEndpoint(t *testing.T) {
 	if f.Sim.Machine("cp-1").Calls("Version") != before {
 		t.Error("cp-1 answered a call sent through worker-1")
 	}
+	// what drift reports says why, and what to do
+	o := machines.Observe(t.Context(), d, cp1)
+	if o.Err == nil || !machines.IsNoForwarding(o.Err) || !strings.Contains(o.Err.Error(), "give control planes as endpoints") {
+		t.Errorf("observing cp-1 through worker-1: %v, want the refusal and what to do", o.Err)
+	}
 }
 
 // talosctl --context: the context named is used, and next steps name it;
