@@ -72,7 +72,7 @@ func RegisterFlags(flags *pflag.FlagSet) {
 	flags.StringP("inventory", "i", DefaultInventory, "inventory file (env DEVATA_INVENTORY)")
 	flags.String("talosconfig", "", "talosctl client config (env TALOSCONFIG; default ~/.talos/config)")
 	flags.String("context", "", "talosconfig context to use, as talosctl --context (env DEVATA_CONTEXT; default: the current one)")
-	flags.StringSliceP("endpoints", "e", nil, "reach every machine through these Talos API endpoints, as talosctl -e (env DEVATA_ENDPOINTS; default: direct, or the context's endpoints for a machine that refuses)")
+	flags.StringSliceP("endpoints", "e", nil, "reach every machine through these Talos API endpoints (control planes: a worker forwards nothing), as talosctl -e (env DEVATA_ENDPOINTS; default: direct, or the context's endpoints for a machine that refuses)")
 	flags.String("kubeconfig", "", "kubeconfig for Kubernetes-side checks (env KUBECONFIG; a list a:b is merged as kubectl merges it)")
 	flags.Int("concurrency", DefaultConcurrency, "machines worked on at once (env DEVATA_CONCURRENCY)")
 	flags.Duration("timeout", DefaultTimeout, "timeout per machine (env DEVATA_TIMEOUT)")

@@ -40,7 +40,11 @@ import (
 // (WithEndpoints, talosctl's -e) or the context has no client certificate
 // (a talosconfig whose auth machinery's client handles, such as Omni's);
 // otherwise a machine whose direct address refuses a connection, when the
-// context has endpoints to try.
+// context has endpoints to try. Endpoints must be control planes for that:
+// a worker's apid has no client certificate to forward with and refuses a
+// call for any machine but itself with PermissionDenied "no request
+// forwarding" (Talos' apid director.go), an error devata passes on as
+// talosctl does.
 type Dialer struct {
 	tls       *tls.Config // nil: the context has no client certificate
 	overrides map[string]string

@@ -5,7 +5,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/siderolabs/talos/pkg/machinery/client"
 	clientconfig "github.com/siderolabs/talos/pkg/machinery/client/config"
+	"google.golang.org/grpc/codes"
 
 	"devata.dev/devata/internal/simtest"
 	"devata.dev/devata/inventory"
@@ -121,6 +123,52 @@ func TestDialerExplicitEndpointsProxyEveryMachine(t *testing.T) {
 	defer c.Close()
 	if _, err := c.Version(t.Context()); err == nil {
 		t.Error("the only endpoint is down, yet worker-2 answered through it")
+	}
+}
+
+// talosctl -e <worker>: a worker's apid forwards nothing (Talos'
+// apid director.go; the sim does the same), so through a worker's endpoint
+// the worker itself answers, named by its inventory address as Talos'
+// IsLocalTarget takes it, and every other machine is refused with apid's
+// PermissionDenied "no request forwarding", which devata passes on as
+// talosctl does, not as some other machine's answer.
+func TestDialerThroughAWorkerEndpoint(t *testing.T) {
+	f := simtest.Start(t, simtest.Options{LoopbackNet: "127.77.3"})
+	// machines at their own addresses and the Talos API port, no dial
+	// overrides: `node` is the inventory address, as on a real network
+	at := func(name string) *inventory.Machine {
+		m := *f.Inventory.Machine(name)
+		host, _, err := net.SplitHostPort(f.Overrides[name])
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.Address, m.Port = host, 50000
+		return &m
+	}
+	w1, cp1 := at("worker-1"), at("cp-1")
+	d, err := machines.NewDialer(f.Talosconfig(t), nil, machines.WithEndpoints(w1.Address))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := hostnameVia(t, f, d, w1); got != "worker-1" {
+		t.Errorf("worker-1 through its own endpoint: %q answered", got)
+	}
+	c, err := d.Client(t.Context(), cp1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	before := f.Sim.Machine("cp-1").Calls("Version")
+	if _, err := c.Version(t.Context()); client.StatusCode(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "no request forwarding") {
+		t.Errorf("cp-1 through worker-1: %v, want PermissionDenied no request forwarding", err)
+	}
+	if f.Sim.Machine("cp-1").Calls("Version") != before {
+		t.Error("cp-1 answered a call sent through worker-1")
+	}
+	// what drift reports says why, and what to do
+	o := machines.Observe(t.Context(), d, cp1)
+	if o.Err == nil || !machines.IsNoForwarding(o.Err) || !strings.Contains(o.Err.Error(), "give control planes as endpoints") {
+		t.Errorf("observing cp-1 through worker-1: %v, want the refusal and what to do", o.Err)
 	}
 }
 

@@ -161,6 +161,9 @@ func ObserveWith(ctx context.Context, c *client.Client, d *Dialer, m *inventory.
 	resp, err := c.Version(ctx)
 	if err != nil {
 		o.Err = fmt.Errorf("talos api %s: %w", o.Endpoint, PlainError(err))
+		if IsNoForwarding(err) {
+			o.Err = fmt.Errorf("talos api %s: %w: the endpoint the call went through is a worker, whose Talos API answers only for itself; give control planes as endpoints (-e, or the talosconfig context's)", o.Endpoint, PlainError(err))
+		}
 		if IsUnreachable(err) && detectMaintenance(ctx, d, m) {
 			o.Err = fmt.Errorf("talos api %s: the machine is in maintenance mode (not configured yet)", o.Endpoint)
 			o.Maintenance = true
@@ -321,6 +324,15 @@ func detectMaintenance(ctx context.Context, d *Dialer, m *inventory.Machine) boo
 	}
 	code := client.StatusCode(err)
 	return code != codes.Unavailable && code != codes.DeadlineExceeded && code != codes.Canceled
+}
+
+// IsNoForwarding reports apid's refusal to route a call to another node:
+// a worker's apid has no client certificate to forward with (Talos v1.11
+// secrets/api.go generateWorker) and refuses any call whose target is not
+// itself with PermissionDenied "no request forwarding" (apid director.go
+// singleDirector, aggregateDirector).
+func IsNoForwarding(err error) bool {
+	return client.StatusCode(err) == codes.PermissionDenied && strings.Contains(err.Error(), "no request forwarding")
 }
 
 // IsUnreachable reports whether err means the machine did not answer at all.

@@ -56,6 +56,27 @@
 //     take: loopback machines differ by port), names, or a host that only one
 //     machine listens on. Unreachable, rebooting and maintenance targets fail
 //     with Unavailable, as apid's dial would.
+//   - A worker's endpoint forwards nothing (route.go route): machined
+//     issues a worker no API client certificate (controllers/secrets/
+//     api.go generateWorker; generateControlPlane's is os:impersonator),
+//     so apid's provider.go TLSConfig.ClientConfig is nil and apid's
+//     main.go builds its router without remote backends. Its Director
+//     (internal/app/apid/pkg/director/director.go) serves a call locally
+//     when it has no routing metadata, or its `node`, or its `nodes` of
+//     exactly one target, is the worker itself (IsLocalTarget,
+//     local_address.go: the exact string is a NodeAddress "current"
+//     address, a bare IP, or the HostnameStatus hostname or FQDN; the
+//     sim also takes the worker's own host:port); such a `nodes` call is
+//     one-to-one, a plain reply without metadata.hostname, and COSI is
+//     served too. Any other `node` or `nodes` call is refused whole,
+//     before a target is dialed or authorization runs, with
+//     PermissionDenied "no request forwarding" (singleDirector,
+//     aggregateDirector), a `nodes` call naming the worker among others
+//     too; `nodes` on COSI is InvalidArgument first. Talos' own
+//     integration test is internal/integration/api/apid.go
+//     TestWorkerNoRouting (worker_endpoint_test.go,
+//     talosctl_worker_test.go). A control plane's endpoint forwards to
+//     any machine, workers included.
 //   - ApplyConfiguration: the config is loaded and validated (metal mode)
 //     before anything else. AUTO resolves to NO_REBOOT when the change is
 //     live, else REBOOT; NO_REBOOT and TRY refuse changes that need a reboot
@@ -326,12 +347,6 @@
 // Deployment and the kube-proxy DaemonSet exist in the API server (no
 // kube-dns Service, RBAC or bootstrap token objects), and the pods are
 // written, not scheduled: static pods are Ready as soon as they exist.
-// A worker endpoint routes `node` and `nodes` calls to other machines; on
-// Talos a worker has no API client certificate (secrets/api.go
-// generateWorker), so its apid has no remote backends and refuses them
-// whole with PermissionDenied "no request forwarding" (director.go
-// Director, singleDirector, aggregateDirector) unless the call's one
-// target is the worker itself (IsLocalTarget).
 //
 // # Storage
 //

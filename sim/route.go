@@ -66,9 +66,25 @@ func shortMethod(full string) string {
 	return full[strings.LastIndex(full, "/")+1:]
 }
 
-// route reads apid's routing metadata: the targets, and whether the call
-// fans out (nodes) or goes to one machine (node, or none: the endpoint).
-func route(ctx context.Context, fullMethod string) (targets []string, many bool, err error) {
+// route reads apid's routing metadata as the endpoint's apid does
+// (internal/app/apid/pkg/director/director.go Router.Director): the
+// targets, and whether the call fans out (nodes) or goes to one machine
+// (node, or none: the endpoint itself).
+//
+// A worker's apid has no remote backends: machined gives a worker no API
+// client certificate (controllers/secrets/api.go generateWorker writes no
+// Client, where generateControlPlane writes an os:impersonator one),
+// provider.go TLSConfig.ClientConfig then returns nil and apid's main.go
+// builds its router without a RemoteBackendFactory. Director then serves
+// a call locally when its `node`, or its `nodes` of exactly one target, is
+// the worker itself (IsLocalTarget), and refuses any other `node` or
+// `nodes` call whole, before a target is dialed: singleDirector and
+// aggregateDirector answer PermissionDenied "no request forwarding". A
+// `nodes` call to COSI is InvalidArgument first, as the switch checks
+// that before aggregateDirector; `nodes` of only the worker itself is
+// served locally, COSI included, with the plain reply of a one-to-one
+// call (no metadata.hostname).
+func route(ctx context.Context, endpoint *Machine, fullMethod string) (targets []string, many bool, err error) {
 	md, ok := metadata.FromIncomingContext(ctx)
 	if !ok {
 		return nil, false, nil
@@ -81,18 +97,65 @@ func route(ctx context.Context, fullMethod string) (targets []string, many bool,
 		return nil, false, status.Error(codes.InvalidArgument, "node metadata must be single-valued")
 	}
 
+	s := endpoint.snap()
+	forwards := s.controlPlane()
+
+	if !forwards {
+		if okNode && s.isLocalTarget(node[0]) {
+			okNode = false
+		}
+
+		if okNodes && len(nodes) == 1 && s.isLocalTarget(nodes[0]) {
+			okNodes = false
+		}
+	}
+
 	switch {
 	case okNodes:
 		if strings.HasPrefix(fullMethod, "/cosi.") {
 			return nil, false, status.Error(codes.InvalidArgument, "one-2-many proxying is not supported for COSI methods")
 		}
 
+		if !forwards {
+			return nil, false, errNoForwarding
+		}
+
 		return nodes, true, nil
 	case okNode:
+		if !forwards {
+			return nil, false, errNoForwarding
+		}
+
 		return node, false, nil
 	default:
 		return nil, false, nil
 	}
+}
+
+// errNoForwarding is a worker apid's answer to a call for another node
+// (director.go singleDirector, aggregateDirector).
+var errNoForwarding = status.Error(codes.PermissionDenied, "no request forwarding")
+
+// isLocalTarget says whether a target names the machine itself, as apid's
+// localAddressProvider.IsLocalTarget (director/local_address.go) decides:
+// the exact string is one of the NodeAddress "current" addresses (a bare
+// IP: the sim's is the machine's host, see networkResources) or the
+// HostnameStatus hostname or FQDN (the config's machine.network.hostname
+// split at its first dot by HostnameSpecSpec.ParseFQDN; else the
+// machine's name, the sim's default hostname). The sim also takes the
+// machine's own host:port, its stand-in for the address where loopback
+// machines share a host (see resolve); nothing else matches, so another
+// machine's name or address, or the machine's name where its config sets
+// another hostname, is not local.
+func (s snapshot) isLocalTarget(target string) bool {
+	if target == s.host || target == s.addr {
+		return true
+	}
+
+	fqdn := s.hostname()
+	short, _, _ := strings.Cut(fqdn, ".")
+
+	return target == fqdn || target == short
 }
 
 // dial finds a routed target the way apid's backend would reach it.
@@ -203,7 +266,7 @@ func (f *Fleet) unaryInterceptor() grpc.UnaryServerInterceptor {
 			return one("")
 		}
 
-		targets, many, err := route(ctx, info.FullMethod)
+		targets, many, err := route(ctx, m, info.FullMethod)
 		if err != nil {
 			return nil, err
 		}
@@ -294,7 +357,7 @@ func (f *Fleet) streamInterceptor() grpc.StreamServerInterceptor {
 			return one("", ss)
 		}
 
-		targets, many, err := route(ctx, info.FullMethod)
+		targets, many, err := route(ctx, m, info.FullMethod)
 		if err != nil {
 			return err
 		}

@@ -580,16 +580,18 @@ func TestUpgradeBootFailsFallsBack(t *testing.T) {
 	}
 }
 
-// A fan-out upgrade acks per node, each message stamped with its node.
+// A fan-out upgrade acks per node, each message stamped with its node. It
+// goes through a control plane's endpoint: a worker's apid forwards
+// nothing (route).
 func TestUpgradeNodes(t *testing.T) {
 	t.Parallel()
 
-	_, wk := baseConfigs(t)
+	cp, wk := baseConfigs(t)
 	f := startWith(t, sim.Options{
 		UpgradeDelay: time.Hour,
-		Machines:     []sim.MachineSpec{{Name: "w-1", Config: wk}, {Name: "w-2", Config: wk}},
+		Machines:     []sim.MachineSpec{{Name: "cp-1", Role: "controlplane", Config: cp}, {Name: "w-1", Config: wk}, {Name: "w-2", Config: wk}},
 	})
-	c := admin(t, f.Machine("w-1").Addr())
+	c := admin(t, f.Machine("cp-1").Addr())
 
 	resp, err := c.MachineClient.Upgrade(client.WithNodes(ctxTimeout(t, 5*time.Second), "w-1", "w-2"), &machine.UpgradeRequest{Image: installer1106})
 	if err != nil || len(resp.Messages) != 2 {
