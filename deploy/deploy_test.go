@@ -3,6 +3,7 @@
 package deploy_test
 
 import (
+	"strings"
 	"testing"
 
 	"sigs.k8s.io/kustomize/api/krusty"
@@ -79,5 +80,89 @@ func TestKustomizeImage(t *testing.T) {
 	}
 	if n < 3 {
 		t.Errorf("found %d containers, want the Deployment's and both CronJobs'", n)
+	}
+}
+
+// The containers that load the secrets bundle (reconcile and drift) can
+// open an encrypted one: each mounts the optional Secret
+// devata-age-identity read-only and points DEVATA_AGE_IDENTITY at a file
+// inside that mount; a cluster without the Secret still starts them. The
+// etcd backup reads no bundle and gets no key.
+func TestKustomizeAgeIdentity(t *testing.T) {
+	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
+	res, err := k.Run(filesys.MakeFsOnDisk(), ".")
+	if err != nil {
+		t.Fatalf("kustomize build deploy/: %v", err)
+	}
+	want := map[string]bool{"Deployment/devata-reconcile": true, "CronJob/devata-drift": true, "CronJob/devata-etcd-backup": false}
+	for _, r := range res.Resources() {
+		id := r.GetKind() + "/" + r.GetName()
+		mounts, ok := want[id]
+		if !ok {
+			continue
+		}
+		delete(want, id)
+		prefix := "spec.template.spec."
+		if r.GetKind() == "CronJob" {
+			prefix = "spec.jobTemplate.spec.template.spec."
+		}
+		volume := ""
+		if vs, err := r.GetFieldValue(prefix + "volumes"); err == nil {
+			for _, v := range vs.([]any) {
+				v, _ := v.(map[string]any)
+				sec, _ := v["secret"].(map[string]any)
+				if sec["secretName"] != "devata-age-identity" {
+					continue
+				}
+				volume, _ = v["name"].(string)
+				if sec["optional"] != true {
+					t.Errorf("%s: the Secret devata-age-identity is not optional: a cluster without an encrypted bundle could not start it", id)
+				}
+				if mode, _ := sec["defaultMode"].(int); mode != 0o400 {
+					t.Errorf("%s: devata-age-identity's defaultMode %v, want 0400", id, sec["defaultMode"])
+				}
+			}
+		}
+		if !mounts {
+			if volume != "" {
+				t.Errorf("%s reads no secrets bundle but mounts devata-age-identity", id)
+			}
+			continue
+		}
+		if volume == "" {
+			t.Errorf("%s has no volume of the Secret devata-age-identity", id)
+			continue
+		}
+		cs, err := r.GetFieldValue(prefix + "containers")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range cs.([]any) {
+			c, _ := c.(map[string]any)
+			mountPath, env := "", ""
+			ms, _ := c["volumeMounts"].([]any)
+			for _, m := range ms {
+				m, _ := m.(map[string]any)
+				if m["name"] == volume {
+					mountPath, _ = m["mountPath"].(string)
+					if m["readOnly"] != true {
+						t.Errorf("%s: %s mounts %s writable", id, c["name"], volume)
+					}
+				}
+			}
+			es, _ := c["env"].([]any)
+			for _, e := range es {
+				e, _ := e.(map[string]any)
+				if e["name"] == "DEVATA_AGE_IDENTITY" {
+					env, _ = e["value"].(string)
+				}
+			}
+			if mountPath == "" || env == "" || !strings.HasPrefix(env, mountPath+"/") {
+				t.Errorf("%s: %s has DEVATA_AGE_IDENTITY %q and mounts %s at %q: the setting must name a file in the mount", id, c["name"], env, volume, mountPath)
+			}
+		}
+	}
+	for id := range want {
+		t.Errorf("build lacks %s", id)
 	}
 }
