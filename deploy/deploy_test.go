@@ -166,3 +166,58 @@ func TestKustomizeAgeIdentity(t *testing.T) {
 		t.Errorf("build lacks %s", id)
 	}
 }
+
+// A Secret or ConfigMap volume is written by the kubelet as root, with its
+// defaultMode; only fsGroup makes the kubelet hand the files to the pod's
+// group (and add the group's read bit). So a non-root pod that mounts one
+// with a mode others cannot read (0400) must set fsGroup to its group, or
+// devata cannot read its talosconfig or identity (the reconcile Deployment
+// had none).
+func TestKustomizeMountedFilesAreReadable(t *testing.T) {
+	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
+	res, err := k.Run(filesys.MakeFsOnDisk(), ".")
+	if err != nil {
+		t.Fatalf("kustomize build deploy/: %v", err)
+	}
+	pods := 0
+	for _, r := range res.Resources() {
+		id := r.GetKind() + "/" + r.GetName()
+		var spec map[string]any
+		for _, path := range []string{"spec.template.spec", "spec.jobTemplate.spec.template.spec"} {
+			if v, err := r.GetFieldValue(path); err == nil {
+				spec, _ = v.(map[string]any)
+			}
+		}
+		if spec == nil {
+			continue
+		}
+		pods++
+		sc, _ := spec["securityContext"].(map[string]any)
+		if sc["runAsNonRoot"] != true {
+			continue
+		}
+		vs, _ := spec["volumes"].([]any)
+		for _, v := range vs {
+			v, _ := v.(map[string]any)
+			for _, kind := range []string{"secret", "configMap"} {
+				src, ok := v[kind].(map[string]any)
+				if !ok {
+					continue
+				}
+				mode := 0o644 // the API's default
+				if m, ok := src["defaultMode"].(int); ok {
+					mode = m
+				}
+				if mode&0o004 != 0 {
+					continue
+				}
+				if sc["fsGroup"] == nil || sc["fsGroup"] != sc["runAsGroup"] {
+					t.Errorf("%s mounts %s %v with mode %#o as user %v group %v and fsGroup %v: the files stay root's and the container cannot read them; set fsGroup to its group", id, kind, v["name"], mode, sc["runAsUser"], sc["runAsGroup"], sc["fsGroup"])
+				}
+			}
+		}
+	}
+	if pods < 3 {
+		t.Errorf("found %d pod templates, want the Deployment's and both CronJobs'", pods)
+	}
+}
