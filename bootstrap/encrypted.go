@@ -57,9 +57,18 @@ func (e *DecryptError) Error() string {
 	return fmt.Sprintf("%s is %s-encrypted: %s", e.Path, e.Format, e.Reason)
 }
 
+// SettingAgeIdentity names devata's own identity-file setting in messages:
+// the flag, its DEVATA_* variable and the settings-file key.
+const SettingAgeIdentity = "--age-identity (DEVATA_AGE_IDENTITY, age-identity in the settings file)"
+
 // AgeIdentities says where the age identities that open an encrypted bundle
 // are read from. Nothing is read until a bundle turns out to be encrypted.
 type AgeIdentities struct {
+	// Files are identity files given to devata itself (SettingAgeIdentity),
+	// one identity a line. Each must exist. When any is given they are the
+	// only source: sops' variables and default file below are not read, as
+	// a flag overrides the environment.
+	Files []string
 	// Key holds identities inline, separated by white space (SOPS_AGE_KEY).
 	Key string
 	// KeyFile is an identity file, one identity a line (SOPS_AGE_KEY_FILE).
@@ -107,7 +116,13 @@ func (s identitySet) describe() string {
 	return fmt.Sprintf("%d age %s from %s", len(s.ids), plural(len(s.ids), "identity", "identities"), strings.Join(s.sources, ", "))
 }
 
-const nextStepIdentity = "set " + EnvAgeKeyFile + " to the age identity file that can decrypt it (or " + EnvAgeKey + " to the identity itself)"
+// nextStep says how to give devata the identity that opens a bundle.
+func (a AgeIdentities) nextStep() string {
+	if len(a.Files) > 0 {
+		return "point " + SettingAgeIdentity + " at the age identity file that can decrypt it; " + EnvAgeKey + ", " + EnvAgeKeyFile + " and sops' keys.txt are not read while it is set"
+	}
+	return "pass --age-identity FILE, or set " + EnvAgeKeyFile + " to the age identity file that can decrypt it (or " + EnvAgeKey + " to the identity itself)"
+}
 
 // load parses every configured source. An unreadable or malformed source is
 // an error: a typo in SOPS_AGE_KEY_FILE must not read as "wrong key".
@@ -121,6 +136,23 @@ func (a AgeIdentities) load() (identitySet, error) {
 		set.ids = append(set.ids, ids...)
 		set.sources = append(set.sources, source)
 		return nil
+	}
+	if len(a.Files) > 0 {
+		for _, f := range a.Files {
+			if strings.TrimSpace(f) == "" {
+				return set, fmt.Errorf("an empty path is given as an age identity file: set %s to the identity file's path, or unset it", SettingAgeIdentity)
+			}
+			data, err := inventory.ReadFile(f)
+			if err != nil {
+				return set, fmt.Errorf("age identity file %s cannot be read (%s): point %s at your age identity file (age-keygen -o FILE writes one)", f, readProblem(err), SettingAgeIdentity)
+			}
+			err = add("age identity file "+f, data, true)
+			clear(data)
+			if err != nil {
+				return set, err
+			}
+		}
+		return set, nil
 	}
 	if strings.TrimSpace(a.Key) != "" {
 		if err := add(EnvAgeKey, []byte(a.Key), false); err != nil {
@@ -244,7 +276,7 @@ func decryptAge(path string, data []byte, a AgeIdentities) ([]byte, error) {
 		return nil, fail(true, err.Error())
 	}
 	if len(set.ids) == 0 {
-		return nil, fail(true, "no age identity is set: "+nextStepIdentity)
+		return nil, fail(true, "no age identity is set: "+a.nextStep())
 	}
 	var src io.Reader = bytes.NewReader(data)
 	if !bytes.HasPrefix(data, []byte(ageBinaryHeader)) {
@@ -254,7 +286,7 @@ func decryptAge(path string, data []byte, a AgeIdentities) ([]byte, error) {
 	var nomatch *age.NoIdentityMatchError
 	switch {
 	case errors.As(err, &nomatch):
-		return nil, fail(true, "it does not open with the "+set.describe()+": "+nextStepIdentity)
+		return nil, fail(true, "it does not open with the "+set.describe()+": "+a.nextStep())
 	case err != nil:
 		return nil, fail(false, "its age header does not parse or verify (damaged, truncated or not an age file): restore it from Git or your backup")
 	}

@@ -213,7 +213,7 @@ func TestNoIdentitySaysWhatToSet(t *testing.T) {
 	for _, name := range []string{"talosctl-secrets.yaml.age", "talosctl-secrets.sops.yaml"} {
 		path := filepath.Join(encDir, name)
 		_, err := bootstrap.LoadSecretsWith(path, bootstrap.AgeIdentities{DefaultFile: filepath.Join(t.TempDir(), "absent", "keys.txt")})
-		if err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "no age identity is set: set SOPS_AGE_KEY_FILE") {
+		if err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "no age identity is set: pass --age-identity FILE, or set SOPS_AGE_KEY_FILE") {
 			t.Errorf("%s without identities: %v", name, err)
 		}
 		if strings.Contains(err.Error(), "devata gen secrets") {
@@ -371,5 +371,76 @@ func TestEncryptedBundleSizeBound(t *testing.T) {
 	var fe *inventory.FileError
 	if !errors.As(err, &fe) || !strings.Contains(err.Error(), "more than the 4 MiB devata reads") {
 		t.Errorf("oversized encrypted bundle: %v", err)
+	}
+}
+
+// Identity files given to devata (--age-identity) open every kind of
+// encrypted bundle, several are tried in order, and while any is given
+// sops' variables and keys.txt are not read at all: a broken
+// SOPS_AGE_KEY_FILE does not stand in the way, and a working SOPS_AGE_KEY
+// does not open what the given files do not.
+func TestAgeIdentityFilesTakePrecedence(t *testing.T) {
+	_, wrongFile := newIdentity(t)
+	missing := filepath.Join(t.TempDir(), "typo.txt")
+	secret := testOnlySecret(t)
+	for _, name := range []string{"talosctl-secrets.yaml.age", "talosctl-secrets.binary.age", "talosctl-secrets.sops.yaml"} {
+		path := filepath.Join(encDir, name)
+		ids := bootstrap.AgeIdentities{Files: []string{wrongFile, testOnlyKeyFile}, KeyFile: missing, DefaultFile: missing}
+		if _, err := bootstrap.LoadSecretsWith(path, ids); err != nil {
+			t.Errorf("%s with a wrong and the right identity file, and a broken SOPS_AGE_KEY_FILE: %v", name, err)
+		}
+		_, err := bootstrap.LoadSecretsWith(path, bootstrap.AgeIdentities{Files: []string{wrongFile}, Key: secret, KeyFile: testOnlyKeyFile})
+		var de *bootstrap.DecryptError
+		if !errors.As(err, &de) || !de.NoIdentity {
+			t.Fatalf("%s with only a wrong identity file (the right key in SOPS_AGE_KEY): %v, want a DecryptError for a missing identity", name, err)
+		}
+		msg := err.Error()
+		for _, want := range []string{path, "1 age identity from age identity file " + wrongFile, "point --age-identity (DEVATA_AGE_IDENTITY, age-identity in the settings file) at the age identity file that can decrypt it", "SOPS_AGE_KEY, SOPS_AGE_KEY_FILE and sops' keys.txt are not read while it is set"} {
+			if !strings.Contains(msg, want) {
+				t.Errorf("%s: error lacks %q: %s", name, want, msg)
+			}
+		}
+		assertQuotesNothing(t, msg, readFile(t, path), []byte(secret))
+	}
+}
+
+// A given identity file that cannot be used is an error naming it, why and
+// what to do, before any decryption; its content is never quoted.
+func TestAgeIdentityFileErrors(t *testing.T) {
+	path := filepath.Join(encDir, "talosctl-secrets.yaml.age")
+	dir := t.TempDir()
+	missing := filepath.Join(dir, "absent.txt")
+	junk := filepath.Join(dir, "junk.txt")
+	const junkLine = "AGE-SECRET-KEY-1NOTAREALKEYATALLHUNTER2"
+	if err := os.WriteFile(junk, []byte(junkLine+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	big := filepath.Join(dir, "big.txt")
+	if err := os.WriteFile(big, bytes.Repeat([]byte("#\n"), inventory.MaxFileSize), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		file string
+		want string
+	}{
+		{"missing", missing, "age identity file " + missing + " cannot be read (no such file or directory): point --age-identity (DEVATA_AGE_IDENTITY, age-identity in the settings file) at your age identity file"},
+		{"directory", dir, "age identity file " + dir + " cannot be read (is not a regular file (a directory)"},
+		{"device", "/dev/zero", "age identity file /dev/zero cannot be read (is not a regular file (a device)"},
+		{"too big", big, "age identity file " + big + " cannot be read (is 8388608 bytes, more than the 4 MiB devata reads"},
+		{"malformed", junk, "age identity file " + junk + " line 1 is not an age identity"},
+		{"empty path", " ", "an empty path is given as an age identity file"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := bootstrap.LoadSecretsWith(path, bootstrap.AgeIdentities{Files: []string{testOnlyKeyFile, c.file}})
+			if err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("err %v, want it to name %s and say %q", err, path, c.want)
+			}
+			assertQuotesNothing(t, err.Error(), []byte(junkLine[len("AGE-SECRET-KEY-1"):]), []byte(testOnlySecret(t)))
+		})
+	}
+	// a clear bundle reads no identity at all: a broken one is no error
+	if _, err := bootstrap.LoadSecretsWith(clearFixture, bootstrap.AgeIdentities{Files: []string{missing}}); err != nil {
+		t.Errorf("clear bundle with a missing identity file: %v", err)
 	}
 }

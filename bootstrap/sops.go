@@ -119,9 +119,9 @@ func decryptSOPS(path string, doc *yaml.Node, a AgeIdentities) error {
 		return fail(true, err.Error())
 	}
 	if len(set.ids) == 0 {
-		return fail(true, "no age identity is set: "+nextStepIdentity)
+		return fail(true, "no age identity is set: "+a.nextStep())
 	}
-	dataKey, damaged, err := sopsDataKey(keys, set)
+	dataKey, damaged, err := sopsDataKey(keys, set, a.nextStep())
 	if err != nil {
 		return fail(!damaged, err.Error())
 	}
@@ -203,7 +203,7 @@ func (m *sopsMeta) ageKeys() ([]sopsAgeKey, error) {
 
 // sopsDataKey unwraps the data key with the first identity that opens one of
 // keys; damaged says every one of them was damaged rather than for others.
-func sopsDataKey(keys []sopsAgeKey, set identitySet) (key []byte, damaged bool, err error) {
+func sopsDataKey(keys []sopsAgeKey, set identitySet, next string) (key []byte, damaged bool, err error) {
 	broken := 0
 	for _, k := range keys {
 		r, err := age.Decrypt(armor.NewReader(strings.NewReader(k.Enc)), set.ids...)
@@ -225,7 +225,7 @@ func sopsDataKey(keys []sopsAgeKey, set identitySet) (key []byte, damaged bool, 
 	if broken == len(keys) {
 		return nil, true, errors.New("none of its sops.age[].enc data keys parses or verifies (damaged): restore it from Git or your backup")
 	}
-	return nil, false, fmt.Errorf("its data key does not open with the %s (it is wrapped for %d age %s, listed under sops.age): %s", set.describe(), len(keys), plural(len(keys), "recipient", "recipients"), nextStepIdentity)
+	return nil, false, fmt.Errorf("its data key does not open with the %s (it is wrapped for %d age %s, listed under sops.age): %s", set.describe(), len(keys), plural(len(keys), "recipient", "recipients"), next)
 }
 
 // encrypted says whether sops encrypted the value at path (sops'

@@ -40,6 +40,10 @@ type Settings struct {
 	// Simulated marks the machines as devata's simulated fleet (devata sim sets
 	// it in the settings file it writes); every report then says so.
 	Simulated bool `mapstructure:"simulated"`
+	// AgeIdentity are the age identity files that open an encrypted secrets
+	// bundle. When set, they replace sops' SOPS_AGE_KEY, SOPS_AGE_KEY_FILE
+	// and keys.txt (bootstrap.AgeIdentities.Files).
+	AgeIdentity []string `mapstructure:"age-identity"`
 
 	// File is the settings file that was read, if any.
 	File string `mapstructure:"-"`
@@ -79,6 +83,7 @@ func RegisterFlags(flags *pflag.FlagSet) {
 	flags.CountP("verbose", "v", "more log detail; repeat for more (env DEVATA_VERBOSE)")
 	flags.String("log-format", DefaultLogFormat, "log encoding on stderr: text or json (env DEVATA_LOG_FORMAT)")
 	flags.String("config", "", "devata settings file (env DEVATA_CONFIG; default <user config dir>/devata/config.yaml if present)")
+	flags.StringArray("age-identity", nil, "age identity file that opens an encrypted secrets bundle; repeat for several; replaces SOPS_AGE_KEY, SOPS_AGE_KEY_FILE and sops' keys.txt (env DEVATA_AGE_IDENTITY, a list as PATH takes it)")
 }
 
 // outputAnnotation marks the -o flag that selects a report format, so that
@@ -106,6 +111,11 @@ func Load(flags *pflag.FlagSet, getenv func(string) string) (Settings, error) {
 
 	// Environment: read through getenv so tests and callers control it.
 	envSet := map[string]bool{}
+	// a list of paths, as PATH and KUBECONFIG take one (a comma may be in a path)
+	if val := getenv(envAgeIdentity); val != "" {
+		v.Set("age-identity", filepath.SplitList(val))
+		envSet["age-identity"] = true
+	}
 	for _, key := range []string{"inventory", "talosconfig", "kubeconfig", "concurrency", "timeout", "output", "log-format", "verbose", "context", "endpoints"} {
 		names := []string{"DEVATA_" + strings.ToUpper(strings.ReplaceAll(key, "-", "_"))}
 		if extra, ok := extraEnv[key]; ok {
@@ -156,10 +166,17 @@ func Load(flags *pflag.FlagSet, getenv func(string) string) (Settings, error) {
 			if dial := fileSettings.GetStringMapString("dial"); len(dial) > 0 {
 				v.Set("dial", dial)
 			}
+			if fileSettings.IsSet("age-identity") && !envSet["age-identity"] {
+				ids, err := pathList(fileSettings.Get("age-identity"))
+				if err != nil {
+					return Settings{}, fmt.Errorf("settings file %s: age-identity %w", file, err)
+				}
+				v.Set("age-identity", ids)
+			}
 		}
 	}
 	if flags != nil {
-		for _, key := range []string{"inventory", "talosconfig", "kubeconfig", "concurrency", "timeout", "output", "log-format", "verbose", "context", "endpoints"} {
+		for _, key := range []string{"inventory", "talosconfig", "kubeconfig", "concurrency", "timeout", "output", "log-format", "verbose", "context", "endpoints", "age-identity"} {
 			f := flags.Lookup(key)
 			if f == nil || !f.Changed || key == "output" && f.Annotations[outputAnnotation] == nil {
 				continue
@@ -191,8 +208,39 @@ func Load(flags *pflag.FlagSet, getenv func(string) string) (Settings, error) {
 				}
 			}
 		}
+		fromFlag := flags != nil && flags.Lookup("age-identity") != nil && flags.Lookup("age-identity").Changed
+		if fileSettings.IsSet("age-identity") && !envSet["age-identity"] && !fromFlag {
+			for i, p := range s.AgeIdentity {
+				if p != "" && !filepath.IsAbs(p) {
+					s.AgeIdentity[i] = filepath.Join(dir, p)
+				}
+			}
+		}
 	}
 	return s, s.Validate()
+}
+
+// envAgeIdentity is the age-identity setting's variable.
+const envAgeIdentity = "DEVATA_AGE_IDENTITY"
+
+// pathList is a settings-file value that names one path (a string) or
+// several (a list of strings).
+func pathList(v any) ([]string, error) {
+	switch v := v.(type) {
+	case string:
+		return []string{v}, nil
+	case []any:
+		out := make([]string, 0, len(v))
+		for i, e := range v {
+			str, ok := e.(string)
+			if !ok {
+				return nil, fmt.Errorf("[%d] is %T, not a path: give a file path or a list of them", i, e)
+			}
+			out = append(out, str)
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("is %T: give a file path or a list of them", v)
 }
 
 // resolveList resolves each relative path of a path list (kubeconfig, as
@@ -246,7 +294,7 @@ func fieldPtr(s *Settings, key string) *string {
 	}
 }
 
-var knownKeys = map[string]bool{"inventory": true, "talosconfig": true, "kubeconfig": true, "concurrency": true, "timeout": true, "output": true, "log-format": true, "verbose": true, "context": true, "endpoints": true, "dial": true, "simulated": true}
+var knownKeys = map[string]bool{"age-identity": true, "inventory": true, "talosconfig": true, "kubeconfig": true, "concurrency": true, "timeout": true, "output": true, "log-format": true, "verbose": true, "context": true, "endpoints": true, "dial": true, "simulated": true}
 
 func checkKeys(v *viper.Viper, file string) error {
 	var bad []string
@@ -257,7 +305,7 @@ func checkKeys(v *viper.Viper, file string) error {
 		}
 	}
 	if len(bad) > 0 {
-		return fmt.Errorf("settings file %s: unknown setting %q (known: inventory, talosconfig, kubeconfig, context, endpoints, concurrency, timeout, output, log-format, verbose, dial, simulated)", file, bad[0])
+		return fmt.Errorf("settings file %s: unknown setting %q (known: inventory, talosconfig, kubeconfig, context, endpoints, concurrency, timeout, output, log-format, verbose, dial, simulated, age-identity)", file, bad[0])
 	}
 	return nil
 }
@@ -280,6 +328,11 @@ func (s Settings) Validate() error {
 	for _, ep := range s.Endpoints {
 		if strings.TrimSpace(ep) == "" || strings.ContainsAny(ep, " \t/") && !strings.Contains(ep, "://") {
 			errs = append(errs, fmt.Sprintf("endpoints: %q is not a host, host:port or URL", ep))
+		}
+	}
+	for _, p := range s.AgeIdentity {
+		if strings.TrimSpace(p) == "" {
+			errs = append(errs, "age-identity: an empty path is not an identity file")
 		}
 	}
 	for name, addr := range s.Dial {

@@ -259,3 +259,49 @@ func TestContextAndEndpoints(t *testing.T) {
 		t.Errorf("an endpoint with a space: %v", err)
 	}
 }
+
+// --age-identity repeats; DEVATA_AGE_IDENTITY is a path list (as PATH and
+// KUBECONFIG, so a comma may be in a name); the settings file takes a path
+// or a list, relative to itself; flags over env over file.
+func TestAgeIdentity(t *testing.T) {
+	dir := t.TempDir()
+	list := func(paths ...string) string { return strings.Join(paths, string(filepath.ListSeparator)) }
+	one := writeFile(t, dir, "one.yaml", "age-identity: keys/age.txt\n")
+	many := writeFile(t, dir, "many.yaml", "age-identity:\n  - /abs/a.txt\n  - b,c.txt\n")
+	tests := []struct {
+		name string
+		args []string
+		env  map[string]string
+		want []string
+	}{
+		{"unset", nil, nil, nil},
+		{"file, one path", []string{"--config", one}, nil, []string{filepath.Join(dir, "keys/age.txt")}},
+		{"file, a list", []string{"--config", many}, nil, []string{"/abs/a.txt", filepath.Join(dir, "b,c.txt")}},
+		{"env over file", []string{"--config", many}, map[string]string{"DEVATA_AGE_IDENTITY": list("x,1.txt", "/y.txt")}, []string{"x,1.txt", "/y.txt"}},
+		{"flags over env", []string{"--config", many, "--age-identity", "f,1.txt", "--age-identity", "g.txt"}, map[string]string{"DEVATA_AGE_IDENTITY": "/y.txt"}, []string{"f,1.txt", "g.txt"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, err := config.Load(flags(t, tt.args...), envOf(tt.env))
+			if err != nil {
+				t.Fatal(err)
+			}
+			eq(t, "age-identity", strings.Join(s.AgeIdentity, " | "), strings.Join(tt.want, " | "))
+			eq(t, "count", len(s.AgeIdentity), len(tt.want))
+		})
+	}
+	for _, bad := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{"empty flag", []string{"--age-identity", ""}, nil, "age-identity: an empty path is not an identity file"},
+		{"empty list entry", nil, map[string]string{"DEVATA_AGE_IDENTITY": list("a.txt", "")}, "age-identity: an empty path is not an identity file"},
+		{"not a path", []string{"--config", writeFile(t, dir, "num.yaml", "age-identity: [7]\n")}, nil, "age-identity [0] is int, not a path"},
+	} {
+		if _, err := config.Load(flags(t, bad.args...), envOf(bad.env)); err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("%s: error %v, want %q", bad.name, err, bad.want)
+		}
+	}
+}

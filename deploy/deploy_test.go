@@ -3,6 +3,7 @@
 package deploy_test
 
 import (
+	"strings"
 	"testing"
 
 	"sigs.k8s.io/kustomize/api/krusty"
@@ -79,5 +80,144 @@ func TestKustomizeImage(t *testing.T) {
 	}
 	if n < 3 {
 		t.Errorf("found %d containers, want the Deployment's and both CronJobs'", n)
+	}
+}
+
+// The containers that load the secrets bundle (reconcile and drift) can
+// open an encrypted one: each mounts the optional Secret
+// devata-age-identity read-only and points DEVATA_AGE_IDENTITY at a file
+// inside that mount; a cluster without the Secret still starts them. The
+// etcd backup reads no bundle and gets no key.
+func TestKustomizeAgeIdentity(t *testing.T) {
+	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
+	res, err := k.Run(filesys.MakeFsOnDisk(), ".")
+	if err != nil {
+		t.Fatalf("kustomize build deploy/: %v", err)
+	}
+	want := map[string]bool{"Deployment/devata-reconcile": true, "CronJob/devata-drift": true, "CronJob/devata-etcd-backup": false}
+	for _, r := range res.Resources() {
+		id := r.GetKind() + "/" + r.GetName()
+		mounts, ok := want[id]
+		if !ok {
+			continue
+		}
+		delete(want, id)
+		prefix := "spec.template.spec."
+		if r.GetKind() == "CronJob" {
+			prefix = "spec.jobTemplate.spec.template.spec."
+		}
+		volume := ""
+		if vs, err := r.GetFieldValue(prefix + "volumes"); err == nil {
+			for _, v := range vs.([]any) {
+				v, _ := v.(map[string]any)
+				sec, _ := v["secret"].(map[string]any)
+				if sec["secretName"] != "devata-age-identity" {
+					continue
+				}
+				volume, _ = v["name"].(string)
+				if sec["optional"] != true {
+					t.Errorf("%s: the Secret devata-age-identity is not optional: a cluster without an encrypted bundle could not start it", id)
+				}
+				if mode, _ := sec["defaultMode"].(int); mode != 0o400 {
+					t.Errorf("%s: devata-age-identity's defaultMode %v, want 0400", id, sec["defaultMode"])
+				}
+			}
+		}
+		if !mounts {
+			if volume != "" {
+				t.Errorf("%s reads no secrets bundle but mounts devata-age-identity", id)
+			}
+			continue
+		}
+		if volume == "" {
+			t.Errorf("%s has no volume of the Secret devata-age-identity", id)
+			continue
+		}
+		cs, err := r.GetFieldValue(prefix + "containers")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range cs.([]any) {
+			c, _ := c.(map[string]any)
+			mountPath, env := "", ""
+			ms, _ := c["volumeMounts"].([]any)
+			for _, m := range ms {
+				m, _ := m.(map[string]any)
+				if m["name"] == volume {
+					mountPath, _ = m["mountPath"].(string)
+					if m["readOnly"] != true {
+						t.Errorf("%s: %s mounts %s writable", id, c["name"], volume)
+					}
+				}
+			}
+			es, _ := c["env"].([]any)
+			for _, e := range es {
+				e, _ := e.(map[string]any)
+				if e["name"] == "DEVATA_AGE_IDENTITY" {
+					env, _ = e["value"].(string)
+				}
+			}
+			if mountPath == "" || env == "" || !strings.HasPrefix(env, mountPath+"/") {
+				t.Errorf("%s: %s has DEVATA_AGE_IDENTITY %q and mounts %s at %q: the setting must name a file in the mount", id, c["name"], env, volume, mountPath)
+			}
+		}
+	}
+	for id := range want {
+		t.Errorf("build lacks %s", id)
+	}
+}
+
+// A Secret or ConfigMap volume is written by the kubelet as root, with its
+// defaultMode; only fsGroup makes the kubelet hand the files to the pod's
+// group (and add the group's read bit). So a non-root pod that mounts one
+// with a mode others cannot read (0400) must set fsGroup to its group, or
+// devata cannot read its talosconfig or identity (the reconcile Deployment
+// had none).
+func TestKustomizeMountedFilesAreReadable(t *testing.T) {
+	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
+	res, err := k.Run(filesys.MakeFsOnDisk(), ".")
+	if err != nil {
+		t.Fatalf("kustomize build deploy/: %v", err)
+	}
+	pods := 0
+	for _, r := range res.Resources() {
+		id := r.GetKind() + "/" + r.GetName()
+		var spec map[string]any
+		for _, path := range []string{"spec.template.spec", "spec.jobTemplate.spec.template.spec"} {
+			if v, err := r.GetFieldValue(path); err == nil {
+				spec, _ = v.(map[string]any)
+			}
+		}
+		if spec == nil {
+			continue
+		}
+		pods++
+		sc, _ := spec["securityContext"].(map[string]any)
+		if sc["runAsNonRoot"] != true {
+			continue
+		}
+		vs, _ := spec["volumes"].([]any)
+		for _, v := range vs {
+			v, _ := v.(map[string]any)
+			for _, kind := range []string{"secret", "configMap"} {
+				src, ok := v[kind].(map[string]any)
+				if !ok {
+					continue
+				}
+				mode := 0o644 // the API's default
+				if m, ok := src["defaultMode"].(int); ok {
+					mode = m
+				}
+				if mode&0o004 != 0 {
+					continue
+				}
+				if sc["fsGroup"] == nil || sc["fsGroup"] != sc["runAsGroup"] {
+					t.Errorf("%s mounts %s %v with mode %#o as user %v group %v and fsGroup %v: the files stay root's and the container cannot read them; set fsGroup to its group", id, kind, v["name"], mode, sc["runAsUser"], sc["runAsGroup"], sc["fsGroup"])
+				}
+			}
+		}
+	}
+	if pods < 3 {
+		t.Errorf("found %d pod templates, want the Deployment's and both CronJobs'", pods)
 	}
 }

@@ -105,6 +105,13 @@ func TestBrowserHTMLReport(t *testing.T) {
 	if !visible("#"+id+" pre.diff") || !visible("#"+id+" .next") {
 		t.Errorf("cp-2/config's diff or next step is not shown")
 	}
+	if !visible("#" + id + " ul.changes") {
+		t.Errorf("cp-2/config's changes by path are not shown")
+	}
+	changes := evaluate[string](t, ctx, `document.querySelector("#`+id+` ul.changes").innerText`)
+	if want := "machine.kubelet.image: \"ghcr.io/siderolabs/kubelet:v1.34.0\" → \"ghcr.io/siderolabs/kubelet:v1.34.1\"\nmachine.network.hostname: \"cp-2-old\" → \"cp-2\""; changes != want {
+		t.Errorf("shown changes %q, want %q", changes, want)
+	}
 	open := evaluate[int](t, ctx, `Array.from(document.querySelectorAll("section.detail")).filter(function(e){return e.checkVisibility();}).length`)
 	if open != 1 {
 		t.Errorf("%d details sections show after one click, want 1", open)

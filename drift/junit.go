@@ -184,6 +184,12 @@ func junitResult(res Result) junitCase {
 	if res.FailClosed {
 		line("failClosed", "true")
 	}
+	if len(res.Changes) > 0 {
+		body.WriteString("changes:\n")
+		for _, c := range res.Changes {
+			body.WriteString("  " + c + "\n")
+		}
+	}
 	if res.Diff != "" {
 		body.WriteString("diff:\n" + strings.TrimRight(res.Diff, "\n") + "\n")
 	}

@@ -140,6 +140,19 @@ func TestHTMLOneCellPerResult(t *testing.T) {
 				t.Errorf("details of %s/%s lack the diff line %q", m, ch, line)
 			}
 		}
+		// the changes by path: one list item each, in order, before the diff
+		var items []string
+		for _, ul := range (&page{root: d}).all(func(n *html.Node) bool { return n.DataAtom == atom.Ul && hasClass(n, "changes") }) {
+			for li := ul.FirstChild; li != nil; li = li.NextSibling {
+				items = append(items, text(li))
+			}
+		}
+		if !slices.Equal(items, res.Changes) {
+			t.Errorf("details of %s/%s list the changes %q, want %q", m, ch, items, res.Changes)
+		}
+		if len(res.Changes) > 0 && strings.Index(body, res.Changes[0]) > strings.Index(body, "--- applied") {
+			t.Errorf("details of %s/%s show the changes after the diff", m, ch)
+		}
 		if res.Blocks() != strings.Contains(body, "fail-closed: blocks a rollout") {
 			t.Errorf("details of %s/%s: blocks %v, page says %q", m, ch, res.Blocks(), body)
 		}
@@ -260,7 +273,7 @@ func TestHTMLEscapesHostileText(t *testing.T) {
 	hostile := `</script><script>alert(1)</script><img src=x onerror=alert(2)>"'` + "\x1b[31m\u202e"
 	r := drift.NewReport(drift.Header{Cluster: hostile, Machines: []drift.Machine{{Name: `cp-1"><b>`, Role: hostile}}})
 	r.Add(drift.Drifted(hostile, hostile, hostile).Of(`cp-1"><b>`, hostile, drift.Rung(hostile)).
-		WithDiff("--- a\n+++ b\n-" + hostile + "\n+</pre>ok\n").WithEvidence(hostile).WithNext(hostile))
+		WithDiff("--- a\n+++ b\n-"+hostile+"\n+</pre>ok\n").WithChanges(hostile, "</ul></dd><script>alert(3)</script>").WithEvidence(hostile).WithNext(hostile))
 	r.AddError(fmt.Errorf("line one\n%s", hostile))
 	r.Finish()
 	p := parsePage(t, r)

@@ -13,7 +13,7 @@ import (
 func TestJUnitParses(t *testing.T) {
 	r := fixtureReport(false)
 	r.Add(drift.Drifted("label \x1b[31m\x00 differs", "a", "b").Of("cp-1", "kubelet", drift.RungResources).
-		WithDiff("-a ]]> b\n+\x00c\xff\n"))
+		WithDiff("-a ]]> b\n+\x00c\xff\n").WithChanges("labels.a: \"]]>\" → \"\x00\xff\""))
 	r.AddError(errors.New("kubernetes: list nodes: forbidden"))
 	out := render(t, drift.WriteJUnit, r)
 	var doc junit
@@ -69,7 +69,11 @@ func TestJUnitParses(t *testing.T) {
 		}
 	}
 	all := strings.Join(texts, "\n")
-	for _, want := range []string{"+    hostname: cp-2\n", "-a ]]> b\n+\uFFFDc\uFFFD\n", "reason: label \uFFFD[31m\uFFFD differs"} {
+	for _, want := range []string{
+		"+    hostname: cp-2\n", "-a ]]> b\n+\uFFFDc\uFFFD\n", "reason: label \uFFFD[31m\uFFFD differs",
+		"changes:\n  machine.kubelet.image: \"ghcr.io/siderolabs/kubelet:v1.34.0\" → \"ghcr.io/siderolabs/kubelet:v1.34.1\"\n  machine.network.hostname: \"cp-2-old\" → \"cp-2\"\ndiff:\n",
+		"changes:\n  labels.a: \"]]>\" → \"\uFFFD\uFFFD\"\ndiff:\n",
+	} {
 		if !strings.Contains(all, want) {
 			t.Errorf("failure texts lack %q:\n%s", want, all)
 		}

@@ -22,6 +22,8 @@ func TestTableDetails(t *testing.T) {
 		"  config (reconciliation): Drifted\n",
 		"    desired:  sha256:9a41f07c3b2e\n    actual:   sha256:3e8d0b6a1f94\n",
 		"      -    hostname: cp-2-old\n      +    hostname: cp-2\n",
+		// the changes by path, one a line, before the diff
+		"    actual:   sha256:3e8d0b6a1f94\n    changes:\n      machine.kubelet.image: \"ghcr.io/siderolabs/kubelet:v1.34.0\" → \"ghcr.io/siderolabs/kubelet:v1.34.1\"\n      machine.network.hostname: \"cp-2-old\" → \"cp-2\"\n    diff:\n",
 		"    next:     devata apply --machines cp-2\n",
 		"config (reconciliation): Unknown, fail-closed: blocks a rollout",
 		"reason:   dial 10.20.0.21:50000: connection error: desc = \"transport: Error while dialing: dial tcp 10.20.0.21:50000: connect: connection refused\"",
@@ -50,7 +52,7 @@ func TestTableDetails(t *testing.T) {
 func TestTableEscapesObservedText(t *testing.T) {
 	r := drift.NewReport(drift.Header{Cluster: "c", Machines: []drift.Machine{{Name: "m\x1b]0;pwned\a", Role: "worker\u202e"}}})
 	r.Add(drift.Drifted("labels differ", "zone=a", "zone=\x1b[2Jb\xff").Of("m\x1b]0;pwned\a", "kubelet", drift.RungResources).
-		WithDiff("-\tzone: a\n+\tzone: \x1b[2Jb").WithEvidence("Node \x9b1m").WithNext("look\rhere"))
+		WithDiff("-\tzone: a\n+\tzone: \x1b[2Jb").WithChanges("labels[\"zone\x1b[2J\"]: \"a\" → \"b\u202e\"").WithEvidence("Node \x9b1m").WithNext("look\rhere"))
 	r.AddError(errors.New("stopped: \x1b[31mred"))
 	out := string(render(t, renderers()[0].write, r))
 	for _, bad := range []string{"\x1b", "\a", "\u202e", "\xff", "\r", "\u009b"} {
@@ -58,7 +60,7 @@ func TestTableEscapesObservedText(t *testing.T) {
 			t.Errorf("table holds raw %q:\n%s", bad, out)
 		}
 	}
-	for _, want := range []string{`m\x1b]0;pwned\x07`, `worker\u202e`, `zone=\x1b[2Jb\xff`, "-\tzone: a", `look\x0dhere`, `Node \x9b1m`, `stopped: \x1b[31mred`} {
+	for _, want := range []string{`m\x1b]0;pwned\x07`, `worker\u202e`, `zone=\x1b[2Jb\xff`, "-\tzone: a", `look\x0dhere`, `Node \x9b1m`, `labels["zone\x1b[2J"]: "a" → "b\u202e"`, `stopped: \x1b[31mred`} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks escaped %q:\n%s", want, out)
 		}

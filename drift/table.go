@@ -143,6 +143,14 @@ func WriteTable(w io.Writer, r *Report, opts TableOptions) error {
 		field("reason", res.Reason)
 		field("desired", res.Desired)
 		field("actual", res.Actual)
+		// The changes by path come first, one a line: what changed reads
+		// at a glance before the diff shows it in context.
+		if len(res.Changes) > 0 {
+			p("    changes:\n")
+			for _, c := range res.Changes {
+				p("      %s\n", clean(c))
+			}
+		}
 		if res.Diff != "" {
 			p("    diff:\n")
 			for line := range strings.Lines(strings.TrimRight(res.Diff, "\n")) {

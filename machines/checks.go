@@ -11,6 +11,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/client"
 	etcdres "github.com/siderolabs/talos/pkg/machinery/resources/etcd"
 	"google.golang.org/grpc/codes"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"devata.dev/devata/drift"
 	"devata.dev/devata/inventory"
@@ -246,8 +247,14 @@ func checkKubelet(_ context.Context, t *Target) []drift.Result {
 			WithNext(next)}
 	case unknown != nil:
 		next := t.talosctl("service kubelet")
-		if t.Nodes == nil || t.Nodes.Err != nil {
+		switch {
+		case t.Nodes == nil || errors.Is(t.Nodes.Err, ErrNoKubernetes):
 			next = "pass --kubeconfig (or set KUBECONFIG) so the Node can be checked"
+		case apierrors.IsForbidden(t.Nodes.Err) || apierrors.IsUnauthorized(t.Nodes.Err):
+			// in a pod the identity is its service account, and the kubeconfig hint would mislead
+			next = "the Kubernetes identity devata uses (the kubeconfig's user, or in a pod its service account) needs get and list on nodes: deploy/rbac.yaml's ClusterRole devata-node-reader grants them; kubectl auth can-i list nodes"
+		case t.Nodes.Err != nil:
+			next = "check that the Kubernetes API answers with the same credentials: kubectl get nodes"
 		}
 		return []drift.Result{drift.Unknown(unknown, next).WithEvidence(evidence...)}
 	}

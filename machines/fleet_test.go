@@ -252,6 +252,23 @@ func TestKubeletCheckAgainstRealKubernetes(t *testing.T) {
 	if r := statusOf(rep, "cp-2", machines.CheckKubelet); r.Status != drift.StatusInSync {
 		t.Errorf("cp-2: %s %s", r.Status, r.Reason)
 	}
+
+	// An identity that may not list Nodes (a service account without
+	// deploy/rbac.yaml): Unknown, and the next step is the RBAC it lacks,
+	// not a kubeconfig it may well have.
+	tf.Sim.Machine("worker-1").SetFaults(sim.Faults{})
+	nobody, err := env.User("nobody")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kc, err = kubernetes.NewForConfig(nobody); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range run().Results {
+		if r.Status != drift.StatusUnknown || !strings.Contains(r.Reason, "forbidden") || !strings.Contains(r.Next, "needs get and list on nodes") || strings.Contains(r.Next, "kubeconfig)") {
+			t.Errorf("%s as a user who may not list Nodes: %s %q (next %q), want Unknown naming the RBAC it lacks", r.Machine, r.Status, r.Reason, r.Next)
+		}
+	}
 }
 
 func TestStageAndEtcdDrifted(t *testing.T) {

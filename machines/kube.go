@@ -2,6 +2,7 @@ package machines
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -88,10 +89,13 @@ func NodeFactsOf(n *corev1.Node) NodeFacts {
 	return f
 }
 
+// ErrNoKubernetes is Nodes.Err when there was no Kubernetes client to read them with.
+var ErrNoKubernetes = errors.New("no kubeconfig given: pass --kubeconfig or set KUBECONFIG to check Nodes")
+
 // ObserveNodes lists the cluster's Nodes. A nil client gives Err saying why.
 func ObserveNodes(ctx context.Context, kc kubernetes.Interface) Nodes {
 	if kc == nil {
-		return Nodes{Err: fmt.Errorf("no kubeconfig given: pass --kubeconfig or set KUBECONFIG to check Nodes")}
+		return Nodes{Err: ErrNoKubernetes}
 	}
 	out := Nodes{ByName: map[string]NodeFacts{}}
 	opts := metav1.ListOptions{Limit: 500}

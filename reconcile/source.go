@@ -31,15 +31,22 @@ type Source func(ctx context.Context) (*Desired, error)
 
 // FileSource loads the inventory at path and renders it with the secrets
 // bundle it names, every time it is called, so an edit of either is picked up
-// by the next pass. The inventory's provenance is read right after it.
+// by the next pass. The inventory's provenance is read right after it. An
+// encrypted bundle opens with the age identities the process environment
+// names, as sops reads them.
 func FileSource(path string) Source {
+	return FileSourceWith(path, bootstrap.AgeIdentitiesFromEnv(nil))
+}
+
+// FileSourceWith is FileSource opening an encrypted bundle with ids.
+func FileSourceWith(path string, ids bootstrap.AgeIdentities) Source {
 	return func(ctx context.Context) (*Desired, error) {
 		inv, err := inventory.Load(path)
 		if err != nil {
 			return nil, err
 		}
 		prov, provErr := provenance.Of(ctx, path)
-		bundle, err := bootstrap.LoadSecrets(inv.SecretsPath())
+		bundle, err := bootstrap.LoadSecretsWith(inv.SecretsPath(), ids)
 		if err != nil {
 			return nil, err
 		}

@@ -69,6 +69,9 @@ type Action struct {
 	Talosctl []string `json:"talosctl,omitempty"`
 	// Reboots is set when the action takes a running machine away.
 	Reboots bool `json:"reboots,omitempty"`
+	// Changes is an apply's config diff by YAML path, redacted
+	// (machines.ConfigDiff.Changes): what the apply would change.
+	Changes []string `json:"changes,omitempty"`
 }
 
 // Plan is the ordered list of what bootstrap and apply would do now.

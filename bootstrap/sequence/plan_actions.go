@@ -134,7 +134,7 @@ func planMachine(in planInput, m *inventory.Machine, v verdict) Action {
 		by = byApply
 	}
 	a := Action{Step: StepApply, Machine: m.Name, Status: StatusPending, By: by, Evidence: evidence,
-		Reason: "applied config differs: " + diff.Summary()}
+		Reason: "applied config differs: " + diff.Summary(), Changes: diff.Changes}
 	if err := in.st.dryErr[m.Name]; err != nil {
 		a.Status, a.Summary, a.Reason = StatusBlocked, "apply the desired config", "dry run refused: "+err.Error()
 		return a

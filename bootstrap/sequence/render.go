@@ -67,6 +67,12 @@ func writeText(w io.Writer, p *Plan, simulated bool) error {
 		for _, e := range a.Evidence {
 			fmt.Fprintf(&b, "     %-8s %-24s evidence [%s]: %s\n", "", "", e.Rung, e.Observed)
 		}
+		if len(a.Changes) > 0 {
+			fmt.Fprintf(&b, "     %-8s %-24s changes:\n", "", "")
+			for _, c := range a.Changes {
+				fmt.Fprintf(&b, "     %-8s %-24s   %s\n", "", "", c)
+			}
+		}
 	}
 	for _, o := range p.Orphans {
 		fmt.Fprintf(&b, "orphan: %s: no machine of the inventory has it; nothing here touches it; take it out with %s\n", o.What, o.Remove)
@@ -123,6 +129,15 @@ func writeMarkdown(w io.Writer, p *Plan, simulated bool) error {
 		if a.Reboots {
 			b.WriteString("- **Reboots the running machine.**\n")
 		}
+		if len(a.Changes) > 0 {
+			// A fence, not code spans: a changed value may hold backticks.
+			fence := codeFence(a.Changes)
+			b.WriteString("- Changes by YAML path (applied → desired):\n\n  " + fence + "text\n")
+			for _, c := range a.Changes {
+				b.WriteString("  " + c + "\n")
+			}
+			b.WriteString("  " + fence + "\n")
+		}
 		if len(a.Talosctl) > 0 {
 			b.WriteString("\n```sh\n")
 			for _, c := range a.Talosctl {
@@ -177,4 +192,22 @@ func capitalize(s string) string {
 		return s
 	}
 	return strings.ToUpper(s[:1]) + s[1:]
+}
+
+// codeFence is a run of backticks longer than any in lines (three at
+// least), so that no line can close the fenced block early.
+func codeFence(lines []string) string {
+	longest := 0
+	for _, l := range lines {
+		run := 0
+		for _, r := range l {
+			if r == '`' {
+				run++
+				longest = max(longest, run)
+			} else {
+				run = 0
+			}
+		}
+	}
+	return strings.Repeat("`", max(3, longest+1))
 }

@@ -22,6 +22,7 @@ import (
 	clientconfig "github.com/siderolabs/talos/pkg/machinery/client/config"
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 
+	"devata.dev/devata/bootstrap"
 	"devata.dev/devata/inventory"
 	"devata.dev/devata/machines"
 )
@@ -29,6 +30,9 @@ import (
 // Options configure one bootstrap run or plan.
 type Options struct {
 	InventoryPath string
+	// AgeIdentities open an encrypted secrets bundle; nil reads them from
+	// the process environment as sops does (bootstrap.AgeIdentitiesFromEnv).
+	AgeIdentities *bootstrap.AgeIdentities
 	// Talosconfig is the client config to use; nil derives an os:admin one
 	// from the secrets bundle (what devata gen config writes).
 	Talosconfig *clientconfig.Config

@@ -10,7 +10,11 @@ import (
 // secrets loads the bundle, or creates it (write) only when it is missing.
 func (s *Sequence) secrets(write bool) (string, error) {
 	s.secretsPath = s.inv.SecretsPath()
-	b, err := bootstrap.LoadSecrets(s.secretsPath)
+	ids := bootstrap.AgeIdentitiesFromEnv(nil)
+	if s.opts.AgeIdentities != nil {
+		ids = *s.opts.AgeIdentities
+	}
+	b, err := bootstrap.LoadSecretsWith(s.secretsPath, ids)
 	if err == nil {
 		s.bundle = b
 		return "loaded " + rel(s.inv, s.secretsPath) + " (kept as it is)", nil

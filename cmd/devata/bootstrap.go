@@ -151,6 +151,7 @@ func (a *app) bootstrap(ctx context.Context, flags bootstrapFlags) error {
 func (a *app) sequenceOptions(f sequenceFlags) (sequence.Options, error) {
 	opts := sequence.Options{
 		InventoryPath: a.settings.Inventory,
+		AgeIdentities: new(a.ageIdentities()),
 		Overrides:     a.settings.Dial,
 		Dial:          a.dialOptions(),
 		KubeconfigOut: f.kubeconfigOut,

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"html"
 	"slices"
 	"strings"
 	"testing"
@@ -13,9 +14,10 @@ import (
 )
 
 // A drifted config is shown by YAML path as well as by line: apply
-// --dry-run prints a changes: block before the unified diff, and the drift
-// JSON report's config result carries the same lines; a rotated secret is
-// in neither (issue 18).
+// --dry-run prints a changes: block before the unified diff, the drift
+// JSON report's config result carries the same lines, and so do drift's
+// table, JUnit and HTML page and plan's text, markdown and JSON; a rotated
+// secret is in none of them (issue 18).
 func TestApplyDryRunAndDriftListChangesByPath(t *testing.T) {
 	sf := startSim(t, simtest.Options{Bootstrap: true})
 	drifted := bytes.Replace(sf.Desired["cp-2"], []byte("time.cloudflare.com"), []byte("pool.ntp.org"), 1)
@@ -70,5 +72,66 @@ func TestApplyDryRunAndDriftListChangesByPath(t *testing.T) {
 	}
 	if !found {
 		t.Fatalf("no config result for cp-2:\n%s", r.stdout)
+	}
+
+	// The other formats of drift and every format of plan show the same
+	// lines, each as its format lays them out, and never the token.
+	lines := func(indent string) string {
+		var b strings.Builder
+		for _, w := range want {
+			b.WriteString(indent + w + "\n")
+		}
+		return b.String()
+	}
+	for _, c := range []struct {
+		what string
+		args []string
+		want string
+	}{
+		{"drift -o table", []string{"drift", machineChecks, "-o", "table"}, "    changes:\n" + lines("      ") + "    diff:\n"},
+		{"drift -o junit", []string{"drift", machineChecks, "-o", "junit"}, "changes:\n" + lines("  ") + "diff:\n"},
+		{"drift -o html", []string{"drift", machineChecks, "-o", "html"}, `<dt>changes</dt><dd><ul class="changes"><li><code>` + want[0] + `</code></li><li><code>` + want[1] + `</code></li></ul></dd>`},
+		{"plan -o text", []string{"plan", "--skip-nodes"}, "changes:\n" + lines("                                         ")},
+		{"plan -o markdown", []string{"plan", "--skip-nodes", "-o", "markdown"}, "- Changes by YAML path (applied → desired):\n\n  ```text\n" + lines("  ") + "  ```\n"},
+	} {
+		r := devata(t, nil, append(c.args, "--config", sf.settings)...)
+		if r.code != 1 {
+			t.Errorf("%s: exit %d, want 1\n%s%s", c.what, r.code, r.stdout, r.err)
+			continue
+		}
+		out := r.stdout
+		if strings.Contains(c.what, "html") {
+			out = html.UnescapeString(out)
+		}
+		if !strings.Contains(out, c.want) {
+			t.Errorf("%s lacks\n%s\nin:\n%s", c.what, c.want, out)
+		}
+		if strings.Contains(out, "abcdef.0123456789abcdef") || strings.Contains(out, sf.Bundle.Secrets.BootstrapToken) {
+			t.Errorf("%s shows the token", c.what)
+		}
+	}
+	r = devata(t, nil, "plan", "--config", sf.settings, "--skip-nodes", "-o", "json")
+	var plan struct {
+		Actions []struct {
+			Step, Machine string
+			Changes       []string
+		} `json:"actions"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &plan); err != nil {
+		t.Fatalf("plan -o json: %v\n%s", err, r.stdout)
+	}
+	found = false
+	for _, a := range plan.Actions {
+		if a.Step == "apply" && a.Machine == "cp-2" {
+			found = true
+			if !slices.Equal(a.Changes, want) {
+				t.Errorf("plan -o json: apply cp-2's changes %q, want %q", a.Changes, want)
+			}
+		} else if len(a.Changes) > 0 {
+			t.Errorf("plan -o json: %s %s has changes %q: only cp-2's config drifted", a.Step, a.Machine, a.Changes)
+		}
+	}
+	if !found {
+		t.Errorf("plan -o json has no apply step for cp-2:\n%s", r.stdout)
 	}
 }

@@ -41,7 +41,9 @@ machine config instead (for reconstruction when the bundle is lost).
 With --encrypt-to AGE_RECIPIENT (repeatable) the bundle is written as an
 ASCII-armored age file encrypted to every recipient, so that it can be kept
 in Git; the clear text never reaches the disk. Every command that loads the
-bundle decrypts it in memory with the age identity in SOPS_AGE_KEY_FILE (or
+bundle decrypts it in memory with the age identity files given with
+--age-identity FILE (repeatable; DEVATA_AGE_IDENTITY, age-identity in the
+settings file), or else with the identity in SOPS_AGE_KEY_FILE (or
 SOPS_AGE_KEY, or sops' ~/.config/sops/age/keys.txt). A sops YAML file with
 age recipients is read the same way.
 
@@ -99,7 +101,7 @@ exists, else ./secrets.yaml.`,
 				if err := bootstrap.WriteSecretsEncrypted(out, b, to, flags.force); err != nil {
 					return exitWith(exitTrouble, err)
 				}
-				fmt.Fprintf(a.streams.Out, "wrote %s secrets bundle %s, age-encrypted (armored) to %d %s (mode 0600): devata opens it with %s set to a matching identity file; back that identity up, without it the bundle cannot be opened\n",
+				fmt.Fprintf(a.streams.Out, "wrote %s secrets bundle %s, age-encrypted (armored) to %d %s (mode 0600): devata opens it with --age-identity FILE or %s set to a matching identity file; back that identity up, without it the bundle cannot be opened\n",
 					how, out, len(to), plural(len(to), "recipient", "recipients"), bootstrap.EnvAgeKeyFile)
 				return nil
 			}

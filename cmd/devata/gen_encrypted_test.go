@@ -60,7 +60,7 @@ func TestGenSecretsEncryptToRoundTrip(t *testing.T) {
 	t.Setenv(bootstrap.EnvAgeKeyFile, "")
 	t.Setenv(bootstrap.EnvAgeKey, "")
 	r = devata(t, nil, "validate", "-i", inv)
-	if r.code == 0 || !strings.Contains(r.err, bundle+" is age-encrypted: no age identity is set: set SOPS_AGE_KEY_FILE") || strings.Contains(r.err, "throwaway") {
+	if r.code == 0 || !strings.Contains(r.err, bundle+" is age-encrypted: no age identity is set: pass --age-identity FILE, or set SOPS_AGE_KEY_FILE") || strings.Contains(r.err, "throwaway") {
 		t.Errorf("validate without a key: exit %d, stderr %q", r.code, r.err)
 	}
 	r = devata(t, nil, "gen", "config", "-i", inv, "-o", filepath.Join(dir, "out"))

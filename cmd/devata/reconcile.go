@@ -171,7 +171,7 @@ func (a *app) reconcile(ctx context.Context, flags reconcileFlags) error {
 		defer audit.Close()
 	}
 	loop := &reconcile.Loop{
-		Source: reconcile.FileSource(a.settings.Inventory), Dialer: dialer, Kube: kube,
+		Source: reconcile.FileSourceWith(a.settings.Inventory, a.ageIdentities()), Dialer: dialer, Kube: kube,
 		Extensions: func(inv *inventory.Inventory) []machines.Extension {
 			return checks.Extensions(inv, checks.Options{Kube: kube, Exec: ex})
 		},

@@ -144,8 +144,18 @@ func plural(n int, one, many string) string {
 }
 
 // loadSecrets reads the bundle at path, opening an encrypted one with the
-// age identities devata's environment names (SOPS_AGE_KEY,
-// SOPS_AGE_KEY_FILE, sops' keys.txt).
+// age identities of ageIdentities.
 func (a *app) loadSecrets(path string) (*secrets.Bundle, error) {
-	return bootstrap.LoadSecretsWith(path, bootstrap.AgeIdentitiesFromEnv(a.getenv))
+	return bootstrap.LoadSecretsWith(path, a.ageIdentities())
+}
+
+// ageIdentities are where every command that loads the bundle reads age
+// identities from: the age-identity setting (--age-identity,
+// DEVATA_AGE_IDENTITY, the settings file) when set, else devata's
+// environment as sops reads it (SOPS_AGE_KEY, SOPS_AGE_KEY_FILE, sops'
+// keys.txt).
+func (a *app) ageIdentities() bootstrap.AgeIdentities {
+	ids := bootstrap.AgeIdentitiesFromEnv(a.getenv)
+	ids.Files = a.settings.AgeIdentity
+	return ids
 }

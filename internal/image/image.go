@@ -9,6 +9,8 @@ import (
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
+	"debug/elf"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -86,6 +88,9 @@ func Build(s Spec) (v1.Image, error) {
 	if !bytes.HasPrefix(bin, []byte("\x7fELF")) {
 		return nil, fmt.Errorf("image: %s is not an ELF binary: build it with GOOS=linux (image.BuildBinary)", s.Binary)
 	}
+	if err := checkMachine(s.Binary, bin, s.Arch); err != nil {
+		return nil, err
+	}
 	s.Created = s.Created.UTC().Truncate(time.Second)
 	created := s.Created
 
@@ -125,6 +130,51 @@ func Build(s Spec) (v1.Image, error) {
 		return nil, fmt.Errorf("image: config: %w", err)
 	}
 	return img, nil
+}
+
+// elfMachines are the ELF machines of the GOARCHes an image may be for.
+var elfMachines = map[string]elf.Machine{
+	"amd64":   elf.EM_X86_64,
+	"arm64":   elf.EM_AARCH64,
+	"386":     elf.EM_386,
+	"arm":     elf.EM_ARM,
+	"ppc64le": elf.EM_PPC64,
+	"riscv64": elf.EM_RISCV,
+	"s390x":   elf.EM_S390,
+}
+
+// CheckArch says whether devata's image can be built for GOARCH arch.
+func CheckArch(arch string) error {
+	if _, ok := elfMachines[arch]; ok {
+		return nil
+	}
+	known := make([]string, 0, len(elfMachines))
+	for a := range elfMachines {
+		known = append(known, a)
+	}
+	slices.Sort(known)
+	return fmt.Errorf("image: GOARCH %q is not one devata's image is built for (%s)", arch, strings.Join(known, ", "))
+}
+
+// checkMachine refuses a binary built for another architecture than the
+// image says (an index whose arm64 entry runs an amd64 binary would only
+// fail on the node): it reads e_machine from the ELF header.
+func checkMachine(path string, bin []byte, arch string) error {
+	if err := CheckArch(arch); err != nil {
+		return err
+	}
+	want := elfMachines[arch]
+	if len(bin) < 20 {
+		return fmt.Errorf("image: %s is too short for an ELF header", path)
+	}
+	var order binary.ByteOrder = binary.LittleEndian
+	if elf.Data(bin[elf.EI_DATA]) == elf.ELFDATA2MSB {
+		order = binary.BigEndian
+	}
+	if got := elf.Machine(order.Uint16(bin[18:20])); got != want {
+		return fmt.Errorf("image: %s is built for %s, not %s (GOARCH %s): build it with GOARCH=%s (image.BuildBinary)", path, got, want, arch, arch)
+	}
+	return nil
 }
 
 func (s Spec) check() error {

@@ -5,6 +5,8 @@ import (
 	"bytes"
 	"context"
 	"crypto/x509"
+	"debug/elf"
+	"encoding/binary"
 	"encoding/json"
 	"encoding/pem"
 	"io"
@@ -21,6 +23,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+	"github.com/google/go-containerregistry/pkg/v1/validate"
 
 	"devata.dev/devata/internal/image"
 )
@@ -80,10 +83,68 @@ func devataImage(t *testing.T) (image.Spec, v1.Image) {
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if built.path != "" {
-		os.RemoveAll(filepath.Dir(built.path))
+	for _, p := range []string{built.path, crossBuilt.path} {
+		if p != "" {
+			os.RemoveAll(filepath.Dir(p))
+		}
 	}
 	os.Exit(code)
+}
+
+// otherArch is the index's second architecture: arm64, or amd64 on an
+// arm64 machine.
+func otherArch() string {
+	if runtime.GOARCH == "arm64" {
+		return "amd64"
+	}
+	return "arm64"
+}
+
+// One cross build of devata for otherArch, for every index test. It is the
+// most expensive step of this package's tests (minutes on two cores with a
+// cold build cache; the cache serves every later run).
+var crossBuilt struct {
+	path string
+	err  error
+	done bool
+}
+
+func crossBinary(t *testing.T) string {
+	t.Helper()
+	if !crossBuilt.done {
+		crossBuilt.done = true
+		dir, err := os.MkdirTemp("", "devata-image-test-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		crossBuilt.path = filepath.Join(dir, "devata")
+		var out bytes.Buffer
+		if err := image.BuildBinary(context.Background(), "", crossBuilt.path, otherArch(), testVersion, &out); err != nil {
+			crossBuilt.err = err
+			t.Logf("go build output:\n%s", out.String())
+		}
+	}
+	if crossBuilt.err != nil {
+		t.Fatal(crossBuilt.err)
+	}
+	return crossBuilt.path
+}
+
+// standIn writes the ELF header of a binary for arch and nothing else: a
+// file Build takes as that binary, cheap to pack.
+func standIn(t *testing.T, arch string) string {
+	t.Helper()
+	machines := map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64}
+	h := make([]byte, 64)
+	copy(h, elf.ELFMAG)
+	h[elf.EI_CLASS], h[elf.EI_DATA], h[elf.EI_VERSION] = byte(elf.ELFCLASS64), byte(elf.ELFDATA2LSB), byte(elf.EV_CURRENT)
+	binary.LittleEndian.PutUint16(h[16:], uint16(elf.ET_EXEC))
+	binary.LittleEndian.PutUint16(h[18:], uint16(machines[arch]))
+	path := filepath.Join(t.TempDir(), "devata")
+	if err := os.WriteFile(path, h, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 func spec(t *testing.T) image.Spec {
@@ -253,10 +314,7 @@ func TestImageReproducible(t *testing.T) {
 
 	// What changes: a stand-in ELF file keeps these builds cheap.
 	small := s
-	small.Binary = filepath.Join(t.TempDir(), "devata")
-	if err := os.WriteFile(small.Binary, []byte("\x7fELF stand-in"), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	small.Binary = standIn(t, s.Arch)
 	base := digest(build(small))
 	later := small
 	later.Created = small.Created.Add(time.Second)
@@ -439,4 +497,132 @@ func keys(m map[string]entry) []string {
 	}
 	slices.Sort(ks)
 	return ks
+}
+
+// The index holds one image per architecture, each the image Build makes
+// for that architecture alone, with its platform; each image's /devata is
+// an ELF binary for its platform, stamped with the version. The same specs,
+// in any order, give the same index digest; written as a layout, the index
+// is its one entry, named by the version, and reads back whole.
+func TestImageIndex(t *testing.T) {
+	s, host := devataImage(t)
+	other := s
+	other.Arch, other.Binary = otherArch(), crossBinary(t)
+	idx, images, err := image.BuildIndex([]image.Spec{other, s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	im, err := idx.IndexManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mt, _ := idx.MediaType(); mt != types.OCIImageIndex {
+		t.Errorf("index media type %s, want %s", mt, types.OCIImageIndex)
+	}
+	arches := []string{"amd64", "arm64"}
+	if len(im.Manifests) != 2 || len(images) != 2 {
+		t.Fatalf("index of %d manifests (%d images), want 2", len(im.Manifests), len(images))
+	}
+	alone := map[string]v1.Hash{}
+	alone[runtime.GOARCH], _ = host.Digest()
+	otherImg, err := image.Build(other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	alone[other.Arch], _ = otherImg.Digest()
+	machines := map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64}
+	for i, d := range im.Manifests {
+		arch := arches[i]
+		if d.Platform == nil || d.Platform.OS != "linux" || d.Platform.Architecture != arch || d.MediaType != types.OCIManifestSchema1 {
+			t.Errorf("entry %d: platform %+v, media type %s; want linux/%s, %s", i, d.Platform, d.MediaType, arch, types.OCIManifestSchema1)
+		}
+		if d.Digest != alone[arch] {
+			t.Errorf("linux/%s in the index is %s, the image built alone %s", arch, d.Digest, alone[arch])
+		}
+		cf, err := images[i].ConfigFile()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cf.OS != "linux" || cf.Architecture != arch {
+			t.Errorf("linux/%s's config says %s/%s", arch, cf.OS, cf.Architecture)
+		}
+		bin := layerFiles(t, images[i], s.Created)["devata"].data
+		f, err := elf.NewFile(bytes.NewReader(bin))
+		if err != nil {
+			t.Fatalf("linux/%s's /devata: %v", arch, err)
+		}
+		if f.Machine != machines[arch] || f.Class != elf.ELFCLASS64 {
+			t.Errorf("linux/%s's /devata is %s %s, want %s", arch, f.Class, f.Machine, machines[arch])
+		}
+		if !bytes.Contains(bin, []byte(testVersion)) {
+			t.Errorf("linux/%s's /devata is not stamped %s", arch, testVersion)
+		}
+	}
+	for k, want := range map[string]string{"org.opencontainers.image.version": testVersion, "org.opencontainers.image.revision": s.Revision, "org.opencontainers.image.created": "2023-11-14T22:13:20Z"} {
+		if got := im.Annotations[k]; got != want {
+			t.Errorf("index annotation %s = %q, want %q", k, got, want)
+		}
+	}
+
+	digest, err := idx.Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, _, err := image.BuildIndex([]image.Spec{s, other})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := again.Digest(); d != digest {
+		t.Errorf("the same specs in another order: index %s, then %s", digest, d)
+	}
+
+	dir := filepath.Join(t.TempDir(), "oci")
+	if err := image.WriteIndexLayout(dir, idx, testVersion); err != nil {
+		t.Fatal(err)
+	}
+	top, err := layout.ImageIndexFromPath(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tm, err := top.IndexManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tm.Manifests) != 1 || tm.Manifests[0].Digest != digest || tm.Manifests[0].MediaType != types.OCIImageIndex || tm.Manifests[0].Annotations["org.opencontainers.image.ref.name"] != testVersion {
+		t.Fatalf("the layout's index.json = %+v, want the one index %s named %s", tm.Manifests, digest, testVersion)
+	}
+	loaded, err := top.ImageIndex(digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := validate.Index(loaded); err != nil {
+		t.Errorf("the index read back from the layout: %v", err)
+	}
+}
+
+// An image is refused when its binary is for another architecture than it
+// says, and an index when two images share a platform or differ in what
+// they must share.
+func TestImageIndexRefuses(t *testing.T) {
+	s := spec(t)
+	s.Binary = standIn(t, runtime.GOARCH)
+	wrong := s
+	wrong.Arch = otherArch()
+	if _, err := image.Build(wrong); err == nil || !strings.Contains(err.Error(), "is built for") || !strings.Contains(err.Error(), "GOARCH="+otherArch()) {
+		t.Errorf("a %s binary as linux/%s: %v", runtime.GOARCH, otherArch(), err)
+	}
+	if _, _, err := image.BuildIndex([]image.Spec{s, wrong}); err == nil || !strings.Contains(err.Error(), "linux/"+otherArch()) {
+		t.Errorf("an index with a %s binary as linux/%s: %v", runtime.GOARCH, otherArch(), err)
+	}
+	if _, _, err := image.BuildIndex([]image.Spec{s, s}); err == nil || !strings.Contains(err.Error(), "two images for linux/"+runtime.GOARCH) {
+		t.Errorf("two images of one platform: %v", err)
+	}
+	other := s
+	other.Arch, other.Binary, other.Revision = otherArch(), standIn(t, otherArch()), strings.Repeat("f", 40)
+	if _, _, err := image.BuildIndex([]image.Spec{s, other}); err == nil || !strings.Contains(err.Error(), "must share") {
+		t.Errorf("images of two revisions: %v", err)
+	}
+	if err := image.CheckArch("mips"); err == nil || !strings.Contains(err.Error(), "amd64") || !strings.Contains(err.Error(), "arm64") {
+		t.Errorf("CheckArch(mips): %v", err)
+	}
 }

@@ -35,6 +35,24 @@ func WriteLayout(dir string, img v1.Image, tag string) error {
 	return nil
 }
 
+// WriteIndexLayout writes idx, with every image it holds, as the only
+// entry of an OCI image layout at dir, named tag in index.json, with the
+// rules of WriteLayout: `skopeo copy --all oci:DIR:TAG` and `crane push
+// DIR` push the whole index.
+func WriteIndexLayout(dir string, idx v1.ImageIndex, tag string) error {
+	if err := clearLayout(dir); err != nil {
+		return err
+	}
+	p, err := layout.Write(dir, empty.Index)
+	if err != nil {
+		return fmt.Errorf("image: write layout %s: %w", dir, err)
+	}
+	if err := p.AppendIndex(idx, layout.WithAnnotations(map[string]string{refAnnotation: tag})); err != nil {
+		return fmt.Errorf("image: write layout %s: %w", dir, err)
+	}
+	return nil
+}
+
 func clearLayout(dir string) error {
 	entries, err := os.ReadDir(dir)
 	if errors.Is(err, fs.ErrNotExist) || (err == nil && len(entries) == 0) {

@@ -1,7 +1,8 @@
 // Command mkimage builds devata's container image without a Docker daemon:
 // a static devata binary on a distroless-style base made from scratch,
 // written as an OCI image layout (OUT/oci) and a docker-loadable tarball
-// (OUT/devata.tar, tagged devata:VERSION). `go tool -modfile=tools/go.mod
+// (OUT/devata.tar, tagged devata:VERSION). With -arch amd64,arm64 the layout
+// holds an image index over one image per architecture. `go tool -modfile=tools/go.mod
 // task image` runs it; docs/image.md says what is in the image and how to
 // push it.
 package main
@@ -15,7 +16,11 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
+	"strings"
 	"syscall"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"devata.dev/devata/internal/image"
 )
@@ -31,7 +36,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fl := flag.NewFlagSet("mkimage", flag.ContinueOnError)
 	fl.SetOutput(stderr)
 	out := fl.String("o", "dist/image", "output directory: OUT/oci is the OCI layout, OUT/devata.tar the docker tarball")
-	arch := fl.String("arch", runtime.GOARCH, "GOARCH of the image (linux only)")
+	arch := fl.String("arch", runtime.GOARCH, "GOARCH of the image (linux only); several, comma-separated (amd64,arm64), make an image index with one image each")
 	version := fl.String("version", "", "version to stamp and tag (default: git describe --tags --always --dirty)")
 	revision := fl.String("revision", "", "commit for the revision label (default: git rev-parse HEAD)")
 	source := fl.String("source", "", "source label (default: the origin remote's URL, else "+image.DefaultSource+")")
@@ -52,7 +57,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-func build(ctx context.Context, out, arch, version, revision, source, caFile string, zoneinfo, tar bool, stdout, stderr io.Writer) error {
+func build(ctx context.Context, out, archList, version, revision, source, caFile string, zoneinfo, tar bool, stdout, stderr io.Writer) error {
+	var arches []string
+	for _, a := range strings.Split(archList, ",") {
+		if a = strings.TrimSpace(a); a != "" && !slices.Contains(arches, a) {
+			arches = append(arches, a)
+		}
+	}
+	if len(arches) == 0 {
+		return fmt.Errorf("-arch names no architecture")
+	}
+	for _, a := range arches {
+		if err := image.CheckArch(a); err != nil {
+			return err
+		}
+	}
 	st, err := image.ReadStamp(ctx, "")
 	if err != nil {
 		return err
@@ -69,7 +88,7 @@ func build(ctx context.Context, out, arch, version, revision, source, caFile str
 	if err := image.CheckVersion(st.Version); err != nil {
 		return err
 	}
-	spec := image.Spec{Arch: arch, Version: st.Version, Revision: st.Revision, Source: st.Source, Created: st.Created}
+	spec := image.Spec{Version: st.Version, Revision: st.Revision, Source: st.Source, Created: st.Created}
 	caFrom := "the NSS roots of golang.org/x/crypto/x509roots/fallback"
 	if caFile != "" {
 		if spec.CABundle, err = image.ReadCABundle(caFile); err != nil {
@@ -92,32 +111,75 @@ func build(ctx context.Context, out, arch, version, revision, source, caFile str
 		return fmt.Errorf("output directory: %w", err)
 	}
 	defer os.RemoveAll(tmp)
-	spec.Binary = filepath.Join(tmp, "devata")
-	fmt.Fprintf(stderr, "building devata %s for linux/%s…\n", st.Version, arch)
-	if err := image.BuildBinary(ctx, "", spec.Binary, arch, st.Version, stderr); err != nil {
-		return err
-	}
-	img, err := image.Build(spec)
-	if err != nil {
-		return err
+	// One binary and image per architecture; the go command's cache keeps
+	// a rebuild of the same commit cheap.
+	var specs []image.Spec
+	for _, arch := range arches {
+		s := spec
+		s.Arch = arch
+		s.Binary = filepath.Join(tmp, "devata-"+arch)
+		fmt.Fprintf(stderr, "building devata %s for linux/%s…\n", st.Version, arch)
+		if err := image.BuildBinary(ctx, "", s.Binary, arch, st.Version, stderr); err != nil {
+			return err
+		}
+		specs = append(specs, s)
 	}
 	tag := "devata:" + st.Version
 	layoutDir := filepath.Join(out, "oci")
-	if err := image.WriteLayout(layoutDir, img, st.Version); err != nil {
-		return err
+	var (
+		img  v1.Image // the one the tarball holds
+		what string
+	)
+	if len(specs) == 1 {
+		var err error
+		if img, err = image.Build(specs[0]); err != nil {
+			return err
+		}
+		if err := image.WriteLayout(layoutDir, img, st.Version); err != nil {
+			return err
+		}
+		digest, err := img.Digest()
+		if err != nil {
+			return fmt.Errorf("image digest: %w", err)
+		}
+		what = fmt.Sprintf("%s\t%s (OCI layout, ref %s", layoutDir, digest, st.Version)
+	} else {
+		idx, images, err := image.BuildIndex(specs)
+		if err != nil {
+			return err
+		}
+		if err := image.WriteIndexLayout(layoutDir, idx, st.Version); err != nil {
+			return err
+		}
+		digest, err := idx.Digest()
+		if err != nil {
+			return fmt.Errorf("index digest: %w", err)
+		}
+		im, err := idx.IndexManifest()
+		if err != nil {
+			return fmt.Errorf("index: %w", err)
+		}
+		for i, d := range im.Manifests {
+			fmt.Fprintf(stdout, "%s\t%s (linux/%s)\n", layoutDir, d.Digest, d.Platform.Architecture)
+			// docker load takes one platform: the machine's, else the first
+			if img == nil || d.Platform.Architecture == runtime.GOARCH {
+				img = images[i]
+			}
+		}
+		what = fmt.Sprintf("%s\t%s (OCI layout, image index of %d platforms, ref %s", layoutDir, digest, len(im.Manifests), st.Version)
 	}
-	digest, err := img.Digest()
-	if err != nil {
-		return fmt.Errorf("image digest: %w", err)
-	}
-	fmt.Fprintf(stdout, "%s\t%s (OCI layout, ref %s; revision %s; created %s from the %s; CA roots: %s)\n",
-		layoutDir, digest, st.Version, st.Revision, st.Created.Format("2006-01-02T15:04:05Z"), st.CreatedFrom, caFrom)
+	fmt.Fprintf(stdout, "%s; revision %s; created %s from the %s; CA roots: %s)\n",
+		what, st.Revision, st.Created.Format("2006-01-02T15:04:05Z"), st.CreatedFrom, caFrom)
 	if tar {
 		path := filepath.Join(out, "devata.tar")
 		if err := image.WriteTarball(path, img, tag); err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "%s\t%s (docker load -i %s)\n", path, tag, path)
+		cf, err := img.ConfigFile()
+		if err != nil {
+			return fmt.Errorf("image config: %w", err)
+		}
+		fmt.Fprintf(stdout, "%s\t%s (linux/%s; docker load -i %s)\n", path, tag, cf.Architecture, path)
 	}
 	return nil
 }
