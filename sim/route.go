@@ -232,6 +232,26 @@ func (f *Fleet) enter(ctx context.Context, endpoint, target *Machine, roles role
 // fanOut bounds the goroutines one `nodes` call runs its targets on.
 const fanOut = 32
 
+// eachTarget runs do for targets 0…n-1 side by side, as apid's backends
+// run, at most fanOut at once, and returns when all are done.
+func eachTarget(n int, do func(i int)) {
+	sem := make(chan struct{}, fanOut)
+
+	var wg sync.WaitGroup
+
+	for i := range n {
+		sem <- struct{}{}
+
+		wg.Go(func() {
+			defer func() { <-sem }()
+
+			do(i)
+		})
+	}
+
+	wg.Wait()
+}
+
 func (f *Fleet) unaryInterceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		m, maintenance, roles, err := connection(ctx)
@@ -292,21 +312,7 @@ func (f *Fleet) unaryInterceptor() grpc.UnaryServerInterceptor {
 		}
 
 		replies := make([]reply, len(targets))
-		sem := make(chan struct{}, fanOut)
-
-		var wg sync.WaitGroup
-
-		for i, target := range targets {
-			sem <- struct{}{}
-
-			wg.Go(func() {
-				defer func() { <-sem }()
-
-				replies[i].resp, replies[i].err = one(target)
-			})
-		}
-
-		wg.Wait()
+		eachTarget(len(targets), func(i int) { replies[i].resp, replies[i].err = one(targets[i]) })
 
 		for i, target := range targets {
 			if replies[i].err != nil {
@@ -473,22 +479,11 @@ func proxyUnary(ss grpc.ServerStream, fullMethod string, targets []string, one f
 	}()
 
 	errs := make([]error, len(targets))
-	sem := make(chan struct{}, fanOut)
+	eachTarget(len(targets), func(i int) {
+		defer close(streams[i].done)
 
-	var wg sync.WaitGroup
-
-	for i, target := range targets {
-		sem <- struct{}{}
-
-		wg.Go(func() {
-			defer func() { <-sem }()
-			defer close(streams[i].done)
-
-			errs[i] = one(target, streams[i])
-		})
-	}
-
-	wg.Wait()
+		errs[i] = one(targets[i], streams[i])
+	})
 
 	for i, target := range targets {
 		if errs[i] != nil {
