@@ -2,6 +2,7 @@ package sequence
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"devata.dev/devata/drift"
@@ -114,6 +115,15 @@ type KubernetesStep struct {
 	Component string   `json:"component"`
 	Machines  []string `json:"machines,omitempty"`
 	Held      string   `json:"held,omitempty"`
+}
+
+// String is the step for people: "kube-apiserver on cp-1, cp-2", or
+// "kubelet: held: why".
+func (s KubernetesStep) String() string {
+	if s.Held != "" {
+		return s.Component + ": held: " + s.Held
+	}
+	return s.Component + " on " + strings.Join(s.Machines, ", ")
 }
 
 // Orphan is one etcd member or Node the inventory no longer has.

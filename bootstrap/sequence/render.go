@@ -83,11 +83,7 @@ func writeText(w io.Writer, p *Plan, simulated bool) error {
 			fmt.Fprintf(&b, "     refused: %s\n", k.Refused)
 		}
 		for i, st := range k.Steps {
-			if st.Held != "" {
-				fmt.Fprintf(&b, "     %d. %s: held: %s\n", i+1, st.Component, st.Held)
-			} else {
-				fmt.Fprintf(&b, "     %d. %s on %s\n", i+1, st.Component, strings.Join(st.Machines, ", "))
-			}
+			fmt.Fprintf(&b, "     %d. %s\n", i+1, st)
 		}
 		fmt.Fprintf(&b, "     next: %s\n", k.Next)
 		for _, c := range k.Talosctl {
@@ -165,11 +161,7 @@ func writeMarkdown(w io.Writer, p *Plan, simulated bool) error {
 			fmt.Fprintf(&b, "**Refused:** %s\n\n", k.Refused)
 		}
 		for i, st := range k.Steps {
-			if st.Held != "" {
-				fmt.Fprintf(&b, "%d. %s: held: %s\n", i+1, st.Component, st.Held)
-			} else {
-				fmt.Fprintf(&b, "%d. %s on %s\n", i+1, st.Component, strings.Join(st.Machines, ", "))
-			}
+			fmt.Fprintf(&b, "%d. %s\n", i+1, st)
 		}
 		if len(k.Steps) > 0 {
 			b.WriteString("\n")
