@@ -36,6 +36,13 @@
 //     certificate, every caller is os:reader. ApplyConfiguration in AUTO,
 //     REBOOT or TRY mode installs the config and reboots into mTLS on the
 //     same address; NO_REBOOT and STAGED are Unimplemented, as in Talos.
+//     The boot after it runs the Install task (v1alpha1_sequencer_tasks.go
+//     Install): a machine whose system disk holds no install (started in
+//     maintenance mode, or reset with the whole system disk wiped) comes
+//     back on the version its installer image is tagged with
+//     (machine.install.image, else the default installer), not the one it
+//     booted from; one whose STATE alone was wiped is still installed and
+//     keeps its version.
 //     Version answers Unimplemented "API is not implemented in maintenance
 //     mode" (Talos only answers SideroLink peers), COSI reads work for
 //     non-sensitive types, Bootstrap is FailedPrecondition, the rest

@@ -295,6 +295,7 @@ func (f *Fleet) add(spec MachineSpec, loaded map[[sha256.Size]byte]config.Provid
 
 		m.active, m.persisted = cfg, cfg
 		m.installImage = installImageOf(cfg, m.version)
+		m.installed = true
 	}
 
 	m.st = newMachineState(f.meta)

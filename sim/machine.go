@@ -92,6 +92,11 @@ type Machine struct {
 	// failing boot reverts to.
 	installImage           string
 	staged, next, fallback *bootEntry
+	// installed: the system disk holds a Talos install (its boot
+	// partition), as runtime.MachineState.Installed says; a machine
+	// started in maintenance mode booted its install medium, and a reset
+	// that wipes the whole system disk loses the install.
+	installed bool
 	// upgrading: an upgrade sequence runs (stage upgrading); stoppedAt:
 	// when it stopped cri and the services that depend on it.
 	upgrading bool

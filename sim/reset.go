@@ -97,7 +97,7 @@ func (m *Machine) resetSequence(in *machine.ResetRequest) {
 		}
 	}
 
-	wipeState, wipeEphemeral := false, false
+	wipeState, wipeEphemeral, wipeDisk := false, false, false
 
 	switch {
 	case len(in.GetSystemPartitionsToWipe()) > 0:
@@ -108,10 +108,16 @@ func (m *Machine) resetSequence(in *machine.ResetRequest) {
 			}
 		}
 	case in.GetMode() != machine.ResetRequest_USER_DISKS:
-		wipeState, wipeEphemeral = true, true
+		// ResetSystemDisk without labels wipes the whole system disk,
+		// the boot partition and its install with it
+		wipeState, wipeEphemeral, wipeDisk = true, true, true
 	}
 
 	m.mu.Lock()
+	if wipeDisk {
+		m.installed = false
+	}
+
 	if wipeState {
 		m.persisted = nil
 		m.staged, m.next, m.fallback = nil, nil, nil

@@ -46,13 +46,31 @@ func installImageOf(cfg config.Provider, version string) string {
 	return defaultInstallerRepository + ":" + version
 }
 
-// installedFrom records the install from maintenance mode: the config's
-// installer image wrote the boot partition. The version stays the one
-// the machine was started with.
+// installedFrom is the boot sequence's Install task after a config came
+// in maintenance mode (v1alpha1_sequencer_tasks.go Install): on a machine
+// not installed, the config's installer image (machine.install.image, else
+// the default installer) writes the boot partition, and the machine
+// reboots into the installer's version, whatever the install medium ran;
+// a machine whose disk still holds an install (STATE alone wiped) skips
+// the install and keeps its version and installer. An installer tag that
+// is not a Talos version (a digest) leaves the version as it was: the
+// sim cannot tell what it holds.
 func (m *Machine) installedFrom(cfg config.Provider) {
 	m.mu.Lock()
+	defer m.mu.Unlock()
+
+	if m.installed {
+		return
+	}
+
+	m.installed = true
 	m.installImage = installImageOf(cfg, m.version)
-	m.mu.Unlock()
+
+	if ref, err := parseDockerRef(m.installImage); err == nil {
+		if v, ok := talosVersionTag(ref.tag); ok {
+			m.version = v
+		}
+	}
 }
 
 // Upgrade answers as machined's Upgrade: refused in maintenance mode, a
