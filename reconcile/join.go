@@ -79,7 +79,8 @@ func (r *Rollout) join(ctx context.Context, a Action) error {
 		}
 		r.say("    %s: config applied; waiting for it to come back configured, then for %s", m.Name, waits)
 	}
-	if err := r.waitConverged(ctx, m, desired, "to come back configured, running and ready"); err != nil {
+	o, err := r.waitConverged(ctx, m, desired, "to come back configured, running and ready")
+	if err != nil {
 		return err
 	}
 	k, err := machines.KubeComponentsOf(desired)
@@ -89,6 +90,21 @@ func (r *Rollout) join(ctx context.Context, a Action) error {
 	if err := r.waitKubelet(ctx, m, machines.ImageTag(k.Kubelet)); err != nil {
 		return err
 	}
-	r.say("    %s: joined: runs its desired config, its Node reports kubelet %s (%s)", m.Name, machines.ImageTag(k.Kubelet), time.Since(start).Round(time.Millisecond))
+	r.mu.Lock()
+	if r.joinedOn == nil {
+		r.joinedOn = map[string]string{}
+	}
+	r.joinedOn[m.Name] = o.Version
+	r.mu.Unlock()
+	r.say("    %s: joined: runs its desired config on Talos %s, its Node reports kubelet %s (%s)", m.Name, o.Version, machines.ImageTag(k.Kubelet), time.Since(start).Round(time.Millisecond))
+	if want := r.Inventory.Cluster.TalosVersion; o.Version != want {
+		// Talos installed nothing (the disk held an install) or installed
+		// what machine.install.image holds
+		if err := UpgradePath(o.Version, want); err != nil {
+			r.say("    %s: it runs Talos %s, the inventory says %s, and devata upgrade would refuse it: %v", m.Name, o.Version, want, err)
+		} else {
+			r.say("    %s: it runs Talos %s, the inventory says %s: devata upgrade --machines %s moves it", m.Name, o.Version, want, m.Name)
+		}
+	}
 	return nil
 }

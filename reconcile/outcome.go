@@ -15,15 +15,20 @@ const (
 	// which fixes talos-version where a config change fixes config.
 	OutcomeUpgraded = "upgraded"
 	// OutcomeJoined: configured from maintenance mode (reconcile --join)
-	// and seen running its desired config, running and ready, a member of
-	// etcd (a control plane) and its Node registered: that fixes config,
-	// machine-stage and etcd; its other checks are the next pass's.
-	OutcomeJoined      = "joined"
-	OutcomeFailed      = ResultFailed
-	OutcomeBlocked     = ResultBlocked
-	OutcomeDryRun      = ResultDryRun
-	OutcomeInterrupted = ResultInterrupted
-	OutcomeGone        = "gone" // no longer in the inventory or the shard
+	// and seen running its desired config on cluster.talosVersion, running
+	// and ready, a member of etcd (a control plane) and its Node registered:
+	// that fixes config, talos-version, machine-stage and etcd; its kubelet
+	// (the Node's readiness) is the next pass's.
+	OutcomeJoined = "joined"
+	// OutcomeJoinedOtherVersion: joined as OutcomeJoined, but on another
+	// Talos version than cluster.talosVersion (its install image's): that
+	// talos-version drift is left, for devata upgrade.
+	OutcomeJoinedOtherVersion = "joined-other-version"
+	OutcomeFailed             = ResultFailed
+	OutcomeBlocked            = ResultBlocked
+	OutcomeDryRun             = ResultDryRun
+	OutcomeInterrupted        = ResultInterrupted
+	OutcomeGone               = "gone" // no longer in the inventory or the shard
 	// OutcomeHeld: left alone on purpose (a pending try or a staged config); drift is left.
 	OutcomeHeld = "held"
 	// OutcomePartial: changed part way on purpose: the Kubernetes components

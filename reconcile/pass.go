@@ -54,7 +54,7 @@ func (r *PassResult) ExitCode() int {
 	}
 	fixed := func(machine string) bool {
 		o := r.Outcomes[machine]
-		return o == OutcomeConverged || o == OutcomeUpgraded || o == OutcomeJoined
+		return o == OutcomeConverged || o == OutcomeUpgraded || o == OutcomeJoined || o == OutcomeJoinedOtherVersion
 	}
 	fixes := func(res drift.Result) bool {
 		switch r.Outcomes[res.Machine] {
@@ -63,6 +63,8 @@ func (r *PassResult) ExitCode() int {
 		case OutcomeUpgraded:
 			return res.Check == machines.CheckTalosVersion
 		case OutcomeJoined:
+			return res.Check == machines.CheckConfig || res.Check == machines.CheckTalosVersion || res.Check == machines.CheckMachineStage || res.Check == machines.CheckEtcd
+		case OutcomeJoinedOtherVersion:
 			return res.Check == machines.CheckConfig || res.Check == machines.CheckMachineStage || res.Check == machines.CheckEtcd
 		}
 		return false

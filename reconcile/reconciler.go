@@ -190,8 +190,10 @@ func (r *machineReconciler) change(ctx context.Context, d *Desired, desired map[
 		switch {
 		case a.Kind == KindUpgrade:
 			outcome = OutcomeUpgraded
-		case a.Kind == KindJoin:
+		case a.Kind == KindJoin && out.JoinedOn[key] == d.Inventory.Cluster.TalosVersion:
 			outcome = OutcomeJoined
+		case a.Kind == KindJoin:
+			outcome = OutcomeJoinedOtherVersion
 		case len(out.Partial) > 0:
 			outcome = OutcomePartial
 		}

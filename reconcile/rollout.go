@@ -43,6 +43,10 @@ type Rollout struct {
 	Heartbeat time.Duration
 	// Kube reads the Nodes: a moved kubelet is confirmed on its Node.
 	Kube kubernetes.Interface
+
+	// mu guards joinedOn, which joins in a batch of workers write.
+	mu       sync.Mutex
+	joinedOn map[string]string
 }
 
 // Outcome is what a rollout did.
@@ -62,6 +66,10 @@ type Outcome struct {
 	// components moved, the others wait (held by the plan, or the rollout
 	// stopped before them). Their drift is left for a later run.
 	Partial []string
+	// JoinedOn is the Talos version each joined machine reported once it
+	// had joined (Talos installs what its config's install image holds,
+	// which need not be cluster.talosVersion).
+	JoinedOn map[string]string
 }
 
 // Done reports whether every pending action converged.
@@ -92,7 +100,8 @@ func (r *Rollout) Run(ctx context.Context, plan *Plan) *Outcome {
 		Inventory: r.Inventory, Dialer: r.Dialer, Timeout: r.Timeout, Wait: r.Wait, Poll: r.Poll,
 		AllowQuorumLoss: r.AllowQuorumLoss, Say: r.Say, Heartbeat: r.Heartbeat, JoinedOnly: true,
 	}
-	out := &Outcome{}
+	r.joinedOn = map[string]string{}
+	out := &Outcome{JoinedOn: r.joinedOn}
 	actions := plan.Pending()
 	var cps []unit
 	var workers []int
@@ -296,7 +305,7 @@ func (r *Rollout) applyWait(ctx context.Context, m *inventory.Machine, cfg []byt
 	switch {
 	case lost:
 		r.say("    %s: connection lost during the apply (%v); waiting to see whether it rebooted into its config", m.Name, err)
-		if werr := r.waitConverged(ctx, m, cfg, "to come back on its desired config"); werr != nil {
+		if _, werr := r.waitConverged(ctx, m, cfg, "to come back on its desired config"); werr != nil {
 			return fmt.Errorf("%s: the connection was lost during the apply (%v), and it did not come back running its desired config: %w", m.Name, err, werr)
 		}
 		r.say("    %s: back, runs the desired config (%s)", m.Name, time.Since(start).Round(time.Millisecond))
@@ -313,7 +322,7 @@ func (r *Rollout) applyWait(ctx context.Context, m *inventory.Machine, cfg []byt
 		r.say("    %s: applied; rebooting, waiting for it to return", m.Name)
 		waitsFor = "to come back on its desired config"
 	}
-	if err := r.waitConverged(ctx, m, cfg, waitsFor); err != nil {
+	if _, err := r.waitConverged(ctx, m, cfg, waitsFor); err != nil {
 		return err
 	}
 	r.say("    %s: runs the desired config, stage running (%s)", m.Name, time.Since(start).Round(time.Millisecond))
@@ -326,8 +335,9 @@ func (r *Rollout) applyWait(ctx context.Context, m *inventory.Machine, cfg []byt
 // the CNI runs, and the kubelet check reports the Node. A machine that
 // rebooted into its config comes back through stage booting; a control
 // plane stays there until its etcd runs again. Every Heartbeat it says what it
-// waits for (the machine's name, then waitsFor) and what it last saw.
-func (r *Rollout) waitConverged(ctx context.Context, m *inventory.Machine, want []byte, waitsFor string) error {
+// waits for (the machine's name, then waitsFor) and what it last saw. It
+// returns the observation that ended the wait.
+func (r *Rollout) waitConverged(ctx context.Context, m *inventory.Machine, want []byte, waitsFor string) (*machines.Observation, error) {
 	// Each look runs to its own timeout, not the wait's, so that the error
 	// reported when the wait ends is a whole observation, not a cut-off one.
 	wctx, cancel := context.WithTimeout(ctx, r.Wait)
@@ -354,20 +364,20 @@ func (r *Rollout) waitConverged(ctx context.Context, m *inventory.Machine, want 
 			case o.Stage == "running" && o.NotReadyOnlyForNode():
 				beat.Stop()
 				r.say("    %s: running; not ready only because its Node is not (%s): Talos and etcd are what this waits for, the kubelet check reports the Node", m.Name, strings.Join(o.Unmet, "; "))
-				return nil
+				return o, nil
 			case o.Stage != "running" || !o.Ready:
 				last = fmt.Sprintf("stage %s, ready %t", o.Stage, o.Ready)
 				if len(o.Unmet) > 0 {
 					last += "; unmet: " + strings.Join(o.Unmet, "; ")
 				}
 			default:
-				return nil
+				return o, nil
 			}
 		}
 		beat.Saw(last)
 		select {
 		case <-wctx.Done():
-			return fmt.Errorf("%s did not converge within %s: %s", m.Name, r.Wait, last)
+			return nil, fmt.Errorf("%s did not converge within %s: %s", m.Name, r.Wait, last)
 		case <-time.After(r.Poll):
 		}
 	}

@@ -3,11 +3,15 @@ package main
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/siderolabs/talos/pkg/machinery/api/machine"
+	"github.com/siderolabs/talos/pkg/machinery/client"
 
 	"devata.dev/devata/internal/simtest"
 	"devata.dev/devata/sim"
@@ -88,7 +92,7 @@ func TestApplyJoinsMachinesAddedToTheInventory(t *testing.T) {
 	broken := etcdWatch(t, sf.Sim, 2)
 	r = devata(t, nil, "apply", "--yes", "--wait", "1m", "--config", sf.settings, kubeconfig)
 	show(t, r)
-	if r.code != 0 || !strings.Contains(r.stdout, "cp-3: joined: runs its desired config, its Node reports kubelet v1.34.1") ||
+	if r.code != 0 || !strings.Contains(r.stdout, "cp-3: joined: runs its desired config on Talos v1.11.0, its Node reports kubelet v1.34.1") ||
 		!strings.Contains(r.stdout, "gate after cp-3: etcd healthy, 3/3 members") {
 		t.Fatalf("apply: exit %d\n%s%s", r.code, r.stdout, r.err)
 	}
@@ -189,17 +193,72 @@ func TestReconcileJoin(t *testing.T) {
 	if applies, _ := writes(sf.Sim); applies != 0 {
 		t.Fatalf("reconcile without --join applied %d configs", applies)
 	}
-	// the pass joins it; its talos-version was observed in maintenance
-	// mode, so this pass still exits 1, and the next one reports it clean
+	// the pass joins it; it came back on cluster.talosVersion, which fixes
+	// the talos-version drift observed in maintenance mode: exit 0
 	r = devata(t, nil, "reconcile", "--once", "--join", "--config", sf.settings, kubeconfig, loopChecks)
 	show(t, r)
-	if r.code != 1 || !strings.Contains(r.stdout, "worker-2             joined") {
-		t.Fatalf("--join: exit %d, want 1 and worker-2 joined\n%s%s", r.code, r.stdout, r.err)
+	if r.code != 0 || !regexp.MustCompile(`worker-2 +joined\n`).MatchString(r.stdout) {
+		t.Fatalf("--join: exit %d, want 0 and worker-2 joined\n%s%s", r.code, r.stdout, r.err)
 	}
 	if r := devata(t, nil, "reconcile", "--once", "--join", "--config", sf.settings, kubeconfig, loopChecks); r.code != 0 {
 		t.Errorf("the next pass: exit %d\n%s%s", r.code, r.stdout, r.err)
 	}
 	if got := k.nodeKubelets(t)["worker-2"]; got != "v1.34.1" {
 		t.Errorf("Node worker-2: kubelet %q", got)
+	}
+}
+
+// A machine whose STATE alone was wiped is still installed: Talos skips the
+// install when its config comes in maintenance mode (the boot sequence's
+// Install task) and it comes back on the version it had, here one that an
+// upgrade outside the inventory put there. reconcile --join reports it
+// joined-other-version and leaves that drift (exit 1) to devata upgrade.
+func TestReconcileJoinKeepsTheInstalledVersion(t *testing.T) {
+	sf := startSim(t, simtest.Options{Bootstrap: true})
+	k := startKube(t)
+	k.playKubelets(t, sf.Sim)
+	kubeconfig := "--kubeconfig=" + k.env.Kubeconfig
+	w := sf.Inventory.Machine("worker-2")
+	c, err := sf.Dialer.Client(t.Context(), w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.UpgradeWithOptions(t.Context(), client.WithUpgradeImage("ghcr.io/siderolabs/installer:v1.11.2"), client.WithUpgradeRebootMode(machine.UpgradeRequest_DEFAULT)); err != nil {
+		t.Fatalf("upgrade worker-2: %v", err)
+	}
+	sw := sf.Sim.Machine("worker-2")
+	waitFor(t, "worker-2 up on v1.11.2", func() bool {
+		o := sw.Observe()
+		return o.TalosVersion == "v1.11.2" && !o.Down && !o.Upgrading
+	})
+	c2, err := sf.Dialer.Client(t.Context(), w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	if err := c2.ResetGeneric(t.Context(), &machine.ResetRequest{Reboot: true, SystemPartitionsToWipe: []*machine.ResetPartitionSpec{{Label: "STATE", Wipe: true}}}); err != nil {
+		t.Fatalf("reset worker-2's STATE: %v", err)
+	}
+	waitFor(t, "worker-2 up in maintenance mode", func() bool {
+		return !sw.Configured() && !sw.Observe().Down
+	})
+	r := devata(t, nil, "reconcile", "--once", "--join", "--config", sf.settings, kubeconfig, loopChecks)
+	if r.code != 1 || !regexp.MustCompile(`worker-2 +joined-other-version\n`).MatchString(r.stdout) ||
+		!strings.Contains(r.stdout+r.err, "it runs Talos v1.11.2, the inventory says v1.11.0, and devata upgrade would refuse it: a downgrade from v1.11.2 to v1.11.0") {
+		t.Fatalf("--join: exit %d, want 1 and worker-2 joined-other-version\n%s%s", r.code, r.stdout, r.err)
+	}
+	if r := devata(t, nil, "drift", "--config", sf.settings, "--checks=config,talos-version"); r.code != 1 || !strings.Contains(r.stdout, "talos-version (reconciliation): Drifted") || !strings.Contains(r.stdout, "actual:   v1.11.2") {
+		t.Errorf("drift after the join: exit %d, want 1 with worker-2's talos-version Drifted\n%s", r.code, r.stdout)
+	}
+}
+
+// waitFor polls cond until it holds, failing the test after 30s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited 30s for %s", what)
+		}
 	}
 }
