@@ -1,7 +1,9 @@
 package backup
 
 import (
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -22,5 +24,36 @@ func TestOutPath(t *testing.T) {
 	}
 	if got := OutPath(filepath.Join(dir, "new")+"/", "homelab", at); got != filepath.Join(dir, "new", "etcd-homelab-20261204T030500Z.db") {
 		t.Errorf("a directory to be made is not used as one: %q", got)
+	}
+}
+
+// PrepareOut makes a directory named with a trailing slash (0700), and
+// refuses, before anything is asked of a machine, a file whose directory
+// is missing or is not one.
+func TestPrepareOut(t *testing.T) {
+	dir := t.TempDir()
+	made := filepath.Join(dir, "backups", "etcd") + "/"
+	if err := PrepareOut(made); err != nil {
+		t.Fatalf("PrepareOut(%q): %v", made, err)
+	}
+	if st, err := os.Stat(made); err != nil || !st.IsDir() || st.Mode().Perm() != 0o700 {
+		t.Errorf("%s: %v, %v; want a directory, 0700", made, st, err)
+	}
+	if err := PrepareOut(filepath.Join(dir, "etcd.db")); err != nil {
+		t.Errorf("a file in an existing directory: %v", err)
+	}
+	missing := filepath.Join(dir, "nowhere", "etcd.db")
+	if err := PrepareOut(missing); err == nil || !strings.Contains(err.Error(), "does not exist: create it (mkdir -p "+filepath.Join(dir, "nowhere")+")") {
+		t.Errorf("PrepareOut(%q) = %v, want the directory named with what to do", missing, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "nowhere")); err == nil {
+		t.Error("a file's missing directory was created")
+	}
+	file := filepath.Join(dir, "etcd.db")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := PrepareOut(filepath.Join(file, "x.db")); err == nil || !strings.Contains(err.Error(), "is not a directory") {
+		t.Errorf("a file under a file: %v", err)
 	}
 }

@@ -2,6 +2,9 @@ package backup
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -47,6 +50,32 @@ func OutPath(out, cluster string, t time.Time) string {
 		return filepath.Join(out, "etcd-"+cluster+"-"+t.UTC().Format("20060102T150405Z")+".db")
 	}
 	return out
+}
+
+// PrepareOut makes sure -o out can be written before anything is asked of
+// a machine: a directory named with a trailing slash is created (0700, its
+// parents too) when missing, as a schedule's first run finds a fresh
+// volume; a file's directory must exist and be a directory.
+func PrepareOut(out string) error {
+	dir := filepath.Dir(out)
+	if NamesDirectory(out) {
+		dir = filepath.Clean(out)
+	}
+	st, err := os.Stat(dir)
+	switch {
+	case err == nil && !st.IsDir():
+		return fmt.Errorf("-o %s: %s is not a directory: name a file in an existing directory, or a directory", out, dir)
+	case err == nil:
+		return nil
+	case !errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("-o %s: %w", out, err)
+	case NamesDirectory(out):
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return fmt.Errorf("-o %s: create the directory: %w", out, err)
+		}
+		return nil
+	}
+	return fmt.Errorf("-o %s: the directory %s does not exist: create it (mkdir -p %s), or end -o with a slash to have devata create it", out, dir, dir)
 }
 
 // NamesDirectory reports whether -o out names a directory to write into

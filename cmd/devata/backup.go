@@ -70,12 +70,15 @@ error.`,
 			return a.backupEtcd(cmd.Context(), flags.output, flags.force)
 		},
 	}
-	cmd.Flags().StringVarP(&flags.output, "output", "o", "", "snapshot file to write (FILE.json is written next to it); a directory (or a path ending in /) gets etcd-CLUSTER-TIME.db")
+	cmd.Flags().StringVarP(&flags.output, "output", "o", "", "snapshot file to write (FILE.json is written next to it); a directory (or a path ending in /, created 0700 when missing) gets etcd-CLUSTER-TIME.db")
 	cmd.Flags().BoolVar(&flags.force, "force", false, "replace FILE and FILE.json if they exist")
 	return cmd
 }
 
 func (a *app) backupEtcd(ctx context.Context, out string, force bool) error {
+	if err := backup.PrepareOut(out); err != nil {
+		return exitWith(exitTrouble, err)
+	}
 	if !force && !backup.NamesDirectory(out) { // a file named now: refuse an existing one before loading anything
 		if err := backup.CheckVacant(out); err != nil {
 			return exitWith(exitTrouble, err)

@@ -170,14 +170,29 @@ func TestBackupEtcdPicksAnotherControlPlane(t *testing.T) {
 	}
 }
 
-// -o DIR/ writes etcd-CLUSTER-TIME.db there, so a schedule (the CronJob in
-// deploy/) keeps every snapshot; two runs give two files.
+// -o DIR/ writes etcd-CLUSTER-TIME.db there (DIR made on the first run,
+// as a schedule finds a fresh volume), so a schedule (the CronJob in
+// deploy/) keeps every snapshot; two runs give two files. A file whose
+// directory is missing is refused before any machine is asked.
 func TestBackupEtcdIntoADirectory(t *testing.T) {
 	sf := startSim(t, simtest.Options{Bootstrap: true})
-	dir := filepath.Join(t.TempDir(), "backups") + "/"
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		t.Fatal(err)
+	calls := func(m *sim.Machine) int {
+		return m.Calls("EtcdSnapshot") + m.Calls("EtcdMemberList") + m.Calls("Version")
 	}
+	before := map[string]int{}
+	for _, m := range sf.Sim.Machines() {
+		before[m.Name()] = calls(m)
+	}
+	missing := filepath.Join(t.TempDir(), "nowhere", "etcd.db")
+	if r := devata(t, nil, "backup", "etcd", "--config", sf.settings, "-o", missing); r.code != 2 || !strings.Contains(r.err, "does not exist: create it") {
+		t.Errorf("-o in a missing directory: exit %d\n%s%s", r.code, r.stdout, r.err)
+	}
+	for _, m := range sf.Sim.Machines() {
+		if n := calls(m) - before[m.Name()]; n != 0 {
+			t.Errorf("%s was asked %d times before -o was found unwritable", m.Name(), n)
+		}
+	}
+	dir := filepath.Join(t.TempDir(), "backups", "etcd") + "/"
 	for range 2 {
 		if r := devata(t, nil, "backup", "etcd", "--config", sf.settings, "-o", dir); r.code != 0 {
 			t.Fatalf("exit %d\n%s%s", r.code, r.stdout, r.err)
