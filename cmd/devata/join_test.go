@@ -14,6 +14,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/client"
 
 	"devata.dev/devata/internal/simtest"
+	"devata.dev/devata/machines"
 	"devata.dev/devata/sim"
 )
 
@@ -227,11 +228,11 @@ func TestReconcileJoinKeepsTheInstalledVersion(t *testing.T) {
 	if _, err := c.UpgradeWithOptions(t.Context(), client.WithUpgradeImage("ghcr.io/siderolabs/installer:v1.11.2"), client.WithUpgradeRebootMode(machine.UpgradeRequest_DEFAULT)); err != nil {
 		t.Fatalf("upgrade worker-2: %v", err)
 	}
-	sw := sf.Sim.Machine("worker-2")
-	waitFor(t, "worker-2 up on v1.11.2", func() bool {
-		o := sw.Observe()
-		return o.TalosVersion == "v1.11.2" && !o.Down && !o.Upgrading
+	waitFor(t, "worker-2 running on v1.11.2", func() bool {
+		o := machines.Observe(t.Context(), sf.Dialer, w)
+		return o.Err == nil && o.Version == "v1.11.2" && o.Stage == "running" && (o.Ready || o.NotReadyOnlyForNode())
 	})
+	// the upgrade's connection died with its reboot: a new one
 	c2, err := sf.Dialer.Client(t.Context(), w)
 	if err != nil {
 		t.Fatal(err)
@@ -240,6 +241,7 @@ func TestReconcileJoinKeepsTheInstalledVersion(t *testing.T) {
 	if err := c2.ResetGeneric(t.Context(), &machine.ResetRequest{Reboot: true, SystemPartitionsToWipe: []*machine.ResetPartitionSpec{{Label: "STATE", Wipe: true}}}); err != nil {
 		t.Fatalf("reset worker-2's STATE: %v", err)
 	}
+	sw := sf.Sim.Machine("worker-2")
 	waitFor(t, "worker-2 up in maintenance mode", func() bool {
 		return !sw.Configured() && !sw.Observe().Down
 	})
