@@ -57,8 +57,8 @@ func OutPath(out, cluster string, t time.Time) string {
 // parents too) when missing, as a schedule's first run finds a fresh
 // volume; a file's directory must exist and be a directory.
 func PrepareOut(out string) error {
-	dir := filepath.Dir(out)
-	if NamesDirectory(out) {
+	dir, isDir := filepath.Dir(out), NamesDirectory(out)
+	if isDir {
 		dir = filepath.Clean(out)
 	}
 	st, err := os.Stat(dir)
@@ -69,7 +69,7 @@ func PrepareOut(out string) error {
 		return nil
 	case !errors.Is(err, fs.ErrNotExist):
 		return fmt.Errorf("-o %s: %w", out, err)
-	case NamesDirectory(out):
+	case isDir:
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return fmt.Errorf("-o %s: create the directory: %w", out, err)
 		}

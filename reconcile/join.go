@@ -91,10 +91,7 @@ func (r *Rollout) join(ctx context.Context, a Action) error {
 		return err
 	}
 	r.mu.Lock()
-	if r.joinedOn == nil {
-		r.joinedOn = map[string]string{}
-	}
-	r.joinedOn[m.Name] = o.Version
+	r.joinedOn[m.Name] = o.Version // Run made it
 	r.mu.Unlock()
 	r.say("    %s: joined: runs its desired config on Talos %s, its Node reports kubelet %s (%s)", m.Name, o.Version, machines.ImageTag(k.Kubelet), time.Since(start).Round(time.Millisecond))
 	if want := r.Inventory.Cluster.TalosVersion; o.Version != want {

@@ -57,15 +57,17 @@ func (r *PassResult) ExitCode() int {
 		return o == OutcomeConverged || o == OutcomeUpgraded || o == OutcomeJoined || o == OutcomeJoinedOtherVersion
 	}
 	fixes := func(res drift.Result) bool {
+		// what any join confirmed of the checks maintenance mode failed
+		joinFixes := res.Check == machines.CheckConfig || res.Check == machines.CheckMachineStage || res.Check == machines.CheckEtcd
 		switch r.Outcomes[res.Machine] {
 		case OutcomeConverged:
 			return res.Check == machines.CheckConfig
 		case OutcomeUpgraded:
 			return res.Check == machines.CheckTalosVersion
 		case OutcomeJoined:
-			return res.Check == machines.CheckConfig || res.Check == machines.CheckTalosVersion || res.Check == machines.CheckMachineStage || res.Check == machines.CheckEtcd
+			return joinFixes || res.Check == machines.CheckTalosVersion
 		case OutcomeJoinedOtherVersion:
-			return res.Check == machines.CheckConfig || res.Check == machines.CheckMachineStage || res.Check == machines.CheckEtcd
+			return joinFixes
 		}
 		return false
 	}
