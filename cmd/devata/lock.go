@@ -91,7 +91,11 @@ func (a *app) writeLock(ctx context.Context, inventoryPath string, kube kubernet
 // the write is refused and the error names --no-lease.
 func (a *app) lockCluster(ctx context.Context, inv *inventory.Inventory, kube kubernetes.Interface, f lockFlags, failOpen bool) (*clusterLock, error) {
 	me := lock.Me(commandLine())
-	hl, err := lock.Acquire(ctx, lock.Path(inv.Path, inv.Cluster.Name), me, f.wait)
+	path, err := lock.Path(inv.Path, inv.Cluster.Name)
+	if err != nil {
+		return nil, exitWith(exitTrouble, err)
+	}
+	hl, err := lock.Acquire(ctx, path, me, f.wait)
 	if err != nil {
 		return nil, exitWith(exitTrouble, err)
 	}

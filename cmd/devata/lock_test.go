@@ -30,7 +30,10 @@ import (
 func TestWritersExcludeEachOther(t *testing.T) {
 	sf := startSim(t, simtest.Options{Bootstrap: true})
 	sf.Sim.Machine("worker-1").SetFaults(sim.Faults{DriftedConfig: []byte(strings.Replace(string(sf.Desired["worker-1"]), "time.cloudflare.com", "pool.ntp.org", 1))})
-	path := lock.Path(sf.Inventory.Path, sf.Inventory.Cluster.Name)
+	path, err := lock.Path(sf.Inventory.Path, sf.Inventory.Cluster.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
 	held, err := lock.Acquire(t.Context(), path, lock.Holder{Host: "ops-laptop", PID: 4242, Command: "devata apply --machines cp-2", Since: time.Now()}, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -66,6 +69,37 @@ func TestWritersExcludeEachOther(t *testing.T) {
 	}
 	if applies() == before {
 		t.Error("apply --wait-lock ran but changed nothing")
+	}
+}
+
+// Probe 1 of issue 31: `ln -s secrets.yaml .devata-homelab.lock;
+// devata apply --yes` left the bundle at 0 bytes. The writer is refused,
+// saying what is there, sends nothing, and the bundle is intact.
+func TestASymlinkedLockLeavesTheBundleIntact(t *testing.T) {
+	sf := startSim(t, simtest.Options{Bootstrap: true})
+	sf.Sim.Machine("worker-1").SetFaults(sim.Faults{DriftedConfig: []byte(strings.Replace(string(sf.Desired["worker-1"]), "time.cloudflare.com", "pool.ntp.org", 1))})
+	path, err := lock.Path(sf.Inventory.Path, sf.Inventory.Cluster.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bundle := sf.Inventory.SecretsPath()
+	before, err := os.ReadFile(bundle)
+	if err != nil || len(before) == 0 {
+		t.Fatalf("the bundle: %d bytes, %v", len(before), err)
+	}
+	if err := os.Symlink(filepath.Base(bundle), path); err != nil {
+		t.Fatal(err)
+	}
+	applies := sf.Sim.Machine("worker-1").Calls("ApplyConfiguration")
+	r := devata(t, nil, "apply", "--yes", "--config", sf.settings)
+	if r.code != 2 || !strings.Contains(r.err, "is a symbolic link") || !strings.Contains(r.err, "move that away") {
+		t.Errorf("apply with the lock a symlink to the bundle: exit %d\n%s", r.code, r.err)
+	}
+	if after, err := os.ReadFile(bundle); err != nil || string(after) != string(before) {
+		t.Fatalf("the bundle changed: %d bytes before, %d after (%v)", len(before), len(after), err)
+	}
+	if n := sf.Sim.Machine("worker-1").Calls("ApplyConfiguration") - applies; n != 0 {
+		t.Errorf("%d ApplyConfiguration calls reached worker-1 without the lock", n)
 	}
 }
 
