@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 	"devata.dev/devata/inventory"
 	"devata.dev/devata/machines"
 	"devata.dev/devata/provenance"
+	"devata.dev/devata/snapshot"
 )
 
 // Options say where Etcd writes and how it tells what it does.
@@ -199,7 +201,7 @@ func (o *Options) snapshotTo(ctx context.Context, m *inventory.Machine, members 
 
 	sctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	w := &streamWatch{w: f, idle: o.Timeout, cancel: cancel, machine: m.Name, progress: o.progress(m.Name)}
+	w := &streamWatch{w: f, idle: o.Timeout, max: snapshot.MaxSize, cancel: cancel, machine: m.Name, progress: o.progress(m.Name)}
 	w.start()
 	info, err := machines.EtcdSnapshot(sctx, c, m, w)
 	w.stop()
@@ -207,7 +209,7 @@ func (o *Options) snapshotTo(ctx context.Context, m *inventory.Machine, members 
 	switch {
 	case errors.As(err, &local):
 		return info, 0, &localError{fmt.Errorf("write %s: %w", tmp, local.err)}
-	case err != nil && errors.Is(context.Cause(sctx), errStalled):
+	case err != nil && (errors.Is(context.Cause(sctx), errStalled) || errors.Is(context.Cause(sctx), errTooLarge)):
 		return info, 0, fmt.Errorf("etcd snapshot from %s: %w after %d bytes", m.Name, context.Cause(sctx), w.n)
 	case err != nil:
 		return info, 0, err
@@ -215,11 +217,14 @@ func (o *Options) snapshotTo(ctx context.Context, m *inventory.Machine, members 
 	if err := f.Sync(); err != nil {
 		return info, 0, &localError{fmt.Errorf("sync %s: %w", tmp, err)}
 	}
-	rev, err := machines.SnapshotRevision(f, info.Size)
+	// read back from the disk, as a restore will: the shape, and through
+	// bbolt the revision and the members, within snapshot's budget; a
+	// stream that is no etcd database is passed over, not a stop
+	file, err := snapshot.Verify(ctx, tmp)
 	if err != nil {
-		o.Log.Warn("etcd revision not read from the snapshot", "file", tmp, "error", err)
+		return info, 0, fmt.Errorf("etcd snapshot from %s: %w", m.Name, err)
 	}
-	if err := sameMembers(f, info.Size, members); err != nil {
+	if err := sameMembers(file, members); err != nil {
 		return info, 0, fmt.Errorf("etcd snapshot from %s: %w", m.Name, err)
 	}
 	done = true
@@ -238,7 +243,7 @@ func (o *Options) snapshotTo(ctx context.Context, m *inventory.Machine, members 
 		return info, 0, &localError{err}
 	}
 	syncDir(filepath.Dir(out))
-	return info, rev, nil
+	return info, file.Revision, nil
 }
 
 func (o *Options) warn(format string, args ...any) {
@@ -266,23 +271,26 @@ func (o *Options) progress(machine string) func(int64) {
 // bucket) are the members the control planes agree on: a snapshot of
 // another cluster, or of this one before a member joined or left, is not
 // the backup of what runs.
-func sameMembers(r io.ReaderAt, size int64, want []string) error {
-	got, err := machines.SnapshotMembers(r, size)
-	if err != nil {
-		return fmt.Errorf("its member list does not read: %w", err)
-	}
-	var names []string
-	for _, m := range got {
-		if !m.IsLearner {
-			names = append(names, m.Name)
-		}
-	}
-	slices.Sort(names)
+func sameMembers(f *snapshot.File, want []string) error {
+	names := slices.Sorted(slices.Values(f.Voters()))
 	want = slices.Sorted(slices.Values(want))
 	if !slices.Equal(names, want) {
-		return fmt.Errorf("it holds %d %s (%s) where etcd reports %d (%s): not a snapshot of this etcd as it runs", len(names), plural(len(names), "member", "members"), strings.Join(names, ", "), len(want), strings.Join(want, ", "))
+		return fmt.Errorf("it holds %d %s (%s) where etcd reports %d (%s): not a snapshot of this etcd as it runs", len(names), plural(len(names), "member", "members"), quotedList(names), len(want), strings.Join(want, ", "))
 	}
 	return nil
+}
+
+// quotedList joins names read from a snapshot, each quoted where it holds
+// what a terminal would act on.
+func quotedList(names []string) string {
+	out := make([]string, len(names))
+	for i, n := range names {
+		if q := strconv.Quote(n); q[1:len(q)-1] != n {
+			n = q
+		}
+		out[i] = n
+	}
+	return strings.Join(out, ", ")
 }
 
 func plural(n int, one, many string) string {

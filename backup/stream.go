@@ -11,7 +11,10 @@ import (
 	"github.com/dustin/go-humanize"
 )
 
-var errStalled = errors.New("the stream stalled")
+var (
+	errStalled  = errors.New("the stream stalled")
+	errTooLarge = errors.New("the stream is larger than any etcd snapshot")
+)
 
 // streamWriteError is a failed write to the snapshot file, told apart from
 // the stream's own failures.
@@ -22,10 +25,12 @@ func (e *streamWriteError) Unwrap() error { return e.err }
 
 // streamWatch passes the stream to the file, cancels it when no byte came
 // for idle (a snapshot of several GiB outlasts any per-call timeout, a
-// stalled one should not last forever) and reports progress.
+// stalled one should not last forever) or when more than max bytes came
+// (a stream that never ends would fill the disk), and reports progress.
 type streamWatch struct {
 	w        io.Writer
 	idle     time.Duration
+	max      int64
 	cancel   context.CancelCauseFunc
 	machine  string
 	progress func(n int64)
@@ -50,6 +55,9 @@ func (s *streamWatch) Write(p []byte) (int, error) {
 	s.n += int64(n)
 	total := s.n
 	s.mu.Unlock()
+	if s.max > 0 && total > s.max {
+		s.cancel(fmt.Errorf("%w: more than %s from %s", errTooLarge, humanize.IBytes(uint64(s.max)), s.machine)) //nolint:gosec // positive
+	}
 	if s.progress != nil {
 		s.progress(total)
 	}

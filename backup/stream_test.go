@@ -49,3 +49,21 @@ func TestStreamStalls(t *testing.T) {
 		t.Fatal("a stalled stream was not cancelled")
 	}
 }
+
+// A stream that sends more than any etcd snapshot is stopped: one that
+// never ends would fill the disk.
+func TestStreamTooLarge(t *testing.T) {
+	var cause error
+	w := &streamWatch{w: io.Discard, idle: time.Minute, max: 10, machine: "cp-1", cancel: func(err error) { cause = err }}
+	w.start()
+	defer w.stop()
+	if _, err := w.Write(make([]byte, 10)); err != nil || cause != nil {
+		t.Fatalf("10 bytes of at most 10: %v, %v", err, cause)
+	}
+	if _, err := w.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(cause, errTooLarge) || !strings.Contains(cause.Error(), "more than 10 B from cp-1") {
+		t.Errorf("the 11th byte: %v", cause)
+	}
+}

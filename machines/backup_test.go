@@ -6,6 +6,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -16,6 +18,7 @@ import (
 	"devata.dev/devata/internal/simtest"
 	"devata.dev/devata/machines"
 	"devata.dev/devata/sim"
+	"devata.dev/devata/snapshot"
 )
 
 // EtcdSnapshot on the sim: a whole snapshot is written, counted, hashed and
@@ -47,23 +50,22 @@ func TestEtcdSnapshot(t *testing.T) {
 	if !bytes.Equal(data, want) || info.Size != int64(len(want)) || info.SHA256 != hex.EncodeToString(sum[:]) || info.Machine != "cp-2" || info.TalosVersion != "v1.11.0" {
 		t.Errorf("snapshot %+v of %d bytes; want the sim's %d bytes, their sha256, cp-2, v1.11.0", info, len(data), len(want))
 	}
-	if got, err := machines.SnapshotRevision(bytes.NewReader(data), info.Size); err != nil || got != rev {
-		t.Errorf("SnapshotRevision = %d, %v; want the cluster's %d", got, err, rev)
+	// the sim's file is a database bbolt itself reads (package snapshot)
+	path := filepath.Join(t.TempDir(), "etcd.snapshot")
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
 	}
-	members, err := machines.SnapshotMembers(bytes.NewReader(data), info.Size)
-	var names []string
-	for _, m := range members {
+	file, err := snapshot.Verify(ctx, path)
+	if err != nil || file.Revision != rev {
+		t.Fatalf("snapshot.Verify = %+v, %v; want the cluster's revision %d", file, err, rev)
+	}
+	for _, m := range file.Members {
 		if m.ID == 0 || m.IsLearner {
 			t.Errorf("snapshot member %+v: want an ID, not a learner", m)
 		}
-		names = append(names, m.Name)
 	}
-	slices.Sort(names)
-	if err != nil || !slices.Equal(names, []string{"cp-1", "cp-2", "cp-3"}) {
-		t.Errorf("SnapshotMembers = %v, %v; want cp-1, cp-2, cp-3", names, err)
-	}
-	if _, err := machines.SnapshotMembers(bytes.NewReader(data[:4096]), 4096); err == nil {
-		t.Error("SnapshotMembers of a cut snapshot: no error")
+	if names := slices.Sorted(slices.Values(file.Voters())); !slices.Equal(names, []string{"cp-1", "cp-2", "cp-3"}) {
+		t.Errorf("the snapshot's voters = %v; want cp-1, cp-2, cp-3", names)
 	}
 
 	if _, _, err := snap(f.Dialer, "worker-1"); err == nil || !strings.Contains(err.Error(), "etcd snapshot from worker-1: worker-1 is a worker") {

@@ -155,7 +155,12 @@
 //     Faults: EtcdSnapshotCorrupt flips a bit inside the newest key's value
 //     (bbolt and Status do not notice, the hash does); EtcdSnapshotCutAt
 //     ends the stream early with status OK, as the Chunker does when its
-//     read from etcd fails.
+//     read from etcd fails; EtcdSnapshotData streams given bytes instead
+//     (a control plane broken or hostile past what the hash shows; machined
+//     copies whatever its etcd client reads, v1alpha1_server.go
+//     EtcdSnapshot). devata reads the sim's database back with
+//     go.etcd.io/bbolt itself (machines/backup_test.go), so the hand-made
+//     file is proven a bbolt file.
 //   - EtcdRecover (etcd_recover.go; v1alpha1_server.go EtcdRecover,
 //     services/etcd.go recoverFromSnapshot; talosctl's cmd/talosctl/cmd/
 //     talos/bootstrap.go, machinery client.go EtcdRecover): FailedPrecondition

@@ -79,8 +79,8 @@ func (c *etcdCluster) put(key, value string) {
 }
 
 // EtcdSnapshot streams the node's etcd database as machined does; see the
-// comment at the top of this file. The faults EtcdSnapshotCorrupt and
-// EtcdSnapshotCutAt bend the stream.
+// comment at the top of this file. The faults EtcdSnapshotCorrupt,
+// EtcdSnapshotData and EtcdSnapshotCutAt bend the stream.
 func (a *machineAPI) EtcdSnapshot(_ *machine.EtcdSnapshotRequest, srv grpc.ServerStreamingServer[common.Data]) error {
 	t, s := target(srv.Context())
 
@@ -95,6 +95,10 @@ func (a *machineAPI) EtcdSnapshot(_ *machine.EtcdSnapshotRequest, srv grpc.Serve
 
 	if s.faults.EtcdSnapshotCorrupt {
 		file[flip] ^= 0x01
+	}
+
+	if s.faults.EtcdSnapshotData != nil {
+		file = slices.Clone(s.faults.EtcdSnapshotData)
 	}
 
 	if n := s.faults.EtcdSnapshotCutAt; n > 0 && n < len(file) {

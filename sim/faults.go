@@ -95,6 +95,10 @@ type Faults struct {
 	// many bytes, as machined's Chunker does when its read from etcd breaks
 	// off (pkg/chunker/stream); 0 streams it whole.
 	EtcdSnapshotCutAt int
+	// EtcdSnapshotData, when not nil, is streamed in place of the etcd
+	// database: a control plane that is hostile or broken in a way no hash
+	// catches (a crafted file with etcd's sha256 appended).
+	EtcdSnapshotData []byte
 
 	// CiliumAgentNotReady keeps the node's cilium agent pod Running but not
 	// Ready (ContainersNotReady).

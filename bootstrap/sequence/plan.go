@@ -10,6 +10,7 @@ import (
 	"devata.dev/devata/inventory"
 	"devata.dev/devata/machines"
 	"devata.dev/devata/provenance"
+	"devata.dev/devata/snapshot"
 )
 
 // Step names of plan actions, in the order the sequence takes them.
@@ -210,6 +211,6 @@ type planInput struct {
 	// recover is the snapshot etcd is rebuilt from (nil: bootstrap an
 	// empty one); recoverRunning the control planes still running the
 	// cluster it was taken of.
-	recover        *machines.SnapshotFile
+	recover        *snapshot.File
 	recoverRunning []string
 }

@@ -25,6 +25,7 @@ import (
 	"devata.dev/devata/bootstrap"
 	"devata.dev/devata/inventory"
 	"devata.dev/devata/machines"
+	"devata.dev/devata/snapshot"
 )
 
 // Options configure one bootstrap run or plan.
@@ -67,7 +68,7 @@ type Options struct {
 	// of bootstrapping an empty one: it is uploaded to the first control
 	// plane (EtcdRecover) and Bootstrap asked with recover_etcd. Refused
 	// while etcd still runs the cluster the snapshot was taken of.
-	Recover *machines.SnapshotFile
+	Recover *snapshot.File
 	// Out receives one line per step and per thing done; nil discards.
 	Out io.Writer
 }

@@ -14,6 +14,7 @@ import (
 
 	"devata.dev/devata/backup"
 	"devata.dev/devata/internal/simtest"
+	"devata.dev/devata/internal/snapshottest"
 	"devata.dev/devata/sim"
 )
 
@@ -133,6 +134,31 @@ func TestBackupEtcdRefusesCorruptAndCutSnapshots(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
 		t.Errorf("left in FILE's directory: %v", entries)
+	}
+}
+
+// Probe 2 of issue 31, through a hostile control plane: cp-1 streams a
+// crafted file with etcd's sha256 (a two-way fan-out over 63 levels) that
+// kept the old page walker spinning forever on the first member. It is
+// refused, named, and the backup comes from cp-2.
+func TestBackupEtcdPassesOverAHostileStream(t *testing.T) {
+	sf := startSim(t, simtest.Options{Bootstrap: true})
+	sf.Sim.Machine("cp-1").SetFaults(sim.Faults{EtcdSnapshotData: snapshottest.Fanout(63)})
+	out := filepath.Join(t.TempDir(), "etcd.db")
+	r := devata(t, nil, "backup", "etcd", "--config", sf.settings, "-o", out)
+	show(t, r)
+	if r.code != 0 {
+		t.Fatalf("exit %d\n%s%s", r.code, r.stdout, r.err)
+	}
+	for _, w := range []string{"etcd snapshot from cp-1", "is reached twice", "not a database etcd wrote", "trying cp-2"} {
+		if !strings.Contains(r.err, w) {
+			t.Errorf("stderr lacks %q:\n%s", w, r.err)
+		}
+	}
+	raw, err := os.ReadFile(out + ".json")
+	var meta backup.Sidecar
+	if err != nil || json.Unmarshal(raw, &meta) != nil || meta.ControlPlane != "cp-2" {
+		t.Errorf("sidecar: %v\n%s; want the snapshot from cp-2", err, raw)
 	}
 }
 

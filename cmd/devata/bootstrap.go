@@ -16,6 +16,7 @@ import (
 	"devata.dev/devata/bootstrap/sequence"
 	"devata.dev/devata/drift"
 	"devata.dev/devata/machines"
+	"devata.dev/devata/snapshot"
 )
 
 // sequenceFlags are the flags bootstrap and plan share.
@@ -95,7 +96,7 @@ Exit 0 ready and in sync, 1 ready but the drift report is not clean, 2 error or 
 // bootstrap runs the sequence under the cluster's lock, then the drift
 // report that closes it.
 func (a *app) bootstrap(ctx context.Context, flags bootstrapFlags) error {
-	opts, err := a.sequenceOptions(flags.sequenceFlags)
+	opts, err := a.sequenceOptions(ctx, flags.sequenceFlags)
 	if err != nil {
 		return err
 	}
@@ -148,7 +149,7 @@ func (a *app) bootstrap(ctx context.Context, flags bootstrapFlags) error {
 }
 
 // sequenceOptions resolves what bootstrap and plan share from the settings.
-func (a *app) sequenceOptions(f sequenceFlags) (sequence.Options, error) {
+func (a *app) sequenceOptions(ctx context.Context, f sequenceFlags) (sequence.Options, error) {
 	opts := sequence.Options{
 		InventoryPath: a.settings.Inventory,
 		AgeIdentities: new(a.ageIdentities()),
@@ -163,7 +164,7 @@ func (a *app) sequenceOptions(f sequenceFlags) (sequence.Options, error) {
 		EtcdSettle:    f.etcdSettle,
 	}
 	if f.recoverFrom != "" {
-		snap, err := machines.VerifySnapshotFile(f.recoverFrom)
+		snap, err := snapshot.Verify(ctx, f.recoverFrom)
 		if err != nil {
 			return opts, exitWith(exitTrouble, fmt.Errorf("--recover-from: %w; nothing was sent to any machine", err))
 		}

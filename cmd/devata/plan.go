@@ -47,7 +47,7 @@ Exit 0 nothing to do, 1 actions pending, 2 error or a blocked action.`,
 			default:
 				return usageError(fmt.Errorf("unknown output %q: use text, markdown or json", flags.output))
 			}
-			opts, err := a.sequenceOptions(flags.sequenceFlags)
+			opts, err := a.sequenceOptions(cmd.Context(), flags.sequenceFlags)
 			if err != nil {
 				return err
 			}

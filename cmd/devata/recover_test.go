@@ -11,6 +11,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 
 	"devata.dev/devata/internal/simtest"
+	"devata.dev/devata/internal/snapshottest"
 )
 
 // The rebuild the tool is for: a snapshot taken with devata backup etcd,
@@ -46,6 +47,21 @@ func TestBootstrapRecoverFrom(t *testing.T) {
 	r = devata(t, nil, bootstrapArgs(sf, nil, "--recover-from", damaged)...)
 	if r.code != 2 || !strings.Contains(r.err, "is damaged") || !strings.Contains(r.err, "nothing was sent") {
 		t.Errorf("a damaged snapshot: exit %d, want 2, damaged, nothing sent\n%s", r.code, r.err)
+	}
+	// a crafted file with a right hash (issue 31, probe 2): refused at once,
+	// by plan and by bootstrap, where the old page walker spun forever
+	hostile := filepath.Join(dir, "hostile.snapshot")
+	if err := os.WriteFile(hostile, snapshottest.Fanout(63), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"plan", "--config", sf.settings, "--skip-nodes", "--recover-from", hostile},
+		bootstrapArgs(sf, nil, "--recover-from", hostile),
+	} {
+		r = devata(t, nil, args...)
+		if r.code != 2 || !strings.Contains(r.err, "is reached twice") || !strings.Contains(r.err, "nothing was sent") {
+			t.Errorf("%s with a crafted snapshot: exit %d, want 2, refused, nothing sent\n%s", args[0], r.code, r.err)
+		}
 	}
 
 	// every control plane loses its disk: back in maintenance mode

@@ -26,12 +26,14 @@ var allowed = []struct {
 	{"drift", []string{"provenance"}},
 	{"config", nil},
 	{"lock", nil},
+	{"snapshot", nil},
 	{"examples", nil},
 	{"deploy", nil},
 	{"sim", nil},
 	{"internal/testenv", nil},
 	{"internal/testctx", nil},
 	{"internal/golden", nil},
+	{"internal/snapshottest", nil},
 	{"internal/layers", nil},
 	{"internal/heartbeat", nil},
 	// the spec and what is rendered from it
@@ -46,8 +48,8 @@ var allowed = []struct {
 	{"checks", []string{"drift", "inventory", "machines", "netcheck", "storagecheck"}},
 	// what changes machines
 	{"reconcile", []string{"bootstrap", "drift", "gate", "internal/heartbeat", "inventory", "machines", "provenance"}},
-	{"bootstrap/sequence", []string{"bootstrap", "checks", "drift", "gate", "internal/heartbeat", "inventory", "machines", "provenance"}},
-	{"backup", []string{"gate", "inventory", "machines", "provenance"}},
+	{"bootstrap/sequence", []string{"bootstrap", "checks", "drift", "gate", "internal/heartbeat", "inventory", "machines", "provenance", "snapshot"}},
+	{"backup", []string{"gate", "inventory", "machines", "provenance", "snapshot"}},
 	{"membership", []string{"gate", "internal/heartbeat", "inventory", "machines"}},
 	// test bed and tools
 	{"internal/simtest", []string{"bootstrap", "examples", "inventory", "machines", "sim"}},
@@ -62,7 +64,7 @@ var allowed = []struct {
 	// the command: parse, call, render
 	{"cmd/devata", []string{
 		"backup", "bootstrap", "bootstrap/sequence", "checks", "config", "drift", "examples", "gate", "internal/demo", "internal/simfleet",
-		"internal/testenv", "inventory", "lock", "machines", "membership", "netcheck", "provenance", "reconcile", "redact", "sim", "storagecheck",
+		"internal/testenv", "inventory", "lock", "machines", "membership", "netcheck", "provenance", "reconcile", "redact", "sim", "snapshot", "storagecheck",
 	}},
 }
 
