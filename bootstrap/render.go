@@ -16,7 +16,6 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/config/config"
 	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
 	"github.com/siderolabs/talos/pkg/machinery/config/configpatcher"
-	"github.com/siderolabs/talos/pkg/machinery/config/container"
 	"github.com/siderolabs/talos/pkg/machinery/config/encoder"
 	"github.com/siderolabs/talos/pkg/machinery/config/generate"
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
@@ -27,6 +26,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/role"
 	"gopkg.in/yaml.v3"
 
+	"devata.dev/devata/internal/configview"
 	"devata.dev/devata/inventory"
 	"devata.dev/devata/redact"
 )
@@ -49,7 +49,10 @@ type Rendered struct {
 type Renderer struct {
 	inv   *inventory.Inventory
 	input *generate.Input
-	base  map[string]coreconfig.Provider // role -> base with cluster and role patches
+	// contract is the Talos version the configs are written for
+	// (contract.go: where each setting lives)
+	contract *coreconfig.VersionContract
+	base     map[string]coreconfig.Provider // role -> base with cluster and role patches
 	// patches applied to the base of each role, for reporting
 	rolePatches map[string][]string
 	mu          sync.Mutex // guards loaded: machines render in parallel
@@ -69,7 +72,6 @@ func NewRenderer(inv *inventory.Inventory, bundle *secrets.Bundle) (*Renderer, e
 		generate.WithVersionContract(contract),
 		generate.WithInstallImage(c.InstallImage),
 		generate.WithDNSDomain(c.Network.DNSDomain),
-		generate.WithClusterCNIConfig(&v1alpha1.CNIConfig{CNIName: c.Network.CNI}),
 		generate.WithEndpointList(controlPlaneAddresses(inv)),
 		generate.WithRoles(role.MakeSet(role.Admin)),
 	}
@@ -84,7 +86,7 @@ func NewRenderer(inv *inventory.Inventory, bundle *secrets.Bundle) (*Renderer, e
 	input.PodNet = slices.Clone(c.Network.PodSubnets)
 	input.ServiceNet = slices.Clone(c.Network.ServiceSubnets)
 
-	r := &Renderer{inv: inv, input: input, base: map[string]coreconfig.Provider{}, rolePatches: map[string][]string{}, loaded: map[string]configpatcher.Patch{}}
+	r := &Renderer{inv: inv, input: input, contract: contract, base: map[string]coreconfig.Provider{}, rolePatches: map[string][]string{}, loaded: map[string]configpatcher.Patch{}}
 	for _, rl := range []struct {
 		name    string
 		typ     machine.Type
@@ -97,11 +99,7 @@ func NewRenderer(inv *inventory.Inventory, bundle *secrets.Bundle) (*Renderer, e
 		if err != nil {
 			return nil, fmt.Errorf("generate %s config: %w", rl.name, err)
 		}
-		cfg, err = cfg.PatchV1Alpha1(func(cfg *v1alpha1.Config) error {
-			cfg.ClusterConfig.ProxyConfig = &v1alpha1.ProxyConfig{Disabled: pointer.To(!*c.Network.KubeProxy)}
-			return nil
-		})
-		if err != nil {
+		if cfg, err = declareNetwork(cfg, c, contract); err != nil {
 			return nil, err
 		}
 		files := append(slices.Clone(c.Patches), rl.patches...)
@@ -170,24 +168,9 @@ func (r *Renderer) Provider(m *inventory.Machine) (coreconfig.Provider, error) {
 	if !ok {
 		return nil, fmt.Errorf("%s: unknown role %q", m.Name, m.Role)
 	}
-	cfg, err := base.PatchV1Alpha1(func(cfg *v1alpha1.Config) error {
-		return applyMachineFields(cfg, m)
-	})
+	cfg, err := r.declareMachine(base, m)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", m.Name, err)
-	}
-	if len(m.Volumes) > 0 {
-		docs := slices.Clone(cfg.Documents())
-		for _, vol := range m.Volumes {
-			doc, err := userVolume(vol)
-			if err != nil {
-				return nil, fmt.Errorf("%s: volume %s: %w", m.Name, vol.Name, err)
-			}
-			docs = append(docs, doc)
-		}
-		if cfg, err = container.New(docs...); err != nil {
-			return nil, fmt.Errorf("%s: %w", m.Name, err)
-		}
 	}
 	if cfg, err = r.applyPatches(cfg, m.Patches); err != nil {
 		return nil, fmt.Errorf("%s: %w", m.Name, err)
@@ -195,31 +178,28 @@ func (r *Renderer) Provider(m *inventory.Machine) (coreconfig.Provider, error) {
 	return cfg, nil
 }
 
-func applyMachineFields(cfg *v1alpha1.Config, m *inventory.Machine) error {
+// applyMachineFields sets, on the v1alpha1 document, the machine's fields
+// that the contract keeps there (contract.go).
+func applyMachineFields(cfg *v1alpha1.Config, m *inventory.Machine, contract *coreconfig.VersionContract) error {
 	mc := cfg.MachineConfig
-	if mc.MachineNetwork == nil {
-		mc.MachineNetwork = &v1alpha1.NetworkConfig{}
+	if !hostnameDocument(contract) {
+		if mc.MachineNetwork == nil {
+			mc.MachineNetwork = &v1alpha1.NetworkConfig{}
+		}
+		mc.MachineNetwork.NetworkHostname = m.Name
 	}
-	mc.MachineNetwork.NetworkHostname = m.Name
+	if kubernetesDocuments(contract) {
+		if kubeletMounts(m) {
+			mc.MachineKubelet = &v1alpha1.KubeletConfig{} //nolint:staticcheck // no document form for extraMounts (contract.go)
+			addKubeletMounts(mc, m)
+		}
+		return nil // install and labels are documents (declareMachine)
+	}
 	if mc.MachineInstall == nil {
 		mc.MachineInstall = &v1alpha1.InstallConfig{}
 	}
-	if m.InstallDisk != "" {
-		mc.MachineInstall.InstallDisk = m.InstallDisk
-		mc.MachineInstall.InstallDiskSelector = nil
-	} else if s := m.InstallDiskSelector; s != nil {
-		sel := &v1alpha1.InstallDiskSelector{
-			Name: s.Name, Model: s.Model, Serial: s.Serial, Modalias: s.Modalias,
-			UUID: s.UUID, WWID: s.WWID, Type: v1alpha1.InstallDiskType(s.Type), BusPath: s.BusPath,
-		}
-		if s.Size != "" {
-			sel.Size = &v1alpha1.InstallDiskSizeMatcher{}
-			if err := yaml.Unmarshal([]byte(strconv.Quote(s.Size)), sel.Size); err != nil {
-				return fmt.Errorf("installDiskSelector.size: %w", err)
-			}
-		}
-		mc.MachineInstall.InstallDisk = ""
-		mc.MachineInstall.InstallDiskSelector = sel
+	if err := setInstallDisk(mc.MachineInstall, m); err != nil {
+		return err
 	}
 	if len(m.Labels) > 0 {
 		labels := make(map[string]string, len(mc.MachineNodeLabels)+len(m.Labels))
@@ -231,6 +211,34 @@ func applyMachineFields(cfg *v1alpha1.Config, m *inventory.Machine) error {
 		}
 		mc.MachineNodeLabels = labels
 	}
+	addKubeletMounts(mc, m)
+	return nil
+}
+
+// setInstallDisk sets the machine's install disk, or its selector, on in.
+func setInstallDisk(in *v1alpha1.InstallConfig, m *inventory.Machine) error {
+	if m.InstallDisk != "" {
+		in.InstallDisk = m.InstallDisk
+		in.InstallDiskSelector = nil
+	} else if s := m.InstallDiskSelector; s != nil {
+		sel := &v1alpha1.InstallDiskSelector{
+			Name: s.Name, Model: s.Model, Serial: s.Serial, Modalias: s.Modalias,
+			UUID: s.UUID, WWID: s.WWID, Type: v1alpha1.InstallDiskType(s.Type), BusPath: s.BusPath,
+		}
+		if s.Size != "" {
+			sel.Size = &v1alpha1.InstallDiskSizeMatcher{}
+			if err := yaml.Unmarshal([]byte(strconv.Quote(s.Size)), sel.Size); err != nil {
+				return fmt.Errorf("installDiskSelector.size: %w", err)
+			}
+		}
+		in.InstallDisk = ""
+		in.InstallDiskSelector = sel
+	}
+	return nil
+}
+
+// addKubeletMounts adds the kubelet extraMounts the machine's volumes ask for.
+func addKubeletMounts(mc *v1alpha1.MachineConfig, m *inventory.Machine) {
 	for _, vol := range m.Volumes {
 		if vol.KubeletMount == "" {
 			continue
@@ -246,7 +254,6 @@ func applyMachineFields(cfg *v1alpha1.Config, m *inventory.Machine) error {
 			Options:     []string{"bind", "rshared", vol.KubeletMount},
 		})
 	}
-	return nil
 }
 
 // VolumeMountPath is where Talos mounts a user volume.
@@ -356,6 +363,11 @@ func (r *Renderer) render(m *inventory.Machine, validate bool) (*Rendered, error
 	cfg, err := r.Provider(m)
 	if err != nil {
 		return nil, err
+	}
+	// devata knows a machine by its hostname (apply, upgrade and remove
+	// confirm it before they write): a patch may restate it, not change it
+	if h := configview.Hostname(cfg); h != m.Name {
+		return nil, fmt.Errorf("%s: its patches %v set the hostname to %q; devata names each machine's hostname after it and checks it before every write: remove the hostname from the patch, or rename the machine in the inventory", m.Name, append(slices.Clone(r.rolePatches[m.Role]), m.Patches...), h)
 	}
 	data, err := cfg.EncodeBytes(encoder.WithComments(encoder.CommentsDisabled))
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/config/types/block"
 
 	"devata.dev/devata/bootstrap"
+	"devata.dev/devata/internal/configview"
 	"devata.dev/devata/internal/golden"
 	"devata.dev/devata/internal/simtest"
 	"devata.dev/devata/inventory"
@@ -61,14 +62,14 @@ func TestRenderExample(t *testing.T) {
 		if got := cfg.Machine().Type().String(); got != m.Role {
 			t.Errorf("%s: type %q, want %q", r.Machine, got, m.Role)
 		}
-		if cfg.Cluster().Network().CNI().Name() != "none" {
-			t.Errorf("%s: cni %q, want none", r.Machine, cfg.Cluster().Network().CNI().Name())
+		if cni := configview.CNI(cfg); cni != "none" {
+			t.Errorf("%s: cni %q, want none", r.Machine, cni)
 		}
-		if cfg.Cluster().Proxy().Enabled() {
+		if configview.KubeProxy(cfg) {
 			t.Errorf("%s: kube-proxy not disabled", r.Machine)
 		}
 		for k, v := range m.Labels {
-			if got := cfg.Machine().NodeLabels()[k]; got != v {
+			if got := cfg.K8sNodeConfig().Labels()[k]; got != v {
 				t.Errorf("%s: label %s=%q, want %q", r.Machine, k, got, v)
 			}
 		}
@@ -80,7 +81,7 @@ func TestRenderExample(t *testing.T) {
 		if !slices.Contains(r.Patches, "patches/common.yaml") {
 			t.Errorf("%s: common patch not reported: %v", r.Machine, r.Patches)
 		}
-		if cfg.Machine().Time().Servers()[0] != "time.cloudflare.com" {
+		if cfg.NetworkTimeSyncConfig().Servers()[0] != "time.cloudflare.com" {
 			t.Errorf("%s: common patch not applied", r.Machine)
 		}
 		var vols []string
@@ -92,7 +93,7 @@ func TestRenderExample(t *testing.T) {
 		if len(vols) != len(m.Volumes) {
 			t.Errorf("%s: %d UserVolumeConfig documents, want %d", r.Machine, len(vols), len(m.Volumes))
 		}
-		mounts := cfg.Machine().Kubelet().ExtraMounts()
+		mounts := cfg.K8sKubeletConfig().ExtraMounts()
 		for _, v := range m.Volumes {
 			found := false
 			for _, mnt := range mounts {

@@ -47,8 +47,11 @@ func SecretsFromConfig(path string) (*secrets.Bundle, error) {
 	if !cfg.Machine().Type().IsControlPlane() {
 		return nil, fmt.Errorf("%s is a %s config: the bundle can only be recovered from a control-plane config, which carries the CA keys", path, cfg.Machine().Type())
 	}
-	b := secrets.NewBundleFromConfig(secrets.NewFixedClock(time.Now()), cfg)
-	if err := b.Validate(); err != nil {
+	b, err := secrets.NewBundleFromConfig(secrets.NewFixedClock(time.Now()), cfg)
+	if err != nil {
+		return nil, fmt.Errorf("recover the bundle from %s: %w", path, err)
+	}
+	if err := b.Validate(config.TalosVersionCurrent); err != nil {
 		return nil, fmt.Errorf("recovered bundle from %s is incomplete: %w", path, err)
 	}
 	return b, nil
@@ -81,7 +84,7 @@ func LoadSecretsWith(path string, ids AgeIdentities) (*secrets.Bundle, error) {
 		}
 		return nil, fmt.Errorf("load secrets bundle %s: %w (create one with `devata gen secrets`, or recover it with `devata gen secrets --from-controlplane-config`)", path, err)
 	}
-	if err := b.Validate(); err != nil {
+	if err := b.Validate(config.TalosVersionCurrent); err != nil {
 		return nil, fmt.Errorf("secrets bundle %s is incomplete or damaged: %w (restore it from your backup, or recover it with `devata gen secrets --from-controlplane-config`)", path, err)
 	}
 	// machinery's Validate does not look at the token, and the API server

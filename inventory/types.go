@@ -39,9 +39,9 @@ type Inventory struct {
 type Cluster struct {
 	Name              string      `required:"true" yaml:"name" json:"name" doc:"Cluster name (DNS-1123 label)."`
 	Endpoint          string      `required:"true" yaml:"endpoint" json:"endpoint" doc:"Kubernetes API endpoint, an https URL with a port."`
-	TalosVersion      string      `yaml:"talosVersion" json:"talosVersion" doc:"Talos version vX.Y.Z; selects the config contract and the install image. Default v1.11.0."`
+	TalosVersion      string      `yaml:"talosVersion" json:"talosVersion" doc:"Talos version vX.Y.Z the machines should run (1.11 to 1.14; a 1.15 pre-release with a warning); selects the default install image and, until every machine runs it, the configs are written for the oldest version a machine runs. Default v1.11.0."`
 	KubernetesVersion string      `yaml:"kubernetesVersion" json:"kubernetesVersion" doc:"Kubernetes version vX.Y.Z. Default v1.34.1."`
-	InstallImage      string      `yaml:"installImage" json:"installImage" doc:"Installer image. Default ghcr.io/siderolabs/installer:<talosVersion>."`
+	InstallImage      string      `yaml:"installImage" json:"installImage" doc:"Installer image. Default ghcr.io/siderolabs/installer:<talosVersion> up to Talos 1.13, factory.talos.dev/metal-installer/<empty schematic>:<talosVersion> from 1.14."`
 	Secrets           string      `yaml:"secrets" json:"secrets" doc:"Path of the secrets bundle (talosctl gen secrets format), relative to the inventory. Default secrets.yaml."`
 	Network           Network     `yaml:"network" json:"network" doc:"Cluster networking."`
 	Cilium            Cilium      `yaml:"cilium" json:"cilium" doc:"What Cilium is expected to run with."`

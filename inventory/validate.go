@@ -18,10 +18,12 @@ import (
 )
 
 var (
-	versionRE    = regexp.MustCompile(`^v(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)$`)
-	looksNumeric = regexp.MustCompile(`^[0-9.]+$`)
-	volumeNameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]*[a-z0-9])?$`)
-	signatureRE  = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]*$`)
+	versionRE = regexp.MustCompile(`^v(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)$`)
+	// a Talos version: a release, or a pre-release as Talos tags them
+	talosVersionRE = regexp.MustCompile(`^v(0|[1-9][0-9]*)\.(?:0|[1-9][0-9]*)\.(?:0|[1-9][0-9]*)(-(?:alpha|beta|rc)\.(?:0|[1-9][0-9]*))?$`)
+	looksNumeric   = regexp.MustCompile(`^[0-9.]+$`)
+	volumeNameRE   = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]*[a-z0-9])?$`)
+	signatureRE    = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]*$`)
 	// blkidSignatures are the names go-blockdevice v2.0.19's probers give
 	// (blkid/internal/chain, Default), all a DiscoveredVolume can show
 	// besides gpt (sim/storage.go holds the same list).
@@ -88,18 +90,12 @@ func (v *validator) validate() {
 func (v *validator) validateCluster(c *Cluster) {
 	v.dns1123Label("cluster.name", c.Name)
 	v.validateEndpoint("cluster.endpoint", c.Endpoint)
-	talosOK := v.version("cluster.talosVersion", c.TalosVersion)
-	if talosOK {
-		if _, err := config.ParseContractFromVersion(c.TalosVersion); err != nil {
-			v.errorf("cluster.talosVersion", "not a Talos version machinery knows: %v", err)
-			talosOK = false
-		}
-	}
+	talosOK := v.talosVersion("cluster.talosVersion", c.TalosVersion)
 	if v.version("cluster.kubernetesVersion", c.KubernetesVersion) && talosOK {
 		v.kubernetesSupported(c.TalosVersion, c.KubernetesVersion)
 	}
 	if strings.ContainsAny(c.InstallImage, " \t") || !strings.Contains(c.InstallImage, ":") && !strings.Contains(c.InstallImage, "@") {
-		v.errorf("cluster.installImage", "%q is not an image reference with a tag or digest, e.g. %s:%s", c.InstallImage, installerImage, c.TalosVersion)
+		v.errorf("cluster.installImage", "%q is not an image reference with a tag or digest, e.g. %s", c.InstallImage, DefaultInstallImage(c.TalosVersion))
 	}
 
 	n := &c.Network
@@ -280,6 +276,36 @@ func (v *validator) dns1123Label(path, s string) bool {
 func (v *validator) version(path, s string) bool {
 	if !versionRE.MatchString(s) {
 		v.errorf(path, "%q is not a version of the form vX.Y.Z", s)
+		return false
+	}
+	return true
+}
+
+// talosVersion checks that devata supports Talos version s (TalosReleases):
+// a release of 1.11 to 1.14, or a pre-release of the next minor, which is
+// accepted with a warning. It says whether the Kubernetes check can follow.
+func (v *validator) talosVersion(path, s string) bool {
+	m := talosVersionRE.FindStringSubmatch(s)
+	if m == nil {
+		v.errorf(path, "%q is not a Talos version of the form vX.Y.Z", s)
+		return false
+	}
+	minor, _ := talosMinor(s)
+	switch {
+	case m[1] != "1" || minor < OldestTalosMinor:
+		v.errorf(path, "%s: devata supports Talos 1.%d to 1.%d; upgrade the cluster to 1.%d with talosctl first, then describe it here", s, OldestTalosMinor, NewestTalosMinor, OldestTalosMinor)
+		return false
+	case minor == NewestTalosMinor+1 && m[2] != "":
+		v.warnf(path, "%s is a pre-release of Talos 1.%d, which devata does not support yet: it is spoken to as 1.%d, and its Kubernetes versions are not checked", s, minor, NewestTalosMinor)
+		return false
+	case minor > NewestTalosMinor:
+		v.errorf(path, "%s: devata supports Talos 1.%d to 1.%d (and 1.%d pre-releases with a warning); a newer devata is needed for it", s, OldestTalosMinor, NewestTalosMinor, NewestTalosMinor+1)
+		return false
+	case m[2] != "":
+		v.warnf(path, "%s is a pre-release; devata speaks to it as Talos 1.%d", s, minor)
+	}
+	if _, err := config.ParseContractFromVersion(s); err != nil {
+		v.errorf(path, "not a Talos version machinery knows: %v", err)
 		return false
 	}
 	return true

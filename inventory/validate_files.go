@@ -45,6 +45,9 @@ func (v *validator) patchProblem(f string) string {
 	if _, err := configpatcher.LoadPatch(data); err != nil {
 		return fmt.Sprintf("patch %s does not load as a Talos config patch: %s", f, redact.DecodeError(err))
 	}
+	if errs := CheckPatchKinds(f, data, v.inv.Cluster.TalosVersion); len(errs) > 0 {
+		return "patch " + NewerKinds(errs)
+	}
 	return ""
 }
 

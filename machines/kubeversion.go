@@ -34,10 +34,22 @@ func KubeComponentsOf(cfg []byte) (KubeComponents, error) {
 	if c.Machine() == nil {
 		return KubeComponents{}, fmt.Errorf("the config has no machine section")
 	}
-	out := KubeComponents{ControlPlane: c.Machine().Type().IsControlPlane(), Kubelet: c.Machine().Kubelet().Image()}
-	if out.ControlPlane && c.Cluster() != nil {
-		cc := c.Cluster()
-		out.APIServer, out.ControllerManager, out.Scheduler = cc.APIServer().Image(), cc.ControllerManager().Image(), cc.Scheduler().Image()
+	// the K8s* accessors read a Talos 1.14 Kubernetes document or, before
+	// it, the v1alpha1 fields, whichever the config has
+	out := KubeComponents{ControlPlane: c.Machine().Type().IsControlPlane()}
+	if k := c.K8sKubeletConfig(); k != nil {
+		out.Kubelet = k.Image()
+	}
+	if out.ControlPlane {
+		if a := c.K8sAPIServerConfig(); a != nil {
+			out.APIServer = a.Image()
+		}
+		if cm := c.K8sControllerManagerConfig(); cm != nil {
+			out.ControllerManager = cm.Image()
+		}
+		if s := c.K8sSchedulerConfig(); s != nil {
+			out.Scheduler = s.Image()
+		}
 	}
 	return out, nil
 }

@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"devata.dev/devata/gate"
+	"devata.dev/devata/internal/configview"
 	"devata.dev/devata/internal/heartbeat"
 	"devata.dev/devata/inventory"
 	"devata.dev/devata/machines"
@@ -315,7 +316,7 @@ func identify(o *machines.Observation, name string, memberID uint64) error {
 	if err != nil {
 		return fmt.Errorf("its machine config does not load (%v), so it cannot be told to be %s", err, name)
 	}
-	if h := cfg.Machine().Network().Hostname(); h != name {
+	if h := configview.Hostname(cfg); h != name {
 		return fmt.Errorf("its hostname is %q, not %s", h, name)
 	}
 	return nil

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"devata.dev/devata/drift"
+	"devata.dev/devata/internal/configview"
 )
 
 // checkDeclaration proves the node is declared kube-proxy-free everywhere
@@ -50,15 +51,11 @@ func declareTalosConfig(t *Target, f *drift.Findings) {
 		f.Unknown(fmt.Errorf("active config does not load: %w", err), t.talosctl("get machineconfig v1alpha1 -o yaml"))
 		return
 	}
-	cc := cfg.Cluster()
-	if cc == nil {
+	if cfg.Cluster() == nil {
 		f.Problem("active config has no cluster section", "devata apply --machines "+t.Machine.Name)
 		return
 	}
-	cni := ""
-	if n := cc.Network(); n != nil && n.CNI() != nil {
-		cni = n.CNI().Name()
-	}
+	cni := configview.CNI(cfg)
 	if cni != t.Expect.CNI {
 		f.Problem(fmt.Sprintf("active config has cluster.network.cni.name %q, inventory %q", cni, t.Expect.CNI),
 			"devata apply --machines "+t.Machine.Name+" (then "+t.talosctl("get machineconfig v1alpha1 -o yaml")+")")
@@ -71,7 +68,7 @@ func declareTalosConfig(t *Target, f *drift.Findings) {
 		f.Saw("cluster.proxy is decided by the control planes' configs")
 		return
 	}
-	proxyOn := cc.Proxy() != nil && cc.Proxy().Enabled()
+	proxyOn := configview.KubeProxy(cfg)
 	if proxyOn != t.Expect.KubeProxy {
 		f.Problem(fmt.Sprintf("active config has cluster.proxy.disabled %t, inventory kubeProxy %t", !proxyOn, t.Expect.KubeProxy),
 			"devata apply --machines "+t.Machine.Name+"; Talos then stops applying kube-proxy but never deletes it: see cilium-services")

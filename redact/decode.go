@@ -17,7 +17,14 @@ import (
 func DecodeError(err error) string {
 	msg := err.Error()
 	const unknown = "unknown keys found during decoding:"
-	if rest, ok := strings.CutPrefix(msg, unknown); ok {
+	// machinery 1.12.4 on puts "error decoding document <apiVersion>/<kind>/<name>
+	// (line N): " before it (configloader's decoder.go parse): kept, it names
+	// the document
+	if context, rest, ok := strings.Cut(msg, unknown); ok {
+		context = quotedValue.ReplaceAllString(strings.Join(strings.Fields(context), " "), "`…`")
+		if context != "" {
+			context += " "
+		}
 		var n yaml.Node
 		if yaml.Unmarshal([]byte(rest), &n) == nil {
 			var paths []string
@@ -29,10 +36,10 @@ func DecodeError(err error) string {
 					more = fmt.Sprintf(" and %d more", len(paths)-show)
 					paths = paths[:show]
 				}
-				return fmt.Sprintf("unknown keys %s%s (misspelled or misplaced fields, or not a Talos config patch at all)", strings.Join(paths, ", "), more)
+				return fmt.Sprintf("%sunknown keys %s%s (misspelled or misplaced fields, or not a Talos config patch at all)", context, strings.Join(paths, ", "), more)
 			}
 		}
-		return "unknown keys (misspelled or misplaced fields, or not a Talos config patch at all)"
+		return context + "unknown keys (misspelled or misplaced fields, or not a Talos config patch at all)"
 	}
 	// yaml.v3 quotes an offending scalar in backticks: keep the shape only
 	line := quotedValue.ReplaceAllString(strings.Join(strings.Fields(msg), " "), "`…`")

@@ -64,11 +64,10 @@ func staticPodsOf(s snapshot) []staticPod {
 		return nil
 	}
 
-	cc := s.active.Cluster()
 	pods := []staticPod{
-		{component: apiServerPod, image: cc.APIServer().Image()},
-		{component: controllerPod, image: cc.ControllerManager().Image()},
-		{component: schedulerPod, image: cc.Scheduler().Image()},
+		{component: apiServerPod, image: s.active.K8sAPIServerConfig().Image()},
+		{component: controllerPod, image: s.active.K8sControllerManagerConfig().Image()},
+		{component: schedulerPod, image: s.active.K8sSchedulerConfig().Image()},
 	}
 
 	for i := range pods {
@@ -201,13 +200,13 @@ func (f *Fleet) syncAddons(ctx context.Context, kc kubernetes.Interface, posting
 
 	slices.Sort(nodes)
 
-	cc := cluster.active.Cluster()
-	if cc.CoreDNS() != nil && cc.CoreDNS().Enabled() {
-		errs = append(errs, syncCoreDNS(ctx, kc, cc.CoreDNS().Image(), podSubnet(cluster), nodes, byNode, netReady))
+	cc := cluster.active
+	if dns := cc.K8sCoreDNSConfig(); dns != nil && dns.Enabled() {
+		errs = append(errs, syncCoreDNS(ctx, kc, dns.Image(), podSubnet(cluster), nodes, byNode, netReady))
 	}
 
-	if cc.Proxy() != nil && cc.Proxy().Enabled() {
-		errs = append(errs, syncKubeProxy(ctx, kc, cc.Proxy().Image(), nodes, posting))
+	if proxy := cc.K8sProxyConfig(); proxy != nil && proxy.Enabled() {
+		errs = append(errs, syncKubeProxy(ctx, kc, proxy.Image(), nodes, posting))
 	}
 
 	return errors.Join(errs...)
@@ -215,9 +214,9 @@ func (f *Fleet) syncAddons(ctx context.Context, kc kubernetes.Interface, posting
 
 // podSubnet is the cluster's first pod subnet (10.244.0.0/16 by default).
 func podSubnet(s snapshot) netip.Prefix {
-	if n := s.active.Cluster().Network(); n != nil {
-		for _, c := range n.PodCIDRs() {
-			if p, err := netip.ParsePrefix(c); err == nil && p.Addr().Is4() {
+	if n := s.active.K8sNetworkConfig(); n != nil {
+		for _, p := range n.PodCIDRs() {
+			if p.Addr().Is4() {
 				return p
 			}
 		}

@@ -59,7 +59,10 @@ func (a *machineAPI) Version(ctx context.Context, _ *emptypb.Empty) (*machine.Ve
 			return nil, status.Error(codes.Unimplemented, "API is not implemented in maintenance mode")
 		}
 	} else if mc := s.active.Machine(); mc != nil {
-		msg.Features = &machine.FeaturesInfo{Rbac: mc.Features().RBACEnabled()}
+		// Talos v1.14.1 v1alpha1_server.go Version: Rbac is true whenever a
+		// config with a machine section is loaded (machine.features.rbac
+		// is hidden from 1.12 configs on, HideRBACAndKeyUsage)
+		msg.Features = &machine.FeaturesInfo{Rbac: true}
 	}
 
 	return &machine.VersionResponse{Messages: []*machine.Version{msg}}, nil
@@ -202,7 +205,7 @@ func (a *machineAPI) Kubeconfig(_ *emptypb.Empty, srv grpc.ServerStreamingServer
 		return err
 	}
 
-	kubeconfig, err := adminKubeconfig(s.active.Cluster())
+	kubeconfig, err := adminKubeconfig(s.active)
 	if err != nil {
 		return status.Errorf(codes.Internal, "generate kubeconfig: %v", err)
 	}

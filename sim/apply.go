@@ -14,6 +14,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/config/configdiff"
 	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
 	"github.com/siderolabs/talos/pkg/machinery/config/container"
+	"github.com/siderolabs/talos/pkg/machinery/config/validation"
 	"github.com/siderolabs/talos/pkg/machinery/constants"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -83,14 +84,19 @@ func loadApplied(ctx context.Context, t *Machine, data []byte) (config.Provider,
 		return nil, nil, status.Error(codes.InvalidArgument, "the applied machine configuration doesn't contain v1alpha1 config, did you mean to patch the machine config instead?")
 	}
 
-	warnings, err := cfg.Validate(metalMode{})
+	warnings, err := cfg.Validate(metalMode{}, validation.WithLocal())
 	if err != nil {
 		return nil, nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 
 	// v1alpha1_server.go ApplyConfiguration: then RuntimeValidate against
-	// the node's resources (Kubernetes images supported by this Talos).
+	// the node's resources (Kubernetes images supported by this Talos:
+	// kubernetesImages, by the machine's version).
 	warningsRuntime, err := cfg.RuntimeValidate(ctx, t.st, metalMode{})
+	if err == nil {
+		err = kubernetesImages(cfg, t.snap().version)
+	}
+
 	if err != nil {
 		return nil, nil, status.Error(codes.InvalidArgument, err.Error())
 	}
@@ -131,7 +137,7 @@ func resolveMode(current, cfg config.Provider, requested machine.ApplyConfigurat
 // dryRun is machined's reply to a dry run: what the mode would have done,
 // and the config diff.
 func dryRun(current, cfg config.Provider, mode machine.ApplyConfigurationRequest_Mode, details string) (*machine.ApplyConfigurationResponse, error) {
-	diff, err := configdiff.DiffToString(current, cfg)
+	diff, err := configdiff.DiffConfigs(current, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("failed to generate diff: %w", err)
 	}
@@ -188,7 +194,7 @@ func (a *machineAPI) applyMaintenance(ctx context.Context, t *Machine, _ snapsho
 		return nil, fmt.Errorf("failed to parse config: %w", err)
 	}
 
-	warnings, err := cfg.Validate(metalMode{requiresInstall: true})
+	warnings, err := cfg.Validate(metalMode{requiresInstall: true}, validation.WithLocal())
 	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "configuration validation failed: %s", err)
 	}
@@ -197,6 +203,10 @@ func (a *machineAPI) applyMaintenance(ctx context.Context, t *Machine, _ snapsho
 	// mode that installs also needs the install disk selector to match one
 	// of the node's Disk resources (blockhelpers.MatchDisks).
 	warningsRuntime, err := cfg.RuntimeValidate(ctx, t.st, metalMode{requiresInstall: true})
+	if err == nil {
+		err = kubernetesImages(cfg, t.snap().version)
+	}
+
 	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "runtime configuration validation failed: %s", err)
 	}
@@ -370,7 +380,7 @@ func canApplyImmediate(current, cfg config.Provider) error {
 		return nil
 	}
 
-	diff, err := configdiff.DiffToString(container.NewV1Alpha1(cur), container.NewV1Alpha1(next))
+	diff, err := configdiff.DiffConfigs(container.NewV1Alpha1(cur), container.NewV1Alpha1(next))
 	if err != nil {
 		return fmt.Errorf("error calculating diff: %w", err)
 	}

@@ -52,7 +52,7 @@ func configState(t *testing.T, c *client.Client, want []byte) (active, persisted
 			return false, fmt.Errorf("get MachineConfig %s: %w", id, err)
 		}
 
-		diff, err := configdiff.DiffToString(wantCfg, mc.Provider())
+		diff, err := configdiff.DiffConfigs(wantCfg, mc.Provider())
 
 		return diff == "", err
 	}

@@ -97,7 +97,7 @@ func (f *Fleet) agentState(ctx context.Context, m *Machine) (*agentState, error)
 	host := containerEnv(ds, "KUBERNETES_SERVICE_HOST")
 	if ip := net.ParseIP(strings.Trim(host, "[]")); host == "localhost" || (ip != nil && ip.IsLoopback()) {
 		mc := s.active
-		if mc == nil || mc.Machine() == nil || !mc.Machine().Features().KubePrism().Enabled() {
+		if mc == nil || mc.K8sKubePrismConfig() == nil {
 			port := containerEnv(ds, "KUBERNETES_SERVICE_PORT")
 			st.k8sState = models.K8sStatusStateFailure
 			st.k8sMsg = fmt.Sprintf("Get \"https://%s/version\": dial tcp 127.0.0.1:%s: connect: connection refused", net.JoinHostPort(host, port), port)

@@ -99,7 +99,7 @@ var talosResources = []meta.ResourceWithRD{
 	&runtime.Version{}, &runtime.WatchdogTimerConfig{}, &runtime.WatchdogTimerStatus{},
 	&secrets.API{}, &secrets.CertSAN{}, &secrets.EncryptionSalt{}, &secrets.Etcd{}, &secrets.EtcdRoot{},
 	&secrets.Kubelet{}, &secrets.Kubernetes{}, &secrets.KubernetesDynamicCerts{}, &secrets.KubernetesRoot{},
-	&secrets.MaintenanceServiceCerts{}, &secrets.MaintenanceRoot{}, &secrets.OSRoot{}, &secrets.Trustd{},
+	&secrets.MaintenanceRoot{}, &secrets.OSRoot{}, &secrets.Trustd{},
 	&siderolink.Config{}, &siderolink.Status{}, &siderolink.Tunnel{},
 	&timeres.AdjtimeStatus{}, &timeres.Status{},
 	&v1alpha1.AcquireConfigSpec{}, &v1alpha1.AcquireConfigStatus{}, &v1alpha1.Service{},

@@ -360,12 +360,45 @@
 // kube-dns Service, RBAC or bootstrap token objects), and the pods are
 // written, not scheduled: static pods are Ready as soon as they exist.
 //
+// # Talos versions and machinery v1.14.1
+//
+// The sim is built on machinery v1.14.1 and still plays Talos v1.11.0's
+// machined for every machine, whatever version it reports. Where machinery
+// v1.14.1 differs from v1.11.0 it follows v1.11.0:
+//
+//   - Kubernetes images are judged by the machine's own version
+//     (kubeimages.go): machinery's Validate and RuntimeValidate judge them
+//     by the process-wide version.Tag (compatibility.ValidateKubernetesImageTag),
+//     so the sim validates WithLocal and checks the tags itself with
+//     compatibility's data for the machine's version, as that Talos does on
+//     apply. A machine booted from a 1.10 medium refuses a config for
+//     Kubernetes 1.34, as Talos 1.10 does.
+//   - Config settings are read through the K8s*/Network* accessors
+//     (internal/configview), which answer from a Talos 1.14 document or the
+//     v1alpha1 fields alike, as machined v1.14.1's controllers read them.
+//   - The dry-run diff is machinery v1.14.1's configdiff.DiffConfigs (the
+//     textdiff unified diff); Talos v1.11.0 printed configdiff.DiffToString,
+//     which machinery no longer has. devata never parses it.
+//   - Version's features report Rbac true whenever a config is loaded
+//     (v1.14.1 v1alpha1_server.go Version; RBAC is always on from 1.12).
+//   - MaintenanceServiceCertificates (secrets) is not served: machinery
+//     v1.14.1 has no such type (Talos 1.13 removed it, "unify maintenance and
+//     regular APIs").
+//
+// What stays kinder than a Talos of another version (to be modelled per
+// version, issue 30): a machine on 1.11 accepts documents its machinery does
+// not register (a LinkConfig, a KubeletConfig); LifecycleService is not
+// served on 1.13+ machines; 1.13's maintenance mode (apid, readers
+// authorised per method) and 1.14's always-live applies (AUTO is NO_REBOOT,
+// REBOOT refused) are not played; the resource definitions are v1.11.0's.
+//
 // # Storage
 //
 // Apply runs machinery's RuntimeValidate as machined does (maintenance
 // server.go and v1alpha1_server.go ApplyConfiguration): Kubernetes images
-// must be versions Talos 1.11 supports, and in maintenance mode the install
-// disk selector must match one of the node's Disk resources.
+// must be versions the machine's Talos supports (above), and in maintenance
+// mode the install disk selector must match one of the node's Disk
+// resources.
 //
 // A machine has a system disk (MachineSpec.SystemDisk, default /dev/sda;
 // once configured, its install disk; transport nvme, mmc, virtio or sata

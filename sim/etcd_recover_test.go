@@ -77,7 +77,7 @@ func recoverFrom(t *testing.T, c *client.Client, snapshot []byte, skipHash bool)
 func TestEtcdRecover(t *testing.T) {
 	t.Parallel()
 
-	cp, _ := baseConfigs(t)
+	cp, _ := oldFleetConfigs(t)
 	f := controlPlanes(t, 3, sim.Options{EtcdJoinDelay: 50 * time.Millisecond, RebootDelay: 100 * time.Millisecond})
 	joined(t, f, 3)
 

@@ -34,7 +34,7 @@ func TestEtcdRejoinReplacesTheMemberOfTheSameName(t *testing.T) {
 		t.Fatalf("members after the wipe: %v; want cp-2's old member still listed", got)
 	}
 
-	cp, _ := baseConfigs(t)
+	cp, _ := oldFleetConfigs(t)
 	if _, err := insecure(t, cp2.Addr()).ApplyConfiguration(ctxTimeout(t, 5*time.Second), &machine.ApplyConfigurationRequest{Data: cp, Mode: machine.ApplyConfigurationRequest_AUTO}); err != nil {
 		t.Fatalf("configure cp-2 again: %v", err)
 	}

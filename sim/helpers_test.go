@@ -40,50 +40,57 @@ func TestMain(m *testing.M) {
 }
 
 var (
-	configsOnce sync.Once
-	cpConfig    []byte
-	wkConfig    []byte
-	configsErr  error
+	configsMu sync.Mutex
+	configs   = map[string][2][]byte{}
 )
 
-// baseConfigs renders one control plane and one worker config from the bundle.
+// baseConfigs renders one control plane and one worker config from the
+// bundle, for Kubernetes 1.34.1 (Talos 1.11's default).
 func baseConfigs(t testing.TB) (controlPlane, worker []byte) {
+	return baseConfigsFor(t, "1.34.1")
+}
+
+// oldFleetConfigs are configs a fleet on Talos v1.10.6 runs: Kubernetes
+// 1.33, which Talos 1.10 and 1.11 both accept (a machine refuses images its
+// own Talos does not support, compatibility talos110).
+func oldFleetConfigs(t testing.TB) (controlPlane, worker []byte) {
+	return baseConfigsFor(t, "1.33.4")
+}
+
+// baseConfigsFor renders one control plane and one worker config from the
+// bundle for Kubernetes kube, once per version.
+func baseConfigsFor(t testing.TB, kube string) (controlPlane, worker []byte) {
 	t.Helper()
 
-	configsOnce.Do(func() {
-		in, err := generate.NewInput("sim", "https://10.20.0.10:6443", "1.34.1",
-			generate.WithSecretsBundle(bundle), generate.WithVersionContract(config.TalosVersion1_11), generate.WithInstallDisk("/dev/sda"))
-		if err != nil {
-			configsErr = err
+	configsMu.Lock()
+	defer configsMu.Unlock()
 
-			return
-		}
-
-		for _, out := range []struct {
-			typ machine.Type
-			dst *[]byte
-		}{{machine.TypeControlPlane, &cpConfig}, {machine.TypeWorker, &wkConfig}} {
-			cfg, err := in.Config(out.typ)
-			if err != nil {
-				configsErr = err
-
-				return
-			}
-
-			*out.dst, err = cfg.EncodeBytes(encoder.WithComments(encoder.CommentsDisabled))
-			if err != nil {
-				configsErr = err
-
-				return
-			}
-		}
-	})
-
-	if configsErr != nil {
-		t.Fatalf("render configs: %v", configsErr)
+	if c, ok := configs[kube]; ok {
+		return c[0], c[1]
 	}
 
-	return cpConfig, wkConfig
+	in, err := generate.NewInput("sim", "https://10.20.0.10:6443", kube,
+		generate.WithSecretsBundle(bundle), generate.WithVersionContract(config.TalosVersion1_11), generate.WithInstallDisk("/dev/sda"))
+	if err != nil {
+		t.Fatalf("render configs: %v", err)
+	}
+
+	var out [2][]byte
+
+	for i, typ := range []machine.Type{machine.TypeControlPlane, machine.TypeWorker} {
+		cfg, err := in.Config(typ)
+		if err != nil {
+			t.Fatalf("render configs: %v", err)
+		}
+
+		if out[i], err = cfg.EncodeBytes(encoder.WithComments(encoder.CommentsDisabled)); err != nil {
+			t.Fatalf("render configs: %v", err)
+		}
+	}
+
+	configs[kube] = out
+
+	return out[0], out[1]
 }
 
 // patch applies strategic-merge patches (YAML) to a config.

@@ -21,7 +21,7 @@ func TestInstallVersion(t *testing.T) {
 	t.Parallel()
 
 	_, worker := baseConfigs(t)
-	f := start(t, sim.MachineSpec{Name: "worker-1", TalosVersion: "v1.10.6"})
+	f := start(t, sim.MachineSpec{Name: "worker-1", TalosVersion: "v1.11.2"})
 	addr := f.Machine("worker-1").Addr()
 
 	withInstaller := func(tag string) []byte {
@@ -68,7 +68,7 @@ func TestInstallVersion(t *testing.T) {
 	}
 
 	if got := join(withInstaller("v1.11.0")); got != "v1.11.0" {
-		t.Errorf("booted v1.10.6 from its medium, installed from installer:v1.11.0: runs %s, want v1.11.0", got)
+		t.Errorf("booted v1.11.2 from its medium, installed from installer:v1.11.0: runs %s, want v1.11.0", got)
 	}
 
 	reset(&machine.ResetRequest{Reboot: true, SystemPartitionsToWipe: []*machine.ResetPartitionSpec{{Label: "STATE", Wipe: true}}})

@@ -26,12 +26,16 @@ func joinHostPort(host string, port int) string {
 
 // adminKubeconfig writes an admin kubeconfig for the cluster: a client
 // certificate from the Kubernetes CA in the config, for the config's endpoint.
-func adminKubeconfig(cc config.ClusterConfig) ([]byte, error) {
-	if cc == nil || cc.IssuingCA() == nil || cc.Endpoint() == nil {
+// The K8s* accessors read a Talos 1.14 document or the v1alpha1 fields.
+func adminKubeconfig(c config.Config) ([]byte, error) {
+	caCfg, cluster := c.K8sAPIServerCAConfig(), c.K8sClusterConfig()
+	if c.Cluster() == nil || caCfg == nil || caCfg.IssuingCA() == nil || cluster == nil || cluster.ClusterEndpoint() == nil {
 		return nil, errors.New("config has no cluster CA or endpoint")
 	}
 
-	ca, err := tls.X509KeyPair(cc.IssuingCA().Crt, cc.IssuingCA().Key)
+	cc, issuing := c.Cluster(), caCfg.IssuingCA()
+
+	ca, err := tls.X509KeyPair(issuing.Crt, issuing.Key)
 	if err != nil {
 		return nil, fmt.Errorf("load Kubernetes CA: %w", err)
 	}
@@ -73,21 +77,19 @@ func adminKubeconfig(cc config.ClusterConfig) ([]byte, error) {
 		return nil, err
 	}
 
-	cas := make([]byte, 0, len(cc.IssuingCA().Crt))
-	for _, accepted := range cc.AcceptedCAs() {
+	cas := make([]byte, 0, len(issuing.Crt))
+	for _, accepted := range caCfg.AcceptedCAs() {
 		cas = append(cas, accepted.Crt...)
 	}
 
-	cas = append(cas, cc.IssuingCA().Crt...)
-
 	b64 := base64.StdEncoding.EncodeToString
-	name := cc.Name()
+	name := cluster.ClusterName()
 	user := "admin@" + name
 
 	var sb strings.Builder
 
 	fmt.Fprintf(&sb, "apiVersion: v1\nkind: Config\nclusters:\n- cluster:\n    certificate-authority-data: %s\n    server: %s\n  name: %s\n",
-		b64(cas), cc.Endpoint().String(), name)
+		b64(cas), cluster.ClusterEndpoint().String(), name)
 	fmt.Fprintf(&sb, "contexts:\n- context:\n    cluster: %s\n    namespace: default\n    user: %s\n  name: %s\ncurrent-context: %s\n", name, user, user, user)
 	fmt.Fprintf(&sb, "users:\n- name: %s\n  user:\n    client-certificate-data: %s\n    client-key-data: %s\n",
 		user,

@@ -14,6 +14,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+
+	"devata.dev/devata/internal/configview"
 )
 
 const nodeLeaseNamespace = "kube-node-lease"
@@ -111,7 +113,7 @@ func (m *Machine) syncKubelet(ctx context.Context, kc kubernetes.Interface) (str
 		return "", nil
 	}
 	nodeName := s.name
-	if h := s.active.Machine().Network().Hostname(); h != "" {
+	if h := configview.Hostname(s.active); h != "" {
 		nodeName = h
 	}
 	// The kubelet registers with the API server, which runs (as a static
@@ -131,7 +133,9 @@ func (m *Machine) syncKubelet(ctx context.Context, kc kubernetes.Interface) (str
 	if s.controlPlane() {
 		labels["node-role.kubernetes.io/control-plane"] = ""
 	}
-	maps.Copy(labels, s.active.Machine().NodeLabels())
+	if n := s.active.K8sNodeConfig(); n != nil {
+		maps.Copy(labels, n.Labels())
+	}
 
 	nodes := kc.CoreV1().Nodes()
 	node, err := nodes.Get(ctx, nodeName, metav1.GetOptions{})

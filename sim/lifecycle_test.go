@@ -126,8 +126,8 @@ func TestMaintenanceApply(t *testing.T) {
 		t.Fatalf("get MachineConfig: %v", err)
 	}
 
-	if mc.Provider().Cluster().Name() != "sim" {
-		t.Errorf("active config cluster = %q", mc.Provider().Cluster().Name())
+	if name := mc.Provider().K8sClusterConfig().ClusterName(); name != "sim" {
+		t.Errorf("active config cluster = %q", name)
 	}
 
 	// and no longer speaks to clients without a certificate

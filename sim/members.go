@@ -38,7 +38,7 @@ func discoveryOn(s snapshot) bool {
 
 	r := d.Registries()
 
-	return (r.Service() != nil && r.Service().Enabled()) || (r.Kubernetes() != nil && r.Kubernetes().Enabled())
+	return len(s.active.DiscoveryServiceConfigs()) > 0 || (r.Kubernetes() != nil && r.Kubernetes().Enabled())
 }
 
 // membersOf are the Member resources the machine's MemberController holds.
@@ -47,13 +47,13 @@ func (f *Fleet) membersOf(s snapshot) []resource.Resource {
 		return nil
 	}
 
-	id := s.active.Cluster().ID()
+	id := clusterID(s)
 
 	var out []resource.Resource
 
 	for _, x := range f.Machines() {
 		o := x.snap()
-		if !discoveryOn(o) || o.active.Cluster().ID() != id {
+		if !discoveryOn(o) || clusterID(o) != id {
 			continue
 		}
 
@@ -69,7 +69,7 @@ func (f *Fleet) membersOf(s snapshot) []resource.Resource {
 		}
 
 		if spec.MachineType == machinetype.TypeControlPlane || spec.MachineType == machinetype.TypeInit {
-			spec.ControlPlane = &cluster.ControlPlane{APIServerPort: o.active.Cluster().LocalAPIServerPort()}
+			spec.ControlPlane = &cluster.ControlPlane{APIServerPort: o.active.K8sAPIServerConfig().APIPort()}
 		}
 
 		out = append(out, r)
@@ -89,4 +89,14 @@ func (m *Machine) syncMembers(ctx context.Context) {
 	if err != nil {
 		m.fleet.log.Error("sim: sync members", "machine", m.name, "error", err)
 	}
+}
+
+// clusterID is the discovery identity's cluster ID: the v1alpha1
+// cluster.id or, from Talos 1.14 on, a DiscoveryIdentityConfig document.
+func clusterID(s snapshot) string {
+	if d := s.active.DiscoveryIdentityConfig(); d != nil {
+		return d.ClusterID()
+	}
+
+	return ""
 }

@@ -14,6 +14,8 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/resources/network"
 	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 	"github.com/siderolabs/talos/pkg/machinery/resources/v1alpha1"
+
+	"devata.dev/devata/internal/configview"
 )
 
 // service is one Talos service as ServiceList and the Service resource show it.
@@ -353,15 +355,15 @@ func serviceResources(s snapshot) []resource.Resource {
 func kubernetesResources(s snapshot) []resource.Resource {
 	var out []resource.Resource
 
-	if mc := s.active.Machine(); mc != nil {
+	if kc := s.active.K8sKubeletConfig(); s.active.Machine() != nil && kc != nil {
 		ks := k8s.NewKubeletSpec(k8s.NamespaceName, k8s.KubeletID)
-		ks.TypedSpec().Image = mc.Kubelet().Image()
-		ks.TypedSpec().ExtraMounts = kubeletMounts(s, mc.Kubelet().ExtraMounts())
+		ks.TypedSpec().Image = kc.Image()
+		ks.TypedSpec().ExtraMounts = kubeletMounts(s, kc.ExtraMounts())
 		ks.TypedSpec().ExpectedNodename = s.hostname()
 		ks.TypedSpec().Args = []string{"--hostname-override=" + s.hostname()}
 		out = append(out, ks)
 
-		if kp := mc.Features().KubePrism(); kp.Enabled() {
+		if kp := s.active.K8sKubePrismConfig(); kp != nil {
 			st := k8s.NewKubePrismStatuses(k8s.NamespaceName, k8s.KubePrismStatusesID)
 			// kubeprism_config.go listens on 127.0.0.1; kubeprism.go is
 			// healthy only while an upstream API server answers, which
@@ -387,8 +389,6 @@ func kubernetesResources(s snapshot) []resource.Resource {
 
 // manifestsOf names the bootstrap manifests machined would have applied.
 func manifestsOf(s snapshot) []string {
-	cc := s.active.Cluster()
-
 	names := []string{
 		"00-kubelet-bootstrapping-token",
 		"01-csr-approver-role-binding",
@@ -398,19 +398,19 @@ func manifestsOf(s snapshot) []string {
 		"11-talos-node-rbac-template",
 	}
 
-	if cc.Network() != nil && cc.Network().CNI() != nil && cc.Network().CNI().Name() == "flannel" {
+	if configview.CNI(s.active) == "flannel" {
 		names = append(names, "05-flannel")
 	}
 
-	if cc.Proxy() != nil && cc.Proxy().Enabled() {
+	if configview.KubeProxy(s.active) {
 		names = append(names, "10-kube-proxy")
 	}
 
-	if cc.CoreDNS() != nil && cc.CoreDNS().Enabled() {
+	if dns := s.active.K8sCoreDNSConfig(); dns != nil && dns.Enabled() {
 		names = append(names, "11-core-dns", "11-core-dns-svc")
 	}
 
-	for _, im := range cc.InlineManifests() {
+	for _, im := range s.active.K8sInlineManifestConfigs() {
 		names = append(names, "99-"+im.Name())
 	}
 

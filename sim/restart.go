@@ -59,22 +59,20 @@ func restartsOf(current, next config.Provider) map[string]string {
 	out := map[string]string{}
 
 	if cur.MachineConfig != nil && nxt.MachineConfig != nil && !reflect.DeepEqual(cur.MachineConfig.MachineKubelet, nxt.MachineConfig.MachineKubelet) {
-		out[kubeletComponent] = current.Machine().Kubelet().Image()
+		out[kubeletComponent] = current.K8sKubeletConfig().Image()
 	}
 
 	if cur.ClusterConfig != nil && nxt.ClusterConfig != nil && current.Cluster() != nil {
-		cc := current.Cluster()
-
 		if !reflect.DeepEqual(cur.ClusterConfig.APIServerConfig, nxt.ClusterConfig.APIServerConfig) {
-			out[apiServerPod] = cc.APIServer().Image()
+			out[apiServerPod] = current.K8sAPIServerConfig().Image()
 		}
 
-		if !reflect.DeepEqual(cur.ClusterConfig.ControllerManagerConfig, nxt.ClusterConfig.ControllerManagerConfig) {
-			out[controllerPod] = cc.ControllerManager().Image()
+		if !reflect.DeepEqual(cur.ClusterConfig.ControllerManagerConfig, nxt.ClusterConfig.ControllerManagerConfig) { //nolint:staticcheck // the v1alpha1 field Talos up to 1.13 reads
+			out[controllerPod] = current.K8sControllerManagerConfig().Image()
 		}
 
-		if !reflect.DeepEqual(cur.ClusterConfig.SchedulerConfig, nxt.ClusterConfig.SchedulerConfig) {
-			out[schedulerPod] = cc.Scheduler().Image()
+		if !reflect.DeepEqual(cur.ClusterConfig.SchedulerConfig, nxt.ClusterConfig.SchedulerConfig) { //nolint:staticcheck // idem
+			out[schedulerPod] = current.K8sSchedulerConfig().Image()
 		}
 	}
 
@@ -146,7 +144,7 @@ func (s snapshot) kubeletImage() string {
 		return s.restarts[kubeletComponent].from
 	}
 
-	return s.active.Machine().Kubelet().Image()
+	return s.active.K8sKubeletConfig().Image()
 }
 
 // kubeletRestarting: the kubelet service is stopped for a restart.

@@ -86,7 +86,7 @@ func TestMachineConfigResource(t *testing.T) {
 			t.Fatalf("get MachineConfig %s: %v", id, err)
 		}
 
-		diff, err := configdiff.DiffToString(want, mc.Provider())
+		diff, err := configdiff.DiffConfigs(want, mc.Provider())
 		if err != nil {
 			t.Fatal(err)
 		}

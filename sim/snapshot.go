@@ -6,6 +6,8 @@ import (
 
 	"github.com/siderolabs/talos/pkg/machinery/config"
 	machinetype "github.com/siderolabs/talos/pkg/machinery/config/machine"
+
+	"devata.dev/devata/internal/configview"
 )
 
 // snapshot is a consistent copy of what handlers read.
@@ -96,17 +98,17 @@ func (s snapshot) etcdRunning() bool {
 // cniNone reports a config that leaves the CNI to the operator
 // (cluster.network.cni.name none).
 func (s snapshot) cniNone() bool {
-	if s.active == nil || s.active.Cluster() == nil || s.active.Cluster().Network() == nil || s.active.Cluster().Network().CNI() == nil {
+	if s.active == nil || s.active.Cluster() == nil {
 		return false
 	}
 
-	return s.active.Cluster().Network().CNI().Name() == "none"
+	return configview.CNI(s.active) == "none"
 }
 
 // hostname is the config's machine.network.hostname, else the machine's name.
 func (s snapshot) hostname() string {
-	if s.active != nil && s.active.Machine() != nil && s.active.Machine().Network() != nil {
-		if h := s.active.Machine().Network().Hostname(); h != "" {
+	if s.active != nil {
+		if h := configview.Hostname(s.active); h != "" {
 			return h
 		}
 	}

@@ -200,7 +200,7 @@ func (m *Machine) startUpgrade(next bootEntry, staged bool) bool {
 	// Kubernetes (CordonAndDrainNode is skipped with
 	// kubelet.skipNodeRegistration)
 	drain := m.fleet.upgradeDelay / 2
-	if mc := m.active.Machine(); mc != nil && mc.Kubelet().SkipNodeRegistration() {
+	if n := m.active.K8sNodeConfig(); m.active.Machine() != nil && n != nil && n.SkipNodeRegistration() {
 		drain = 0
 	}
 	m.mu.Unlock()

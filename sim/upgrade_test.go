@@ -283,7 +283,7 @@ func TestUpgradeRefusedInMaintenanceAndToNonAdmins(t *testing.T) {
 func controlPlanes(t *testing.T, n int, opts sim.Options) *sim.Fleet {
 	t.Helper()
 
-	cp, wk := baseConfigs(t)
+	cp, wk := oldFleetConfigs(t)
 	for i := range n {
 		opts.Machines = append(opts.Machines, sim.MachineSpec{Name: fmt.Sprintf("cp-%d", i+1), Role: "controlplane", Config: cp, TalosVersion: "v1.10.6"})
 	}

@@ -198,11 +198,11 @@ func (d *declaration) kubeletMounts(active config.Provider) {
 // a problem.
 func (d *declaration) activeKubeletMounts(active config.Provider) []string {
 	var activeMounts []string
-	mc := active.Machine()
-	if mc == nil || mc.Kubelet() == nil {
+	k := active.K8sKubeletConfig()
+	if k == nil {
 		return nil
 	}
-	for _, em := range mc.Kubelet().ExtraMounts() {
+	for _, em := range k.ExtraMounts() {
 		if !slices.ContainsFunc(d.e.volumes, func(v *expectedVolume) bool { return v.kubeletMount != "" && v.target == em.Destination }) {
 			continue
 		}

@@ -138,8 +138,8 @@ func expect(m *inventory.Machine, desired []byte) *expectations {
 	}
 	if e.desired != nil {
 		if mc := e.desired.Machine(); mc != nil {
-			if mc.Kubelet() != nil {
-				for _, em := range mc.Kubelet().ExtraMounts() {
+			if k := e.desired.K8sKubeletConfig(); k != nil {
+				for _, em := range k.ExtraMounts() {
 					e.desiredKubeletMounts = append(e.desiredKubeletMounts, em.Destination)
 				}
 			}

@@ -50,7 +50,9 @@ func TestUpgradeCommand(t *testing.T) {
 
 // apply --upgrade: configs first; a machine in sync is upgraded in the same run.
 func TestApplyUpgrade(t *testing.T) {
-	sf := startSim(t, simtest.Options{Bootstrap: true, TalosVersion: "v1.10.6"})
+	// Kubernetes 1.33, which Talos 1.10 and 1.11 both run: a 1.10.6 machine
+	// refuses a config for 1.34 (compatibility talos110)
+	sf := startSim(t, simtest.Options{Bootstrap: true, TalosVersion: "v1.10.6", DesiredKubernetesVersion: "v1.33.4"})
 	sf.Drift(t, "worker-1", "time.cloudflare.com", "pool.ntp.org")
 	r := devata(t, nil, "apply", "--config", sf.settings, "--upgrade", "--dry-run")
 	if r.code != 1 || !strings.Contains(r.stdout, "its config goes first, the upgrade on the next run") || !strings.Contains(r.stdout, "(4 machines)") {

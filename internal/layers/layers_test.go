@@ -29,7 +29,8 @@ var allowed = []struct {
 	{"snapshot", nil},
 	{"examples", nil},
 	{"deploy", nil},
-	{"sim", nil},
+	{"internal/configview", nil},
+	{"sim", []string{"internal/configview"}},
 	{"internal/testenv", nil},
 	{"internal/testctx", nil},
 	{"internal/golden", nil},
@@ -38,11 +39,11 @@ var allowed = []struct {
 	{"internal/heartbeat", nil},
 	// the spec and what is rendered from it
 	{"inventory", []string{"redact"}},
-	{"bootstrap", []string{"inventory", "redact"}},
+	{"bootstrap", []string{"internal/configview", "inventory", "redact"}},
 	// the Talos API and the checks of what it reports
 	{"machines", []string{"drift", "inventory", "redact"}},
 	{"gate", []string{"internal/heartbeat", "inventory", "machines"}},
-	{"netcheck", []string{"drift", "inventory", "machines"}},
+	{"netcheck", []string{"drift", "internal/configview", "inventory", "machines"}},
 	{"storagecheck", []string{"drift", "inventory", "machines"}},
 	// the one list of checks
 	{"checks", []string{"drift", "inventory", "machines", "netcheck", "storagecheck"}},
@@ -50,7 +51,7 @@ var allowed = []struct {
 	{"reconcile", []string{"bootstrap", "drift", "gate", "internal/heartbeat", "inventory", "machines", "provenance"}},
 	{"bootstrap/sequence", []string{"bootstrap", "checks", "drift", "gate", "internal/heartbeat", "inventory", "machines", "provenance", "snapshot"}},
 	{"backup", []string{"gate", "inventory", "machines", "provenance", "snapshot"}},
-	{"membership", []string{"gate", "internal/heartbeat", "inventory", "machines"}},
+	{"membership", []string{"gate", "internal/configview", "internal/heartbeat", "inventory", "machines"}},
 	// test bed and tools
 	{"internal/simtest", []string{"bootstrap", "examples", "inventory", "machines", "sim"}},
 	{"internal/simfleet", []string{"bootstrap", "internal/testenv", "inventory", "machines", "sim"}},

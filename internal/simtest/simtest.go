@@ -59,6 +59,11 @@ type Options struct {
 	// cluster.kubernetesVersion set to it), e.g. an older one to upgrade
 	// from; Desired stays the inventory's.
 	KubernetesVersion string
+	// DesiredKubernetesVersion, when set, replaces the inventory's
+	// cluster.kubernetesVersion (in its file too): a fleet on an older Talos
+	// runs a Kubernetes that Talos supports, since a machine refuses
+	// images its own Talos does not run.
+	DesiredKubernetesVersion string
 	// RestartDelay is the sim's (sim.Options.RestartDelay; default its own).
 	RestartDelay time.Duration
 }
@@ -77,6 +82,19 @@ func Start(t testing.TB, opts Options) *Fleet {
 	invPath, err := examples.WriteHomelab(dir)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if v := opts.DesiredKubernetesVersion; v != "" {
+		raw, err := os.ReadFile(invPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		edited := strings.Replace(string(raw), "kubernetesVersion: "+inventory.DefaultKubernetesVersion, "kubernetesVersion: "+v, 1)
+		if edited == string(raw) {
+			t.Fatalf("the homelab example does not say kubernetesVersion: %s", inventory.DefaultKubernetesVersion)
+		}
+		if err := os.WriteFile(invPath, []byte(edited), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 	data, err := os.ReadFile(FixtureSecrets())
 	if err != nil {
