@@ -13,8 +13,10 @@ import (
 	"golang.org/x/term"
 	"k8s.io/client-go/kubernetes"
 
+	"devata.dev/devata/backup"
 	"devata.dev/devata/bootstrap/sequence"
 	"devata.dev/devata/drift"
+	"devata.dev/devata/inventory"
 	"devata.dev/devata/machines"
 	"devata.dev/devata/snapshot"
 )
@@ -26,6 +28,9 @@ type sequenceFlags struct {
 	wait          time.Duration
 	etcdSettle    time.Duration
 	recoverFrom   string
+	// foreignSnapshot restores a snapshot whose members or sidecar name
+	// another cluster (backup.CheckSnapshotOf)
+	foreignSnapshot bool
 }
 
 func (f *sequenceFlags) register(cmd *cobra.Command) {
@@ -33,6 +38,7 @@ func (f *sequenceFlags) register(cmd *cobra.Command) {
 	cmd.Flags().BoolVar(&f.skipNodes, "skip-nodes", false, "do not wait for the Kubernetes Nodes (and leave the kubelet check out of the report)")
 	cmd.Flags().DurationVar(&f.wait, "wait", 10*time.Minute, "how long each wait lasts: a machine's return, etcd health, the Nodes")
 	cmd.Flags().StringVar(&f.recoverFrom, "recover-from", "", "rebuild etcd from this snapshot (devata backup etcd writes one) instead of bootstrapping an empty one: it is verified, uploaded to the first control plane and restored there (talosctl bootstrap --recover-from); refused while etcd still runs the cluster it was taken of")
+	cmd.Flags().BoolVar(&f.foreignSnapshot, "foreign-snapshot", false, "with --recover-from: restore the snapshot although its sidecar names another cluster or its etcd members are not the inventory's control planes (control planes renamed since)")
 	cmd.Flags().DurationVar(&f.etcdSettle, "etcd-settle", 15*time.Second, "how long every control plane's etcd must be seen waiting for a bootstrap before one is bootstrapped (a control plane with etcd data passes through that state briefly after a boot)")
 }
 
@@ -168,6 +174,9 @@ func (a *app) sequenceOptions(ctx context.Context, f sequenceFlags) (sequence.Op
 		if err != nil {
 			return opts, exitWith(exitTrouble, fmt.Errorf("--recover-from: %w; nothing was sent to any machine", err))
 		}
+		if err := a.checkSnapshotOf(snap, f.foreignSnapshot); err != nil {
+			return opts, exitWith(exitTrouble, fmt.Errorf("--recover-from %s: %w; nothing was sent to any machine", f.recoverFrom, err))
+		}
 		opts.Recover = snap
 	}
 	tc, err := machines.LoadTalosconfig(a.settings.Talosconfig)
@@ -210,4 +219,27 @@ func (a *app) confirmBootstrapReboots(rebooting []string) error {
 		return errors.New("not confirmed: nothing was applied")
 	}
 	return nil
+}
+
+// checkSnapshotOf refuses a snapshot of another cluster (its sidecar, its
+// members), unless foreign; a refused or missing sidecar never stops a
+// snapshot talosctl took, which has none.
+func (a *app) checkSnapshotOf(snap *snapshot.File, foreign bool) error {
+	inv, err := inventory.Load(a.settings.Inventory)
+	if err != nil {
+		return nil //nolint:nilerr // the sequence reports the inventory's own errors
+	}
+	side, err := backup.ReadSidecar(snap.Path)
+	if err != nil {
+		return err
+	}
+	if side == nil {
+		fmt.Fprintf(a.streams.Err, "note: %s has no sidecar (%s): its cluster is judged by its etcd members only\n", snap.Path, backup.SidecarPath(snap.Path))
+	}
+	err = backup.CheckSnapshotOf(inv, snap, side)
+	if err != nil && foreign {
+		fmt.Fprintf(a.streams.Err, "warning: --foreign-snapshot: %v\n", err)
+		return nil
+	}
+	return err
 }

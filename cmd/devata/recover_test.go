@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"path/filepath"
@@ -39,6 +40,7 @@ func TestBootstrapRecoverFrom(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	data0 := bytes.Clone(data)
 	damaged := filepath.Join(dir, "damaged.snapshot")
 	data[len(data)/3] ^= 0x40
 	if err := os.WriteFile(damaged, data, 0o600); err != nil {
@@ -62,6 +64,28 @@ func TestBootstrapRecoverFrom(t *testing.T) {
 		if r.code != 2 || !strings.Contains(r.err, "is reached twice") || !strings.Contains(r.err, "nothing was sent") {
 			t.Errorf("%s with a crafted snapshot: exit %d, want 2, refused, nothing sent\n%s", args[0], r.code, r.err)
 		}
+	}
+
+	// a snapshot whose sidecar says it is another cluster's (issue 31,
+	// probe 3): refused before anything is sent, unless --foreign-snapshot
+	foreign := filepath.Join(dir, "staging.snapshot")
+	if err := os.WriteFile(foreign, data0, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(foreign+".json", []byte(`{"cluster": "staging", "members": ["stg-cp-1"]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	planArgs := []string{"plan", "--config", sf.settings, "--skip-nodes", "--recover-from", foreign}
+	r = devata(t, nil, planArgs...)
+	if r.code != 2 || !strings.Contains(r.err, `its sidecar names cluster "staging", the inventory "homelab"`) || !strings.Contains(r.err, "--foreign-snapshot") || !strings.Contains(r.err, "nothing was sent") {
+		t.Errorf("a snapshot of cluster staging: exit %d\n%s", r.code, r.err)
+	}
+	r = devata(t, nil, bootstrapArgs(sf, nil, "--recover-from", foreign)...)
+	if r.code != 2 || !strings.Contains(r.err, `names cluster "staging"`) {
+		t.Errorf("bootstrap with a snapshot of cluster staging: exit %d\n%s", r.code, r.err)
+	}
+	if r = devata(t, nil, append(planArgs, "--foreign-snapshot")...); !strings.Contains(r.err, "warning: --foreign-snapshot") || strings.Contains(r.err, "nothing was sent to any machine") {
+		t.Errorf("--foreign-snapshot: exit %d\n%s", r.code, r.err)
 	}
 
 	// every control plane loses its disk: back in maintenance mode
