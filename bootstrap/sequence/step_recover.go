@@ -2,7 +2,10 @@ package sequence
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"io"
 	"os"
 	"slices"
 	"time"
@@ -82,9 +85,14 @@ func (s *Sequence) recoverFirst(ctx context.Context, m *inventory.Machine, why s
 	return s.waitRecovered(ctx, m)
 }
 
-// upload streams the snapshot file to m's EtcdRecover.
+// upload streams the snapshot file to m's EtcdRecover. The file is the
+// one verified before anything was sent only if it still is: it is opened
+// again here, so what is read is held to the verified size and appended
+// hash on the way (a file swapped since, for another cluster's, is caught
+// before Bootstrap asks Talos to restore it).
 func (s *Sequence) upload(ctx context.Context, m *inventory.Machine) error {
-	f, err := os.Open(s.opts.Recover.Path)
+	snap := s.opts.Recover
+	f, err := os.Open(snap.Path)
 	if err != nil {
 		return err
 	}
@@ -96,8 +104,30 @@ func (s *Sequence) upload(ctx context.Context, m *inventory.Machine) error {
 		return fmt.Errorf("dial %s: %w", m.Name, err)
 	}
 	defer c.Close()
-	_, err = c.EtcdRecover(uctx, f)
-	return err
+	tail := &lastBytes{keep: sha256.Size}
+	if _, err = c.EtcdRecover(uctx, io.TeeReader(f, tail)); err != nil {
+		return err
+	}
+	if tail.n != snap.Size || hex.EncodeToString(tail.buf) != snap.SHA256 {
+		return fmt.Errorf("%s changed after it was verified (%d bytes now, %d then): not restoring it; run the command again to verify it anew", snap.Path, tail.n, snap.Size)
+	}
+	return nil
+}
+
+// lastBytes keeps the last keep bytes written to it, and counts them all.
+type lastBytes struct {
+	keep int
+	buf  []byte
+	n    int64
+}
+
+func (l *lastBytes) Write(p []byte) (int, error) {
+	l.n += int64(len(p))
+	l.buf = append(l.buf, p...)
+	if len(l.buf) > l.keep {
+		l.buf = append(l.buf[:0], l.buf[len(l.buf)-l.keep:]...)
+	}
+	return len(p), nil
 }
 
 // waitRecovered waits until etcd runs on m with the restored data, or its
