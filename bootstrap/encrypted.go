@@ -46,7 +46,7 @@ const ageBinaryHeader = "age-encryption.org/v1\n"
 // key material.
 type DecryptError struct {
 	Path   string
-	Format string // FormatAge or FormatSOPS
+	Format string // FormatAge or FormatSOPS; FormatPlain when refused before decrypting
 	Reason string
 	// NoIdentity is set when no identity was configured or none matched:
 	// the file may be fine, the key is what is missing.
@@ -54,6 +54,9 @@ type DecryptError struct {
 }
 
 func (e *DecryptError) Error() string {
+	if e.Format == FormatPlain { // refused before any decryption (detectFormat, readBundle)
+		return fmt.Sprintf("%s: %s", e.Path, e.Reason)
+	}
 	return fmt.Sprintf("%s is %s-encrypted: %s", e.Path, e.Format, e.Reason)
 }
 
@@ -126,6 +129,31 @@ func (a AgeIdentities) nextStep() string {
 
 // load parses every configured source. An unreadable or malformed source is
 // an error: a typo in SOPS_AGE_KEY_FILE must not read as "wrong key".
+// given names the identity devata was given to open the bundle with, ""
+// when none: an identity file of its own setting or SOPS_AGE_KEY_FILE that
+// exists (deploy/ points the setting at a Secret that may not be
+// mounted), or SOPS_AGE_KEY. sops' default file is not a sign: it serves
+// every sops file of the user's.
+func (a AgeIdentities) given() string {
+	for _, f := range a.Files {
+		if _, err := os.Stat(f); err == nil {
+			return "age identity file " + f
+		}
+	}
+	if len(a.Files) > 0 {
+		return ""
+	}
+	if strings.TrimSpace(a.Key) != "" {
+		return EnvAgeKey
+	}
+	if a.KeyFile != "" {
+		if _, err := os.Stat(a.KeyFile); err == nil {
+			return EnvAgeKeyFile + " (" + a.KeyFile + ")"
+		}
+	}
+	return ""
+}
+
 func (a AgeIdentities) load() (identitySet, error) {
 	var set identitySet
 	add := func(source string, data []byte, perLine bool) error {
@@ -246,24 +274,71 @@ func parseAgeIdentity(s string) (age.Identity, error) {
 	return ids[0], nil
 }
 
-// detectFormat tells an encrypted bundle from a clear one by its content.
-// doc is the parsed YAML when the content is YAML (nil for age files).
-func detectFormat(data []byte) (format string, doc *yaml.Node) {
+// maxBundleDepth bounds how deep a bundle's YAML may nest: a secrets
+// bundle is four levels deep, and walking a file nested thousands deep
+// (sops' MAC, the decoder) costs memory quadratic in its depth.
+const maxBundleDepth = 32
+
+// detectFormat says what data is: an age file, a sops YAML document, or
+// clear text, and for sops the document parsed. A file of more than one
+// YAML document is refused: sops writes one, and reading only the first
+// would take a clear-text document put before a sops one as the bundle
+// (sops itself refuses such a file: "metadata not found"). So is one
+// nested deeper than any bundle, before anything walks it.
+func detectFormat(data []byte) (format string, doc *yaml.Node, err error) {
 	trimmed := bytes.TrimLeft(data, " \t\r\n")
 	if bytes.HasPrefix(data, []byte(ageBinaryHeader)) || bytes.HasPrefix(trimmed, []byte(armor.Header)) {
-		return FormatAge, nil
+		return FormatAge, nil, nil
 	}
-	if !bytes.Contains(data, []byte("sops")) {
-		return FormatPlain, nil
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var docs []*yaml.Node
+	for {
+		var n yaml.Node
+		err := dec.Decode(&n)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return FormatPlain, nil, nil // the clear-text decoder reports the line
+		}
+		docs = append(docs, &n)
 	}
-	var n yaml.Node
-	if err := yaml.Unmarshal(data, &n); err != nil {
-		return FormatPlain, nil // the clear-text decoder reports the line
+	if len(docs) > 1 {
+		return FormatPlain, nil, fmt.Errorf("it holds %d YAML documents, where a secrets bundle (in clear or sops) is one: keep only the bundle", len(docs))
 	}
-	if _, meta := sopsMetadataNode(&n); meta != nil {
-		return FormatSOPS, &n
+	if len(docs) == 0 {
+		return FormatPlain, nil, nil
 	}
-	return FormatPlain, nil
+	if d := yamlDepth(docs[0], maxBundleDepth); d > maxBundleDepth {
+		return FormatPlain, nil, fmt.Errorf("it nests more than %d levels deep, where a secrets bundle nests four: it is not a bundle", maxBundleDepth)
+	}
+	if _, meta := sopsMetadataNode(docs[0]); meta != nil {
+		return FormatSOPS, docs[0], nil
+	}
+	return FormatPlain, nil, nil
+}
+
+// yamlDepth is how deep n nests, counted up to one past limit; an
+// explicit stack, so that no file can exhaust the goroutine's.
+func yamlDepth(n *yaml.Node, limit int) int {
+	type item struct {
+		n     *yaml.Node
+		depth int
+	}
+	deepest := 0
+	stack := []item{{n, 0}}
+	for len(stack) > 0 {
+		it := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		deepest = max(deepest, it.depth)
+		if deepest > limit {
+			return deepest
+		}
+		for _, c := range it.n.Content {
+			stack = append(stack, item{c, it.depth + 1})
+		}
+	}
+	return deepest
 }
 
 // decryptAge opens an age file (binary or armored) in memory.

@@ -178,7 +178,13 @@ func readBundle(path string, ids AgeIdentities) (*secrets.Bundle, string, error)
 		return nil, FormatPlain, err
 	}
 	b := &secrets.Bundle{Clock: secrets.NewClock()}
-	format, doc := detectFormat(data)
+	format, doc, err := detectFormat(data)
+	if err != nil {
+		return nil, format, &DecryptError{Path: path, Format: format, Reason: err.Error()}
+	}
+	if src := ids.given(); format == FormatPlain && src != "" {
+		return nil, format, &DecryptError{Path: path, Format: format, Reason: fmt.Sprintf("it is in clear text, though an age identity is given (%s): a bundle meant to be encrypted is not. Encrypt it (devata gen secrets --encrypt-to RECIPIENT, or sops --encrypt), or give no identity to read a clear-text one", src)}
+	}
 	switch format {
 	case FormatAge:
 		plain, err := decryptAge(path, data, ids)
