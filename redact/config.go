@@ -35,6 +35,47 @@ var secretKeys = map[string]bool{
 	"bootstrapToken": true, "contents": true, "content": true,
 }
 
+// secretShapes are what a field or flag name holds, any case and any
+// separator, when its value is a credential: extraArgs such as
+// basic-auth-password, oidc-client-secret, client_secret, api-token or
+// x-api-key have no field of their own, so their names are all there is
+// (as for URL query parameters: credentialParam).
+var secretShapes = []string{"password", "passwd", "passphrase", "secret", "token", "credential", "apikey", "privatekey", "accesskey"}
+
+// secretName says whether a field or flag name is a secret's: one of
+// secretKeys, or of a secret's shape.
+func secretName(k string) bool {
+	if secretKeys[k] {
+		return true
+	}
+	n := strings.NewReplacer("-", "", "_", "", ".", "").Replace(strings.ToLower(strings.TrimLeft(k, "-")))
+	for _, shape := range secretShapes {
+		if strings.Contains(n, shape) {
+			return true
+		}
+	}
+	return false
+}
+
+// flagValue matches a command-line flag with its value inside a scalar
+// (an args list's "--oidc-client-secret=…"): the value runs to the end of
+// the word.
+var flagValue = regexp.MustCompile(`(--?[A-Za-z][A-Za-z0-9_.-]*)=([^\s"']+)`)
+
+// flagCredentials replaces the values of flags whose names are a secret's.
+func flagCredentials(s string) string {
+	if !strings.Contains(s, "=") {
+		return s
+	}
+	return flagValue.ReplaceAllStringFunc(s, func(m string) string {
+		name, _, _ := strings.Cut(m, "=")
+		if secretName(name) {
+			return name + "=" + Redacted
+		}
+		return m
+	})
+}
+
 // secretParents are fields whose whole content is secret: manifest headers
 // carry bearer tokens. (Inline manifests and machine files are covered by
 // "contents" and "content" above: they routinely carry Kubernetes Secrets.)
@@ -117,7 +158,7 @@ func redactQuery(u string) string {
 // replaced: URL credentials, in the userinfo or in the query. It reports
 // whether anything was replaced.
 func credentials(s string) (string, bool) {
-	r := userinfo.ReplaceAllString(s, "${1}"+Redacted+"@")
+	r := userinfo.ReplaceAllString(flagCredentials(s), "${1}"+Redacted+"@")
 	if strings.Contains(r, "?") {
 		r = urlQuery.ReplaceAllStringFunc(r, redactQuery)
 	}
@@ -305,7 +346,7 @@ func redactNode(n *yaml.Node, path string, secret bool, fn func(string, *yaml.No
 				// machine.env is where proxies with credentials live: every
 				// value is secret, its keys are not (secretParents would not
 				// keep keys of a Kubernetes-style list, handled above).
-				redactNode(v, p, secret || secretKeys[k] || secretParents[k] || k == "env", fn)
+				redactNode(v, p, secret || secretName(k) || secretParents[k] || k == "env", fn)
 			}
 		}
 	case yaml.SequenceNode:

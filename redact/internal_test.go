@@ -37,3 +37,29 @@ func TestRedactValueURLCredentials(t *testing.T) {
 		}
 	}
 }
+
+// Names are judged by shape, any case and any separator (issue 31, probe
+// 6): extraArgs and flags have no secret field of their own.
+func TestSecretNamesByShape(t *testing.T) {
+	for name, want := range map[string]bool{
+		"basic-auth-password": true, "oidc-client-secret": true, "client_secret": true, "api-token": true,
+		"x-api-key": true, "X-Api-Key": true, "PRIVATE_KEY": true, "--service-account-private-key-file": true,
+		"secretboxEncryptionSecret": true, "key": true, "passphrase": true, "AccessKey": true,
+		"image": false, "keyUsage": false, "name": false, "extraArgs": false, "advertisedSubnets": false,
+	} {
+		if got := secretName(name); got != want {
+			t.Errorf("secretName(%q) = %t, want %t", name, got, want)
+		}
+	}
+	for in, want := range map[string]string{
+		"--oidc-client-secret=abc --v=2":        "--oidc-client-secret=" + Redacted + " --v=2",
+		"-api-token=xyz":                        "-api-token=" + Redacted,
+		"--listen=0.0.0.0:443":                  "--listen=0.0.0.0:443",
+		"CLIENT_SECRET=abc":                     "CLIENT_SECRET=abc", // no dash: not a flag (env lists are handled by field)
+		"--basic-auth-password=p@ss --user=bob": "--basic-auth-password=" + Redacted + " --user=bob",
+	} {
+		if got := flagCredentials(in); got != want {
+			t.Errorf("flagCredentials(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

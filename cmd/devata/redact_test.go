@@ -13,7 +13,8 @@ import (
 )
 
 // credentialsCommon is the homelab's common patch with credentials where
-// Talos has no secret field for them (issue 15, probe 9).
+// Talos has no secret field for them (issue 15, probe 9), and extraArgs
+// whose names alone say they are credentials (issue 31, probe 6).
 const credentialsCommon = `machine:
   time:
     servers:
@@ -22,6 +23,13 @@ const credentialsCommon = `machine:
     net.core.bpf_jit_harden: "1"
   env:
     https_proxy: http://admin:s3cret-env@proxy.lan:3128
+  kubelet:
+    extraArgs:
+      basic-auth-password: s3cret-flag-password
+      oidc-client-secret: s3cret-flag-oidc
+      client_secret: s3cret-flag-client
+      api-token: s3cret-flag-token
+      X-Api-Key: s3cret-flag-apikey
   registries:
     mirrors:
       docker.io:
@@ -63,6 +71,7 @@ func TestNoOutputLeaksCredentialsOutsideSecretFields(t *testing.T) {
 		"s3cret-env", "mirror-user", "s3cret-mirror", "registry-user-secret", "s3cret-registry-password",
 		"czNjcmV0LWF1dGgtYmxvYg==", "s3cret-identity-token", "gh-user", "s3cret-manifest", "s3cret-header-token",
 		"AKIAs3cretcred", "s3cret-amz-signature",
+		"s3cret-flag-password", "s3cret-flag-oidc", "s3cret-flag-client", "s3cret-flag-token", "s3cret-flag-apikey",
 	}
 	for _, s := range secrets {
 		if !bytes.Contains(desired, []byte(s)) {
