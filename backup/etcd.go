@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"devata.dev/devata/gate"
+	"devata.dev/devata/internal/outfile"
 	"devata.dev/devata/inventory"
 	"devata.dev/devata/machines"
 	"devata.dev/devata/provenance"
@@ -70,6 +71,12 @@ func SidecarPath(out string) string { return out + ".json" }
 // replaced without Force. Etcd checks it too; a command asks first to refuse
 // before it loads anything.
 func CheckVacant(out string) error {
+	switch kind, err := outfile.Check(out); {
+	case err != nil:
+		return err // a link or a device: refused with --force too
+	case kind == outfile.Through:
+		return nil // written through (a pipe, the output), replacing nothing
+	}
 	for _, p := range []string{out, SidecarPath(out)} {
 		if _, err := os.Lstat(p); err == nil {
 			return fmt.Errorf("%s exists: not replacing an etcd backup; pass --force, or write to another -o", p)
@@ -91,11 +98,16 @@ func Etcd(ctx context.Context, o Options) (*Result, error) {
 			return nil, err
 		}
 	}
+	outKind, err := outfile.Check(o.Out) // a link or a device is refused, --force or not
+	if err != nil {
+		return nil, err
+	}
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
 	inv, d := o.Inventory, o.Dialer
-	prov, err := provenance.Of(ctx, inv.Path)
+	var prov provenance.Info
+	prov, err = provenance.Of(ctx, inv.Path)
 	switch {
 	case prov.InventorySHA256 == "":
 		return nil, err // the inventory could not be hashed
@@ -146,6 +158,10 @@ func Etcd(ctx context.Context, o Options) (*Result, error) {
 			Inventory: abs, InventorySHA256: prov.InventorySHA256,
 			InventoryCommit: prov.Commit, InventoryModified: prov.Dirty,
 		}}
+		if outKind == outfile.Through {
+			res.SidecarPath = "" // a pipe or the process' output has no file beside it
+			return res, nil
+		}
 		if err := writeSidecar(res.SidecarPath, res.Sidecar); err != nil {
 			_ = os.Remove(res.SidecarPath) // an older one describes another snapshot
 			return res, fmt.Errorf("%s is written and verified, but its sidecar is not: %w", o.Out, err)
@@ -238,11 +254,10 @@ func (o *Options) snapshotTo(ctx context.Context, m *inventory.Machine, members 
 			return info, 0, &localError{fmt.Errorf("%s appeared while the snapshot streamed: not replacing it; pass --force, or write to another -o", out)}
 		}
 	}
-	if err := os.Rename(tmp, out); err != nil {
+	if err := placeSnapshot(tmp, out); err != nil {
 		os.Remove(tmp)
 		return info, 0, &localError{err}
 	}
-	syncDir(filepath.Dir(out))
 	return info, file.Revision, nil
 }
 
@@ -298,4 +313,35 @@ func plural(n int, one, many string) string {
 		return one
 	}
 	return many
+}
+
+// placeSnapshot puts the verified snapshot at tmp in its place: renamed
+// over out when out is absent or a regular file, copied through when out is
+// a named pipe or the process' output (and tmp removed), refused when out
+// became anything else (internal/outfile).
+func placeSnapshot(tmp, out string) error {
+	kind, err := outfile.Check(out)
+	if err != nil {
+		return err
+	}
+	if kind != outfile.Through {
+		if err := os.Rename(tmp, out); err != nil {
+			return err
+		}
+		syncDir(filepath.Dir(out))
+		return nil
+	}
+	src, err := os.Open(tmp)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	err = outfile.Write(out, 0o600, false, func(w io.Writer) error {
+		_, err := io.Copy(w, src)
+		return err
+	})
+	if err == nil {
+		os.Remove(tmp)
+	}
+	return err
 }

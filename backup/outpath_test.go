@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -55,5 +56,32 @@ func TestPrepareOut(t *testing.T) {
 	}
 	if err := PrepareOut(filepath.Join(file, "x.db")); err == nil || !strings.Contains(err.Error(), "is not a directory") {
 		t.Errorf("a file under a file: %v", err)
+	}
+}
+
+// Probe 7 of issue 31: -o /dev/null --force turned /dev/null into a 0600
+// file (as root). A device or a symbolic link is refused, with --force
+// too, before any machine is asked; a pipe is written through, never
+// replaced, and asks for no --force.
+func TestCheckVacantRefusesWhatIsNotAFile(t *testing.T) {
+	dir := t.TempDir()
+	link := filepath.Join(dir, "etcd.db")
+	if err := os.Symlink(filepath.Join(dir, "elsewhere"), link); err != nil {
+		t.Fatal(err)
+	}
+	for _, out := range []string{"/dev/null", link} {
+		if err := CheckVacant(out); err == nil || !strings.Contains(err.Error(), "devata replaces only regular files") {
+			t.Errorf("CheckVacant(%s): %v", out, err)
+		}
+		if _, err := Etcd(t.Context(), Options{Out: out, Force: true}); err == nil || !strings.Contains(err.Error(), "devata replaces only regular files") {
+			t.Errorf("Etcd -o %s --force: %v", out, err)
+		}
+	}
+	fifo := filepath.Join(dir, "snapshot.fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckVacant(fifo); err != nil {
+		t.Errorf("a pipe: %v", err)
 	}
 }

@@ -4,11 +4,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
+
+	"devata.dev/devata/internal/outfile"
 )
 
 // Sidecar is FILE.json: what a restore needs to know about FILE.
@@ -85,37 +88,17 @@ func NamesDirectory(out string) bool {
 	return (err == nil && st.IsDir()) || strings.HasSuffix(out, string(filepath.Separator))
 }
 
-// writeSidecar writes path (0600) whole or not at all.
+// writeSidecar writes path (0600) whole or not at all, replacing only a
+// regular file (internal/outfile).
 func writeSidecar(path string, meta Sidecar) error {
 	data, err := json.MarshalIndent(meta, "", "  ")
 	if err != nil {
 		return err
 	}
-	tmp := path + ".tmp"
-	_ = os.Remove(tmp)
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
+	return outfile.Write(path, 0o600, false, func(w io.Writer) error {
+		_, err := w.Write(append(data, '\n'))
 		return err
-	}
-	_, werr := f.Write(append(data, '\n'))
-	if werr == nil {
-		werr = f.Chmod(0o600)
-	}
-	if werr == nil {
-		werr = f.Sync()
-	}
-	if err := f.Close(); werr == nil {
-		werr = err
-	}
-	if werr == nil {
-		werr = os.Rename(tmp, path)
-	}
-	if werr != nil {
-		os.Remove(tmp)
-		return werr
-	}
-	syncDir(filepath.Dir(path))
-	return nil
+	})
 }
 
 // syncDir makes a rename in dir durable; best effort, as not every file

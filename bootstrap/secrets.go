@@ -7,6 +7,7 @@ package bootstrap
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 	"gopkg.in/yaml.v3"
 
+	"devata.dev/devata/internal/outfile"
 	"devata.dev/devata/inventory"
 )
 
@@ -124,49 +126,27 @@ func WriteSecrets(path string, b *secrets.Bundle, force bool) error {
 }
 
 // WriteSecretFile writes data atomically with mode 0600: to a temporary file in
-// the same directory, then renamed over path. Without force an existing path is
-// left alone and ErrExists returned.
+// the same directory, then renamed over path (internal/outfile: only a
+// regular file is replaced; a symbolic link or a device at path is
+// refused, with --force too). Without force an existing path is left alone
+// and ErrExists returned.
 func WriteSecretFile(path string, data []byte, force bool) error {
 	if !force {
 		if _, err := os.Lstat(path); err == nil {
 			return fmt.Errorf("%s: %w (pass --force to replace it; keep a copy first, it may be the only key to a running cluster)", path, ErrExists)
 		}
 	}
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
+	err := outfile.Write(path, SecretsFileMode, !force, func(w io.Writer) error {
+		_, err := w.Write(data)
 		return err
+	})
+	if errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("%s: %w (pass --force to replace it)", path, ErrExists)
 	}
-	defer os.Remove(tmp.Name()) //nolint:errcheck // gone after a successful rename
-	if err := tmp.Chmod(SecretsFileMode); err != nil {
-		tmp.Close()
-		return err
-	}
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if !force {
-		// Link fails if path appeared meanwhile: never clobber a bundle created concurrently.
-		if err := os.Link(tmp.Name(), path); err != nil {
-			if errors.Is(err, fs.ErrExist) {
-				return fmt.Errorf("%s: %w (pass --force to replace it)", path, ErrExists)
-			}
-			return err
-		}
-		return nil
-	}
-	return os.Rename(tmp.Name(), path)
+	return err
 }
 
 // readBundle is machinery's secrets.LoadBundle over a bounded read of a

@@ -1,12 +1,7 @@
 package drift
 
 import (
-	"errors"
-	"io"
-	"os"
-	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 )
 
@@ -39,57 +34,6 @@ func TestOneLine(t *testing.T) {
 		if got := oneLine(in); got != want {
 			t.Errorf("oneLine(%q) = %q, want %q", in, got, want)
 		}
-	}
-}
-
-// A write that fails half way leaves the previous file whole and no temporary file.
-func TestWriteFileAtomicFailure(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "devata.prom")
-	if err := os.WriteFile(path, []byte("previous\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	err := writeFileAtomic(path, 0o644, func(w io.Writer) error {
-		if _, err := io.WriteString(w, "half of a new fi"); err != nil {
-			return err
-		}
-		return errors.New("encoder broke")
-	})
-	if err == nil || !strings.Contains(err.Error(), "encoder broke") || !strings.Contains(err.Error(), path) {
-		t.Errorf("err = %v, want the write error naming the file", err)
-	}
-	got, rerr := os.ReadFile(path)
-	if rerr != nil || string(got) != "previous\n" {
-		t.Errorf("file now %q, %v; want the previous content", got, rerr)
-	}
-	entries, _ := os.ReadDir(dir)
-	if len(entries) != 1 {
-		var names []string
-		for _, e := range entries {
-			names = append(names, e.Name())
-		}
-		t.Errorf("directory holds %v, want only devata.prom", names)
-	}
-}
-
-// While being written, the temporary file never has a name the textfile
-// collector reads (*.prom).
-func TestWriteFileAtomicTempName(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "devata.prom")
-	var during []string
-	err := writeFileAtomic(path, 0o644, func(w io.Writer) error {
-		entries, err := os.ReadDir(dir)
-		for _, e := range entries {
-			during = append(during, e.Name())
-		}
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(during) != 1 || strings.HasSuffix(during[0], ".prom") || !strings.HasPrefix(during[0], ".") {
-		t.Errorf("during the write the directory held %v, want one hidden non-.prom file", during)
 	}
 }
 

@@ -4,8 +4,6 @@ import (
 	"bufio"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -13,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/expfmt"
 
+	"devata.dev/devata/internal/outfile"
 	"devata.dev/devata/provenance"
 )
 
@@ -179,48 +178,8 @@ func countOf(c Counts, s Status) int {
 //
 // prometheus.WriteToTextfile does the same but for the sync: without it a
 // crash right after the rename can leave an empty devata_drift.prom behind,
-// so the registry's text goes through writeFileAtomic instead.
+// so the registry's text goes through internal/outfile instead (which also
+// replaces only a regular file).
 func WritePromTextfile(path string, r *Report) error {
-	return writeFileAtomic(path, 0o644, func(w io.Writer) error { return WritePrometheus(w, r) })
-}
-
-func writeFileAtomic(path string, mode os.FileMode, write func(io.Writer) error) (err error) {
-	dir, base := filepath.Split(path)
-	if dir == "" {
-		dir = "."
-	}
-	tmp, err := os.CreateTemp(dir, "."+base+".*.tmp")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	defer func() {
-		if err != nil {
-			// Best effort: the write already failed, and this error says why.
-			_ = tmp.Close()
-			_ = os.Remove(tmp.Name())
-			err = fmt.Errorf("write %s: %w", path, err)
-		}
-	}()
-	if err := write(tmp); err != nil {
-		return err
-	}
-	if err := tmp.Chmod(mode); err != nil {
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return err
-	}
-	// Make the rename survive a crash. The file is in place and whole either
-	// way, so a failure here is not worth failing the run for.
-	if d, derr := os.Open(dir); derr == nil {
-		_ = d.Sync()
-		_ = d.Close()
-	}
-	return nil
+	return outfile.Write(path, 0o644, false, func(w io.Writer) error { return WritePrometheus(w, r) })
 }

@@ -108,18 +108,26 @@ func (a *app) backupEtcd(ctx context.Context, out string, force bool) error {
 		opts.Progress = f // progress on a terminal only
 	}
 	res, err := backup.Etcd(ctx, opts)
+	say := a.streams.Out
+	if res != nil && res.SidecarPath == "" {
+		say = a.streams.Err // the snapshot went to a pipe or the output itself
+	}
 	if res != nil {
 		s := res.Sidecar
 		revision := "unknown"
 		if s.EtcdRevision > 0 {
 			revision = fmt.Sprint(s.EtcdRevision)
 		}
-		fmt.Fprintf(a.streams.Out, "etcd snapshot of %s from %s written to %s: %s (%d bytes), sha256 %s, etcd revision %s, members %s\n",
+		fmt.Fprintf(say, "etcd snapshot of %s from %s written to %s: %s (%d bytes), sha256 %s, etcd revision %s, members %s\n",
 			s.Cluster, s.ControlPlane, res.Path, humanize.IBytes(uint64(s.Size)), s.Size, s.SHA256, revision, strings.Join(s.Members, " ")) //nolint:gosec // a size is never negative
 	}
 	if err != nil {
 		return exitWith(exitTrouble, err)
 	}
-	fmt.Fprintf(a.streams.Out, "sidecar written to %s\n", res.SidecarPath)
+	if res.SidecarPath == "" {
+		fmt.Fprintf(say, "no sidecar: %s is a pipe or the output, with no file beside it; keep the line above with the snapshot\n", res.Path)
+		return nil
+	}
+	fmt.Fprintf(say, "sidecar written to %s\n", res.SidecarPath)
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 
@@ -12,6 +13,7 @@ import (
 	"devata.dev/devata/checks"
 	"devata.dev/devata/config"
 	"devata.dev/devata/drift"
+	"devata.dev/devata/internal/outfile"
 	"devata.dev/devata/machines"
 	"devata.dev/devata/netcheck"
 )
@@ -95,6 +97,15 @@ func (a *app) drift(ctx context.Context, flags driftFlags) error {
 	if slices.Contains(flags.checks, netcheck.CheckProbe) && !flags.probe {
 		return usageError(errors.New("cilium-probe creates pods in the cluster: it runs only with --probe"))
 	}
+	// an output file that would not be written is said before any machine is asked
+	for _, path := range []string{flags.junitFile, flags.htmlFile, flags.promFile} {
+		if path == "" {
+			continue
+		}
+		if _, err := outfile.Check(path); err != nil {
+			return exitWith(exitTrouble, err)
+		}
+	}
 	s, err := a.openSession(ctx, true, flags.machines...)
 	if err != nil {
 		return err
@@ -122,12 +133,12 @@ func (a *app) drift(ctx context.Context, flags driftFlags) error {
 		return exitWith(exitTrouble, err)
 	}
 	if flags.junitFile != "" {
-		if err := writeFileWith(flags.junitFile, func(w *fileWriter) error { return drift.WriteJUnit(w, rep) }); err != nil {
+		if err := writeFileWith(flags.junitFile, func(w io.Writer) error { return drift.WriteJUnit(w, rep) }); err != nil {
 			return exitWith(exitTrouble, err)
 		}
 	}
 	if flags.htmlFile != "" {
-		if err := writeFileWith(flags.htmlFile, func(w *fileWriter) error { return drift.WriteHTML(w, rep) }); err != nil {
+		if err := writeFileWith(flags.htmlFile, func(w io.Writer) error { return drift.WriteHTML(w, rep) }); err != nil {
 			return exitWith(exitTrouble, err)
 		}
 	}

@@ -166,3 +166,39 @@ func TestNoOutputLeaksCredentialsOutsideSecretFields(t *testing.T) {
 		}
 	}
 }
+
+// Probe 7 of issue 31: --junit-file, --html-file and --prom-file pointed at
+// a symbolic link (to the secrets bundle) or a device replaced it. Each is
+// refused before any machine is asked, and the bundle and /dev/null are
+// left as they were.
+func TestReportFilesReplaceOnlyRegularFiles(t *testing.T) {
+	sf := startSim(t, simtest.Options{Bootstrap: true})
+	bundle := sf.Inventory.SecretsPath()
+	before, err := os.ReadFile(bundle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(t.TempDir(), "drift.xml")
+	if err := os.Symlink(bundle, link); err != nil {
+		t.Fatal(err)
+	}
+	versions := func() int { return sf.Sim.Machine("cp-1").Calls("Version") }
+	calls := versions()
+	for _, flag := range []string{"--junit-file", "--html-file", "--prom-file"} {
+		for _, path := range []string{link, "/dev/null"} {
+			r := devata(t, nil, "drift", "--config", sf.settings, flag, path)
+			if r.code != 2 || !strings.Contains(r.err, "devata replaces only regular files") {
+				t.Errorf("drift %s %s: exit %d\n%s", flag, path, r.code, r.err)
+			}
+		}
+	}
+	if n := versions() - calls; n != 0 {
+		t.Errorf("%d Version calls reached cp-1 before the refusals", n)
+	}
+	if after, err := os.ReadFile(bundle); err != nil || !bytes.Equal(after, before) {
+		t.Errorf("the bundle changed (%v)", err)
+	}
+	if fi, err := os.Lstat("/dev/null"); err != nil || fi.Mode()&os.ModeDevice == 0 {
+		t.Fatalf("/dev/null is no longer a device: %v, %v", fi, err)
+	}
+}

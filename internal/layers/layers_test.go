@@ -23,7 +23,8 @@ var allowed = []struct {
 	// leaves
 	{"redact", nil},
 	{"provenance", nil},
-	{"drift", []string{"provenance"}},
+	{"internal/outfile", nil},
+	{"drift", []string{"internal/outfile", "provenance"}},
 	{"config", nil},
 	{"lock", nil},
 	{"snapshot", nil},
@@ -39,7 +40,7 @@ var allowed = []struct {
 	{"internal/heartbeat", nil},
 	// the spec and what is rendered from it
 	{"inventory", []string{"redact"}},
-	{"bootstrap", []string{"internal/configview", "inventory", "redact"}},
+	{"bootstrap", []string{"internal/configview", "internal/outfile", "inventory", "redact"}},
 	// the Talos API and the checks of what it reports
 	{"machines", []string{"drift", "inventory", "redact"}},
 	{"gate", []string{"internal/heartbeat", "inventory", "machines"}},
@@ -50,7 +51,7 @@ var allowed = []struct {
 	// what changes machines
 	{"reconcile", []string{"bootstrap", "drift", "gate", "internal/heartbeat", "inventory", "machines", "provenance"}},
 	{"bootstrap/sequence", []string{"bootstrap", "checks", "drift", "gate", "internal/heartbeat", "inventory", "machines", "provenance", "snapshot"}},
-	{"backup", []string{"gate", "inventory", "machines", "provenance", "snapshot"}},
+	{"backup", []string{"gate", "internal/outfile", "inventory", "machines", "provenance", "snapshot"}},
 	{"membership", []string{"gate", "internal/configview", "internal/heartbeat", "inventory", "machines"}},
 	// test bed and tools
 	{"internal/simtest", []string{"bootstrap", "examples", "inventory", "machines", "sim"}},
@@ -65,7 +66,7 @@ var allowed = []struct {
 	// the command: parse, call, render
 	{"cmd/devata", []string{
 		"backup", "bootstrap", "bootstrap/sequence", "checks", "config", "drift", "examples", "gate", "internal/demo", "internal/simfleet",
-		"internal/testenv", "inventory", "lock", "machines", "membership", "netcheck", "provenance", "reconcile", "redact", "sim", "snapshot", "storagecheck",
+		"internal/outfile", "internal/testenv", "inventory", "lock", "machines", "membership", "netcheck", "provenance", "reconcile", "redact", "sim", "snapshot", "storagecheck",
 	}},
 }
 
