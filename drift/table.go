@@ -4,13 +4,14 @@ import (
 	"bufio"
 	"fmt"
 	"io"
-	"os"
 	"slices"
 	"strings"
 	"unicode"
 	"unicode/utf8"
 
 	"golang.org/x/term"
+
+	"devata.dev/devata/internal/termsafe"
 )
 
 // TableOptions tune the human table.
@@ -31,7 +32,7 @@ const SummaryAbove = 50
 // AutoColor reports whether output to w may be colored: w is a terminal,
 // NO_COLOR is unset and TERM is not "dumb". getenv is os.Getenv outside tests.
 func AutoColor(w io.Writer, getenv func(string) string) bool {
-	f, ok := w.(*os.File)
+	f, ok := termsafe.FileOf(w)
 	if !ok || getenv("NO_COLOR") != "" || getenv("TERM") == "dumb" {
 		return false
 	}

@@ -12,6 +12,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"devata.dev/devata/config"
+
+	"devata.dev/devata/internal/termsafe"
 )
 
 // Exit codes shared by the commands (DESIGN.md's CLI contract).
@@ -69,6 +71,12 @@ func Run(ctx context.Context, args []string, streams Streams) int {
 }
 
 func run(ctx context.Context, args []string, streams Streams, getenv func(string) string) int {
+	// text from machines, snapshots, lock files and inventories reaches the
+	// terminal escaped (internal/termsafe); JSON escapes it anyway
+	out, errw := termsafe.New(streams.Out), termsafe.New(streams.Err)
+	defer errw.Flush() //nolint:errcheck // nowhere left to say it
+	defer out.Flush()  //nolint:errcheck // idem
+	streams.Out, streams.Err = out, errw
 	a := &app{streams: streams, getenv: getenv, log: slog.New(slog.NewTextHandler(streams.Err, nil))}
 	root := a.newRootCommand()
 	root.SetArgs(args)

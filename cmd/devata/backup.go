@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"time"
 
@@ -15,6 +14,8 @@ import (
 	"devata.dev/devata/backup"
 	"devata.dev/devata/inventory"
 	"devata.dev/devata/machines"
+
+	"devata.dev/devata/internal/termsafe"
 )
 
 func (a *app) newBackupCommand() *cobra.Command {
@@ -104,7 +105,7 @@ func (a *app) backupEtcd(ctx context.Context, out string, force bool) error {
 		Warn: func(format string, args ...any) { fmt.Fprintf(a.streams.Err, "warning: "+format+"\n", args...) },
 		Say:  func(format string, args ...any) { fmt.Fprintf(a.streams.Err, format+"\n", args...) },
 	}
-	if f, ok := a.streams.Err.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+	if f, ok := termsafe.FileOf(a.streams.Err); ok && term.IsTerminal(int(f.Fd())) {
 		opts.Progress = f // progress on a terminal only
 	}
 	res, err := backup.Etcd(ctx, opts)

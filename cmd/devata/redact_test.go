@@ -202,3 +202,14 @@ func TestReportFilesReplaceOnlyRegularFiles(t *testing.T) {
 		t.Fatalf("/dev/null is no longer a device: %v, %v", fi, err)
 	}
 }
+
+// Probe 8 of issue 31: text from outside reaches the terminal escaped,
+// whichever message carries it (internal/termsafe wraps devata's output).
+// Here the inventory's own path, quoted raw by the error that names it.
+func TestOutputEscapesTerminalSequences(t *testing.T) {
+	evil := filepath.Join(t.TempDir(), "inv\x1b]0;pwned\x07\rfake.yaml")
+	r := devata(t, nil, "validate", "-i", evil)
+	if r.code == 0 || strings.ContainsAny(r.stdout+r.err, "\x1b\x07\r") || !strings.Contains(r.err, `inv\x1b]0;pwned\x07\x0dfake.yaml`) {
+		t.Errorf("exit %d, output %q", r.code, r.stdout+r.err)
+	}
+}

@@ -20,6 +20,8 @@ import (
 	"devata.dev/devata/machines"
 	"devata.dev/devata/netcheck"
 	"devata.dev/devata/provenance"
+
+	"devata.dev/devata/internal/termsafe"
 )
 
 // session is what the commands that talk to machines share: the validated
@@ -157,7 +159,7 @@ func (a *app) inventoryProvenance(ctx context.Context, path string) provenance.I
 // progress returns a progress printer for stderr, or nil when stderr is not
 // a terminal: progress is for people, never for pipes or JSON.
 func (a *app) progress(total int) func(string, []drift.Result) {
-	f, ok := a.streams.Err.(*os.File)
+	f, ok := termsafe.FileOf(a.streams.Err)
 	if !ok || !term.IsTerminal(int(f.Fd())) {
 		return nil
 	}

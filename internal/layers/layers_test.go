@@ -24,7 +24,8 @@ var allowed = []struct {
 	{"redact", nil},
 	{"provenance", nil},
 	{"internal/outfile", nil},
-	{"drift", []string{"internal/outfile", "provenance"}},
+	{"internal/termsafe", nil},
+	{"drift", []string{"internal/outfile", "internal/termsafe", "provenance"}},
 	{"config", nil},
 	{"lock", nil},
 	{"snapshot", nil},
@@ -66,7 +67,7 @@ var allowed = []struct {
 	// the command: parse, call, render
 	{"cmd/devata", []string{
 		"backup", "bootstrap", "bootstrap/sequence", "checks", "config", "drift", "examples", "gate", "internal/demo", "internal/simfleet",
-		"internal/outfile", "internal/testenv", "inventory", "lock", "machines", "membership", "netcheck", "provenance", "reconcile", "redact", "sim", "snapshot", "storagecheck",
+		"internal/outfile", "internal/termsafe", "internal/testenv", "inventory", "lock", "machines", "membership", "netcheck", "provenance", "reconcile", "redact", "sim", "snapshot", "storagecheck",
 	}},
 }
 
