@@ -229,9 +229,15 @@ const maxOutput = 64 << 10
 // and GIT_INDEX_FILE, relative to the hook's directory. LC_ALL=C keeps the
 // messages in English, --literal-pathspecs keeps a name with * in it a
 // name, and --no-optional-locks keeps status from writing the index under
-// someone's feet.
+// someone's feet. Nothing the repository configures runs: no fsmonitor
+// hook (core.fsmonitor, which status would start), no hooks, no external
+// diff; the -c settings reach the git processes status starts in
+// submodules too (GIT_CONFIG_PARAMETERS).
 func run(ctx context.Context, git, dir string, args ...string) (stdout []byte, stderr string, err error) {
-	cmd := exec.CommandContext(ctx, git, append([]string{"--no-optional-locks", "--literal-pathspecs", "-C", dir}, args...)...)
+	cmd := exec.CommandContext(ctx, git, append([]string{
+		"-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null", "-c", "diff.external=",
+		"--no-optional-locks", "--literal-pathspecs", "-C", dir,
+	}, args...)...)
 	cmd.Env = append(cleanEnv(os.Environ()), "LC_ALL=C")
 	cmd.WaitDelay = time.Second
 	var out, errOut capped

@@ -299,3 +299,24 @@ func TestMaxFileSizeIsInventorys(t *testing.T) {
 		t.Errorf("provenance.MaxFileSize %d, inventory.MaxFileSize %d: keep them equal", provenance.MaxFileSize, inventory.MaxFileSize)
 	}
 }
+
+// Probe 10 of issue 31: `git status` for provenance ran the repository's
+// core.fsmonitor hook. Nothing the repository configures runs now.
+func TestOfRunsNothingTheRepositoryConfigures(t *testing.T) {
+	r := newRepo(t, "inventory.yaml")
+	marker := filepath.Join(t.TempDir(), "ran")
+	hook := filepath.Join(t.TempDir(), "fsmonitor.sh")
+	if err := os.WriteFile(hook, []byte("#!/bin/sh\ntouch "+marker+"\nexit 1\n"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	r.git("config", "core.fsmonitor", hook)
+	if err := os.WriteFile(r.inv, []byte("changed\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := of(t, r.inv); !got.Dirty || got.Commit == "" {
+		t.Errorf("Of = %+v, want the commit and the tree dirty", got)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Error("provenance ran the repository's core.fsmonitor hook")
+	}
+}
