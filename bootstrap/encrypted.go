@@ -79,6 +79,9 @@ type AgeIdentities struct {
 	KeyFile string
 	// DefaultFile is sops' default identity file, read only when it exists.
 	DefaultFile string
+	// AllowShared takes identity files that others than their owner may
+	// read or write; they are refused otherwise, as ssh refuses such keys.
+	AllowShared bool
 }
 
 // AgeIdentitiesFromEnv is where sops looks for age identities, read through
@@ -154,6 +157,18 @@ func (a AgeIdentities) given() string {
 	return ""
 }
 
+// private refuses an identity file that others than its owner may read or
+// write (group or world bits), as ssh refuses a private key (its
+// "UNPROTECTED PRIVATE KEY FILE"), unless AllowShared. A file that cannot
+// be looked at is left to the read that follows to report.
+func (a AgeIdentities) private(path, setting string) error {
+	fi, err := os.Stat(path)
+	if err != nil || !fi.Mode().IsRegular() || a.AllowShared || fi.Mode().Perm()&0o077 == 0 {
+		return nil
+	}
+	return fmt.Errorf("age identity file %s (%s) may be read by others than its owner (mode %04o): chmod 600 it, as ssh asks of private keys; or pass --allow-shared-age-identity (DEVATA_ALLOW_SHARED_AGE_IDENTITY) for a file shared on purpose, such as a Kubernetes Secret mounted with an fsGroup", path, setting, fi.Mode().Perm())
+}
+
 func (a AgeIdentities) load() (identitySet, error) {
 	var set identitySet
 	add := func(source string, data []byte, perLine bool) error {
@@ -169,6 +184,9 @@ func (a AgeIdentities) load() (identitySet, error) {
 		for _, f := range a.Files {
 			if strings.TrimSpace(f) == "" {
 				return set, fmt.Errorf("an empty path is given as an age identity file: set %s to the identity file's path, or unset it", SettingAgeIdentity)
+			}
+			if err := a.private(f, SettingAgeIdentity); err != nil {
+				return set, err
 			}
 			data, err := inventory.ReadFile(f)
 			if err != nil {
@@ -188,6 +206,9 @@ func (a AgeIdentities) load() (identitySet, error) {
 		}
 	}
 	if a.KeyFile != "" {
+		if err := a.private(a.KeyFile, EnvAgeKeyFile); err != nil {
+			return set, err
+		}
 		data, err := inventory.ReadFile(a.KeyFile)
 		if err != nil {
 			return set, fmt.Errorf("%s names %s, which cannot be read (%s): point it at your age identity file", EnvAgeKeyFile, a.KeyFile, readProblem(err))

@@ -35,6 +35,15 @@ func testOnlySecret(t *testing.T) string {
 	return ""
 }
 
+// A checkout makes the fixture key 0644 (Git keeps no mode bits but
+// execute), which devata refuses as ssh refuses such keys: the tests make it
+// the owner's alone, as a key file should be.
+func init() {
+	if err := os.Chmod(testOnlyKeyFile, 0o600); err != nil {
+		panic(err)
+	}
+}
+
 func testOnlyKeys() bootstrap.AgeIdentities {
 	return bootstrap.AgeIdentities{KeyFile: testOnlyKeyFile}
 }
@@ -442,5 +451,26 @@ func TestAgeIdentityFileErrors(t *testing.T) {
 	// a clear bundle reads no identity at all: a broken one is no error
 	if _, err := bootstrap.LoadSecretsWith(clearFixture, bootstrap.AgeIdentities{Files: []string{missing}}); err != nil {
 		t.Errorf("clear bundle with a missing identity file: %v", err)
+	}
+}
+
+// An identity file others may read is refused, as ssh refuses such a
+// private key, saying how to make it the owner's or how to allow it (a
+// Kubernetes Secret mounted with an fsGroup is group-readable).
+func TestSharedIdentityFileIsRefused(t *testing.T) {
+	key := filepath.Join(t.TempDir(), "keys.txt")
+	if err := os.WriteFile(key, readFile(t, testOnlyKeyFile), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(key, 0o640); err != nil { // whatever the umask
+		t.Fatal(err)
+	}
+	bundle := filepath.Join(encDir, "talosctl-secrets.yaml.age")
+	_, err := bootstrap.LoadSecretsWith(bundle, bootstrap.AgeIdentities{Files: []string{key}})
+	if err == nil || !strings.Contains(err.Error(), "may be read by others than its owner (mode 0640): chmod 600 it") || !strings.Contains(err.Error(), "--allow-shared-age-identity") {
+		t.Errorf("a group-readable identity file: %v", err)
+	}
+	if _, err := bootstrap.LoadSecretsWith(bundle, bootstrap.AgeIdentities{Files: []string{key}, AllowShared: true}); err != nil {
+		t.Errorf("with --allow-shared-age-identity: %v", err)
 	}
 }

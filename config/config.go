@@ -44,6 +44,10 @@ type Settings struct {
 	// bundle. When set, they replace sops' SOPS_AGE_KEY, SOPS_AGE_KEY_FILE
 	// and keys.txt (bootstrap.AgeIdentities.Files).
 	AgeIdentity []string `mapstructure:"age-identity"`
+	// AllowSharedAgeIdentity takes identity files that others than their
+	// owner may read (a Kubernetes Secret mounted with an fsGroup is
+	// group-readable), which are refused otherwise, as ssh refuses such keys.
+	AllowSharedAgeIdentity bool `mapstructure:"allow-shared-age-identity"`
 
 	// File is the settings file that was read, if any.
 	File string `mapstructure:"-"`
@@ -83,6 +87,7 @@ func RegisterFlags(flags *pflag.FlagSet) {
 	flags.CountP("verbose", "v", "more log detail; repeat for more (env DEVATA_VERBOSE)")
 	flags.String("log-format", DefaultLogFormat, "log encoding on stderr: text or json (env DEVATA_LOG_FORMAT)")
 	flags.String("config", "", "devata settings file (env DEVATA_CONFIG; default <user config dir>/devata/config.yaml if present)")
+	flags.Bool("allow-shared-age-identity", false, "take age identity files that others than their owner may read (a Kubernetes Secret mounted with an fsGroup is group-readable); refused otherwise, as ssh refuses such keys (env DEVATA_ALLOW_SHARED_AGE_IDENTITY)")
 	flags.StringArray("age-identity", nil, "age identity file that opens an encrypted secrets bundle; repeat for several; replaces SOPS_AGE_KEY, SOPS_AGE_KEY_FILE and sops' keys.txt (env DEVATA_AGE_IDENTITY, a list as PATH takes it)")
 }
 
@@ -116,7 +121,7 @@ func Load(flags *pflag.FlagSet, getenv func(string) string) (Settings, error) {
 		v.Set("age-identity", filepath.SplitList(val))
 		envSet["age-identity"] = true
 	}
-	for _, key := range []string{"inventory", "talosconfig", "kubeconfig", "concurrency", "timeout", "output", "log-format", "verbose", "context", "endpoints"} {
+	for _, key := range []string{"inventory", "talosconfig", "kubeconfig", "concurrency", "timeout", "output", "log-format", "verbose", "context", "endpoints", "allow-shared-age-identity"} {
 		names := []string{"DEVATA_" + strings.ToUpper(strings.ReplaceAll(key, "-", "_"))}
 		if extra, ok := extraEnv[key]; ok {
 			names = append(names, extra)
@@ -176,7 +181,7 @@ func Load(flags *pflag.FlagSet, getenv func(string) string) (Settings, error) {
 		}
 	}
 	if flags != nil {
-		for _, key := range []string{"inventory", "talosconfig", "kubeconfig", "concurrency", "timeout", "output", "log-format", "verbose", "context", "endpoints", "age-identity"} {
+		for _, key := range []string{"inventory", "talosconfig", "kubeconfig", "concurrency", "timeout", "output", "log-format", "verbose", "context", "endpoints", "age-identity", "allow-shared-age-identity"} {
 			f := flags.Lookup(key)
 			if f == nil || !f.Changed || key == "output" && f.Annotations[outputAnnotation] == nil {
 				continue

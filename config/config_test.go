@@ -305,3 +305,22 @@ func TestAgeIdentity(t *testing.T) {
 		}
 	}
 }
+
+// allow-shared-age-identity comes from the flag, DEVATA_ALLOW_SHARED_AGE_IDENTITY
+// (deploy/ sets it for its group-readable Secret) or the settings file.
+func TestAllowSharedAgeIdentity(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		env  map[string]string
+		want bool
+	}{
+		{nil, nil, false},
+		{[]string{"--allow-shared-age-identity"}, nil, true},
+		{nil, map[string]string{"DEVATA_ALLOW_SHARED_AGE_IDENTITY": "true"}, true},
+	} {
+		s, err := config.Load(flags(t, c.args...), envOf(c.env))
+		if err != nil || s.AllowSharedAgeIdentity != c.want {
+			t.Errorf("%v %v: %t, %v; want %t", c.args, c.env, s.AllowSharedAgeIdentity, err, c.want)
+		}
+	}
+}

@@ -157,5 +157,6 @@ func (a *app) loadSecrets(path string) (*secrets.Bundle, error) {
 func (a *app) ageIdentities() bootstrap.AgeIdentities {
 	ids := bootstrap.AgeIdentitiesFromEnv(a.getenv)
 	ids.Files = a.settings.AgeIdentity
+	ids.AllowShared = a.settings.AllowSharedAgeIdentity
 	return ids
 }
