@@ -15,6 +15,7 @@ import (
 
 	"devata.dev/devata/bootstrap"
 	"devata.dev/devata/internal/configview"
+	"devata.dev/devata/internal/talos"
 	"devata.dev/devata/inventory"
 )
 
@@ -42,12 +43,12 @@ func TestRenderForEachContract(t *testing.T) {
 				t.Fatal(err)
 			}
 			inv.Cluster.TalosVersion, inv.Cluster.KubernetesVersion = c.talos, c.kube
-			inv.Cluster.InstallImage = inventory.DefaultInstallImage(c.talos)
+			inv.Cluster.InstallImage = talos.DefaultInstallImage(c.talos)
 			out, err := bootstrap.Render(inv, b)
 			if err != nil {
 				t.Fatal(err)
 			}
-			rel, _ := inventory.TalosReleaseOf(c.talos)
+			rel, _ := talos.ReleaseOf(c.talos)
 			for _, r := range out {
 				m := inv.Machine(r.Machine)
 				if _, err := bootstrap.Validate(r.Config); err != nil {
@@ -58,7 +59,7 @@ func TestRenderForEachContract(t *testing.T) {
 					t.Fatal(err)
 				}
 				for _, d := range cfg.Documents() {
-					if since, ok := inventory.DocumentKinds[d.Kind()]; ok && since > rel.Minor {
+					if since, ok := talos.DocumentKinds[d.Kind()]; ok && since > rel.Minor {
 						t.Errorf("%s: a %s document, which Talos 1.%d refuses (it came with 1.%d)", r.Machine, d.Kind(), rel.Minor, since)
 					}
 				}

@@ -76,6 +76,10 @@ func (a *machineAPI) ApplyConfiguration(ctx context.Context, in *machine.ApplyCo
 // and returns it with the validation warnings.
 func loadApplied(ctx context.Context, t *Machine, data []byte) (config.Provider, []string, error) {
 	cfg, err := configloader.NewFromBytes(data)
+	if err == nil {
+		err = notRegistered(data, t.snap().version) // a kind this machine's Talos lacks
+	}
+
 	if err != nil {
 		return nil, nil, status.Error(codes.InvalidArgument, err.Error())
 	}
@@ -190,6 +194,10 @@ func (a *machineAPI) applyMaintenance(ctx context.Context, t *Machine, _ snapsho
 	}
 
 	cfg, err := configloader.NewFromBytes(in.GetData())
+	if err == nil {
+		err = notRegistered(in.GetData(), t.snap().version) // a kind this machine's Talos lacks
+	}
+
 	if err != nil {
 		return nil, fmt.Errorf("failed to parse config: %w", err)
 	}

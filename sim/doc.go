@@ -381,13 +381,19 @@
 //     which machinery no longer has. devata never parses it.
 //   - Version's features report Rbac true whenever a config is loaded
 //     (v1.14.1 v1alpha1_server.go Version; RBAC is always on from 1.12).
+//   - A machine refuses a config holding a document kind its own Talos
+//     does not register (kinds.go; internal/talos DocumentKinds, read in each
+//     release's config/types registrations): `"<Kind>" "v1alpha1": not
+//     registered` as config/internal/registry New says it, named with its
+//     document and line from machinery v1.12.4 on (configloader decoder.go
+//     parse); InvalidArgument on a configured node, Unknown "failed to parse
+//     config" in Talos 1.11's maintenance mode.
 //   - MaintenanceServiceCertificates (secrets) is not served: machinery
 //     v1.14.1 has no such type (Talos 1.13 removed it, "unify maintenance and
 //     regular APIs").
 //
 // What stays kinder than a Talos of another version (to be modelled per
-// version, issue 30): a machine on 1.11 accepts documents its machinery does
-// not register (a LinkConfig, a KubeletConfig); LifecycleService is not
+// version, issue 30): LifecycleService is not
 // served on 1.13+ machines; 1.13's maintenance mode (apid, readers
 // authorised per method) and 1.14's always-live applies (AUTO is NO_REBOOT,
 // REBOOT refused) are not played; the resource definitions are v1.11.0's.

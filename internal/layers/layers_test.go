@@ -30,7 +30,8 @@ var allowed = []struct {
 	{"examples", nil},
 	{"deploy", nil},
 	{"internal/configview", nil},
-	{"sim", []string{"internal/configview"}},
+	{"internal/talos", nil},
+	{"sim", []string{"internal/configview", "internal/talos"}},
 	{"internal/testenv", nil},
 	{"internal/testctx", nil},
 	{"internal/golden", nil},
@@ -38,7 +39,7 @@ var allowed = []struct {
 	{"internal/layers", nil},
 	{"internal/heartbeat", nil},
 	// the spec and what is rendered from it
-	{"inventory", []string{"redact"}},
+	{"inventory", []string{"internal/talos", "redact"}},
 	{"bootstrap", []string{"internal/configview", "inventory", "redact"}},
 	// the Talos API and the checks of what it reports
 	{"machines", []string{"drift", "inventory", "redact"}},
