@@ -51,6 +51,9 @@ func (p *Plan) Write(w io.Writer) {
 				reboot = "REBOOTS"
 			}
 			fmt.Fprintf(w, "  %-20s apply %s (%s): %s\n", who, act.Mode, reboot, act.Diff.Summary())
+			if act.Contract != "" {
+				fmt.Fprintf(w, "      %s\n", act.Contract)
+			}
 			if act.NotReady != "" {
 				fmt.Fprintf(w, "      %s\n", act.NotReady)
 			}
@@ -102,7 +105,7 @@ func (p *Plan) Write(w io.Writer) {
 // sameAction reports whether two actions say the same thing but for the
 // machine: the same change, or the same reason to skip.
 func sameAction(a, b Action) bool {
-	return a.Kind == b.Kind && a.Mode == b.Mode && a.Reboots == b.Reboots && a.Reason == b.Reason &&
+	return a.Kind == b.Kind && a.Mode == b.Mode && a.Reboots == b.Reboots && a.Reason == b.Reason && a.Contract == b.Contract &&
 		a.Diff.Text == b.Diff.Text && a.NotReady == b.NotReady && slices.Equal(a.Warnings, b.Warnings) &&
 		(a.Upgrade == nil) == (b.Upgrade == nil) && (a.Upgrade == nil || *a.Upgrade == *b.Upgrade) &&
 		(a.Kubernetes == nil) == (b.Kubernetes == nil) && (a.Kubernetes == nil || a.Kubernetes.From == b.Kubernetes.From && a.Kubernetes.moves() == b.Kubernetes.moves())

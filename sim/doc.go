@@ -388,15 +388,20 @@
 //     document and line from machinery v1.12.4 on (configloader decoder.go
 //     parse); InvalidArgument on a configured node, Unknown "failed to parse
 //     config" in Talos 1.11's maintenance mode.
+//   - A machine on Talos 1.14 applies every change live (talos v1.14.1
+//     v1alpha1_server.go ApplyConfiguration; v1alpha1_runtime.go has no
+//     CanApplyImmediate any more): AUTO is always NO_REBOOT, TRY and
+//     NO_REBOOT refuse nothing, REBOOT on a configured machine is
+//     Unimplemented "the REBOOT mode is not supported, please use AUTO or
+//     NO_REBOOT modes instead" (apply.go resolveMode).
 //   - MaintenanceServiceCertificates (secrets) is not served: machinery
 //     v1.14.1 has no such type (Talos 1.13 removed it, "unify maintenance and
 //     regular APIs").
 //
 // What stays kinder than a Talos of another version (to be modelled per
-// version, issue 30): LifecycleService is not
-// served on 1.13+ machines; 1.13's maintenance mode (apid, readers
-// authorised per method) and 1.14's always-live applies (AUTO is NO_REBOOT,
-// REBOOT refused) are not played; the resource definitions are v1.11.0's.
+// version, issue 30): LifecycleService is not served on 1.13+ machines;
+// 1.13's maintenance mode (apid, readers authorised per method) is not
+// played; the resource definitions are v1.11.0's.
 //
 // # Storage
 //

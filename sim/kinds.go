@@ -59,8 +59,10 @@ func notRegistered(data []byte, version string) error {
 			return ""
 		}
 
+		// the table dates kinds from 1.11 on: what 1.11 registers, an
+		// older machine may or may not (it is not played per kind)
 		kind, apiVersion := cmp.Or(field("kind"), "v1alpha1"), field("apiVersion")
-		if since, known := talos.DocumentKinds[kind]; !known || since <= minor {
+		if since, known := talos.DocumentKinds[kind]; !known || since <= max(minor, talos.OldestMinor) {
 			continue
 		}
 

@@ -40,7 +40,7 @@ var allowed = []struct {
 	{"internal/heartbeat", nil},
 	// the spec and what is rendered from it
 	{"inventory", []string{"internal/talos", "redact"}},
-	{"bootstrap", []string{"internal/configview", "inventory", "redact"}},
+	{"bootstrap", []string{"internal/configview", "internal/talos", "inventory", "redact"}},
 	// the Talos API and the checks of what it reports
 	{"machines", []string{"drift", "inventory", "redact"}},
 	{"gate", []string{"internal/heartbeat", "inventory", "machines"}},
@@ -49,7 +49,7 @@ var allowed = []struct {
 	// the one list of checks
 	{"checks", []string{"drift", "inventory", "machines", "netcheck", "storagecheck"}},
 	// what changes machines
-	{"reconcile", []string{"bootstrap", "drift", "gate", "internal/heartbeat", "inventory", "machines", "provenance"}},
+	{"reconcile", []string{"bootstrap", "drift", "gate", "internal/heartbeat", "internal/talos", "inventory", "machines", "provenance"}},
 	{"bootstrap/sequence", []string{"bootstrap", "checks", "drift", "gate", "internal/heartbeat", "inventory", "machines", "provenance", "snapshot"}},
 	{"backup", []string{"gate", "inventory", "machines", "provenance", "snapshot"}},
 	{"membership", []string{"gate", "internal/configview", "internal/heartbeat", "inventory", "machines"}},
