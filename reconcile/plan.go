@@ -87,6 +87,12 @@ type Plan struct {
 	Kubernetes *gate.KubeRollout
 }
 
+// Hops says whether the plan upgrades a machine on a hop of a longer way:
+// once it is done, a plan made again has the next hop.
+func (p *Plan) Hops() bool {
+	return slices.ContainsFunc(p.Actions, func(a Action) bool { return a.Kind == KindUpgrade && a.Upgrade.Final != "" })
+}
+
 // Pending returns the actions that change something: config applies, joins and upgrades.
 func (p *Plan) Pending() []Action {
 	return slices.DeleteFunc(slices.Clone(p.Actions), func(a Action) bool { return a.Kind != KindApply && a.Kind != KindUpgrade && a.Kind != KindJoin })

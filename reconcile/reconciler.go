@@ -177,6 +177,9 @@ func (r *machineReconciler) change(ctx context.Context, d *Desired, desired map[
 	}
 
 	rec.Time, rec.Interrupted = time.Time{}, out.InFlight != ""
+	if u := a.Upgrade; u != nil {
+		rec.Via, rec.Installer = u.Via, u.Installer
+	}
 	var outcome string
 	var err error
 	switch {

@@ -40,14 +40,18 @@ type Release struct {
 	LiveApply bool
 	// DefaultInstaller is the installer repository its generate defaults to.
 	DefaultInstaller string
+	// Latest is the release's newest patch the Go module proxy served on
+	// 2026-12-05: an upgrade across several minors stops on it for each
+	// minor in between.
+	Latest string
 }
 
 // Releases are the supported releases, oldest first.
 var Releases = []Release{
-	{Minor: 11, Kubernetes: [2]string{"1.29", "1.34"}, DefaultKubernetes: "1.34.0", DefaultInstaller: GHCRInstaller},
-	{Minor: 12, Kubernetes: [2]string{"1.30", "1.35"}, DefaultKubernetes: "1.35.0", DefaultInstaller: GHCRInstaller},
-	{Minor: 13, Kubernetes: [2]string{"1.31", "1.36"}, DefaultKubernetes: "1.36.3", LifecycleUpgrade: true, DefaultInstaller: GHCRInstaller},
-	{Minor: 14, Kubernetes: [2]string{"1.32", "1.37"}, DefaultKubernetes: "1.37.0", LifecycleUpgrade: true, LiveApply: true, DefaultInstaller: FactoryInstaller},
+	{Minor: 11, Kubernetes: [2]string{"1.29", "1.34"}, DefaultKubernetes: "1.34.0", DefaultInstaller: GHCRInstaller, Latest: "v1.11.5"},
+	{Minor: 12, Kubernetes: [2]string{"1.30", "1.35"}, DefaultKubernetes: "1.35.0", DefaultInstaller: GHCRInstaller, Latest: "v1.12.4"},
+	{Minor: 13, Kubernetes: [2]string{"1.31", "1.36"}, DefaultKubernetes: "1.36.3", LifecycleUpgrade: true, DefaultInstaller: GHCRInstaller, Latest: "v1.13.9"},
+	{Minor: 14, Kubernetes: [2]string{"1.32", "1.37"}, DefaultKubernetes: "1.37.0", LifecycleUpgrade: true, LiveApply: true, DefaultInstaller: FactoryInstaller, Latest: "v1.14.1"},
 }
 
 // ReleaseOf is the release of Talos version v (vX.Y.Z), if supported.
