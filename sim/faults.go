@@ -20,8 +20,8 @@ type Faults struct {
 	Latency time.Duration
 	// ErrorCodes fails calls with the given code, by short method name
 	// ("Version", "Get", …) or, where a short name is ambiguous ("List" is
-	// both COSI's and MachineService's), by full name
-	// ("/cosi.resource.State/List").
+	// both COSI's and MachineService's), by service and method
+	// ("State.List") or by full name ("/cosi.resource.State/List").
 	ErrorCodes map[string]codes.Code
 	// DriftedConfig replaces the machine's config behind devata's back when it
 	// is set (or changed), as an out-of-band `talosctl apply-config

@@ -140,8 +140,11 @@ func (m *Machine) Addr() string {
 
 // Calls counts the calls that reached this machine (as endpoint or as a
 // routed target), whether or not they were then refused, by short method
-// name ("ApplyConfiguration", "Get") and by full name
-// ("/cosi.resource.State/Get"). Calls lost to Unreachable or to an injected
+// name ("ApplyConfiguration", "Get"), by service and method
+// ("MachineService.Upgrade", "State.Get") and by full name
+// ("/cosi.resource.State/Get"). A short name counts every service's
+// method of that name ("List" is COSI's and MachineService's), which the
+// service's name tells apart. Calls lost to Unreachable or to an injected
 // error code are not counted. Dry-run applies are also counted as
 // "ApplyConfiguration(dry-run)", so writes are the difference of the two.
 func (m *Machine) Calls(method string) int {

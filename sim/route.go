@@ -66,6 +66,21 @@ func shortMethod(full string) string {
 	return full[strings.LastIndex(full, "/")+1:]
 }
 
+// serviceOf is the service of a full method name ("machine.ImageService").
+func serviceOf(full string) string {
+	svc, _, _ := strings.Cut(strings.TrimPrefix(full, "/"), "/")
+
+	return svc
+}
+
+// serviceMethod names a method with its service's short name
+// ("MachineService.Upgrade", "State.Get").
+func serviceMethod(full string) string {
+	svc := serviceOf(full)
+
+	return svc[strings.LastIndex(svc, ".")+1:] + "." + shortMethod(full)
+}
+
 // route reads apid's routing metadata as the endpoint's apid does
 // (internal/app/apid/pkg/director/director.go Router.Director): the
 // targets, and whether the call fans out (nodes) or goes to one machine
@@ -205,13 +220,14 @@ func (f *Fleet) enter(ctx context.Context, endpoint, target *Machine, roles role
 		}
 	}
 
-	for _, name := range []string{method, fullMethod} {
+	for _, name := range []string{method, serviceMethod(fullMethod), fullMethod} {
 		if code, ok := s.faults.ErrorCodes[name]; ok && code != codes.OK {
 			return nil, status.Errorf(code, "sim: injected %s on %s", code, method)
 		}
 	}
 
 	target.count(method)
+	target.count(serviceMethod(fullMethod))
 	target.count(fullMethod)
 
 	if apply, ok := req.(*machine.ApplyConfigurationRequest); ok && apply.DryRun {
