@@ -32,6 +32,9 @@ type bootEntry struct {
 	// revert: the bootloader went back to it after a failed boot; it is
 	// the version that booted before, so it boots.
 	revert bool
+	// install: a first install (LifecycleService.Install), not an
+	// upgrade: the installer set no Upgrade META tag, nothing to revert to.
+	install bool
 }
 
 // installImageOf is the installer image a config installs from
@@ -89,7 +92,7 @@ func (a *machineAPI) Upgrade(ctx context.Context, in *machine.UpgradeRequest) (*
 	a.fleet.log.Info("sim: upgrade request received", "machine", t.name, "image", in.GetImage(),
 		"staged", in.GetStage(), "force", in.GetForce(), "reboot_mode", in.GetRebootMode().String())
 
-	next, err := pullInstaller(in.GetImage(), s.faults)
+	next, err := t.pullInstaller(in.GetImage(), s.faults)
 	if err != nil {
 		return nil, status.Errorf(codes.Unknown, "error validating installer image %q: %s", in.GetImage(), err)
 	}
@@ -121,24 +124,35 @@ func (a *machineAPI) Upgrade(ctx context.Context, in *machine.UpgradeRequest) (*
 }
 
 // pullInstaller is install.PullAndValidateInstallerImage: the reference
-// must parse (image.Pull's reference.ParseDockerRef), and the registry
-// must have it. The sim's registry has an installer for every Talos
-// version tag (v1.11.0, v1.12.0-beta.1, …), and the new version is that
-// tag; any other tag, a bare digest and any image UpgradeImagesMissing
-// names are not found. image.Pull retries a not-found once
-// (WithMaxNotFoundRetries(1)) and go-retry returns its error set.
-func pullInstaller(image string, f Faults) (bootEntry, error) {
+// must parse (image.Pull's reference.ParseDockerRef), and the sim's
+// registry must have it (resolve); the image lands in the system
+// containerd's system namespace. image.Pull retries a not-found once
+// (WithMaxNotFoundRetries(1); Talos 1.14's PullWithRetriesAndTimeout
+// five times, over two minutes) and go-retry returns its error set,
+// which holds the one error.
+func (m *Machine) pullInstaller(image string, f Faults) (bootEntry, error) {
 	ref, err := parseDockerRef(image)
 	if err != nil {
 		return bootEntry{}, fmt.Errorf("failed to parse image reference %q: %w", image, err)
 	}
 
-	version, ok := talosVersionTag(ref.tag)
-	if !ok || imageMissing(f.UpgradeImagesMissing, image, ref) {
-		return bootEntry{}, fmt.Errorf("1 error(s) occurred:\n\tfailed to pull image %q: failed to resolve reference %q: %s: not found", ref, ref, ref)
+	img, err := resolve(image, ref, f)
+	if err != nil {
+		return bootEntry{}, fmt.Errorf("1 error(s) occurred:\n\t%w", err)
 	}
 
-	return bootEntry{version: version, image: image}, nil
+	m.pull(legacyStore, ref, img)
+
+	return img.installer(image), nil
+}
+
+// isInstalled: the system disk holds a Talos install
+// (runtime.MachineState.Installed).
+func (m *Machine) isInstalled() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+
+	return m.installed
 }
 
 // talosVersionTag: a tag is a Talos version when it is v and a semantic
@@ -274,7 +288,7 @@ func (m *Machine) loadBootEntryLocked() (time.Duration, bool) {
 	next := *m.next
 	m.next, m.fallback = nil, nil
 
-	if !next.revert {
+	if !next.revert && !next.install {
 		// the installer set the Upgrade tag; a revert deleted it
 		m.fallback = &bootEntry{version: m.version, image: m.installImage, revert: true}
 		m.bootFailing = m.faults.UpgradeBootFails
