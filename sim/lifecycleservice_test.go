@@ -728,6 +728,46 @@ func TestLifecycleRouting(t *testing.T) {
 	}
 }
 
+// MachineService.Upgrade from Talos 1.13 (v1alpha1_server.go Upgrade,
+// v1.13.9, v1.14.1): FailedPrecondition "Talos is not installed" before
+// anything else, and a preserve upgrade of a control plane skips etcd's
+// checks as a forced one does.
+func TestLegacyUpgradeOn113(t *testing.T) {
+	t.Parallel()
+
+	cp, wk := baseConfigs(t)
+	f := startWith(t, sim.Options{
+		UpgradeDelay: time.Hour,
+		Machines: []sim.MachineSpec{
+			{Name: "cp-112", Role: "controlplane", Config: cp, TalosVersion: "v1.12.4"},
+			{Name: "cp-114", Role: "controlplane", Config: cp, TalosVersion: "v1.14.1"},
+			{Name: "w-112", Config: wk, TalosVersion: "v1.12.4"},
+			{Name: "w-114", Config: wk, TalosVersion: "v1.14.1"},
+		},
+	})
+
+	// no etcd anywhere: the checks fail before any etcd client exists
+	_, err := upgrade(t, admin(t, f.Machine("cp-112").Addr()), &machine.UpgradeRequest{Image: factory1141, Preserve: true})
+	wantStatus(t, "preserve upgrade on 1.12", err, codes.Unknown, "failed to create etcd client: no controlplane endpoints discovered yet")
+
+	if _, err := upgrade(t, admin(t, f.Machine("cp-114").Addr()), &machine.UpgradeRequest{Image: factory1142, Preserve: true}); err != nil {
+		t.Errorf("preserve upgrade on 1.14: %v, want the checks skipped", err)
+	}
+
+	for _, name := range []string{"w-112", "w-114"} {
+		f.Machine(name).SetInstalled(false)
+	}
+
+	_, err = upgrade(t, admin(t, f.Machine("w-114").Addr()), &machine.UpgradeRequest{Image: talos.GHCRInstaller + ":no-such-tag"})
+	wantStatus(t, "upgrade of 1.14 not installed", err, codes.FailedPrecondition, "Talos is not installed")
+
+	// Talos 1.12 has no such check: the pull comes first
+	_, err = upgrade(t, admin(t, f.Machine("w-112").Addr()), &machine.UpgradeRequest{Image: factory1141})
+	if err != nil {
+		t.Errorf("upgrade of 1.12 not installed: %v, want acked", err)
+	}
+}
+
 // LifecycleService on a machine whose disk holds no install: Upgrade
 // refuses it, Install checks its image and its disk (lifecycle.go Install;
 // filepath.EvalSymlinks' error for a disk the node does not have), then

@@ -89,6 +89,15 @@ func (a *machineAPI) Upgrade(ctx context.Context, in *machine.UpgradeRequest) (*
 		return nil, status.Error(codes.Unimplemented, "API is not implemented in maintenance mode")
 	}
 
+	v113 := lifecycleAPIs(s.version)
+
+	// Talos 1.13 and later (v1alpha1_server.go Upgrade, v1.13.9 and
+	// v1.14.1): refused where the system disk holds no install, before
+	// the pull
+	if v113 && !t.isInstalled() {
+		return nil, status.Error(codes.FailedPrecondition, "Talos is not installed")
+	}
+
 	a.fleet.log.Info("sim: upgrade request received", "machine", t.name, "image", in.GetImage(),
 		"staged", in.GetStage(), "force", in.GetForce(), "reboot_mode", in.GetRebootMode().String())
 
@@ -97,8 +106,9 @@ func (a *machineAPI) Upgrade(ctx context.Context, in *machine.UpgradeRequest) (*
 		return nil, status.Errorf(codes.Unknown, "error validating installer image %q: %s", in.GetImage(), err)
 	}
 
-	// machine type != worker: init and controlplane alike
-	if s.controlPlane() && !in.GetForce() {
+	// machine type != worker: init and controlplane alike; from Talos
+	// 1.13 a preserve upgrade skips the checks too
+	if s.controlPlane() && !in.GetForce() && (!v113 || !in.GetPreserve()) {
 		unlock, err := a.fleet.checkEtcdForUpgrade(ctx, t, s)
 		if unlock != nil {
 			// the mutex guards only the checks: released once the call is done
