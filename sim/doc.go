@@ -41,8 +41,10 @@
 //     Install): a machine whose system disk holds no install (started in
 //     maintenance mode, or reset with the whole system disk wiped) comes
 //     back on the version its installer image is tagged with
-//     (machine.install.image, else the default installer), not the one it
-//     booted from; one whose STATE alone was wiped is still installed and
+//     (machine.install.image, else the default installer of the Talos
+//     that installs: ghcr.io's up to 1.13, the Image Factory's metal
+//     installer from 1.14, v1alpha1_sequencer_tasks.go Install in
+//     v1.14.1), not the one it booted from; one whose STATE alone was wiped is still installed and
 //     keeps its version.
 //     Version answers Unimplemented "API is not implemented in maintenance
 //     mode" (Talos only answers SideroLink peers), COSI reads work for

@@ -11,6 +11,8 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/config"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"devata.dev/devata/internal/talos"
 )
 
 // Upgrade as Talos v1.11.0 has it: the handler
@@ -21,9 +23,6 @@ import (
 // v1alpha1_sequencer.go Upgrade, StageUpgrade, Install) drain, stop
 // services, run the installer into the other boot partition and reboot
 // into it; machined's main.go reverts the bootloader when that boot fails.
-
-// defaultInstallerRepository is images.DefaultInstallerImageRepository.
-const defaultInstallerRepository = "ghcr.io/siderolabs/installer"
 
 // bootEntry is a boot partition: the Talos version it holds and the
 // installer image that wrote it.
@@ -38,7 +37,11 @@ type bootEntry struct {
 }
 
 // installImageOf is the installer image a config installs from
-// (machine.install.image, else images.DefaultInstallerImage).
+// (machine.install.image, else the default installer of the Talos that
+// installs: images.DefaultInstallerImage, the ghcr.io installer, up to
+// 1.13; images.InstallerImage("metal"), the Image Factory's, from 1.14:
+// v1alpha1_sequencer_tasks.go Install in v1.14.1; internal/talos
+// DefaultInstallImage).
 func installImageOf(cfg config.Provider, version string) string {
 	if cfg != nil && cfg.Machine() != nil && cfg.Machine().Install() != nil {
 		if img := cfg.Machine().Install().Image(); img != "" {
@@ -46,7 +49,7 @@ func installImageOf(cfg config.Provider, version string) string {
 		}
 	}
 
-	return defaultInstallerRepository + ":" + version
+	return talos.DefaultInstallImage(version)
 }
 
 // installedFrom is the boot sequence's Install task after a config came
