@@ -463,6 +463,8 @@ func TestLifecycleLock(t *testing.T) {
 
 	wg.Go(func() { first, err = lifecycleUpgrade(ctxTimeout(t, 5*time.Second), c, nsSystem, factory1142) })
 
+	// counted as it reaches the machine, locked a moment later; the
+	// installer then runs for a second
 	until(t, "the first installer runs", func() (bool, error) { return m.Calls("LifecycleService.Upgrade") == 1, nil })
 	time.Sleep(100 * time.Millisecond)
 
@@ -819,5 +821,97 @@ func TestLifecycleNotInstalled(t *testing.T) {
 
 	if obs := m.Observe(); obs.NextVersion != "v1.14.2" || obs.InstallImage != factory1142 {
 		t.Errorf("after the install: %+v, want v1.14.2 for the next boot", obs)
+	}
+}
+
+// The installer of LifecycleService.Upgrade sets the Upgrade META tag as
+// the legacy sequence's does (cmd/installer/pkg/install install.go
+// handleMeta), so a new version whose boot fails is reverted (main.go
+// handle, revert.go revertBootloadInternal).
+func TestLifecycleUpgradeBootFailsFallsBack(t *testing.T) {
+	t.Parallel()
+
+	_, wk := baseConfigs(t)
+	f := startWith(t, sim.Options{
+		RebootDelay:  300 * time.Millisecond,
+		UpgradeDelay: 100 * time.Millisecond,
+		Machines:     []sim.MachineSpec{{Name: "w-1", Config: wk, TalosVersion: "v1.14.1"}},
+	})
+	m := f.Machine("w-1")
+	m.SetFaults(sim.Faults{UpgradeBootFails: true})
+	c := admin(t, m.Addr())
+
+	if _, err := pullImage(ctxTimeout(t, 5*time.Second), c, nsSystem, factory1142); err != nil {
+		t.Fatalf("pull: %v", err)
+	}
+
+	if up, err := lifecycleUpgrade(ctxTimeout(t, 5*time.Second), c, nsSystem, factory1142); err != nil || up.exit == nil || *up.exit != 0 {
+		t.Fatalf("lifecycle upgrade: %+v, %v", up, err)
+	}
+
+	if err := c.Reboot(ctxTimeout(t, time.Second)); err != nil {
+		t.Fatalf("reboot: %v", err)
+	}
+
+	// a client each poll, so that no reconnect backoff skips the short
+	// failing boot; down in between
+	until(t, "the new version boots", func() (bool, error) {
+		got, _ := tag(t, admin(t, m.Addr()))
+
+		return got == "v1.14.2", nil
+	})
+
+	until(t, "back on v1.14.1", func() (bool, error) {
+		got, _ := tag(t, admin(t, m.Addr()))
+
+		return got == "v1.14.1", nil
+	})
+
+	// the reboot asked for, the revert's; the installer it was installed
+	// from: 1.14's default, the Image Factory's
+	if obs := m.Observe(); obs.InstallImage != talos.DefaultInstallImage("v1.14.1") || obs.Reboots != 2 {
+		t.Errorf("after the fallback: %+v, want v1.14.1 from %s after two reboots", obs, talos.DefaultInstallImage("v1.14.1"))
+	}
+}
+
+// A reference with a tag and a digest is pulled by its digest
+// (reference.ParseDockerRef drops the tag): the sim's registry has the
+// digest of its tag's installer and no other. An injected error code by
+// service and method hits that service's method only.
+func TestLifecycleDigestsAndFaults(t *testing.T) {
+	t.Parallel()
+
+	_, wk := baseConfigs(t)
+	f := start(t, sim.MachineSpec{Name: "w-1", Config: wk, TalosVersion: "v1.14.1"})
+	m := f.Machine("w-1")
+	c := admin(t, m.Addr())
+
+	p, err := pullImage(ctxTimeout(t, 5*time.Second), c, nsCRI, ghcr1139)
+	if err != nil {
+		t.Fatalf("pull: %v", err)
+	}
+
+	_, digest, _ := strings.Cut(p.name, "@")
+
+	// pinned already: the name is the reference as normalized
+	if again, err := pullImage(ctxTimeout(t, 5*time.Second), c, nsSystem, ghcr1139+"@"+digest); err != nil || again.name != p.name {
+		t.Errorf("pull by tag and digest: %+v, %v; want %s", again, err, p.name)
+	}
+
+	wrong := talos.GHCRInstaller + "@sha256:" + strings.Repeat("0", 64)
+
+	_, err = pullImage(ctxTimeout(t, 5*time.Second), c, nsSystem, ghcr1139+"@sha256:"+strings.Repeat("0", 64))
+	wantStatus(t, "pull by another digest", err, codes.NotFound,
+		fmt.Sprintf("error pulling image: failed to pull image %q: failed to resolve reference %q: %s: not found", wrong, wrong, wrong))
+
+	m.SetFaults(sim.Faults{ErrorCodes: map[string]codes.Code{"LifecycleService.Upgrade": codes.Unavailable}})
+
+	_, err = lifecycleUpgrade(ctxTimeout(t, 5*time.Second), c, nsCRI, ghcr1139)
+	if client.StatusCode(err) != codes.Unavailable {
+		t.Errorf("lifecycle upgrade under the fault: %v, want Unavailable", err)
+	}
+
+	if _, err := upgrade(t, c, &machine.UpgradeRequest{Image: factory1142}); err != nil {
+		t.Errorf("legacy upgrade under LifecycleService's fault: %v", err)
 	}
 }
