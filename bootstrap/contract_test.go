@@ -1,6 +1,7 @@
 package bootstrap_test
 
 import (
+	"bytes"
 	"maps"
 	"os"
 	"path/filepath"
@@ -14,7 +15,9 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/config/types/block"
 
 	"devata.dev/devata/bootstrap"
+	"devata.dev/devata/examples"
 	"devata.dev/devata/internal/configview"
+	"devata.dev/devata/internal/talos"
 	"devata.dev/devata/inventory"
 )
 
@@ -42,12 +45,12 @@ func TestRenderForEachContract(t *testing.T) {
 				t.Fatal(err)
 			}
 			inv.Cluster.TalosVersion, inv.Cluster.KubernetesVersion = c.talos, c.kube
-			inv.Cluster.InstallImage = inventory.DefaultInstallImage(c.talos)
+			inv.Cluster.InstallImage = talos.DefaultInstallImage(c.talos)
 			out, err := bootstrap.Render(inv, b)
 			if err != nil {
 				t.Fatal(err)
 			}
-			rel, _ := inventory.TalosReleaseOf(c.talos)
+			rel, _ := talos.ReleaseOf(c.talos)
 			for _, r := range out {
 				m := inv.Machine(r.Machine)
 				if _, err := bootstrap.Validate(r.Config); err != nil {
@@ -58,7 +61,7 @@ func TestRenderForEachContract(t *testing.T) {
 					t.Fatal(err)
 				}
 				for _, d := range cfg.Documents() {
-					if since, ok := inventory.DocumentKinds[d.Kind()]; ok && since > rel.Minor {
+					if since, ok := talos.DocumentKinds[d.Kind()]; ok && since > rel.Minor {
 						t.Errorf("%s: a %s document, which Talos 1.%d refuses (it came with 1.%d)", r.Machine, d.Kind(), rel.Minor, since)
 					}
 				}
@@ -159,5 +162,70 @@ func TestAPatchCannotRenameAMachine(t *testing.T) {
 	_, err = bootstrap.Render(inv, b)
 	if err == nil || !strings.Contains(err.Error(), `cp-1: its patches [patches/common.yaml patches/controlplane.yaml patches/cp-1.yaml] set the hostname to "db-7"`) {
 		t.Errorf("a patch renaming cp-1: %v", err)
+	}
+}
+
+// A machine still on an older release than the inventory's gets its
+// config for that release (Desired.For), so a fleet half-way through an
+// upgrade is never sent a document its Talos refuses; a patch that only
+// the newer release can hold is refused for it, saying what to do.
+func TestDesiredForAnOlderRelease(t *testing.T) {
+	_, b := loadFixture(t)
+	inv, err := inventory.Load("../examples/homelab-v1.14/inventory.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := bootstrap.RenderDesired(t.Context(), inv, b, nil, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := inv.Machine("worker-1")
+	target, err := d.Config(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for running, wantMinor := range map[string]int{"": 14, "v1.14.1": 14, "v1.15.0-beta.1": 14, "v1.13.9": 13, "v1.12.4": 12} {
+		cfg, err := d.For(m, running)
+		if err != nil {
+			t.Fatalf("For(%q): %v", running, err)
+		}
+		if wantMinor == 14 && !bytes.Equal(cfg, target) {
+			t.Errorf("For(%q) is not the inventory's own config", running)
+		}
+		c, err := configloader.NewFromBytes(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, doc := range c.Documents() {
+			if since := talos.DocumentKinds[doc.Kind()]; since > wantMinor {
+				t.Errorf("For(%q): a %s document, which Talos 1.%d refuses", running, doc.Kind(), wantMinor)
+			}
+		}
+		if configview.Hostname(c) != "worker-1" || configview.CNI(c) != "none" {
+			t.Errorf("For(%q): hostname %q, CNI %q", running, configview.Hostname(c), configview.CNI(c))
+		}
+		if _, err := bootstrap.Validate(cfg); err != nil {
+			t.Errorf("For(%q): does not validate: %v", running, err)
+		}
+	}
+
+	// a 1.14 document in a patch: fine for 1.14, refused for a 1.13 machine
+	dir := t.TempDir()
+	path, err := examples.WriteExample(dir, examples.HomelabV114Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "patches/worker.yaml"), []byte("apiVersion: v1alpha1\nkind: KernelModuleConfig\nname: nbd\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if inv, err = inventory.Load(path); err != nil {
+		t.Fatal(err)
+	}
+	if d, err = bootstrap.RenderDesired(t.Context(), inv, b, nil, false); err != nil {
+		t.Fatal(err)
+	}
+	_, err = d.For(inv.Machine("worker-1"), "v1.13.9")
+	if err == nil || !strings.Contains(err.Error(), "worker-1 runs Talos 1.13, which refuses the KernelModuleConfig document its patches [patches/common.yaml patches/worker.yaml] write (it came with Talos 1.14): upgrade it first (devata upgrade)") {
+		t.Errorf("a 1.14 document for a 1.13 machine: %v", err)
 	}
 }

@@ -27,6 +27,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"devata.dev/devata/internal/configview"
+	"devata.dev/devata/internal/talos"
 	"devata.dev/devata/inventory"
 	"devata.dev/devata/redact"
 )
@@ -368,6 +369,15 @@ func (r *Renderer) render(m *inventory.Machine, validate bool) (*Rendered, error
 	// confirm it before they write): a patch may restate it, not change it
 	if h := configview.Hostname(cfg); h != m.Name {
 		return nil, fmt.Errorf("%s: its patches %v set the hostname to %q; devata names each machine's hostname after it and checks it before every write: remove the hostname from the patch, or rename the machine in the inventory", m.Name, append(slices.Clone(r.rolePatches[m.Role]), m.Patches...), h)
+	}
+	// a config for an older release than the inventory's (a machine that
+	// still runs it) cannot hold what its patches write in a later
+	// release's documents: that Talos refuses them
+	for _, d := range cfg.Documents() {
+		if since, ok := talos.DocumentKinds[d.Kind()]; ok && since > r.contract.Minor {
+			return nil, fmt.Errorf("%s runs Talos 1.%d, which refuses the %s document its patches %v write (it came with Talos 1.%d): upgrade it first (devata upgrade), or keep that setting a v1alpha1 field until every machine runs 1.%d",
+				m.Name, r.contract.Minor, d.Kind(), append(slices.Clone(r.rolePatches[m.Role]), m.Patches...), since, since)
+		}
 	}
 	data, err := cfg.EncodeBytes(encoder.WithComments(encoder.CommentsDisabled))
 	if err != nil {

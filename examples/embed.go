@@ -9,21 +9,38 @@ import (
 	"path/filepath"
 )
 
-//go:embed homelab
+//go:embed homelab homelab-v1.14
 var files embed.FS
 
+// The examples, by directory name.
+const (
+	// HomelabName is the homelab as a Talos 1.11 operator writes it.
+	HomelabName = "homelab"
+	// HomelabV114Name is the same homelab on Talos 1.14, written with the
+	// configuration documents of 1.12 and later.
+	HomelabV114Name = "homelab-v1.14"
+)
+
 // Homelab is the examples/homelab directory: inventory.yaml and patches/.
-func Homelab() fs.FS {
-	sub, err := fs.Sub(files, "homelab")
+func Homelab() fs.FS { return Example(HomelabName) }
+
+// Example is the examples/<name> directory.
+func Example(name string) fs.FS {
+	sub, err := fs.Sub(files, name)
 	if err != nil {
-		panic(err) // the directory is embedded above; this cannot fail
+		panic(err) // the directories are embedded above; this cannot fail
 	}
 	return sub
 }
 
 // WriteHomelab copies the homelab example into dir and returns the path of its inventory.
-func WriteHomelab(dir string) (string, error) {
-	err := fs.WalkDir(Homelab(), ".", func(path string, d fs.DirEntry, err error) error {
+func WriteHomelab(dir string) (string, error) { return WriteExample(dir, HomelabName) }
+
+// WriteExample copies the named example into dir and returns the path of
+// its inventory.
+func WriteExample(dir, name string) (string, error) {
+	example := Example(name)
+	err := fs.WalkDir(example, ".", func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -31,7 +48,7 @@ func WriteHomelab(dir string) (string, error) {
 		if d.IsDir() {
 			return os.MkdirAll(target, 0o755)
 		}
-		data, err := fs.ReadFile(Homelab(), path)
+		data, err := fs.ReadFile(example, path)
 		if err != nil {
 			return err
 		}

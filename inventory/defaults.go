@@ -3,7 +3,8 @@ package inventory
 import (
 	"net"
 	"strconv"
-	"strings"
+
+	"devata.dev/devata/internal/talos"
 )
 
 // Defaults applied to an inventory. They are part of the v1alpha1 contract:
@@ -20,37 +21,7 @@ const (
 	DefaultK8sServicePort    = 7445
 	DefaultTalosAPIPort      = 50000
 	DefaultFilesystem        = "xfs"
-	installerImage           = "ghcr.io/siderolabs/installer"
-	// factoryInstaller is Talos 1.14's default installer (talos v1.14.1
-	// pkg/images: InstallerImage("metal"), Factory factory.talos.dev), of the
-	// empty schematic (DefaultInstallerImageSchematic): Talos stopped
-	// publishing ghcr.io/siderolabs/installer with 1.14 (talos #13138).
-	factoryInstaller      = "factory.talos.dev/metal-installer"
-	emptySchematicID      = "376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba"
-	firstFactoryInstaller = 14 // the Talos 1.x minor from which the factory installer is the default
 )
-
-// DefaultInstallImage is the installer a machine of talosVersion installs
-// and upgrades with when cluster.installImage is not given: up to Talos
-// 1.13 the ghcr.io installer Talos published then, from 1.14 on the Image
-// Factory's installer of the empty schematic, as Talos' own default.
-func DefaultInstallImage(talosVersion string) string {
-	if minor, ok := talosMinor(talosVersion); ok && minor >= firstFactoryInstaller {
-		return factoryInstaller + "/" + emptySchematicID + ":" + talosVersion
-	}
-	return installerImage + ":" + talosVersion
-}
-
-// talosMinor is the minor version of a Talos 1.x version vX.Y.Z.
-func talosMinor(v string) (int, bool) {
-	major, rest, ok := strings.Cut(strings.TrimPrefix(v, "v"), ".")
-	if !ok || major != "1" {
-		return 0, false
-	}
-	minor, _, _ := strings.Cut(rest, ".")
-	n, err := strconv.Atoi(minor)
-	return n, err == nil
-}
 
 // Default fills every omitted field with its default, so the object is canonical.
 // It never overwrites what the user wrote. Address ports are split into Port.
@@ -58,7 +29,7 @@ func Default(inv *Inventory) {
 	c := &inv.Cluster
 	setDefault(&c.TalosVersion, DefaultTalosVersion)
 	setDefault(&c.KubernetesVersion, DefaultKubernetesVersion)
-	setDefault(&c.InstallImage, DefaultInstallImage(c.TalosVersion))
+	setDefault(&c.InstallImage, talos.DefaultInstallImage(c.TalosVersion))
 	setDefault(&c.Secrets, DefaultSecrets)
 	setDefault(&c.Network.CNI, DefaultCNI)
 	setDefault(&c.Network.DNSDomain, DefaultDNSDomain)

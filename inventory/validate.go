@@ -15,6 +15,8 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/config/types/v1alpha1"
 	"gopkg.in/yaml.v3"
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"devata.dev/devata/internal/talos"
 )
 
 var (
@@ -95,7 +97,7 @@ func (v *validator) validateCluster(c *Cluster) {
 		v.kubernetesSupported(c.TalosVersion, c.KubernetesVersion)
 	}
 	if strings.ContainsAny(c.InstallImage, " \t") || !strings.Contains(c.InstallImage, ":") && !strings.Contains(c.InstallImage, "@") {
-		v.errorf("cluster.installImage", "%q is not an image reference with a tag or digest, e.g. %s", c.InstallImage, DefaultInstallImage(c.TalosVersion))
+		v.errorf("cluster.installImage", "%q is not an image reference with a tag or digest, e.g. %s", c.InstallImage, talos.DefaultInstallImage(c.TalosVersion))
 	}
 
 	n := &c.Network
@@ -281,7 +283,7 @@ func (v *validator) version(path, s string) bool {
 	return true
 }
 
-// talosVersion checks that devata supports Talos version s (TalosReleases):
+// talosVersion checks that devata supports Talos version s (talos.Releases):
 // a release of 1.11 to 1.14, or a pre-release of the next minor, which is
 // accepted with a warning. It says whether the Kubernetes check can follow.
 func (v *validator) talosVersion(path, s string) bool {
@@ -290,16 +292,16 @@ func (v *validator) talosVersion(path, s string) bool {
 		v.errorf(path, "%q is not a Talos version of the form vX.Y.Z", s)
 		return false
 	}
-	minor, _ := talosMinor(s)
+	minor, _ := talos.Minor(s)
 	switch {
-	case m[1] != "1" || minor < OldestTalosMinor:
-		v.errorf(path, "%s: devata supports Talos 1.%d to 1.%d; upgrade the cluster to 1.%d with talosctl first, then describe it here", s, OldestTalosMinor, NewestTalosMinor, OldestTalosMinor)
+	case m[1] != "1" || minor < talos.OldestMinor:
+		v.errorf(path, "%s: devata supports Talos 1.%d to 1.%d; upgrade the cluster to 1.%d with talosctl first, then describe it here", s, talos.OldestMinor, talos.NewestMinor, talos.OldestMinor)
 		return false
-	case minor == NewestTalosMinor+1 && m[2] != "":
-		v.warnf(path, "%s is a pre-release of Talos 1.%d, which devata does not support yet: it is spoken to as 1.%d, and its Kubernetes versions are not checked", s, minor, NewestTalosMinor)
+	case minor == talos.NewestMinor+1 && m[2] != "":
+		v.warnf(path, "%s is a pre-release of Talos 1.%d, which devata does not support yet: it is spoken to as 1.%d, and its Kubernetes versions are not checked", s, minor, talos.NewestMinor)
 		return false
-	case minor > NewestTalosMinor:
-		v.errorf(path, "%s: devata supports Talos 1.%d to 1.%d (and 1.%d pre-releases with a warning); a newer devata is needed for it", s, OldestTalosMinor, NewestTalosMinor, NewestTalosMinor+1)
+	case minor > talos.NewestMinor:
+		v.errorf(path, "%s: devata supports Talos 1.%d to 1.%d (and 1.%d pre-releases with a warning); a newer devata is needed for it", s, talos.OldestMinor, talos.NewestMinor, talos.NewestMinor+1)
 		return false
 	case m[2] != "":
 		v.warnf(path, "%s is a pre-release; devata speaks to it as Talos 1.%d", s, minor)

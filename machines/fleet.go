@@ -32,10 +32,12 @@ type FleetCheck struct {
 	Inventory *inventory.Inventory
 	// Desired holds each machine's rendered config by name.
 	Desired map[string][]byte
-	// DesiredFor renders a machine's config when Desired has none for it,
-	// inside the machine's turn: a pass over a very large fleet then holds
-	// only the configs in flight.
-	DesiredFor func(m *inventory.Machine) ([]byte, error)
+	// DesiredFor, when set, gives a machine's config instead, once the
+	// machine's Talos version is observed, inside its turn: rendered for
+	// an older release's config contract when the machine runs one (a fleet
+	// half-way through an upgrade), and rendered there and then when none is
+	// held (a pass over a very large fleet holds only the configs in flight).
+	DesiredFor DesiredFunc
 	Dialer     *Dialer
 	// Kube is used for the Kubernetes side of the kubelet check; nil makes that side Unknown.
 	Kube kubernetes.Interface
@@ -147,17 +149,9 @@ func (f *FleetCheck) run(ctx context.Context, out drift.Collector, ms []*invento
 	// Per-machine problems become Unknown results, so ForEach's error is only
 	// about machines never started (cancelled); it is reported, not fatal.
 	ferr := ForEach(ctx, ms, f.Concurrency, f.Timeout, func(ctx context.Context, m *inventory.Machine) error {
-		desired := f.Desired[m.Name]
-		if desired == nil && f.DesiredFor != nil {
-			var err error
-			if desired, err = f.DesiredFor(m); err != nil {
-				// Validated before the pass; the config check is then Unknown.
-				desired = nil
-			}
-		}
 		t := &Target{
 			Machine:           m,
-			Desired:           desired,
+			Desired:           f.Desired[m.Name],
 			TalosVersion:      f.Inventory.Cluster.TalosVersion,
 			KubernetesVersion: f.Inventory.Cluster.KubernetesVersion,
 			InstallImage:      f.Inventory.Cluster.InstallImage,
@@ -172,6 +166,13 @@ func (f *FleetCheck) run(ctx context.Context, out drift.Collector, ms []*invento
 		} else {
 			defer c.Close()
 			t.Obs = ObserveWith(ctx, c, f.Dialer, m)
+		}
+		if f.DesiredFor != nil {
+			var err error
+			if t.Desired, err = f.DesiredFor(m, t.Obs.Version); err != nil {
+				// validated before the pass: the config check is then Unknown
+				t.Desired = nil
+			}
 		}
 		var results []drift.Result
 		for _, c := range checks {

@@ -2,6 +2,7 @@ package machines
 
 import (
 	"context"
+	"fmt"
 
 	"devata.dev/devata/inventory"
 )
@@ -12,6 +13,9 @@ import (
 // The planner and the bootstrap sequence decide from it.
 type Survey struct {
 	Obs *Observation
+	// Config is the desired config the machine was compared with: for the
+	// Talos it runs (DesiredFunc).
+	Config []byte
 	// Compared is set when the machine answered with its applied config;
 	// Diff is then set, unless CompareErr says why the two could not be
 	// compared.
@@ -36,16 +40,38 @@ type Survey struct {
 // could not be compared with it).
 func (s *Survey) Differs() bool { return s.Compared && (s.CompareErr != nil || !s.Diff.Equal) }
 
-// SurveyMachine observes m and compares its applied config with desired;
-// with dryRun, a machine that differs and has no pending config is dry-run
-// in mode.
-func SurveyMachine(ctx context.Context, d *Dialer, m *inventory.Machine, desired []byte, mode Mode, dryRun bool) *Survey {
+// DesiredFunc gives a machine's desired config for the Talos version it
+// runs ("" when not known): rendered for that release's config contract
+// when it is older than the inventory's (bootstrap Desired.For).
+type DesiredFunc func(m *inventory.Machine, running string) ([]byte, error)
+
+// HeldConfigs is the DesiredFunc of configs held by machine name, the same
+// whatever the machine runs.
+func HeldConfigs(held map[string][]byte) DesiredFunc {
+	return func(m *inventory.Machine, _ string) ([]byte, error) {
+		if c, ok := held[m.Name]; ok {
+			return c, nil
+		}
+		return nil, fmt.Errorf("no desired config for %s", m.Name)
+	}
+}
+
+// SurveyMachine observes m and compares its applied config with its
+// desired config for the Talos it runs; with dryRun, a machine that differs
+// and has no pending config is dry-run in mode.
+func SurveyMachine(ctx context.Context, d *Dialer, m *inventory.Machine, desiredFor DesiredFunc, mode Mode, dryRun bool) *Survey {
 	s := &Survey{Obs: Observe(ctx, d, m)}
 	o := s.Obs
 	if o.Err != nil || o.ConfigErr != nil {
 		return s
 	}
 	s.Compared = true
+	desired, err := desiredFor(m, o.Version)
+	if err != nil {
+		s.CompareErr = fmt.Errorf("render its config for Talos %s: %w", o.Version, err)
+		return s
+	}
+	s.Config = desired
 	if s.Diff, s.CompareErr = DiffConfigs(o.Active, desired); s.CompareErr != nil || s.Diff.Equal {
 		return s
 	}

@@ -36,6 +36,11 @@ type AuditRecord struct {
 	Diff    string    `json:"diff,omitempty"`
 	Result  string    `json:"result"`
 	Error   string    `json:"error,omitempty"`
+	// Via is the RPC an upgrade went through (LifecycleService.Upgrade or
+	// MachineService.Upgrade), and Installer the installer's last lines of
+	// output on the first.
+	Via       string   `json:"via,omitempty"`
+	Installer []string `json:"installer,omitempty"`
 	// Interrupted marks an action that was finished after a shutdown or a
 	// lost leadership asked the loop to stop.
 	Interrupted bool   `json:"interrupted,omitempty"`

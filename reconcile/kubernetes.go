@@ -124,7 +124,7 @@ func (p *Planner) planKubernetes(ctx context.Context, actions []Action, others f
 		if a.Kind != KindApply || a.seen == nil || a.seen.running == nil {
 			continue
 		}
-		k, err := machines.KubeComponentsOf(p.Desired[a.Machine.Name])
+		k, err := machines.KubeComponentsOf(p.config(a))
 		if err != nil {
 			continue // the dry run validated it; nothing to move
 		}
@@ -146,7 +146,7 @@ func (p *Planner) planKubernetes(ctx context.Context, actions []Action, others f
 		case KindApply:
 			km.Changes, km.Desired = km.Running != nil, desired[i]
 		case KindNone:
-			if k, err := machines.KubeComponentsOf(p.Desired[a.Machine.Name]); err == nil {
+			if k, err := machines.KubeComponentsOf(p.config(a)); err == nil {
 				km.Running = &k // it runs its desired config
 			}
 		}
@@ -219,7 +219,7 @@ func heldReason(km gate.KubeMachine, roll *gate.KubeRollout, mv []string) string
 // now, in order, each holding the components of the later phases (and the
 // held ones) at the images they run; nil when nothing of it goes now.
 func (p *Planner) kubeStep(a *Action, km gate.KubeMachine, roll *gate.KubeRollout, mv []string) (*KubeStep, error) {
-	desired := p.Desired[a.Machine.Name]
+	desired := p.config(*a)
 	step := &KubeStep{From: gate.LowestVersion(km.Running.Versions()), To: roll.To, Held: map[string]string{}}
 	var now []string
 	for _, c := range mv {

@@ -246,7 +246,7 @@ func (l *Loop) observe(ctx context.Context, d *Desired, owned []*inventory.Machi
 		checks = append(slices.Clone(checks), machines.CheckTalosVersion)
 	}
 	fc := &machines.FleetCheck{
-		Inventory: d.Inventory, Desired: d.Configs.Held(), DesiredFor: d.Configs.Config, Dialer: l.Dialer, Kube: l.Kube,
+		Inventory: d.Inventory, Desired: d.Configs.Held(), DesiredFor: d.Configs.For, Dialer: l.Dialer, Kube: l.Kube,
 		Machines: names, Checks: checks, Concurrency: l.Concurrency, Timeout: l.Timeout,
 	}
 	var rep *drift.Report

@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"devata.dev/devata/gate"
+	"devata.dev/devata/internal/talos"
 	"devata.dev/devata/inventory"
 	"devata.dev/devata/machines"
 )
@@ -50,6 +51,11 @@ type Action struct {
 	Reason  string
 	// Diff is redacted; secrets appear only as changed paths.
 	Diff machines.ConfigDiff
+	// Config is the desired config the plan compared and a rollout
+	// applies: for the Talos the machine runs (nil: the inventory's);
+	// Contract says so when that is an older release than the inventory's.
+	Config   []byte
+	Contract string
 	// Upgrade is set on a KindUpgrade action.
 	Upgrade *UpgradeStep
 	// Kubernetes is set on a KindApply action that moves Kubernetes
@@ -81,6 +87,12 @@ type Plan struct {
 	Kubernetes *gate.KubeRollout
 }
 
+// Hops says whether the plan upgrades a machine on a hop of a longer way:
+// once it is done, a plan made again has the next hop.
+func (p *Plan) Hops() bool {
+	return slices.ContainsFunc(p.Actions, func(a Action) bool { return a.Kind == KindUpgrade && a.Upgrade.Final != "" })
+}
+
 // Pending returns the actions that change something: config applies, joins and upgrades.
 func (p *Plan) Pending() []Action {
 	return slices.DeleteFunc(slices.Clone(p.Actions), func(a Action) bool { return a.Kind != KindApply && a.Kind != KindUpgrade && a.Kind != KindJoin })
@@ -108,8 +120,12 @@ func (p *Plan) Reboots() bool {
 // desired config and in which mode. It dry-runs only machines whose applied
 // config differs, so a fleet in sync sees no ApplyConfiguration call at all.
 type Planner struct {
-	Inventory   *inventory.Inventory
+	Inventory *inventory.Inventory
+	// Desired holds each machine's config for cluster.talosVersion;
+	// DesiredFor, when set, gives it for the Talos each machine runs (an
+	// older release's contract during an upgrade: bootstrap Desired.For).
 	Desired     map[string][]byte
+	DesiredFor  machines.DesiredFunc
 	Dialer      *machines.Dialer
 	Mode        machines.Mode
 	Concurrency int
@@ -174,10 +190,39 @@ func (p *Planner) Plan(ctx context.Context, only []*inventory.Machine) (*Plan, e
 }
 
 func (p *Planner) planOne(ctx context.Context, m *inventory.Machine) Action {
-	s := machines.SurveyMachine(ctx, p.Dialer, m, p.Desired[m.Name], p.Mode, p.Upgrades == nil || !p.Upgrades.Only)
+	desired := p.DesiredFor
+	if desired == nil {
+		desired = machines.HeldConfigs(p.Desired)
+	}
+	s := machines.SurveyMachine(ctx, p.Dialer, m, desired, p.Mode, p.Upgrades == nil || !p.Upgrades.Only)
 	a := p.decide(m, s)
+	a.Config = s.Config
+	if s.Obs != nil {
+		a.Contract = contractNote(s.Obs.Version, p.Inventory.Cluster.TalosVersion)
+	}
 	see(&a, s.Obs)
 	return a
+}
+
+// config is the desired config of a's machine: the one its plan compared
+// (for the Talos it runs), else the inventory's.
+func (p *Planner) config(a Action) []byte {
+	if a.Config != nil {
+		return a.Config
+	}
+	return p.Desired[a.Machine.Name]
+}
+
+// contractNote says, for a machine running an older Talos release than the
+// inventory's, that its desired config is written for the release it runs
+// (bootstrap Desired.For); "" otherwise.
+func contractNote(running, target string) string {
+	rm, ok := talos.Minor(running)
+	tm, tok := talos.Minor(target)
+	if !ok || !tok || rm >= tm || rm < talos.OldestMinor {
+		return ""
+	}
+	return fmt.Sprintf("its config is written for Talos 1.%d, the release it runs, until it runs %s", rm, target)
 }
 
 // decide is a machine's action from its survey.

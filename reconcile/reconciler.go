@@ -65,7 +65,7 @@ func diffSummary(a Action) string {
 // nothing to apply (in sync, held, failed to plan, interrupted).
 func (r *machineReconciler) planOne(ctx context.Context, d *Desired, desired map[string][]byte, m *inventory.Machine) (Action, string, error) {
 	l := r.loop
-	p := &Planner{Inventory: d.Inventory, Desired: desired, Dialer: l.Dialer, Mode: l.Mode, Concurrency: 1, Timeout: l.Timeout, Upgrades: l.Upgrades, Kube: l.Kube, Joins: l.Joins}
+	p := &Planner{Inventory: d.Inventory, Desired: desired, DesiredFor: d.Configs.For, Dialer: l.Dialer, Mode: l.Mode, Concurrency: 1, Timeout: l.Timeout, Upgrades: l.Upgrades, Kube: l.Kube, Joins: l.Joins}
 	plan, err := p.Plan(ctx, []*inventory.Machine{m})
 	if err != nil {
 		return Action{}, OutcomeInterrupted, nil
@@ -177,6 +177,9 @@ func (r *machineReconciler) change(ctx context.Context, d *Desired, desired map[
 	}
 
 	rec.Time, rec.Interrupted = time.Time{}, out.InFlight != ""
+	if u := a.Upgrade; u != nil {
+		rec.Via, rec.Installer = u.Via, u.Installer
+	}
 	var outcome string
 	var err error
 	switch {

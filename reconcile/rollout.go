@@ -278,7 +278,11 @@ func (r *Rollout) apply(ctx context.Context, a Action, phase int) error {
 
 // change applies one machine's desired config and waits until it runs it.
 func (r *Rollout) change(ctx context.Context, a Action) error {
-	return r.applyWait(ctx, a.Machine, r.Desired[a.Machine.Name], a.Mode, a.Reboots, a.Diff.Summary(), a.NotReady)
+	cfg := a.Config
+	if cfg == nil {
+		cfg = r.Desired[a.Machine.Name]
+	}
+	return r.applyWait(ctx, a.Machine, cfg, a.Mode, a.Reboots, a.Diff.Summary(), a.NotReady)
 }
 
 // applyWait applies cfg to m in mode and waits until it runs it (through

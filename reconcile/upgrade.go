@@ -1,8 +1,10 @@
 package reconcile
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -10,6 +12,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/client"
 
 	"devata.dev/devata/internal/heartbeat"
+	"devata.dev/devata/internal/talos"
 	"devata.dev/devata/inventory"
 	"devata.dev/devata/machines"
 )
@@ -29,10 +32,18 @@ type Upgrades struct {
 	Stage bool
 }
 
-// UpgradeStep is a planned Talos OS upgrade.
+// UpgradeStep is a planned Talos OS upgrade. Final, when set, is where a
+// hop leads: To is the newest patch of the next minor release on the way
+// there (nextHop), and a later step goes on from it.
 type UpgradeStep struct {
 	From, To, Image string
+	Final           string
 	Stage           bool
+	// Via is the RPC the rollout upgraded it through (machines.UpgradeVia),
+	// and Installer the installer's last lines on LifecycleService; both
+	// set by the rollout.
+	Via       string
+	Installer []string
 }
 
 // UpgradePath says whether Talos may go from one version to another
@@ -57,6 +68,33 @@ func UpgradePath(from, to string) error {
 	return nil
 }
 
+// nextHop is the first step of an upgrade across more than one minor
+// release, which Talos takes one minor at a time (each release's installer
+// refuses a machine more than a minor or two back: its preflight's
+// upgrade window): the newest patch of the next minor (talos.Releases
+// Latest), from the installer repository of image (the same Image Factory
+// schematic, or ghcr.io's). ok is false for a downgrade, or where no newer
+// minor is known.
+func nextHop(from, to, image string) (hop, hopImage string, ok bool) {
+	f, err := semver.ParseTolerant(from)
+	if err != nil {
+		return "", "", false
+	}
+	t, err := semver.ParseTolerant(to)
+	if err != nil || t.LT(f) || t.Major != f.Major || t.Minor <= f.Minor+1 {
+		return "", "", false
+	}
+	next, ok := talos.ReleaseOf(fmt.Sprintf("v%d.%d.0", f.Major, f.Minor+1))
+	if !ok {
+		return "", "", false
+	}
+	i := strings.LastIndex(image, ":")
+	if strings.Contains(image, "@") || i < 0 || strings.Contains(image[i:], "/") {
+		return "", "", false // a digest, or no tag: it names the final version only
+	}
+	return next.Latest, image[:i] + ":" + next.Latest, true
+}
+
 // planUpgrade decides a machine's upgrade from the version it reports.
 func (p *Planner) planUpgrade(m *inventory.Machine, o *machines.Observation, evidence string) Action {
 	want := p.Inventory.Cluster.TalosVersion
@@ -64,12 +102,17 @@ func (p *Planner) planUpgrade(m *inventory.Machine, o *machines.Observation, evi
 	if o.Version == want {
 		return Action{Machine: m, Kind: KindNone, Reason: "runs Talos " + want, Evidence: evidence}
 	}
-	if err := UpgradePath(o.Version, want); err != nil && !p.Upgrades.Force {
-		return Action{Machine: m, Kind: KindSkip, Reason: "upgrade refused: " + err.Error(), Evidence: evidence}
-	}
 	if tag := machines.ImageTag(image); tag != "" && tag != want {
 		return Action{Machine: m, Kind: KindSkip, Evidence: evidence,
 			Reason: fmt.Sprintf("upgrade refused: cluster.installImage %s is tagged %s, not cluster.talosVersion %s: set it to the installer of %s", image, tag, want, want)}
+	}
+	final := ""
+	if err := UpgradePath(o.Version, want); err != nil && !p.Upgrades.Force {
+		hop, hopImage, ok := nextHop(o.Version, want, image)
+		if !ok {
+			return Action{Machine: m, Kind: KindSkip, Reason: "upgrade refused: " + err.Error(), Evidence: evidence}
+		}
+		final, want, image = want, hop, hopImage
 	}
 	notReady := notReadyBefore(o)
 	if notReady != "" {
@@ -77,22 +120,49 @@ func (p *Planner) planUpgrade(m *inventory.Machine, o *machines.Observation, evi
 	}
 	return Action{
 		Machine: m, Kind: KindUpgrade, Reboots: true,
-		Reason:   fmt.Sprintf("runs Talos %s, the inventory says %s", o.Version, want),
-		Upgrade:  &UpgradeStep{From: o.Version, To: want, Image: image, Stage: p.Upgrades.Stage},
+		Reason:   fmt.Sprintf("runs Talos %s, the inventory says %s", o.Version, cmp.Or(final, want)),
+		Upgrade:  &UpgradeStep{From: o.Version, To: want, Final: final, Image: image, Stage: p.Upgrades.Stage},
 		Evidence: evidence, NotReady: notReady,
 	}
 }
 
-// upgrade sends one machine's Upgrade and waits until it runs the new
-// version, running and ready.
+// upgrade upgrades one machine and waits until it runs the new version,
+// running and ready: through LifecycleService on a machine that serves it
+// (Talos 1.13 on: pull, run the installer, reboot), through
+// MachineService.Upgrade on an older one or when a staged upgrade is asked
+// for (the new call has no stage).
 func (r *Rollout) upgrade(ctx context.Context, a Action) error {
 	m, u := a.Machine, a.Upgrade
 	start := time.Now()
-	r.say("==> %s: upgrade Talos %s → %s (%s), REBOOTS", m.Name, u.From, u.To, u.Image)
+	u.Via = machines.UpgradeVia(u.From)
+	if u.Stage && u.Via == machines.UpgradeViaLifecycle {
+		u.Via = machines.UpgradeViaLegacy // staging is the legacy call's alone
+	}
+	r.say("==> %s: upgrade Talos %s → %s (%s) through %s, REBOOTS", m.Name, u.From, u.To, u.Image, u.Via)
 	if a.NotReady != "" {
 		r.say("    %s: %s; the wait after the upgrade needs it running and ready", m.Name, a.NotReady)
 	}
+	var err error
+	if u.Via == machines.UpgradeViaLifecycle {
+		err = r.lifecycleUpgrade(ctx, m, u)
+	} else {
+		err = r.legacyUpgrade(ctx, m, u)
+	}
+	if err != nil {
+		return err
+	}
+	if err := r.waitUpgraded(ctx, m, u); err != nil {
+		return err
+	}
+	r.say("    %s: runs Talos %s, stage running (%s)", m.Name, u.To, time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// legacyUpgrade is MachineService.Upgrade: Talos checks etcd, pulls,
+// installs and reboots; it replies before it reboots.
+func (r *Rollout) legacyUpgrade(ctx context.Context, m *inventory.Machine, u *UpgradeStep) error {
 	actx, cancel := context.WithTimeout(ctx, r.Timeout)
+	defer cancel()
 	c, err := r.Dialer.Client(actx, m)
 	lost := false
 	if err == nil {
@@ -102,20 +172,51 @@ func (r *Rollout) upgrade(ctx context.Context, a Action) error {
 		// still have started the upgrade: judge by the version it comes back on.
 		lost = err != nil && machines.IsUnreachable(err) && ctx.Err() == nil
 	}
-	cancel()
 	switch {
 	case lost:
 		r.say("    %s: connection lost during the upgrade call (%v); waiting to see whether it upgrades", m.Name, err)
 	case err != nil:
 		return fmt.Errorf("%s: upgrade to %s: %w", m.Name, u.To, err)
 	default:
-		r.say("    %s: upgrade accepted; Talos drains it, installs %s and reboots: waiting for it to return", m.Name, u.To)
+		r.say("    %s: upgrade accepted; Talos installs %s and reboots: waiting for it to return", m.Name, u.To)
 	}
-	if err := r.waitUpgraded(ctx, m, u); err != nil {
-		return err
-	}
-	r.say("    %s: runs Talos %s, stage running (%s)", m.Name, u.To, time.Since(start).Round(time.Millisecond))
 	return nil
+}
+
+// lifecycleUpgrade is LifecycleService.Upgrade: the installer is pulled
+// and run while the machine runs, its output is the heartbeat of the wait,
+// then the machine is rebooted into the new version. The installer's pull
+// and run are not bounded by one call's --timeout, but by --wait.
+func (r *Rollout) lifecycleUpgrade(ctx context.Context, m *inventory.Machine, u *UpgradeStep) error {
+	wctx, cancel := context.WithTimeout(ctx, r.Wait)
+	defer cancel()
+	c, err := r.Dialer.Client(wctx, m)
+	if err != nil {
+		return fmt.Errorf("%s: upgrade to %s: %w", m.Name, u.To, err)
+	}
+	defer c.Close()
+	beat := heartbeat.Start(r.Say, r.Heartbeat, r.Wait, m.Name+"'s installer ("+u.Image+")")
+	out, err := machines.LifecycleUpgrade(wctx, c, u.Image, func(line string) { beat.Saw("installer: " + printable(line)) })
+	beat.Stop()
+	u.Installer = out[max(0, len(out)-installerLines):]
+	if err != nil {
+		return fmt.Errorf("%s: upgrade to %s through %s: %w; the machine still runs %s (nothing is installed until the installer exits 0)", m.Name, u.To, machines.UpgradeViaLifecycle, err, u.From)
+	}
+	r.say("    %s: installer done (%d lines of output); rebooting into %s: waiting for it to return", m.Name, len(out), u.To)
+	return nil
+}
+
+// installerLines is how much of the installer's output an upgrade keeps
+// for its audit record.
+const installerLines = 20
+
+// printable is s with what a terminal would act on escaped: the
+// installer's output comes from the machine.
+func printable(s string) string {
+	if q := strconv.Quote(s); q[1:len(q)-1] != s {
+		return q
+	}
+	return s
 }
 
 // waitUpgraded polls until the machine reports u.To, running and ready (or

@@ -5,6 +5,8 @@ import (
 	"io"
 	"slices"
 	"strings"
+
+	"devata.dev/devata/machines"
 )
 
 // shownNames is how many machine names a line of people's output lists
@@ -51,6 +53,9 @@ func (p *Plan) Write(w io.Writer) {
 				reboot = "REBOOTS"
 			}
 			fmt.Fprintf(w, "  %-20s apply %s (%s): %s\n", who, act.Mode, reboot, act.Diff.Summary())
+			if act.Contract != "" {
+				fmt.Fprintf(w, "      %s\n", act.Contract)
+			}
 			if act.NotReady != "" {
 				fmt.Fprintf(w, "      %s\n", act.NotReady)
 			}
@@ -74,6 +79,12 @@ func (p *Plan) Write(w io.Writer) {
 		case KindUpgrade:
 			u := act.Upgrade
 			fmt.Fprintf(w, "  %-20s upgrade Talos %s → %s (REBOOTS): %s\n", who, u.From, u.To, u.Image)
+			if u.Final != "" {
+				fmt.Fprintf(w, "      one minor release at a time: this hop to %s, then on to %s (cluster.installImage)\n", u.To, u.Final)
+			}
+			if via := machines.UpgradeVia(u.From); via == machines.UpgradeViaLifecycle && !u.Stage {
+				fmt.Fprintf(w, "      through %s: the installer is pulled and run while it runs, then it reboots\n", via)
+			}
 			if act.NotReady != "" {
 				fmt.Fprintf(w, "      %s\n", act.NotReady)
 			}
@@ -102,9 +113,9 @@ func (p *Plan) Write(w io.Writer) {
 // sameAction reports whether two actions say the same thing but for the
 // machine: the same change, or the same reason to skip.
 func sameAction(a, b Action) bool {
-	return a.Kind == b.Kind && a.Mode == b.Mode && a.Reboots == b.Reboots && a.Reason == b.Reason &&
+	return a.Kind == b.Kind && a.Mode == b.Mode && a.Reboots == b.Reboots && a.Reason == b.Reason && a.Contract == b.Contract &&
 		a.Diff.Text == b.Diff.Text && a.NotReady == b.NotReady && slices.Equal(a.Warnings, b.Warnings) &&
-		(a.Upgrade == nil) == (b.Upgrade == nil) && (a.Upgrade == nil || *a.Upgrade == *b.Upgrade) &&
+		(a.Upgrade == nil) == (b.Upgrade == nil) && (a.Upgrade == nil || a.Upgrade.From == b.Upgrade.From && a.Upgrade.To == b.Upgrade.To && a.Upgrade.Image == b.Upgrade.Image && a.Upgrade.Final == b.Upgrade.Final && a.Upgrade.Stage == b.Upgrade.Stage) &&
 		(a.Kubernetes == nil) == (b.Kubernetes == nil) && (a.Kubernetes == nil || a.Kubernetes.From == b.Kubernetes.From && a.Kubernetes.moves() == b.Kubernetes.moves())
 }
 

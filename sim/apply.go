@@ -18,6 +18,8 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/constants"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"devata.dev/devata/internal/talos"
 )
 
 // metalMode is the runtime mode configs are validated in: bare metal,
@@ -46,7 +48,7 @@ func (a *machineAPI) ApplyConfiguration(ctx context.Context, in *machine.ApplyCo
 		return nil, err
 	}
 
-	mode, details, why, err := resolveMode(s.active, cfg, in.Mode)
+	mode, details, why, err := resolveMode(s.active, cfg, in.Mode, s.version)
 	if err != nil {
 		return nil, err
 	}
@@ -76,6 +78,10 @@ func (a *machineAPI) ApplyConfiguration(ctx context.Context, in *machine.ApplyCo
 // and returns it with the validation warnings.
 func loadApplied(ctx context.Context, t *Machine, data []byte) (config.Provider, []string, error) {
 	cfg, err := configloader.NewFromBytes(data)
+	if err == nil {
+		err = notRegistered(data, t.snap().version) // a kind this machine's Talos lacks
+	}
+
 	if err != nil {
 		return nil, nil, status.Error(codes.InvalidArgument, err.Error())
 	}
@@ -104,13 +110,32 @@ func loadApplied(ctx context.Context, t *Machine, data []byte) (config.Provider,
 	return cfg, slices.Concat(warnings, warningsRuntime), nil
 }
 
-// resolveMode is the mode the config is applied in, with the reply's mode
-// details and, when AUTO fell back to a reboot, why: TRY and NO_REBOOT
-// refuse a change that needs a reboot, AUTO picks NO_REBOOT for a live
-// change and REBOOT for any other.
-func resolveMode(current, cfg config.Provider, requested machine.ApplyConfigurationRequest_Mode) (mode machine.ApplyConfigurationRequest_Mode, details, why string, err error) {
+// resolveMode is the mode the config is applied in on a machine of
+// version, with the reply's mode details and, when AUTO fell back to a
+// reboot, why: TRY and NO_REBOOT refuse a change that needs a reboot, AUTO
+// picks NO_REBOOT for a live change and REBOOT for any other. From Talos
+// 1.14 every change applies live (talos v1.14.1 v1alpha1_server.go
+// ApplyConfiguration; v1alpha1_runtime.go has no CanApplyImmediate any
+// more): AUTO is always NO_REBOOT, TRY and NO_REBOOT refuse nothing, and
+// REBOOT on a configured machine is Unimplemented.
+func resolveMode(current, cfg config.Provider, requested machine.ApplyConfigurationRequest_Mode, version string) (mode machine.ApplyConfigurationRequest_Mode, details, why string, err error) {
 	mode = requested
 	details = "Applied configuration with a reboot"
+
+	if rel, ok := talos.ReleaseOf(version); ok && rel.LiveApply {
+		switch mode { //nolint:exhaustive // the others are refused below by applyIn as Talos does
+		case machine.ApplyConfigurationRequest_REBOOT: //nolint:staticcheck // deprecated in 1.14, refused by it
+			return mode, "", "", status.Error(codes.Unimplemented, "the REBOOT mode is not supported, please use AUTO or NO_REBOOT modes instead")
+		case machine.ApplyConfigurationRequest_AUTO, machine.ApplyConfigurationRequest_TRY, machine.ApplyConfigurationRequest_NO_REBOOT:
+			if mode == machine.ApplyConfigurationRequest_AUTO {
+				mode = machine.ApplyConfigurationRequest_NO_REBOOT
+			}
+
+			return mode, "Applied configuration without a reboot", "", nil
+		case machine.ApplyConfigurationRequest_STAGED:
+			return mode, "Staged configuration to be applied after the next reboot", "", nil
+		}
+	}
 
 	switch mode { //nolint:exhaustive // REBOOT keeps the defaults
 	case machine.ApplyConfigurationRequest_TRY, machine.ApplyConfigurationRequest_NO_REBOOT:
@@ -190,6 +215,10 @@ func (a *machineAPI) applyMaintenance(ctx context.Context, t *Machine, _ snapsho
 	}
 
 	cfg, err := configloader.NewFromBytes(in.GetData())
+	if err == nil {
+		err = notRegistered(in.GetData(), t.snap().version) // a kind this machine's Talos lacks
+	}
+
 	if err != nil {
 		return nil, fmt.Errorf("failed to parse config: %w", err)
 	}

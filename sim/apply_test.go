@@ -288,3 +288,36 @@ func TestApplyModes(t *testing.T) {
 		})
 	})
 }
+
+// Talos 1.14 applies every change live (v1alpha1_server.go
+// ApplyConfiguration in v1.14.1; CanApplyImmediate is gone): a change 1.11
+// reboots for (machine.env) is applied without a reboot in AUTO and in
+// NO_REBOOT, and REBOOT is refused on a configured machine.
+func TestApplyOnTalos114IsAlwaysLive(t *testing.T) {
+	t.Parallel()
+
+	cp, _ := baseConfigs(t)
+	env := patch(t, cp, envPatch)
+	f := start(t, sim.MachineSpec{Name: "cp-1", Role: "controlplane", Config: cp, TalosVersion: "v1.14.1"})
+	c := admin(t, f.Machine("cp-1").Addr())
+
+	msg, err := apply(t, c, env, machine.ApplyConfigurationRequest_AUTO, true)
+	if err != nil || msg.Mode != machine.ApplyConfigurationRequest_NO_REBOOT || !strings.Contains(msg.ModeDetails, "Applied configuration without a reboot (skipped in dry-run)") {
+		t.Fatalf("AUTO dry run of a machine.env change on 1.14: %+v, %v; want NO_REBOOT", msg, err)
+	}
+
+	_, err = apply(t, c, env, machine.ApplyConfigurationRequest_REBOOT, false)
+	wantCode(t, "REBOOT on 1.14", err, codes.Unimplemented, "the REBOOT mode is not supported, please use AUTO or NO_REBOOT modes instead")
+
+	if msg, err = apply(t, c, env, machine.ApplyConfigurationRequest_NO_REBOOT, false); err != nil || msg.Mode != machine.ApplyConfigurationRequest_NO_REBOOT {
+		t.Fatalf("NO_REBOOT of a machine.env change on 1.14: %+v, %v", msg, err)
+	}
+
+	if active, persisted := activeAndPersisted(t, c, env); !active || !persisted {
+		t.Errorf("after a live apply: active %t, persisted %t; want both", active, persisted)
+	}
+
+	if f.Machine("cp-1").Observe().Down {
+		t.Error("a live apply rebooted the machine")
+	}
+}

@@ -39,6 +39,11 @@ var rules = map[string]role.Set{
 	"/machine.MachineService/Upgrade":            adminRole,
 	"/machine.MachineService/Version":            allRoles,
 
+	// Talos 1.13 and later
+	"/machine.ImageService/Pull":        operatorUp,
+	"/machine.LifecycleService/Install": adminRole,
+	"/machine.LifecycleService/Upgrade": adminRole,
+
 	// per-type authorization is the access policy's job
 	"/cosi.resource.State/Create":  adminRole,
 	"/cosi.resource.State/Destroy": adminRole,

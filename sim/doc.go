@@ -8,10 +8,11 @@
 // # What a machine does
 //
 // Each machine has its own listener, open from Start to Close; one gRPC
-// server (machinery's MachineService and COSI's State service) serves them
-// all, and every call serves the machine it was routed to. While a machine is
-// down (rebooting, unreachable) its listener closes every connection at once,
-// so a reboot never hands its port to anybody else.
+// server (machinery's MachineService, ImageService and LifecycleService,
+// and COSI's State service) serves them all, and every call serves the
+// machine it was routed to. While a machine is down (rebooting,
+// unreachable) its listener closes every connection at once, so a reboot
+// never hands its port to anybody else.
 //
 //   - TLS: a configured machine presents an Ed25519 certificate from the
 //     bundle's OS CA (its address as IP SAN, DigitalSignature, ServerAuth) and
@@ -40,8 +41,10 @@
 //     Install): a machine whose system disk holds no install (started in
 //     maintenance mode, or reset with the whole system disk wiped) comes
 //     back on the version its installer image is tagged with
-//     (machine.install.image, else the default installer), not the one it
-//     booted from; one whose STATE alone was wiped is still installed and
+//     (machine.install.image, else the default installer of the Talos
+//     that installs: ghcr.io's up to 1.13, the Image Factory's metal
+//     installer from 1.14, v1alpha1_sequencer_tasks.go Install in
+//     v1.14.1), not the one it booted from; one whose STATE alone was wiped is still installed and
 //     keeps its version.
 //     Version answers Unimplemented "API is not implemented in maintenance
 //     mode" (Talos only answers SideroLink peers), COSI reads work for
@@ -58,7 +61,14 @@
 //     client stream too: each client message goes to every target, and the
 //     client gets one reply whose messages hold each target's, a failed
 //     target's error among them (apid's pkg/backend/apid.go AppendInfo and
-//     BuildError, streaming false). `nodes` on COSI is InvalidArgument.
+//     BuildError, streaming false). The endpoint's apid refuses some
+//     `nodes` calls whole, before any target (director.go Director):
+//     Talos 1.11 and 1.12 COSI's, InvalidArgument "one-2-many proxying is
+//     not supported for COSI methods"; from 1.13 every method outside
+//     MachineService, ClusterService, InspectService, StorageService and
+//     TimeService (COSI, ImageService, LifecycleService),
+//     InvalidArgument "one-2-many proxying is not supported for method
+//     <full method>" (v1.13.0, v1.13.9, v1.14.1).
 //     Targets are machine addresses (host:port, which real apid does not
 //     take: loopback machines differ by port), names, or a host that only one
 //     machine listens on. Unreachable, rebooting and maintenance targets fail
@@ -79,7 +89,8 @@
 //     before a target is dialed or authorization runs, with
 //     PermissionDenied "no request forwarding" (singleDirector,
 //     aggregateDirector), a `nodes` call naming the worker among others
-//     too; `nodes` on COSI is InvalidArgument first. Talos' own
+//     too; a `nodes` call apid does not fan out is InvalidArgument
+//     first. Talos' own
 //     integration test is internal/integration/api/apid.go
 //     TestWorkerNoRouting (worker_endpoint_test.go,
 //     talosctl_worker_test.go). A control plane's endpoint forwards to
@@ -252,27 +263,39 @@
 //     os:admin only (services/machined.go rules); on a node without config
 //     Unimplemented "API is not implemented in maintenance mode"
 //     (maintenance/server.go Upgrade: assertAdminRole, and only SideroLink
-//     peers are os:admin there). The installer image is pulled as
-//     install.PullAndValidateInstallerImage and image.Pull do: it must
-//     parse as reference.ParseDockerRef reads it (imageref.go), and the
-//     sim's registry has an installer for every Talos version tag (vX.Y.Z,
-//     pre-releases included), which is the version the node then boots;
-//     any other tag, a bare digest and Faults.UpgradeImagesMissing are not
-//     found, retried once (WithMaxNotFoundRetries) and answered as go-retry's
-//     error set: "error validating installer image %q: 1 error(s)
-//     occurred:\n\tfailed to pull image ...: failed to resolve reference
-//     ...: ...: not found", code Unknown (a plain error through machined's
-//     gRPC server). On a control plane (init or controlplane) unless
-//     forced: an etcd client from the control planes' endpoints
-//     (NewClientFromControlPlaneIPs: "failed to create etcd client: no
-//     controlplane endpoints discovered yet" before any etcd cluster, the
-//     admin certificate error for CRIStartDelay after a boot), the upgrade
-//     mutex (tryLockUpgradeMutex: without quorum its session waits as an
-//     etcd client does and fails DeadlineExceeded; held by another call's
-//     checks, "failed to acquire upgrade mutex: error trying to lock etcd
-//     upgrade mutex: mutex: Locked by another session" at once), then
-//     internal/pkg/etcd ValidateForUpgrade over the member list: exactly
-//     two members are refused ("etcd member count(2) is insufficient to
+//     peers are os:admin there). From Talos 1.13 a machine whose system
+//     disk holds no install is refused first: FailedPrecondition "Talos is
+//     not installed" (v1.13.9 and v1.14.1 v1alpha1_server.go Upgrade;
+//     only reachable through a test's Machine.SetInstalled, as on Talos a
+//     configured machine is installed). The installer image is pulled as
+//     install.PullAndValidateInstallerImage and image.Pull do, into the
+//     system containerd's system namespace: it must parse as
+//     reference.ParseDockerRef reads it (imageref.go), and the sim's
+//     registry must hold it (containerd.go resolve): an installer for
+//     every Talos version tag (vX.Y.Z, pre-releases included) of every
+//     repository, which is the version the node then boots, but none of
+//     ghcr.io/siderolabs/installer from 1.14 on (Talos publishes 1.14's
+//     installers on the Image Factory only: talos #13138, pkg/images in
+//     v1.14.1, internal/talos GHCRInstaller); by digest only the digest
+//     of its tag (a bare digest never). Any other tag, a ghcr.io 1.14
+//     installer, a bare digest and Faults.UpgradeImagesMissing are not
+//     found, retried once (WithMaxNotFoundRetries; Talos 1.14's
+//     PullWithRetriesAndTimeout retries five times) and answered as
+//     go-retry's error set: "error validating installer image %q: 1
+//     error(s) occurred:\n\tfailed to pull image ...: failed to resolve
+//     reference ...: ...: not found", code Unknown (a plain error through
+//     machined's gRPC server). On a control plane (init or controlplane)
+//     unless forced (or, from Talos 1.13, preserved: v1alpha1_server.go
+//     Upgrade in v1.13.9 and v1.14.1): an etcd client from the control
+//     planes' endpoints (NewClientFromControlPlaneIPs: "failed to create
+//     etcd client: no controlplane endpoints discovered yet" before any etcd
+//     cluster, the admin certificate error for CRIStartDelay after a boot),
+//     the upgrade mutex (tryLockUpgradeMutex: without quorum its session
+//     waits as an etcd client does and fails DeadlineExceeded; held by
+//     another call's checks, "failed to acquire upgrade mutex: error trying
+//     to lock etcd upgrade mutex: mutex: Locked by another session" at
+//     once), then internal/pkg/etcd ValidateForUpgrade over the member
+//     list: exactly two members are refused ("etcd member count(2) is insufficient to
 //     maintain quorum if upgrade commences"), a member without a name
 //     "is not started", a member that is down, Unreachable or has its etcd
 //     stopped "is not healthy ...: context deadline exceeded" after the
@@ -297,7 +320,8 @@
 //     rejoins etcd as after any reboot and is uncordoned. Version,
 //     runtime.Version (VersionController), Member resources and the Node's
 //     osImage report the version it runs; Observation the version, the
-//     installer image that wrote its partition and whether it upgrades.
+//     installer image that wrote its partition, the version the next boot
+//     loads and whether it upgrades.
 //     A Reboot while the sequence runs is acked and does nothing
 //     (sequencer.go CanTakeOver: nothing takes over an upgrade); a second
 //     Upgrade is acked too and does not start. Staged (StageUpgrade): the
@@ -312,6 +336,78 @@
 //     reverts the bootloader to the partition the Upgrade META tag names
 //     and reboots (main.go handle, revert.go revertBootloadInternal, grub
 //     Config.Revert), and the node comes back on the version it ran before.
+//   - ImageService.Pull and LifecycleService (images.go, lifecycle.go,
+//     containerd.go), from Talos 1.13 (below, a machine answers as a Talos
+//     without them: Unimplemented "unknown service machine.ImageService",
+//     "unknown service machine.LifecycleService", from gRPC itself, so
+//     before authorization and in maintenance mode too). Both first
+//     resolve the request's ContainerdInstance as ctrhelper
+//     ContainerdInstanceHelper does (InvalidArgument "invalid containerd
+//     driver …", "invalid containerd namespace …" — NS_UNKNOWN, and in
+//     1.13 "3" for NS_TALOSCONTAINERS, which its enum lacks —, "cannot
+//     use CRI namespace with containerd driver"); a store is the
+//     instance's socket (1.13: the containerd driver is the system
+//     containerd; 1.14: only with NS_SYSTEM, else the CRI one; the CRI
+//     driver is always the CRI one) and the namespace. talosctl v1.14.1
+//     sends --namespace system as {CRI, NS_SYSTEM}, inmem as {CONTAINERD,
+//     NS_SYSTEM}, cri as {CRI, NS_CRI}. The system containerd's stores
+//     are lost at every boot (a tmpfs), the CRI containerd's when
+//     EPHEMERAL is wiped.
+//     Pull (images.go Service.Pull; os:admin and os:operator): an image
+//     the store holds under its normalized name is not pulled again
+//     (WithSkipIfAlreadyPulled: no progress); any other is resolved in the
+//     registry as the legacy Upgrade's pull is (above), streams each of
+//     its two layers' progress (downloading, download complete,
+//     extracting, extract complete; the layer ID the first 12 hex digits
+//     of its digest) and is stored under the reference, its digest and
+//     repository@digest (aliases.go manageAliases). The last message is
+//     the name, repository@sha256:… unless the reference had a digest. A
+//     reference that does not parse is a plain error (Unknown "failed to
+//     parse image reference …"); an image the registry lacks NotFound
+//     "error pulling image: failed to pull image %q: failed to resolve
+//     reference %q: %s: not found", in 1.13 inside go-retry's "1 error(s)
+//     occurred:\n\t…" (its Pull still retried).
+//     LifecycleService.Upgrade (lifecycle.go Service.Upgrade; os:admin),
+//     in its order: the service's lock (FailedPrecondition "another
+//     installation/upgrade is already in progress"; machined's, so a
+//     reboot frees it), an install on the system disk (FailedPrecondition
+//     "machine is not installed"), an image name (InvalidArgument
+//     "installer image name is required"), then runInstallerContainer's
+//     errors as Internal "upgrade failed: …": the containerd instance
+//     ("upgrade failed: rpc error: code = InvalidArgument desc = …") and
+//     the image in that store by the exact name given ("installer image
+//     %q not found in containerd store: image %q: not found", containerd's
+//     GetImage through errgrpc). Then the installer of that image runs
+//     (container.go) and its output streams: Go log lines "running Talos
+//     installer <v>", "running pre-flight checks", "host Talos version:
+//     <host>", "all pre-flight checks successful", "installation of <v>
+//     complete" (cmd/installer install.go, preflight.go), one line per
+//     message with its newline (1.14 output.Stream; 1.13 streamOutput's
+//     512-byte reads, one write each), then one exit_code message, and
+//     the call ends OK whatever the code. The pre-flight check is
+//     compatibility's UpgradeableFrom for the installer's version from the
+//     machine's (machinery v1.14.1's data; an installer past 1.14 passes):
+//     when it fails the last line is "pre-flight checks failed: host
+//     version … is too old to upgrade to Talos …" (or "too new to
+//     downgrade"), the exit code 4 for a 1.14 installer (pkg/installer/
+//     exitcode ExitEnvironment), 1 for an older one, and nothing is
+//     written. Otherwise the installer runs for half the UpgradeDelay and
+//     writes the other boot partition: the next boot loads it
+//     (Observation.NextVersion), with the A/B fallback above, but nothing
+//     else happens: no drain, no etcd check, no reboot; a reboot while it
+//     runs kills it and writes nothing. The client reboots with
+//     MachineService.Reboot. Install (os:admin): the lock, AlreadyExists
+//     "machine is already installed" (every configured machine is),
+//     "installer image name is required", InvalidArgument "destination
+//     disk is required", "invalid disk path: lstat <disk>: no such file or
+//     directory" for a disk the node does not have, then the installer in
+//     install mode (no pre-flight check; Internal "installation failed:
+//     …"). Neither reply carries common.Metadata; `nodes` is refused by a
+//     1.13 endpoint (above). In 1.13's maintenance mode the caller is
+//     os:reader (authz.Injector ReadOnlyWithAdminOnSiderolink): Pull,
+//     Upgrade and Install are PermissionDenied "not authorized". Calls
+//     counts them as "ImageService.Pull", "LifecycleService.Upgrade",
+//     "LifecycleService.Install" (and "Upgrade" as MachineService's too).
 //   - Machines given a config at Start have been up a minute: their CRI is
 //     up and their etcd certificates exist; a reboot starts the clock again.
 //   - Other calls: Version (machinery's version reply with the machine's tag),
@@ -349,11 +445,21 @@
 //
 // Reboots and boots take RebootDelay, not minutes; etcd joins take
 // EtcdJoinDelay; services start at once. An upgrade takes UpgradeDelay,
-// its drain evicts no pods, and an installer is pulled at once. The
-// upgrade mutex is released when the call ends even if the node goes down
-// mid-call (Talos' lease lives 60 seconds). Time is always synced and the
-// network always ready, so Bootstrap is never refused with "time is not in
-// sync yet". ManifestStatus appears on every control
+// its drain evicts no pods, and an installer is pulled at once (a missing
+// one fails at once too, where Talos 1.14's legacy Upgrade retries five
+// times over two minutes). The installer of the legacy upgrade sequence
+// runs no pre-flight check (LifecycleService's does; Talos mounts the
+// machine socket into both, install.go RunInstallerContainer): an upgrade
+// the new installer refuses, 1.11 to 1.14, goes through, where on Talos
+// the sequence fails after it stopped the services; and the Install task
+// of a boot after a maintenance apply installs from any installer image
+// whose tag is a version, one the registry lacks (a ghcr.io 1.14
+// installer) included. The CRI containerd answers ImageService and
+// LifecycleService while cri is stopped (after a boot, during an
+// upgrade). The upgrade mutex is released when the call ends even if the
+// node goes down mid-call (Talos' lease lives 60 seconds). Time is always
+// synced and the network always ready, so Bootstrap is never refused with
+// "time is not in sync yet". ManifestStatus appears on every control
 // plane with etcd data, not only once etcd is healthy on the node that holds
 // the manifest lease. Of the bootstrap manifests only the CoreDNS
 // Deployment and the kube-proxy DaemonSet exist in the API server (no
@@ -381,16 +487,36 @@
 //     which machinery no longer has. devata never parses it.
 //   - Version's features report Rbac true whenever a config is loaded
 //     (v1.14.1 v1alpha1_server.go Version; RBAC is always on from 1.12).
+//   - A machine refuses a config holding a document kind its own Talos
+//     does not register (kinds.go; internal/talos DocumentKinds, read in each
+//     release's config/types registrations): `"<Kind>" "v1alpha1": not
+//     registered` as config/internal/registry New says it, named with its
+//     document and line from machinery v1.12.4 on (configloader decoder.go
+//     parse); InvalidArgument on a configured node, Unknown "failed to parse
+//     config" in Talos 1.11's maintenance mode.
+//   - A machine on Talos 1.14 applies every change live (talos v1.14.1
+//     v1alpha1_server.go ApplyConfiguration; v1alpha1_runtime.go has no
+//     CanApplyImmediate any more): AUTO is always NO_REBOOT, TRY and
+//     NO_REBOOT refuse nothing, REBOOT on a configured machine is
+//     Unimplemented "the REBOOT mode is not supported, please use AUTO or
+//     NO_REBOOT modes instead" (apply.go resolveMode).
 //   - MaintenanceServiceCertificates (secrets) is not served: machinery
 //     v1.14.1 has no such type (Talos 1.13 removed it, "unify maintenance and
 //     regular APIs").
 //
+// Per version, besides (each citing the releases' sources above): Talos
+// 1.13 and later serve ImageService and LifecycleService, and below
+// 1.13 they are unknown services; from 1.13 apid fans out only the
+// services of its list, the legacy Upgrade refuses a machine that is not
+// installed and skips etcd's checks for a preserve upgrade, and the
+// installer's output streams by 512-byte reads (1.13) or by line (1.14);
+// ghcr.io/siderolabs/installer has no 1.14 installers.
+//
 // What stays kinder than a Talos of another version (to be modelled per
-// version, issue 30): a machine on 1.11 accepts documents its machinery does
-// not register (a LinkConfig, a KubeletConfig); LifecycleService is not
-// served on 1.13+ machines; 1.13's maintenance mode (apid, readers
-// authorised per method) and 1.14's always-live applies (AUTO is NO_REBOOT,
-// REBOOT refused) are not played; the resource definitions are v1.11.0's.
+// version, issue 30): 1.13's maintenance mode (apid, readers authorised
+// per method) is not played, except that ImageService and
+// LifecycleService refuse its os:reader callers; the resource
+// definitions are v1.11.0's.
 //
 // # Storage
 //

@@ -20,7 +20,9 @@ type Faults struct {
 	Latency time.Duration
 	// ErrorCodes fails calls with the given code, by short method name
 	// ("Version", "Get", …) or, where a short name is ambiguous ("List" is
-	// both COSI's and MachineService's), by full name
+	// both COSI's and MachineService's, "Upgrade" MachineService's and
+	// LifecycleService's), by service and method ("State.List",
+	// "LifecycleService.Upgrade") or by full name
 	// ("/cosi.resource.State/List").
 	ErrorCodes map[string]codes.Code
 	// DriftedConfig replaces the machine's config behind devata's back when it
@@ -78,8 +80,8 @@ type Faults struct {
 	// UpgradeImagesMissing names installer images the machine's registry
 	// does not have, as written ("ghcr.io/siderolabs/installer:v1.11.1"),
 	// as the same reference, or by repository
-	// ("ghcr.io/siderolabs/installer"): Upgrade fails pulling them, not
-	// found, as machined's image.Pull does.
+	// ("ghcr.io/siderolabs/installer"): Upgrade and ImageService.Pull fail
+	// pulling them, not found, as machined's image.Pull does.
 	UpgradeImagesMissing []string
 	// UpgradeBootFails makes the version an upgrade installed fail its boot
 	// sequence: the machine comes up on it, stays booting without its

@@ -215,6 +215,8 @@ func Start(ctx context.Context, opts Options) (*Fleet, error) {
 		grpc.ChainStreamInterceptor(f.streamInterceptor()),
 	)
 	machine.RegisterMachineServiceServer(f.grpc, &machineAPI{fleet: f})
+	machine.RegisterImageServiceServer(f.grpc, &imageAPI{fleet: f})
+	machine.RegisterLifecycleServiceServer(f.grpc, &lifecycleAPI{fleet: f})
 	cosiv1alpha1.RegisterStateServer(f.grpc, &cosiDispatcher{})
 
 	// machines started with the same config share its parsed form

@@ -107,6 +107,12 @@ type Machine struct {
 	// restarts are the live config changes that restart the kubelet or a
 	// control plane static pod, by component (restart.go).
 	restarts map[string]restart
+	// images are the containerd image stores, by instance and namespace,
+	// each the installer images pulled into it by name (containerd.go).
+	images map[containerdStore]map[string]pulledImage
+	// installerLocked: LifecycleService runs an installer (lifecycle.go
+	// Service.lock); machined starts afresh with every boot.
+	installerLocked bool
 }
 
 // nodeFacts are what Talos' NodeStatus resource carries for the
@@ -140,10 +146,17 @@ func (m *Machine) Addr() string {
 
 // Calls counts the calls that reached this machine (as endpoint or as a
 // routed target), whether or not they were then refused, by short method
-// name ("ApplyConfiguration", "Get") and by full name
-// ("/cosi.resource.State/Get"). Calls lost to Unreachable or to an injected
-// error code are not counted. Dry-run applies are also counted as
-// "ApplyConfiguration(dry-run)", so writes are the difference of the two.
+// name ("ApplyConfiguration", "Get"), by service and method
+// ("MachineService.Upgrade", "LifecycleService.Upgrade",
+// "ImageService.Pull", "State.Get") and by full name
+// ("/cosi.resource.State/Get"). A short name counts every service's
+// method of that name: "Upgrade" is MachineService.Upgrade and
+// LifecycleService.Upgrade together, which the service's name tells
+// apart. A call to a service the machine's Talos does not have (an
+// ImageService.Pull on Talos 1.12) is counted too. Calls lost to
+// Unreachable or to an injected error code are not counted. Dry-run
+// applies are also counted as "ApplyConfiguration(dry-run)", so writes
+// are the difference of the two.
 func (m *Machine) Calls(method string) int {
 	m.callsMu.Lock()
 	defer m.callsMu.Unlock()
@@ -235,8 +248,11 @@ func (m *Machine) reboot(graceful bool) {
 		m.tryTimer = nil
 	}
 
-	// an upgrade sequence in flight ends with the boot it ran in
+	// an upgrade sequence in flight ends with the boot it ran in, and
+	// machined and the system containerd start afresh
 	m.upgrading, m.stoppedAt, m.bootFailing = false, time.Time{}, false
+	m.installerLocked = false
+	m.forgetImagesLocked(false)
 
 	if sess != nil {
 		m.draining = append(m.draining, sess)

@@ -26,6 +26,11 @@ type Observation struct {
 	TalosVersion, InstallImage string
 	// Upgrading: an upgrade sequence runs (MachineStatus stage upgrading).
 	Upgrading bool
+	// NextVersion is the version an installer wrote for the next boot to
+	// load (LifecycleService.Upgrade, or an upgrade sequence about to
+	// reboot), or a staged upgrade installs then; "" when the next boot
+	// loads what runs now.
+	NextVersion string
 	// Images are the images the Kubernetes components run now, by
 	// component (kubelet, kube-apiserver, kube-controller-manager,
 	// kube-scheduler): the old one until the restart of a live change
@@ -43,6 +48,13 @@ func (m *Machine) Observe() Observation {
 	o := Observation{
 		Down: m.down, Reboots: m.bootGen, Booted: m.booted,
 		TalosVersion: m.version, InstallImage: m.installImage, Upgrading: m.upgrading,
+	}
+
+	switch {
+	case m.staged != nil:
+		o.NextVersion = m.staged.version
+	case m.next != nil:
+		o.NextVersion = m.next.version
 	}
 
 	if !s.down && s.active != nil && s.active.Machine() != nil {

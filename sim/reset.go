@@ -128,6 +128,8 @@ func (m *Machine) resetSequence(in *machine.ResetRequest) {
 		// as it does on Talos after a reset that did not leave
 		m.etcdID, m.etcdCluster, m.etcdRemoved, m.etcdStopped = 0, nil, time.Time{}, time.Time{}
 		m.joinGen++
+		// the CRI containerd's images were on it too
+		m.forgetImagesLocked(true)
 	}
 	m.mu.Unlock()
 
@@ -167,6 +169,8 @@ func (m *Machine) halt() {
 	}
 
 	m.upgrading, m.stoppedAt, m.bootFailing = false, time.Time{}, false
+	m.installerLocked = false
+	m.forgetImagesLocked(false)
 	m.mu.Unlock()
 
 	if sess != nil {

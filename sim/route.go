@@ -66,6 +66,28 @@ func shortMethod(full string) string {
 	return full[strings.LastIndex(full, "/")+1:]
 }
 
+// serviceOf is the service of a full method name ("machine.ImageService").
+func serviceOf(full string) string {
+	svc, _, _ := strings.Cut(strings.TrimPrefix(full, "/"), "/")
+
+	return svc
+}
+
+// serviceMethod names a method with its service's short name
+// ("LifecycleService.Upgrade", "State.Get").
+func serviceMethod(full string) string {
+	svc := serviceOf(full)
+
+	return svc[strings.LastIndex(svc, ".")+1:] + "." + shortMethod(full)
+}
+
+// since113 are the services Talos 1.13 added (containerd.go
+// lifecycleAPIs).
+var since113 = map[string]bool{
+	"machine.ImageService":     true,
+	"machine.LifecycleService": true,
+}
+
 // route reads apid's routing metadata as the endpoint's apid does
 // (internal/app/apid/pkg/director/director.go Router.Director): the
 // targets, and whether the call fans out (nodes) or goes to one machine
@@ -112,8 +134,8 @@ func route(ctx context.Context, endpoint *Machine, fullMethod string) (targets [
 
 	switch {
 	case okNodes:
-		if strings.HasPrefix(fullMethod, "/cosi.") {
-			return nil, false, status.Error(codes.InvalidArgument, "one-2-many proxying is not supported for COSI methods")
+		if err := oneToMany(s.version, fullMethod); err != nil {
+			return nil, false, err
 		}
 
 		if !forwards {
@@ -130,6 +152,32 @@ func route(ctx context.Context, endpoint *Machine, fullMethod string) (targets [
 	default:
 		return nil, false, nil
 	}
+}
+
+// oneToMany is the check apid's Director makes of a `nodes` call before
+// it picks the backends: Talos 1.11 and 1.12 refuse COSI only
+// ("one-2-many proxying is not supported for COSI methods"); from 1.13
+// only MachineService, ClusterService, InspectService, StorageService and
+// TimeService fan out, and any other method, COSI's, ImageService's and
+// LifecycleService's among them, is refused with its name (director.go
+// in v1.12.1, v1.13.0, v1.13.9 and v1.14.1). It is the endpoint's apid
+// that decides.
+func oneToMany(version, fullMethod string) error {
+	if !lifecycleAPIs(version) {
+		if strings.HasPrefix(fullMethod, "/cosi.") {
+			return status.Error(codes.InvalidArgument, "one-2-many proxying is not supported for COSI methods")
+		}
+
+		return nil
+	}
+
+	for _, svc := range []string{"/machine.MachineService/", "/cluster.ClusterService/", "/inspect.InspectService/", "/storage.StorageService/", "/time.TimeService/"} {
+		if strings.HasPrefix(fullMethod, svc) {
+			return nil
+		}
+	}
+
+	return status.Errorf(codes.InvalidArgument, "one-2-many proxying is not supported for method %s", fullMethod)
 }
 
 // errNoForwarding is a worker apid's answer to a call for another node
@@ -205,25 +253,43 @@ func (f *Fleet) enter(ctx context.Context, endpoint, target *Machine, roles role
 		}
 	}
 
-	for _, name := range []string{method, fullMethod} {
+	for _, name := range []string{method, serviceMethod(fullMethod), fullMethod} {
 		if code, ok := s.faults.ErrorCodes[name]; ok && code != codes.OK {
 			return nil, status.Errorf(code, "sim: injected %s on %s", code, method)
 		}
 	}
 
 	target.count(method)
+	target.count(serviceMethod(fullMethod))
 	target.count(fullMethod)
 
 	if apply, ok := req.(*machine.ApplyConfigurationRequest); ok && apply.DryRun {
 		target.count("ApplyConfiguration(dry-run)")
 	}
 
-	if !s.configured() {
+	svc := serviceOf(fullMethod)
+
+	switch {
+	case since113[svc] && !lifecycleAPIs(s.version):
+		// a Talos without the service: its gRPC server answers before any
+		// interceptor runs (grpc-go server.go handleStream), and apid
+		// passes that on
+		return nil, status.Errorf(codes.Unimplemented, "unknown service %s", svc)
+	case since113[svc]:
+		// Talos 1.13's maintenance mode is machined's own API, its callers
+		// os:reader (authz.Injector ReadOnlyWithAdminOnSiderolink; the sim
+		// has no SideroLink peers), so its rules apply there too
+		if err := authorize(fullMethod, roles); err != nil {
+			return nil, err
+		}
+	case !s.configured():
 		if !maintenanceMethods[method] && !strings.HasPrefix(fullMethod, "/cosi.") {
 			return nil, status.Errorf(codes.Unimplemented, "method %s not implemented", method)
 		}
-	} else if err := authorize(fullMethod, roles); err != nil {
-		return nil, err
+	default:
+		if err := authorize(fullMethod, roles); err != nil {
+			return nil, err
+		}
 	}
 
 	return context.WithValue(ctx, callKey{}, &call{endpoint: endpoint, target: target, roles: roles}), nil

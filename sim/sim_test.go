@@ -61,10 +61,18 @@ func TestVersion(t *testing.T) {
 				t.Errorf("a direct call has metadata %v", resp.Messages[0].Metadata)
 			}
 
-			if got := f.Machine(tc.machine).Calls("Version"); got != 1 {
-				t.Errorf("Calls(Version) = %d, want 1", got)
+			// by short name, by service and method, by full name
+			for _, name := range []string{"Version", "MachineService.Version", "/machine.MachineService/Version"} {
+				if got := f.Machine(tc.machine).Calls(name); got != 1 {
+					t.Errorf("Calls(%s) = %d, want 1", name, got)
+				}
 			}
 		})
+	}
+
+	// each call once
+	if got := f.TotalCalls(); got != 2 {
+		t.Errorf("TotalCalls = %d, want 2", got)
 	}
 }
 

@@ -9,7 +9,8 @@ func (f *Fleet) TotalCalls() int {
 	for _, m := range f.Machines() {
 		m.callsMu.Lock()
 		for method, c := range m.calls {
-			if !strings.Contains(method, "(") && !strings.Contains(method, "/") {
+			// each call is counted once by its full name
+			if strings.HasPrefix(method, "/") {
 				n += c
 			}
 		}

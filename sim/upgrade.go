@@ -11,6 +11,8 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/config"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"devata.dev/devata/internal/talos"
 )
 
 // Upgrade as Talos v1.11.0 has it: the handler
@@ -22,9 +24,6 @@ import (
 // services, run the installer into the other boot partition and reboot
 // into it; machined's main.go reverts the bootloader when that boot fails.
 
-// defaultInstallerRepository is images.DefaultInstallerImageRepository.
-const defaultInstallerRepository = "ghcr.io/siderolabs/installer"
-
 // bootEntry is a boot partition: the Talos version it holds and the
 // installer image that wrote it.
 type bootEntry struct {
@@ -32,10 +31,17 @@ type bootEntry struct {
 	// revert: the bootloader went back to it after a failed boot; it is
 	// the version that booted before, so it boots.
 	revert bool
+	// install: a first install (LifecycleService.Install), not an
+	// upgrade: the installer set no Upgrade META tag, nothing to revert to.
+	install bool
 }
 
 // installImageOf is the installer image a config installs from
-// (machine.install.image, else images.DefaultInstallerImage).
+// (machine.install.image, else the default installer of the Talos that
+// installs: images.DefaultInstallerImage, the ghcr.io installer, up to
+// 1.13; images.InstallerImage("metal"), the Image Factory's, from 1.14:
+// v1alpha1_sequencer_tasks.go Install in v1.14.1; internal/talos
+// DefaultInstallImage).
 func installImageOf(cfg config.Provider, version string) string {
 	if cfg != nil && cfg.Machine() != nil && cfg.Machine().Install() != nil {
 		if img := cfg.Machine().Install().Image(); img != "" {
@@ -43,7 +49,7 @@ func installImageOf(cfg config.Provider, version string) string {
 		}
 	}
 
-	return defaultInstallerRepository + ":" + version
+	return talos.DefaultInstallImage(version)
 }
 
 // installedFrom is the boot sequence's Install task after a config came
@@ -86,16 +92,26 @@ func (a *machineAPI) Upgrade(ctx context.Context, in *machine.UpgradeRequest) (*
 		return nil, status.Error(codes.Unimplemented, "API is not implemented in maintenance mode")
 	}
 
+	v113 := lifecycleAPIs(s.version)
+
+	// Talos 1.13 and later (v1alpha1_server.go Upgrade, v1.13.9 and
+	// v1.14.1): refused where the system disk holds no install, before
+	// the pull
+	if v113 && !t.isInstalled() {
+		return nil, status.Error(codes.FailedPrecondition, "Talos is not installed")
+	}
+
 	a.fleet.log.Info("sim: upgrade request received", "machine", t.name, "image", in.GetImage(),
 		"staged", in.GetStage(), "force", in.GetForce(), "reboot_mode", in.GetRebootMode().String())
 
-	next, err := pullInstaller(in.GetImage(), s.faults)
+	next, err := t.pullInstaller(in.GetImage(), s.faults)
 	if err != nil {
 		return nil, status.Errorf(codes.Unknown, "error validating installer image %q: %s", in.GetImage(), err)
 	}
 
-	// machine type != worker: init and controlplane alike
-	if s.controlPlane() && !in.GetForce() {
+	// machine type != worker: init and controlplane alike; from Talos
+	// 1.13 a preserve upgrade skips the checks too
+	if s.controlPlane() && !in.GetForce() && (!v113 || !in.GetPreserve()) {
 		unlock, err := a.fleet.checkEtcdForUpgrade(ctx, t, s)
 		if unlock != nil {
 			// the mutex guards only the checks: released once the call is done
@@ -121,24 +137,35 @@ func (a *machineAPI) Upgrade(ctx context.Context, in *machine.UpgradeRequest) (*
 }
 
 // pullInstaller is install.PullAndValidateInstallerImage: the reference
-// must parse (image.Pull's reference.ParseDockerRef), and the registry
-// must have it. The sim's registry has an installer for every Talos
-// version tag (v1.11.0, v1.12.0-beta.1, …), and the new version is that
-// tag; any other tag, a bare digest and any image UpgradeImagesMissing
-// names are not found. image.Pull retries a not-found once
-// (WithMaxNotFoundRetries(1)) and go-retry returns its error set.
-func pullInstaller(image string, f Faults) (bootEntry, error) {
+// must parse (image.Pull's reference.ParseDockerRef), and the sim's
+// registry must have it (resolve); the image lands in the system
+// containerd's system namespace. image.Pull retries a not-found once
+// (WithMaxNotFoundRetries(1); Talos 1.14's PullWithRetriesAndTimeout
+// five times, over two minutes) and go-retry returns its error set,
+// which holds the one error.
+func (m *Machine) pullInstaller(image string, f Faults) (bootEntry, error) {
 	ref, err := parseDockerRef(image)
 	if err != nil {
 		return bootEntry{}, fmt.Errorf("failed to parse image reference %q: %w", image, err)
 	}
 
-	version, ok := talosVersionTag(ref.tag)
-	if !ok || imageMissing(f.UpgradeImagesMissing, image, ref) {
-		return bootEntry{}, fmt.Errorf("1 error(s) occurred:\n\tfailed to pull image %q: failed to resolve reference %q: %s: not found", ref, ref, ref)
+	img, err := resolve(image, ref, f)
+	if err != nil {
+		return bootEntry{}, fmt.Errorf("1 error(s) occurred:\n\t%w", err)
 	}
 
-	return bootEntry{version: version, image: image}, nil
+	m.pull(legacyStore, ref, img)
+
+	return img.installer(image), nil
+}
+
+// isInstalled: the system disk holds a Talos install
+// (runtime.MachineState.Installed).
+func (m *Machine) isInstalled() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+
+	return m.installed
 }
 
 // talosVersionTag: a tag is a Talos version when it is v and a semantic
@@ -274,7 +301,7 @@ func (m *Machine) loadBootEntryLocked() (time.Duration, bool) {
 	next := *m.next
 	m.next, m.fallback = nil, nil
 
-	if !next.revert {
+	if !next.revert && !next.install {
 		// the installer set the Upgrade tag; a revert deleted it
 		m.fallback = &bootEntry{version: m.version, image: m.installImage, revert: true}
 		m.bootFailing = m.faults.UpgradeBootFails

@@ -95,8 +95,9 @@ func observeFleet(ctx context.Context, inv *inventory.Inventory, d *machines.Dia
 		ms = append(ms, &inv.Machines[i])
 	}
 	var mu sync.Mutex
+	desiredFor := machines.HeldConfigs(desired)
 	_ = machines.ForEach(ctx, ms, concurrency, timeout, func(ctx context.Context, m *inventory.Machine) error {
-		sv := machines.SurveyMachine(ctx, d, m, desired[m.Name], machines.ModeAuto, dryRun)
+		sv := machines.SurveyMachine(ctx, d, m, desiredFor, machines.ModeAuto, dryRun)
 		o := sv.Obs
 		var fact etcdFact
 		if m.IsControlPlane() {

@@ -186,33 +186,54 @@ func (a *app) apply(ctx context.Context, flags applyFlags) error {
 	if a.settings.Simulated {
 		fmt.Fprintln(out, "SIMULATED: the machines are devata's simulated fleet.")
 	}
-	planner := &reconcile.Planner{Inventory: s.inv, Desired: s.desired.Held(), Dialer: s.dialer, Mode: mode, Concurrency: a.settings.Concurrency, Timeout: a.settings.Timeout, Upgrades: flags.upgrades, Kube: s.kube, Joins: true}
+	planner := &reconcile.Planner{Inventory: s.inv, Desired: s.desired.Held(), DesiredFor: s.desired.For, Dialer: s.dialer, Mode: mode, Concurrency: a.settings.Concurrency, Timeout: a.settings.Timeout, Upgrades: flags.upgrades, Kube: s.kube, Joins: true}
+	if line := a.inventoryProvenance(ctx, s.inv.Path).Line(s.inv.Path); line != "" {
+		fmt.Fprintln(out, line)
+	}
+	// an upgrade across several minor releases goes one hop per round: each
+	// round plans again from what the machines report, under the same lock
+	for round := 0; ; round++ {
+		again, err := a.applyRound(ctx, flags, s, planner, held, only, round)
+		if !again {
+			return err
+		}
+		fmt.Fprintf(out, "==> every hop of this round is done: planning the next one\n")
+	}
+}
+
+// applyRound plans, prints, confirms (in the first round) and rolls out
+// one plan; again says that it upgraded machines on a hop of a longer way
+// (reconcile UpgradeStep.Final) and that another round should follow.
+func (a *app) applyRound(ctx context.Context, flags applyFlags, s *session, planner *reconcile.Planner, held *clusterLock, only []*inventory.Machine, round int) (again bool, _ error) {
+	out := a.streams.Out
 	plan, err := planner.Plan(ctx, only)
 	if err != nil {
 		if lost := held.Lost(); lost != nil {
 			err = lost
 		}
-		return exitWith(exitTrouble, fmt.Errorf("planning interrupted: %w; nothing was changed", err))
+		return false, exitWith(exitTrouble, fmt.Errorf("planning interrupted: %w; nothing was changed", err))
 	}
-	if line := a.inventoryProvenance(ctx, s.inv.Path).Line(s.inv.Path); line != "" {
-		fmt.Fprintln(out, line)
+	if round > 0 {
+		fmt.Fprintln(out, "plan, round", round+1)
 	}
 	plan.Write(out)
 	pending, skipped := plan.Pending(), plan.Skipped()
 	switch {
 	case flags.dryRun:
 		fmt.Fprintln(out, "dry run: nothing was written")
-		return planExit(pending, skipped)
+		return false, planExit(pending, skipped)
 	case len(pending) == 0 && flags.verb() == "upgrade":
 		fmt.Fprintf(out, "nothing to upgrade: %d of %d machines run Talos %s\n", len(plan.Actions)-len(skipped), len(plan.Actions), s.inv.Cluster.TalosVersion)
-		return planExit(nil, skipped)
+		return false, planExit(nil, skipped)
 	case len(pending) == 0:
 		fmt.Fprintf(out, "nothing to apply: %d of %d machines run their desired config\n", len(plan.Actions)-len(skipped), len(plan.Actions))
-		return planExit(nil, skipped)
+		return false, planExit(nil, skipped)
 	}
-	if plan.Reboots() && !flags.yes {
+	// the first round's confirmation covers the hops after it: its plan
+	// says where each leads
+	if round == 0 && plan.Reboots() && !flags.yes {
 		if err := a.confirmReboots(plan); err != nil {
-			return err
+			return false, err
 		}
 	}
 	ro := &reconcile.Rollout{
@@ -225,11 +246,17 @@ func (a *app) apply(ctx context.Context, flags applyFlags) error {
 	res.Write(out)
 	switch lost := held.Lost(); {
 	case lost != nil:
-		return exitWith(exitTrouble, lost)
+		return false, exitWith(exitTrouble, lost)
 	case res.Done() && len(res.Partial) > 0 && len(skipped) == 0:
-		return exitWith(exitFailed, fmt.Errorf("%s changed part way: some Kubernetes components wait (see the plan's warnings); resolve what holds them, then run devata %s again", strings.Join(res.Partial, ", "), flags.verb()))
+		return false, exitWith(exitFailed, fmt.Errorf("%s changed part way: some Kubernetes components wait (see the plan's warnings); resolve what holds them, then run devata %s again", strings.Join(res.Partial, ", "), flags.verb()))
+	case res.Done() && len(skipped) == 0 && plan.Hops() && round < maxUpgradeRounds:
+		return true, nil
 	case res.Done():
-		return planExit(nil, skipped)
+		return false, planExit(nil, skipped)
 	}
-	return exitWith(exitFailed, fmt.Errorf("rollout stopped: %s\nresolve it, then run devata %s again: it continues from what the machines report", res.Stopped, flags.verb()))
+	return false, exitWith(exitFailed, fmt.Errorf("rollout stopped: %s\nresolve it, then run devata %s again: it continues from what the machines report", res.Stopped, flags.verb()))
 }
+
+// maxUpgradeRounds bounds the rounds of one run: a hop per minor release
+// between the oldest Talos devata supports and the newest.
+const maxUpgradeRounds = 4

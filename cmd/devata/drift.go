@@ -111,7 +111,7 @@ func (a *app) drift(ctx context.Context, flags driftFlags) error {
 		return err
 	}
 	fc := a.fleetCheck(s.inv, s.desired.Held(), s.dialer, s.kube, s.exec)
-	fc.DesiredFor = s.desired.Config
+	fc.DesiredFor = s.desired.For
 	if flags.probe {
 		fc.Extensions = checks.Extensions(s.inv, checks.Options{Kube: s.kube, Exec: s.exec, Probe: &flags.probeOpts})
 	}

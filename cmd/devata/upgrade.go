@@ -13,22 +13,28 @@ func (a *app) newUpgradeCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "upgrade",
 		Short: "Upgrade Talos on the machines to the inventory's cluster.talosVersion",
-		Long: `upgrade asks every machine which Talos version it runs and, on those that do
-not run cluster.talosVersion, calls Talos' Upgrade with cluster.installImage
-(an Image Factory installer carries its schematic): control planes one at a
-time, each gated before and after on etcd health and on etcd keeping quorum
-while it is down, then workers in batches of --max-unavailable; under the
-cluster's lock and Lease, as devata apply. Talos drains the node, installs the
-new version and reboots; devata waits until the machine is back, running and
+		Long: `upgrade asks every machine which Talos version it runs and upgrades those that
+do not run cluster.talosVersion to it, from cluster.installImage (an Image
+Factory installer carries its schematic): control planes one at a time, each
+gated before and after on etcd health and on etcd keeping quorum while it is
+down, then workers in batches of --max-unavailable; under the cluster's lock
+and Lease, as devata apply. A machine on Talos 1.13 or later is upgraded as
+talosctl does it there: the installer is pulled (ImageService.Pull) and run
+(LifecycleService.Upgrade, its output the wait's heartbeat), then the machine
+is rebooted; an older one through MachineService.Upgrade, which installs and
+reboots in one call. devata waits until the machine is back, running and
 ready, on the new version, and stops at the first failure (a machine that comes
 back on its old version did not take the new one). Rerunning continues from
 what the machines report: machines already upgraded get no call.
 
 The version rule: never a downgrade (talosctl rollback goes back to the
-previous boot), and one minor release at a time (v1.10 → v1.11), unless
---force. Configs are not changed (devata apply does that; apply --upgrade does
-both, configs first). Every upgrade reboots its machine, so it is confirmed at
-the terminal unless --yes.
+previous boot), and one minor release at a time: a longer way goes hop by hop,
+each on the newest patch of the minor in between from the same installer
+repository (v1.12.4 → v1.13.9 → v1.14.1), one round per hop in the same run;
+--force jumps straight to cluster.talosVersion. Configs are not changed
+(devata apply does that; apply --upgrade does both, configs first), but each
+machine's config is compared for the Talos it runs. Every upgrade reboots its
+machine, so it is confirmed at the terminal unless --yes.
 
 Exit 0 done (or nothing to do), 1 some machines not upgraded, 2 error.`,
 		Args: cobra.NoArgs,

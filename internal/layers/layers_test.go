@@ -32,7 +32,8 @@ var allowed = []struct {
 	{"examples", nil},
 	{"deploy", nil},
 	{"internal/configview", nil},
-	{"sim", []string{"internal/configview"}},
+	{"internal/talos", nil},
+	{"sim", []string{"internal/configview", "internal/talos"}},
 	{"internal/testenv", nil},
 	{"internal/testctx", nil},
 	{"internal/golden", nil},
@@ -40,8 +41,8 @@ var allowed = []struct {
 	{"internal/layers", nil},
 	{"internal/heartbeat", nil},
 	// the spec and what is rendered from it
-	{"inventory", []string{"redact"}},
-	{"bootstrap", []string{"internal/configview", "internal/outfile", "inventory", "redact"}},
+	{"inventory", []string{"internal/talos", "redact"}},
+	{"bootstrap", []string{"internal/configview", "internal/outfile", "internal/talos", "inventory", "redact"}},
 	// the Talos API and the checks of what it reports
 	{"machines", []string{"drift", "inventory", "redact"}},
 	{"gate", []string{"internal/heartbeat", "inventory", "machines"}},
@@ -50,7 +51,7 @@ var allowed = []struct {
 	// the one list of checks
 	{"checks", []string{"drift", "inventory", "machines", "netcheck", "storagecheck"}},
 	// what changes machines
-	{"reconcile", []string{"bootstrap", "drift", "gate", "internal/heartbeat", "inventory", "machines", "provenance"}},
+	{"reconcile", []string{"bootstrap", "drift", "gate", "internal/heartbeat", "internal/talos", "inventory", "machines", "provenance"}},
 	{"bootstrap/sequence", []string{"bootstrap", "checks", "drift", "gate", "internal/heartbeat", "inventory", "machines", "provenance", "snapshot"}},
 	{"backup", []string{"gate", "internal/outfile", "inventory", "machines", "provenance", "snapshot"}},
 	{"membership", []string{"gate", "internal/configview", "internal/heartbeat", "inventory", "machines"}},

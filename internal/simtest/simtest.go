@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 	"testing"
@@ -32,8 +33,11 @@ type Fleet struct {
 	Bundle    *secrets.Bundle
 	Renderer  *bootstrap.Renderer
 	Desired   map[string][]byte
-	Sim       *sim.Fleet
-	Dialer    *machines.Dialer
+	// Started are the configs the machines started with (the Desired one,
+	// unless KubernetesVersion or an older Talos made it another).
+	Started map[string][]byte
+	Sim     *sim.Fleet
+	Dialer  *machines.Dialer
 	// Overrides maps machine names to their simulated addresses.
 	Overrides map[string]string
 }
@@ -51,9 +55,16 @@ type Options struct {
 	// has an address of its own as on a real network, and its Node's
 	// InternalIP is that address. Default: 127.0.0.1, a port each.
 	LoopbackNet string
+	// Example is the example inventory served (examples: default the
+	// homelab, for Talos 1.11).
+	Example string
 	// TalosVersion is the version every machine starts on (default the
-	// sim's, v1.11.0), e.g. an older one to upgrade from.
-	TalosVersion string
+	// sim's, v1.11.0), e.g. an older one to upgrade from; TalosVersions
+	// overrides it per machine. A machine on an older release than the
+	// inventory's starts with its config for that release's contract
+	// (bootstrap Desired.For), as a fleet half-way through an upgrade.
+	TalosVersion  string
+	TalosVersions map[string]string
 	// KubernetesVersion, when set, is the version every machine's config
 	// runs when the fleet starts (rendered from the inventory with
 	// cluster.kubernetesVersion set to it), e.g. an older one to upgrade
@@ -68,6 +79,9 @@ type Options struct {
 	RestartDelay time.Duration
 }
 
+// kubernetesVersionLine is the example inventory's cluster.kubernetesVersion.
+var kubernetesVersionLine = regexp.MustCompile(`(?m)^(  kubernetesVersion: )v[0-9.]+$`)
+
 // FixtureSecrets is the path of the committed test bundle (a fake cluster's).
 func FixtureSecrets() string {
 	_, file, _, _ := runtime.Caller(0)
@@ -79,7 +93,7 @@ func FixtureSecrets() string {
 func Start(t testing.TB, opts Options) *Fleet {
 	t.Helper()
 	dir := t.TempDir()
-	invPath, err := examples.WriteHomelab(dir)
+	invPath, err := examples.WriteExample(dir, cmp.Or(opts.Example, examples.HomelabName))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,9 +102,9 @@ func Start(t testing.TB, opts Options) *Fleet {
 		if err != nil {
 			t.Fatal(err)
 		}
-		edited := strings.Replace(string(raw), "kubernetesVersion: "+inventory.DefaultKubernetesVersion, "kubernetesVersion: "+v, 1)
+		edited := kubernetesVersionLine.ReplaceAllString(string(raw), "${1}"+v)
 		if edited == string(raw) {
-			t.Fatalf("the homelab example does not say kubernetesVersion: %s", inventory.DefaultKubernetesVersion)
+			t.Fatalf("the example says no kubernetesVersion to replace with %s", v)
 		}
 		if err := os.WriteFile(invPath, []byte(edited), 0o644); err != nil {
 			t.Fatal(err)
@@ -103,7 +117,7 @@ func Start(t testing.TB, opts Options) *Fleet {
 	if err := os.WriteFile(filepath.Join(dir, "secrets.yaml"), data, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	f := &Fleet{Dir: dir, Desired: map[string][]byte{}, Overrides: map[string]string{}}
+	f := &Fleet{Dir: dir, Desired: map[string][]byte{}, Started: map[string][]byte{}, Overrides: map[string]string{}}
 	if f.Inventory, err = inventory.Load(invPath); err != nil {
 		t.Fatal(err)
 	}
@@ -121,6 +135,16 @@ func Start(t testing.TB, opts Options) *Fleet {
 			t.Fatal(err)
 		}
 	}
+	startInv := f.Inventory
+	if opts.KubernetesVersion != "" {
+		inv := *f.Inventory
+		inv.Cluster.KubernetesVersion = opts.KubernetesVersion
+		startInv = &inv
+	}
+	older, err := bootstrap.RenderDesired(context.Background(), startInv, f.Bundle, nil, false)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var specs []sim.MachineSpec
 	for i := range f.Inventory.Machines {
 		m := &f.Inventory.Machines[i]
@@ -134,7 +158,16 @@ func Start(t testing.TB, opts Options) *Fleet {
 				t.Fatal(err)
 			}
 		}
-		spec := sim.MachineSpec{Name: m.Name, Role: m.Role, Config: rd.Config, TalosVersion: opts.TalosVersion, SystemDisk: sim.SystemDiskFor(m.InstallDisk, m.InstallDiskType())}
+		version := cmp.Or(opts.TalosVersions[m.Name], opts.TalosVersion)
+		config := rd.Config
+		if version != "" {
+			// its config for the release it runs, when older than the inventory's
+			if config, err = older.For(m, version); err != nil {
+				t.Fatal(err)
+			}
+		}
+		f.Started[m.Name] = config
+		spec := sim.MachineSpec{Name: m.Name, Role: m.Role, Config: config, TalosVersion: version, SystemDisk: sim.SystemDiskFor(m.InstallDisk, m.InstallDiskType())}
 		if opts.LoopbackNet != "" {
 			spec.Address = fmt.Sprintf("%s.%d:50000", opts.LoopbackNet, i+1)
 		}

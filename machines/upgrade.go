@@ -1,0 +1,126 @@
+package machines
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/blang/semver/v4"
+	"github.com/siderolabs/talos/pkg/machinery/api/common"
+	"github.com/siderolabs/talos/pkg/machinery/api/machine"
+	"github.com/siderolabs/talos/pkg/machinery/client"
+)
+
+// The two ways Talos upgrades a machine. Talos 1.13 added the streaming
+// LifecycleService.Upgrade (api/machine/lifecycle.proto), which runs the
+// installer from an image pulled first (ImageService.Pull) and neither
+// reboots nor drains: the caller reboots (MachineService.Reboot). It
+// deprecated MachineService.Upgrade, which pulls, checks etcd, installs
+// and reboots in one call; Talos 1.18 removes it. talosctl v1.13 and v1.14
+// (cmd/talosctl/cmd/talos/upgrade.go upgradeViaLifecycleService) take the
+// new way on machines newer than 1.13.0-alpha.2 and the old one on the
+// others.
+const (
+	UpgradeViaLifecycle = "LifecycleService.Upgrade"
+	UpgradeViaLegacy    = "MachineService.Upgrade"
+)
+
+// lifecycleVersions are the Talos versions that serve LifecycleService,
+// as talosctl's talosUpgradeAPIVersionRange says.
+var lifecycleVersions = semver.MustParseRange(">1.13.0-alpha.2 <2.0.0")
+
+// UpgradeVia is the RPC that upgrades a machine running Talos version.
+func UpgradeVia(version string) string {
+	if v, err := semver.ParseTolerant(version); err == nil && lifecycleVersions(v) {
+		return UpgradeViaLifecycle
+	}
+	return UpgradeViaLegacy
+}
+
+// systemContainerd is where the installer is pulled and run: containerd's
+// system namespace, through the CRI driver (talosctl upgrade's default
+// --namespace system, image.go containerdInstance).
+var systemContainerd = &common.ContainerdInstance{Driver: common.ContainerDriver_CRI, Namespace: common.ContainerdNamespace_NS_SYSTEM}
+
+// InstallerError is the installer's own failure: it ran and exited non-zero.
+type InstallerError struct {
+	ExitCode int32
+	// Tail is the installer's last lines of output.
+	Tail []string
+}
+
+func (e *InstallerError) Error() string {
+	msg := fmt.Sprintf("the installer exited %d", e.ExitCode)
+	if len(e.Tail) > 0 {
+		msg += ": " + strings.Join(e.Tail, " | ")
+	}
+	return msg
+}
+
+// installerTail is how many of the installer's last lines an error keeps.
+const installerTail = 8
+
+// LifecycleUpgrade upgrades a machine on Talos 1.13 or later the way
+// talosctl does: it pulls image into the system containerd
+// (ImageService.Pull), runs it as the installer (LifecycleService.Upgrade,
+// whose output lines go to progress as they come), and, once it exited 0,
+// reboots the machine into the new version (MachineService.Reboot). Talos
+// checks nothing about etcd on this path: the caller's gate does. It
+// returns what the installer printed.
+func LifecycleUpgrade(ctx context.Context, c *client.Client, image string, progress func(line string)) ([]string, error) {
+	pull, err := c.ImageClient.Pull(ctx, &machine.ImageServicePullRequest{Containerd: systemContainerd, ImageRef: image})
+	if err != nil {
+		return nil, fmt.Errorf("pull the installer %s: %w", image, PlainError(err))
+	}
+	for {
+		if _, err := pull.Recv(); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			return nil, fmt.Errorf("pull the installer %s: %w", image, PlainError(err))
+		}
+	}
+	stream, err := c.LifecycleClient.Upgrade(ctx, &machine.LifecycleServiceUpgradeRequest{
+		Containerd: systemContainerd,
+		Source:     &machine.InstallArtifactsSource{ImageName: image},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("run the installer %s: %w", image, PlainError(err))
+	}
+	var out []string
+	exit := int32(-1)
+	for {
+		msg, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return out, fmt.Errorf("run the installer %s: %w", image, PlainError(err))
+		}
+		switch p := msg.GetProgress().GetResponse().(type) {
+		case *machine.LifecycleServiceInstallProgress_Message:
+			for _, line := range strings.Split(strings.TrimRight(p.Message, "\n"), "\n") {
+				if line = strings.TrimSpace(line); line != "" {
+					out = append(out, line)
+					if progress != nil {
+						progress(line)
+					}
+				}
+			}
+		case *machine.LifecycleServiceInstallProgress_ExitCode:
+			exit = p.ExitCode
+		}
+	}
+	switch exit {
+	case 0:
+	case -1:
+		return out, fmt.Errorf("run the installer %s: the stream ended without the installer's exit code; the machine was not rebooted: see %s", image, "talosctl dmesg")
+	default:
+		return out, &InstallerError{ExitCode: exit, Tail: out[max(0, len(out)-installerTail):]}
+	}
+	if err := c.Reboot(ctx); err != nil && !IsUnreachable(err) {
+		return out, fmt.Errorf("reboot into the new version (the installer wrote it): %w", PlainError(err))
+	}
+	return out, nil
+}
