@@ -154,7 +154,7 @@ func (f *FleetCheck) run(ctx context.Context, out drift.Collector, ms []*invento
 			Desired:           f.Desired[m.Name],
 			TalosVersion:      f.Inventory.Cluster.TalosVersion,
 			KubernetesVersion: f.Inventory.Cluster.KubernetesVersion,
-			InstallImage:      f.Inventory.Cluster.InstallImage,
+			InstallImage:      f.Inventory.MachineInstallImage(m),
 			ControlPlanes:     cps,
 			Nodes:             nodes,
 			Talosctl:          f.Dialer.Talosctl(m),

@@ -98,7 +98,7 @@ func nextHop(from, to, image string) (hop, hopImage string, ok bool) {
 // planUpgrade decides a machine's upgrade from the version it reports.
 func (p *Planner) planUpgrade(m *inventory.Machine, o *machines.Observation, evidence string) Action {
 	want := p.Inventory.Cluster.TalosVersion
-	image := p.Inventory.Cluster.InstallImage
+	image := p.Inventory.MachineInstallImage(m)
 	if o.Version == want {
 		return Action{Machine: m, Kind: KindNone, Reason: "runs Talos " + want, Evidence: evidence}
 	}
