@@ -89,7 +89,7 @@ cluster:
 	if got := inv.MachineInstallImage(inv.Machine("cp-1")); got != "registry.lab/talos/installer:v1.14.1" {
 		t.Errorf("with cluster.installImage: %s", got)
 	}
-	if len(inv.Warnings) == 0 || !strings.Contains(strings.Join(inv.Warnings, "\n"), "this schematic's installer is not used") {
+	if len(inv.Warnings) == 0 || !strings.Contains(strings.Join(inv.Warnings, "\n"), "this schematic is not used") {
 		t.Errorf("no warning that installImage wins: %q", inv.Warnings)
 	}
 }

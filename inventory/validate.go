@@ -350,7 +350,10 @@ func (v *validator) validateSchematic(path string, s *Schematic) {
 		return
 	}
 	if v.inv.Cluster.installImageGiven {
-		v.warnf(path, "cluster.installImage %s is given, so it is what machines install and upgrade with: this schematic's installer is not used, and the extensions check holds the machines to it all the same", v.inv.Cluster.InstallImage)
+		v.warnf(path, "cluster.installImage %s is given, so it is what machines install and upgrade with: this schematic is not used, and the extensions check cannot tell what that image carries: remove cluster.installImage to install from the schematic", v.inv.Cluster.InstallImage)
+	}
+	if o := s.Overlay; o != nil && (o.Image == "" || o.Name == "") {
+		v.errorf(path+".overlay", "an overlay needs both its image and its name, e.g. {image: siderolabs/sbc-raspberrypi, name: rpi_generic}")
 	}
 	seen := map[string]bool{}
 	for i, e := range s.Customization.SystemExtensions.OfficialExtensions {
