@@ -84,7 +84,7 @@ func declareNetwork(cfg coreconfig.Provider, c *inventory.Cluster, contract *cor
 func (r *Renderer) declareMachine(base coreconfig.Provider, m *inventory.Machine) (coreconfig.Provider, error) {
 	contract := r.contract
 	raw := base.RawV1Alpha1().DeepCopy()
-	if err := applyMachineFields(raw, m, contract); err != nil {
+	if err := applyMachineFields(raw, m, contract, r.inv.MachineInstallImage(m)); err != nil {
 		return nil, err
 	}
 	var kubeletImage string
@@ -154,7 +154,7 @@ func kubeletMounts(m *inventory.Machine) bool {
 // InstallConfig.DiskMatchExpression converts one), never wiping.
 func (r *Renderer) unattendedInstall(m *inventory.Machine) (*runtime.UnattendedInstallConfigV1Alpha1, error) {
 	doc := runtime.NewUnattendedInstallConfigV1Alpha1()
-	doc.Installer.Image = r.inv.Cluster.InstallImage
+	doc.Installer.Image = r.inv.MachineInstallImage(m)
 	doc.ProvisioningSpec.Wipe = pointer.To(false)
 	legacy := &v1alpha1.InstallConfig{}
 	if err := setInstallDisk(legacy, m); err != nil {

@@ -181,7 +181,7 @@ func (r *Renderer) Provider(m *inventory.Machine) (coreconfig.Provider, error) {
 
 // applyMachineFields sets, on the v1alpha1 document, the machine's fields
 // that the contract keeps there (contract.go).
-func applyMachineFields(cfg *v1alpha1.Config, m *inventory.Machine, contract *coreconfig.VersionContract) error {
+func applyMachineFields(cfg *v1alpha1.Config, m *inventory.Machine, contract *coreconfig.VersionContract, installImage string) error {
 	mc := cfg.MachineConfig
 	if !hostnameDocument(contract) {
 		if mc.MachineNetwork == nil {
@@ -202,6 +202,7 @@ func applyMachineFields(cfg *v1alpha1.Config, m *inventory.Machine, contract *co
 	if err := setInstallDisk(mc.MachineInstall, m); err != nil {
 		return err
 	}
+	mc.MachineInstall.InstallImage = installImage //nolint:staticcheck // the field Talos up to 1.13 reads
 	if len(m.Labels) > 0 {
 		labels := make(map[string]string, len(mc.MachineNodeLabels)+len(m.Labels))
 		for k, v := range mc.MachineNodeLabels {

@@ -32,7 +32,7 @@ func TestNamesAreUniqueAndInLadderOrderPerFamily(t *testing.T) {
 	if got := checks.Names(); len(got) != len(all) {
 		t.Errorf("Names has %d, All %d", len(got), len(all))
 	}
-	if got, want := checks.Of(checks.FamilyMachine), []string{machines.CheckConfig, machines.CheckTalosVersion, machines.CheckMachineStage, machines.CheckKubelet, machines.CheckEtcd}; !slices.Equal(got, want) {
+	if got, want := checks.Of(checks.FamilyMachine), []string{machines.CheckConfig, machines.CheckTalosVersion, machines.CheckExtensions, machines.CheckMachineStage, machines.CheckKubelet, machines.CheckEtcd}; !slices.Equal(got, want) {
 		t.Errorf("machine checks %v, want %v", got, want)
 	}
 	if slices.Contains(checks.Of(checks.FamilyCilium), netcheck.CheckProbe) {

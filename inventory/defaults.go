@@ -29,7 +29,9 @@ func Default(inv *Inventory) {
 	c := &inv.Cluster
 	setDefault(&c.TalosVersion, DefaultTalosVersion)
 	setDefault(&c.KubernetesVersion, DefaultKubernetesVersion)
+	c.installImageGiven = c.InstallImage != ""
 	setDefault(&c.InstallImage, talos.DefaultInstallImage(c.TalosVersion))
+	setDefault(&c.ImageFactory, DefaultImageFactory)
 	setDefault(&c.Secrets, DefaultSecrets)
 	setDefault(&c.Network.CNI, DefaultCNI)
 	setDefault(&c.Network.DNSDomain, DefaultDNSDomain)

@@ -41,7 +41,9 @@ type Cluster struct {
 	Endpoint          string      `required:"true" yaml:"endpoint" json:"endpoint" doc:"Kubernetes API endpoint, an https URL with a port."`
 	TalosVersion      string      `yaml:"talosVersion" json:"talosVersion" doc:"Talos version vX.Y.Z the machines should run (1.11 to 1.14; a 1.15 pre-release with a warning); selects the default install image and, until every machine runs it, the configs are written for the oldest version a machine runs. Default v1.11.0."`
 	KubernetesVersion string      `yaml:"kubernetesVersion" json:"kubernetesVersion" doc:"Kubernetes version vX.Y.Z. Default v1.34.1."`
-	InstallImage      string      `yaml:"installImage" json:"installImage" doc:"Installer image. Default ghcr.io/siderolabs/installer:<talosVersion> up to Talos 1.13, factory.talos.dev/metal-installer/<empty schematic>:<talosVersion> from 1.14."`
+	InstallImage      string      `yaml:"installImage" json:"installImage" doc:"Installer image for every machine; wins over schematics. Default: a machine's schematic's Image Factory installer, else ghcr.io/siderolabs/installer:<talosVersion> up to Talos 1.13, factory.talos.dev/metal-installer/<empty schematic>:<talosVersion> from 1.14."`
+	ImageFactory      string      `yaml:"imageFactory" json:"imageFactory" doc:"Image Factory host that serves the installers of schematics (a private factory). Default factory.talos.dev."`
+	Schematic         *Schematic  `yaml:"schematic" json:"schematic" doc:"Image Factory schematic of every machine's boot image (system extensions, extra kernel arguments, an overlay), unless its role or the machine has its own."`
 	Secrets           string      `yaml:"secrets" json:"secrets" doc:"Path of the secrets bundle (talosctl gen secrets format), relative to the inventory. Default secrets.yaml."`
 	Network           Network     `yaml:"network" json:"network" doc:"Cluster networking."`
 	Cilium            Cilium      `yaml:"cilium" json:"cilium" doc:"What Cilium is expected to run with."`
@@ -49,6 +51,9 @@ type Cluster struct {
 	ReadableDirs      []string    `yaml:"readableDirs" json:"readableDirs" doc:"Absolute directories besides the inventory's own that patches and the secrets bundle may be read from (e.g. a mounted Secret); any other path outside the inventory's directory is refused."`
 	ControlPlane      RoleOptions `yaml:"controlPlane" json:"controlPlane" doc:"Settings for control-plane machines."`
 	Workers           RoleOptions `yaml:"workers" json:"workers" doc:"Settings for worker machines."`
+
+	// installImageGiven: InstallImage was written, not defaulted (Default).
+	installImageGiven bool
 }
 
 // Network describes the cluster network as Talos configures it.
@@ -69,7 +74,34 @@ type Cilium struct {
 
 // RoleOptions are settings for all machines of one role.
 type RoleOptions struct {
-	Patches []string `yaml:"patches" json:"patches" doc:"Config patch files applied to every machine of this role, after the cluster patches."`
+	Patches   []string   `yaml:"patches" json:"patches" doc:"Config patch files applied to every machine of this role, after the cluster patches."`
+	Schematic *Schematic `yaml:"schematic" json:"schematic" doc:"Image Factory schematic of this role's machines, in place of the cluster's."`
+}
+
+// Schematic is an Image Factory schematic, as Image Factory defines it
+// (github.com/siderolabs/image-factory pkg/schematic): what a machine's boot
+// image carries besides Talos. Its installer is
+// <imageFactory>/metal-installer/<schematic id>:<talosVersion>.
+type Schematic struct {
+	Overlay       *SchematicOverlay      `yaml:"overlay" json:"overlay" doc:"A board overlay (single-board computers)."`
+	Customization SchematicCustomization `yaml:"customization" json:"customization" doc:"What the image adds to Talos."`
+}
+
+// SchematicOverlay is a schematic's board overlay.
+type SchematicOverlay struct {
+	Image string `required:"true" yaml:"image" json:"image" doc:"Overlay image, e.g. siderolabs/sbc-raspberrypi."`
+	Name  string `required:"true" yaml:"name" json:"name" doc:"Overlay name, e.g. rpi_generic."`
+}
+
+// SchematicCustomization is what a schematic adds to Talos.
+type SchematicCustomization struct {
+	ExtraKernelArgs  []string            `yaml:"extraKernelArgs" json:"extraKernelArgs" doc:"Kernel arguments added to the boot command line, e.g. net.ifnames=0."`
+	SystemExtensions SchematicExtensions `yaml:"systemExtensions" json:"systemExtensions" doc:"System extensions in the image."`
+}
+
+// SchematicExtensions are a schematic's system extensions.
+type SchematicExtensions struct {
+	OfficialExtensions []string `yaml:"officialExtensions" json:"officialExtensions" doc:"Official extensions by name, e.g. siderolabs/iscsi-tools."`
 }
 
 // Machine is one Talos machine.
@@ -85,6 +117,7 @@ type Machine struct {
 	Volumes             []Volume             `yaml:"volumes" json:"volumes" doc:"User volumes, rendered as UserVolumeConfig and expected at /var/mnt/<name>."`
 	Mounts              []Mount              `yaml:"mounts" json:"mounts" doc:"Further mounts the machine must have (from a patch: machine.disks, an ExistingVolumeConfig, …); checked, never rendered."`
 	RawDisks            []RawDisk            `yaml:"rawDisks" json:"rawDisks" doc:"Disks that must stay blank (no partitions, no filesystem signature), e.g. for Rook-Ceph OSDs; checked, never rendered."`
+	Schematic           *Schematic           `yaml:"schematic" json:"schematic" doc:"Image Factory schematic of this machine's boot image, in place of its role's or the cluster's."`
 }
 
 // InstallDiskSelector mirrors Talos' machine.install.diskSelector.

@@ -100,6 +100,13 @@ func (v *validator) validateCluster(c *Cluster) {
 		v.errorf("cluster.installImage", "%q is not an image reference with a tag or digest, e.g. %s", c.InstallImage, talos.DefaultInstallImage(c.TalosVersion))
 	}
 
+	v.validateSchematic("cluster.schematic", c.Schematic)
+	v.validateSchematic("cluster.controlPlane.schematic", c.ControlPlane.Schematic)
+	v.validateSchematic("cluster.workers.schematic", c.Workers.Schematic)
+	if f := c.ImageFactory; f == "" || strings.ContainsAny(f, " \t/@") {
+		v.errorf("cluster.imageFactory", "%q is not a registry host (and port), e.g. %s", f, DefaultImageFactory)
+	}
+
 	n := &c.Network
 	if n.CNI != "none" && n.CNI != "flannel" {
 		v.errorf("cluster.network.cni", "must be none or flannel, got %q", n.CNI)
@@ -203,6 +210,7 @@ func (v *validator) validateMachines() {
 		v.validateVolumes(p, m.Volumes)
 		v.validateMounts(p, m)
 		v.validateRawDisks(p, m.RawDisks)
+		v.validateSchematic(p+".schematic", m.Schematic)
 	}
 	switch {
 	case controlPlanes == 0:
@@ -333,4 +341,35 @@ func (v *validator) kubernetesSupported(talos, kube string) {
 
 func oneLine(s string) string {
 	return strings.Join(strings.Fields(s), " ")
+}
+
+// validateSchematic checks a schematic as Image Factory would take it:
+// extensions named publisher/name, one kernel argument an entry.
+func (v *validator) validateSchematic(path string, s *Schematic) {
+	if s == nil {
+		return
+	}
+	if v.inv.Cluster.installImageGiven {
+		v.warnf(path, "cluster.installImage %s is given, so it is what machines install and upgrade with: this schematic is not used, and the extensions check cannot tell what that image carries: remove cluster.installImage to install from the schematic", v.inv.Cluster.InstallImage)
+	}
+	if o := s.Overlay; o != nil && (o.Image == "" || o.Name == "") {
+		v.errorf(path+".overlay", "an overlay needs both its image and its name, e.g. {image: siderolabs/sbc-raspberrypi, name: rpi_generic}")
+	}
+	seen := map[string]bool{}
+	for i, e := range s.Customization.SystemExtensions.OfficialExtensions {
+		ep := fmt.Sprintf("%s.customization.systemExtensions.officialExtensions[%d]", path, i)
+		pub, name, ok := strings.Cut(e, "/")
+		switch {
+		case !ok || pub == "" || name == "" || strings.ContainsAny(e, " \t:@"):
+			v.errorf(ep, "%q is not an extension's name as Image Factory lists it (publisher/name, e.g. siderolabs/iscsi-tools)", e)
+		case seen[ExtensionName(e)]:
+			v.errorf(ep, "%s is listed twice", e)
+		}
+		seen[ExtensionName(e)] = true
+	}
+	for i, a := range s.Customization.ExtraKernelArgs {
+		if a == "" || strings.ContainsAny(a, " \t\n") {
+			v.errorf(fmt.Sprintf("%s.customization.extraKernelArgs[%d]", path, i), "%q: one kernel argument an entry, e.g. net.ifnames=0", a)
+		}
+	}
 }

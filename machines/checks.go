@@ -34,9 +34,10 @@ type Target struct {
 	Desired           []byte
 	TalosVersion      string
 	KubernetesVersion string
-	// InstallImage is cluster.installImage: the installer an upgrade to
-	// TalosVersion boots (an Image Factory schematic's, when given).
-	InstallImage string
+	// Boot is the installer an upgrade to TalosVersion boots (Boot.Image:
+	// cluster.installImage, or the Image Factory installer of the
+	// machine's schematic) and what it puts on the machine (WantBootOf).
+	Boot WantBoot
 	// ControlPlanes are the names of the inventory's control planes: the etcd members there should be.
 	ControlPlanes []string
 	Obs           *Observation
@@ -69,6 +70,7 @@ func Checks() []drift.Check[*Target] {
 	return []drift.Check[*Target]{
 		{Name: CheckConfig, Rung: drift.RungReconciliation, FailClosed: true, Run: checkConfig},
 		{Name: CheckTalosVersion, Rung: drift.RungReconciliation, FailClosed: false, Run: checkTalosVersion},
+		{Name: CheckExtensions, Rung: drift.RungReconciliation, FailClosed: false, Run: checkExtensions},
 		{Name: CheckMachineStage, Rung: drift.RungResources, FailClosed: true, Run: checkMachineStage},
 		{Name: CheckKubelet, Rung: drift.RungResources, FailClosed: true, Run: checkKubelet},
 		{Name: CheckEtcd, Rung: drift.RungResources, FailClosed: true, Applies: onControlPlanes, Run: checkEtcd},
@@ -343,7 +345,7 @@ func (t *Target) nodeFacts(name string) (NodeFacts, bool) {
 // carries an Image Factory schematic when one is used), or the image's own
 // tag when it is not the desired version.
 func upgradeHint(t *Target) string {
-	image := t.InstallImage
+	image := t.Boot.Image
 	if image == "" {
 		image = "ghcr.io/siderolabs/installer:" + t.TalosVersion
 	}

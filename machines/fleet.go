@@ -141,6 +141,10 @@ func (f *FleetCheck) run(ctx context.Context, out drift.Collector, ms []*invento
 		n := ObserveNodes(ctx, f.Kube)
 		nodes = &n
 	}
+	var reads []Read
+	if slices.ContainsFunc(checks, func(c drift.Check[*Target]) bool { return c.Name == CheckExtensions }) {
+		reads = append(reads, ReadBootImage)
+	}
 	var cps []string
 	for _, m := range f.Inventory.ControlPlanes() {
 		cps = append(cps, m.Name)
@@ -154,7 +158,7 @@ func (f *FleetCheck) run(ctx context.Context, out drift.Collector, ms []*invento
 			Desired:           f.Desired[m.Name],
 			TalosVersion:      f.Inventory.Cluster.TalosVersion,
 			KubernetesVersion: f.Inventory.Cluster.KubernetesVersion,
-			InstallImage:      f.Inventory.Cluster.InstallImage,
+			Boot:              WantBootOf(f.Inventory, m),
 			ControlPlanes:     cps,
 			Nodes:             nodes,
 			Talosctl:          f.Dialer.Talosctl(m),
@@ -165,7 +169,7 @@ func (f *FleetCheck) run(ctx context.Context, out drift.Collector, ms []*invento
 			t.Obs = &Observation{Machine: m, Endpoint: f.Dialer.Endpoint(m), Err: fmt.Errorf("dial %s: %w", f.Dialer.Endpoint(m), err)}
 		} else {
 			defer c.Close()
-			t.Obs = ObserveWith(ctx, c, f.Dialer, m)
+			t.Obs = ObserveWith(ctx, c, f.Dialer, m, reads...)
 		}
 		if f.DesiredFor != nil {
 			var err error

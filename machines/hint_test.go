@@ -20,7 +20,7 @@ func TestUpgradeHintUsesTheInstallImage(t *testing.T) {
 		{"", "upgrade --image ghcr.io/siderolabs/installer:v1.11.0", ""},
 		{"registry.lan/talos/installer:v1.10.6", "is tagged v1.10.6, not v1.11.0", ""},
 	} {
-		tg := &machines.Target{Machine: m, TalosVersion: "v1.11.0", InstallImage: tc.image, Obs: &machines.Observation{Machine: m, Version: "v1.10.6"}}
+		tg := &machines.Target{Machine: m, TalosVersion: "v1.11.0", Boot: machines.WantBoot{Image: tc.image}, Obs: &machines.Observation{Machine: m, Version: "v1.10.6"}}
 		for _, c := range machines.Checks() {
 			if c.Name != machines.CheckTalosVersion {
 				continue

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -65,6 +66,11 @@ type Observation struct {
 	// caller's deadline instead of answering.
 	Etcd    *EtcdState
 	EtcdErr error
+
+	// Boot is read only when asked (ReadBootImage); BootErr when that
+	// read failed.
+	Boot    *BootImage
+	BootErr error
 }
 
 // EtcdService is the etcd service's state and its latest event.
@@ -143,18 +149,19 @@ type EtcdState struct {
 // Observe reads everything the machine checks need from one machine, with the
 // calls in flight together on one connection: the cost is one round trip plus
 // the slowest read. It never returns an error: failures are in the Observation.
-func Observe(ctx context.Context, d *Dialer, m *inventory.Machine) *Observation {
+// reads adds facts not every pass needs.
+func Observe(ctx context.Context, d *Dialer, m *inventory.Machine, reads ...Read) *Observation {
 	c, err := d.Client(ctx, m)
 	if err != nil {
 		return &Observation{Machine: m, Endpoint: d.Endpoint(m), Err: fmt.Errorf("dial %s: %w", d.Endpoint(m), err)}
 	}
 	defer c.Close()
-	return ObserveWith(ctx, c, d, m)
+	return ObserveWith(ctx, c, d, m, reads...)
 }
 
 // ObserveWith is Observe over a client the caller holds, so that other
 // checks (storage) can read on the same connection.
-func ObserveWith(ctx context.Context, c *client.Client, d *Dialer, m *inventory.Machine) *Observation {
+func ObserveWith(ctx context.Context, c *client.Client, d *Dialer, m *inventory.Machine, reads ...Read) *Observation {
 	o := &Observation{Machine: m, Endpoint: d.Endpoint(m)}
 
 	// Version first: it tells reachable from not, and maintenance from configured.
@@ -215,6 +222,9 @@ func ObserveWith(ctx context.Context, c *client.Client, d *Dialer, m *inventory.
 		s := svc.TypedSpec()
 		o.Kubelet = ServiceState{Running: s.Running, Healthy: s.Healthy, Unknown: s.Unknown}
 	})
+	if slices.Contains(reads, ReadBootImage) {
+		read(func() { o.Boot, o.BootErr = ObserveBootImage(ctx, c) })
+	}
 	if m.IsControlPlane() {
 		read(func() {
 			o.EtcdService, o.EtcdServiceErr = observeEtcdService(ctx, c)

@@ -59,8 +59,8 @@ func HeldConfigs(held map[string][]byte) DesiredFunc {
 // SurveyMachine observes m and compares its applied config with its
 // desired config for the Talos it runs; with dryRun, a machine that differs
 // and has no pending config is dry-run in mode.
-func SurveyMachine(ctx context.Context, d *Dialer, m *inventory.Machine, desiredFor DesiredFunc, mode Mode, dryRun bool) *Survey {
-	s := &Survey{Obs: Observe(ctx, d, m)}
+func SurveyMachine(ctx context.Context, d *Dialer, m *inventory.Machine, desiredFor DesiredFunc, mode Mode, dryRun bool, reads ...Read) *Survey {
+	s := &Survey{Obs: Observe(ctx, d, m, reads...)}
 	o := s.Obs
 	if o.Err != nil || o.ConfigErr != nil {
 		return s

@@ -140,7 +140,7 @@ func (l *Loop) pass(ctx context.Context, t *term) *PassResult {
 	needs := map[string]bool{}
 	for _, r := range res.Report.Results {
 		if r.Check == machines.CheckConfig && r.Status != drift.StatusInSync ||
-			l.Upgrades != nil && r.Check == machines.CheckTalosVersion && r.Status != drift.StatusInSync {
+			l.Upgrades != nil && (r.Check == machines.CheckTalosVersion || r.Check == machines.CheckExtensions) && r.Status != drift.StatusInSync {
 			needs[r.Machine] = true
 		}
 	}
@@ -242,8 +242,12 @@ func (l *Loop) observe(ctx context.Context, d *Desired, owned []*inventory.Machi
 	if len(checks) > 0 && !slices.Contains(checks, machines.CheckConfig) {
 		checks = append(slices.Clone(checks), machines.CheckConfig)
 	}
-	if len(checks) > 0 && l.Upgrades != nil && !slices.Contains(checks, machines.CheckTalosVersion) {
-		checks = append(slices.Clone(checks), machines.CheckTalosVersion)
+	if len(checks) > 0 && l.Upgrades != nil {
+		for _, c := range []string{machines.CheckTalosVersion, machines.CheckExtensions} {
+			if !slices.Contains(checks, c) {
+				checks = append(slices.Clone(checks), c)
+			}
+		}
 	}
 	fc := &machines.FleetCheck{
 		Inventory: d.Inventory, Desired: d.Configs.Held(), DesiredFor: d.Configs.For, Dialer: l.Dialer, Kube: l.Kube,

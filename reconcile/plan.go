@@ -194,7 +194,11 @@ func (p *Planner) planOne(ctx context.Context, m *inventory.Machine) Action {
 	if desired == nil {
 		desired = machines.HeldConfigs(p.Desired)
 	}
-	s := machines.SurveyMachine(ctx, p.Dialer, m, desired, p.Mode, p.Upgrades == nil || !p.Upgrades.Only)
+	var reads []machines.Read
+	if p.Upgrades != nil {
+		reads = append(reads, machines.ReadBootImage) // an upgrade keeps or changes its extensions
+	}
+	s := machines.SurveyMachine(ctx, p.Dialer, m, desired, p.Mode, p.Upgrades == nil || !p.Upgrades.Only, reads...)
 	a := p.decide(m, s)
 	a.Config = s.Config
 	if s.Obs != nil {

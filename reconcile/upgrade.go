@@ -30,6 +30,11 @@ type Upgrades struct {
 	// Stage asks Talos to stage the upgrade and install it on the reboot
 	// it starts at once (UpgradeRequest.stage: for files in use).
 	Stage bool
+	// DropExtensions allows an upgrade whose installer lacks system
+	// extensions the machine runs, which it then no longer runs; without
+	// it such an upgrade is refused, as is one whose extensions could not
+	// be read.
+	DropExtensions bool
 }
 
 // UpgradeStep is a planned Talos OS upgrade. Final, when set, is where a
@@ -39,6 +44,15 @@ type UpgradeStep struct {
 	From, To, Image string
 	Final           string
 	Stage           bool
+	// Schematic is the Image Factory schematic Image was built from ("" for
+	// an installer from elsewhere), FromSchematic the one the machine
+	// booted from; Drops the extensions it runs that Image lacks
+	// (Upgrades.DropExtensions).
+	Schematic, FromSchematic string
+	Drops                    []string
+	// want is what the installer puts on the machine: the wait after the
+	// upgrade reads the booted image when it tells the step's end.
+	want machines.WantBoot
 	// Via is the RPC the rollout upgraded it through (machines.UpgradeVia),
 	// and Installer the installer's last lines on LifecycleService; both
 	// set by the rollout.
@@ -95,16 +109,42 @@ func nextHop(from, to, image string) (hop, hopImage string, ok bool) {
 	return next.Latest, image[:i] + ":" + next.Latest, true
 }
 
-// planUpgrade decides a machine's upgrade from the version it reports.
+// planUpgrade decides a machine's upgrade from the version it reports and
+// the image it booted: a machine on cluster.talosVersion whose booted
+// schematic is not its installer's is reinstalled at that version (how
+// Talos adds or removes extensions). An upgrade that would remove
+// extensions the machine runs, or whose machine's extensions could not be
+// read, is refused unless Upgrades.DropExtensions.
 func (p *Planner) planUpgrade(m *inventory.Machine, o *machines.Observation, evidence string) Action {
 	want := p.Inventory.Cluster.TalosVersion
-	image := p.Inventory.Cluster.InstallImage
+	boot := machines.WantBootOf(p.Inventory, m)
+	image := boot.Image
+	reinstall := false
 	if o.Version == want {
-		return Action{Machine: m, Kind: KindNone, Reason: "runs Talos " + want, Evidence: evidence}
+		if o.Boot == nil || boot.Matches(o.Boot) {
+			// unread extensions leave a machine on its version alone: the
+			// extensions check reports what could not be read
+			return Action{Machine: m, Kind: KindNone, Reason: "runs Talos " + want, Evidence: evidence}
+		}
+		reinstall = true
 	}
 	if tag := machines.ImageTag(image); tag != "" && tag != want {
 		return Action{Machine: m, Kind: KindSkip, Evidence: evidence,
 			Reason: fmt.Sprintf("upgrade refused: cluster.installImage %s is tagged %s, not cluster.talosVersion %s: set it to the installer of %s", image, tag, want, want)}
+	}
+	step := &UpgradeStep{From: o.Version, To: want, Image: image, Stage: p.Upgrades.Stage, Schematic: boot.SchematicID, want: boot}
+	switch {
+	case o.BootErr != nil && !p.Upgrades.DropExtensions:
+		return Action{Machine: m, Kind: KindSkip, Evidence: evidence,
+			Reason: "upgrade refused: its system extensions could not be read (" + o.BootErr.Error() + "), and an installer without them removes them: fix the read, or pass --drop-extensions to upgrade without knowing"}
+	case o.Boot != nil:
+		step.FromSchematic = o.Boot.SchematicID
+		step.Drops = boot.Dropped(o.Boot)
+		evidence += "; booted " + bootSummary(o.Boot)
+	}
+	if len(step.Drops) > 0 && !p.Upgrades.DropExtensions {
+		return Action{Machine: m, Kind: KindSkip, Evidence: evidence,
+			Reason: fmt.Sprintf("upgrade refused: it runs system extensions %s, which %s does not carry (the inventory's schematic lacks them), so the upgrade would remove them: add them to the schematic, or pass --drop-extensions", strings.Join(step.Drops, ", "), image)}
 	}
 	final := ""
 	if err := UpgradePath(o.Version, want); err != nil && !p.Upgrades.Force {
@@ -113,18 +153,54 @@ func (p *Planner) planUpgrade(m *inventory.Machine, o *machines.Observation, evi
 			return Action{Machine: m, Kind: KindSkip, Reason: "upgrade refused: " + err.Error(), Evidence: evidence}
 		}
 		final, want, image = want, hop, hopImage
+		step.To, step.Image, step.Final = hop, hopImage, final
 	}
 	notReady := notReadyBefore(o)
 	if notReady != "" {
 		evidence += "; " + notReady
 	}
-	return Action{
-		Machine: m, Kind: KindUpgrade, Reboots: true,
-		Reason:   fmt.Sprintf("runs Talos %s, the inventory says %s", o.Version, cmp.Or(final, want)),
-		Upgrade:  &UpgradeStep{From: o.Version, To: want, Final: final, Image: image, Stage: p.Upgrades.Stage},
-		Evidence: evidence, NotReady: notReady,
+	reason := fmt.Sprintf("runs Talos %s, the inventory says %s", o.Version, cmp.Or(final, want))
+	if reinstall {
+		reason = fmt.Sprintf("runs Talos %s booted from %s; the inventory's installer carries %s: a reinstall at the same version", o.Version, bootSummary(o.Boot), wantSummary(boot))
 	}
+	a := Action{
+		Machine: m, Kind: KindUpgrade, Reboots: true,
+		Reason: reason, Upgrade: step, Evidence: evidence, NotReady: notReady,
+	}
+	if len(step.Drops) > 0 {
+		a.Warnings = append(a.Warnings, "it no longer runs system extensions "+strings.Join(step.Drops, ", ")+" after this upgrade (--drop-extensions)")
+	}
+	return a
 }
+
+// bootSummary is a booted image as plans print it.
+func bootSummary(b *machines.BootImage) string {
+	s := "schematic " + shortID(b.SchematicID)
+	if b.SchematicID == "" {
+		s = "an installer without a schematic"
+	}
+	if len(b.Extensions) == 0 {
+		return s + " (no extensions)"
+	}
+	return s + " (extensions " + strings.Join(b.Extensions, ", ") + ")"
+}
+
+// wantSummary is an installer's contents as plans print them.
+func wantSummary(w machines.WantBoot) string {
+	s := "schematic " + shortID(w.SchematicID)
+	switch {
+	case w.SchematicID == "":
+		s = "no schematic"
+	case !w.Known:
+		return s
+	}
+	if len(w.Extensions) == 0 {
+		return s + " (no extensions)"
+	}
+	return s + " (extensions " + strings.Join(w.Extensions, ", ") + ")"
+}
+
+func shortID(id string) string { return id[:min(len(id), 8)] }
 
 // upgrade upgrades one machine and waits until it runs the new version,
 // running and ready: through LifecycleService on a machine that serves it
@@ -138,7 +214,11 @@ func (r *Rollout) upgrade(ctx context.Context, a Action) error {
 	if u.Stage && u.Via == machines.UpgradeViaLifecycle {
 		u.Via = machines.UpgradeViaLegacy // staging is the legacy call's alone
 	}
-	r.say("==> %s: upgrade Talos %s → %s (%s) through %s, REBOOTS", m.Name, u.From, u.To, u.Image, u.Via)
+	if u.From == u.To {
+		r.say("==> %s: reinstall Talos %s (%s) through %s, REBOOTS", m.Name, u.To, u.Image, u.Via)
+	} else {
+		r.say("==> %s: upgrade Talos %s → %s (%s) through %s, REBOOTS", m.Name, u.From, u.To, u.Image, u.Via)
+	}
 	if a.NotReady != "" {
 		r.say("    %s: %s; the wait after the upgrade needs it running and ready", m.Name, a.NotReady)
 	}
@@ -220,26 +300,38 @@ func printable(s string) string {
 }
 
 // waitUpgraded polls until the machine reports u.To, running and ready (or
-// ready but for its Node, as waitConverged accepts). A machine seen down
-// that comes back running u.From did not take the new version (Talos boots
-// the previous one when the new one fails): that fails at once.
+// ready but for its Node, as waitConverged accepts), booted from u's
+// installer's schematic when that tells (a reinstall at the same version,
+// or an installer whose schematic is known). A machine seen down that
+// comes back running u.From (or, for a reinstall, its old schematic) did
+// not take the new image (Talos boots the previous one when the new one
+// fails): that fails at once.
 func (r *Rollout) waitUpgraded(ctx context.Context, m *inventory.Machine, u *UpgradeStep) error {
 	wctx, cancel := context.WithTimeout(ctx, r.Wait)
 	defer cancel()
 	last, wentDown := "no answer yet", false
+	reinstall := u.From == u.To
+	var reads []machines.Read
+	if reinstall || u.want.Known {
+		reads = append(reads, machines.ReadBootImage)
+	}
 	beat := heartbeat.Start(r.Say, r.Heartbeat, r.Wait, m.Name+" to come back on Talos "+u.To)
 	defer beat.Stop()
 	for {
 		octx, ocancel := context.WithTimeout(ctx, r.Timeout)
-		o := machines.Observe(octx, r.Dialer, m)
+		o := machines.Observe(octx, r.Dialer, m, reads...)
 		ocancel()
 		ready := o.Stage == "running" && (o.Ready || o.NotReadyOnlyForNode())
+		booted := len(reads) == 0 || o.Boot != nil && u.want.Matches(o.Boot)
 		switch {
 		case o.Err != nil:
 			wentDown, last = true, o.Err.Error()
-		case o.Version == u.To && ready:
+		case o.Version == u.To && ready && booted:
 			return nil
-		case o.Version == u.From && wentDown && ready:
+		case reinstall && wentDown && ready && o.Boot != nil:
+			return fmt.Errorf("%s went down and came back on Talos %s booted from %s, not from %s: the reinstall did not take (Talos boots the previous image when the new one fails); see %s, then run devata upgrade again",
+				m.Name, u.To, bootSummary(o.Boot), u.Image, r.Dialer.Talosctl(m)+" dmesg")
+		case !reinstall && o.Version == u.From && wentDown && ready:
 			return fmt.Errorf("%s went down and came back on Talos %s, not %s: the new version did not take (Talos boots the previous one when it fails); see %s, then run devata upgrade again",
 				m.Name, u.From, u.To, r.Dialer.Talosctl(m)+" dmesg")
 		default:
@@ -247,11 +339,17 @@ func (r *Rollout) waitUpgraded(ctx context.Context, m *inventory.Machine, u *Upg
 			if len(o.Unmet) > 0 {
 				last += "; unmet: " + strings.Join(o.Unmet, "; ")
 			}
+			switch {
+			case o.BootErr != nil:
+				last += "; extensions unread: " + o.BootErr.Error()
+			case o.Boot != nil && !booted:
+				last += "; booted " + bootSummary(o.Boot)
+			}
 		}
 		beat.Saw(last)
 		select {
 		case <-wctx.Done():
-			return fmt.Errorf("%s did not come back on Talos %s within %s: %s", m.Name, u.To, r.Wait, last)
+			return fmt.Errorf("%s did not come back on Talos %s from %s within %s: %s", m.Name, u.To, u.Image, r.Wait, last)
 		case <-time.After(r.Poll):
 		}
 	}

@@ -78,7 +78,12 @@ func (p *Plan) Write(w io.Writer) {
 			}
 		case KindUpgrade:
 			u := act.Upgrade
-			fmt.Fprintf(w, "  %-20s upgrade Talos %s → %s (REBOOTS): %s\n", who, u.From, u.To, u.Image)
+			if u.From == u.To {
+				fmt.Fprintf(w, "  %-20s reinstall Talos %s (REBOOTS): %s\n", who, u.To, u.Image)
+				fmt.Fprintf(w, "      %s\n", act.Reason)
+			} else {
+				fmt.Fprintf(w, "  %-20s upgrade Talos %s → %s (REBOOTS): %s\n", who, u.From, u.To, u.Image)
+			}
 			if u.Final != "" {
 				fmt.Fprintf(w, "      one minor release at a time: this hop to %s, then on to %s (cluster.installImage)\n", u.To, u.Final)
 			}
@@ -115,7 +120,7 @@ func (p *Plan) Write(w io.Writer) {
 func sameAction(a, b Action) bool {
 	return a.Kind == b.Kind && a.Mode == b.Mode && a.Reboots == b.Reboots && a.Reason == b.Reason && a.Contract == b.Contract &&
 		a.Diff.Text == b.Diff.Text && a.NotReady == b.NotReady && slices.Equal(a.Warnings, b.Warnings) &&
-		(a.Upgrade == nil) == (b.Upgrade == nil) && (a.Upgrade == nil || a.Upgrade.From == b.Upgrade.From && a.Upgrade.To == b.Upgrade.To && a.Upgrade.Image == b.Upgrade.Image && a.Upgrade.Final == b.Upgrade.Final && a.Upgrade.Stage == b.Upgrade.Stage) &&
+		(a.Upgrade == nil) == (b.Upgrade == nil) && (a.Upgrade == nil || a.Upgrade.From == b.Upgrade.From && a.Upgrade.To == b.Upgrade.To && a.Upgrade.Image == b.Upgrade.Image && a.Upgrade.Final == b.Upgrade.Final && a.Upgrade.Stage == b.Upgrade.Stage && a.Upgrade.Schematic == b.Upgrade.Schematic && slices.Equal(a.Upgrade.Drops, b.Upgrade.Drops)) &&
 		(a.Kubernetes == nil) == (b.Kubernetes == nil) && (a.Kubernetes == nil || a.Kubernetes.From == b.Kubernetes.From && a.Kubernetes.moves() == b.Kubernetes.moves())
 }
 

@@ -409,3 +409,12 @@ func joinField(path, k string) string {
 	}
 	return path + "." + k
 }
+
+// Credentials returns s with URL credentials (userinfo, credential query
+// parameters) and --flag=value credentials replaced by Redacted: for text
+// that is public but may carry them, such as a kernel command line
+// (talos.config= takes a URL).
+func Credentials(s string) string {
+	r, _ := credentials(s)
+	return r
+}

@@ -254,8 +254,14 @@ func (a *machineAPI) applyMaintenance(ctx context.Context, t *Machine, _ snapsho
 		return nil, interrupted(ctx, t)
 	}
 
+	if err := t.installedFrom(cfg); err != nil {
+		a.fleet.log.Info("sim: install failed, rebooting into maintenance mode", "machine", t.name, "error", err)
+		t.reboot(true)
+
+		return reply, nil
+	}
+
 	t.setConfig(cfg, false, true)
-	t.installedFrom(cfg)
 	t.reboot(true)
 
 	a.fleet.log.Info("sim: config installed from maintenance", "machine", t.name)

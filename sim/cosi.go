@@ -91,6 +91,7 @@ var talosResources = []meta.ResourceWithRD{
 	&perf.CPU{}, &perf.Memory{},
 	&runtime.BootedEntry{}, &runtime.DevicesStatus{}, &runtime.Diagnostic{}, &runtime.EventSinkConfig{},
 	&runtime.ExtensionServiceConfig{}, &runtime.ExtensionServiceConfigStatus{}, &runtime.ExtensionStatus{},
+	&runtime.ImageFactorySchematic{},
 	&runtime.KernelCmdline{}, &runtime.KernelModuleSpec{}, &runtime.KernelParamSpec{}, &runtime.KernelParamDefaultSpec{},
 	&runtime.KernelParamStatus{}, &runtime.KmsgLogConfig{}, &runtime.LoadedKernelModule{},
 	&runtime.MaintenanceServiceConfig{}, &runtime.MaintenanceServiceRequest{}, &runtime.MachineResetSignal{},

@@ -512,11 +512,27 @@
 // installer's output streams by 512-byte reads (1.13) or by line (1.14);
 // ghcr.io/siderolabs/installer has no 1.14 installers.
 //
+// Extensions (schematic.go): the simulated Image Factory holds
+// Options.Schematics (and what CreateSchematic adds); an installer of any
+// other schematic but the empty one is not found, by a pull, an upgrade or
+// the install after a maintenance apply, which then reboots back into
+// maintenance mode (v1alpha1_sequencer_tasks.go Install). A machine
+// reports its booted installer's schematic as ExtensionStatus (one per
+// official extension, then Image Factory's "schematic" extension) on every
+// release, from 1.14 also as ImageFactorySchematic, and its KernelCmdline
+// (machinery kernel.DefaultArgs for its version, then the schematic's
+// arguments). A 1.14 config's UnattendedInstallConfig names the installer
+// (controllers/runtime/unattended_install.go).
+//
 // What stays kinder than a Talos of another version (to be modelled per
 // version, issue 30): 1.13's maintenance mode (apid, readers authorised
 // per method) is not played, except that ImageService and
 // LifecycleService refuse its os:reader callers; the resource
-// definitions are v1.11.0's.
+// definitions are v1.11.0's and ImageFactorySchematic (1.14) on every
+// release; a 1.14 UnattendedInstallConfig install that fails reboots back
+// into maintenance mode as the install sequence does, where 1.14's
+// UnattendedInstallController keeps the config, reports the phase
+// "failed" in UnattendedInstallStatus and retries.
 //
 // # Storage
 //

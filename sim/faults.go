@@ -80,8 +80,9 @@ type Faults struct {
 	// UpgradeImagesMissing names installer images the machine's registry
 	// does not have, as written ("ghcr.io/siderolabs/installer:v1.11.1"),
 	// as the same reference, or by repository
-	// ("ghcr.io/siderolabs/installer"): Upgrade and ImageService.Pull fail
-	// pulling them, not found, as machined's image.Pull does.
+	// ("ghcr.io/siderolabs/installer"): Upgrade, ImageService.Pull and the
+	// first install from maintenance mode fail pulling them, not found, as
+	// machined's image.Pull does.
 	UpgradeImagesMissing []string
 	// UpgradeBootFails makes the version an upgrade installed fail its boot
 	// sequence: the machine comes up on it, stays booting without its

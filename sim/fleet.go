@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"sync"
 	"time"
@@ -62,6 +63,10 @@ type Options struct {
 	// begins a quarter of it after the apply, as machined's controllers
 	// react (default 1s; on Talos, seconds to a minute). See restart.go.
 	RestartDelay time.Duration
+	// Schematics are the schematics the simulated Image Factory holds, by
+	// id (schematic.go): its installers of any other schematic but the
+	// empty one are not found.
+	Schematics map[string]Schematic
 }
 
 // MachineSpec describes one simulated machine.
@@ -145,6 +150,9 @@ type Fleet struct {
 	closed       bool
 	kube         kubernetes.Interface // the API server the kubelets post to, once they have
 	agents       map[string]*agentPod // cilium agent pods by machine name
+	// schematics: see Options.Schematics and CreateSchematic
+	schematicsMu sync.RWMutex
+	schematics   map[string]Schematic
 }
 
 // Start serves every machine of opts and returns once all of them listen.
@@ -197,6 +205,7 @@ func Start(ctx context.Context, opts Options) (*Fleet, error) {
 		rebootDelay:  opts.RebootDelay,
 		upgradeDelay: opts.UpgradeDelay,
 		joinDelay:    opts.EtcdJoinDelay,
+		schematics:   maps.Clone(opts.Schematics),
 		etcdWait:     opts.EtcdClientWait,
 		criDelay:     opts.CRIStartDelay,
 		restartDelay: opts.RestartDelay,

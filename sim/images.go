@@ -53,7 +53,7 @@ func (a *imageAPI) Pull(in *machine.ImageServicePullRequest, srv grpc.ServerStre
 
 	img, ok := t.pulled(st, ref.String())
 	if !ok {
-		if img, err = resolve(in.GetImageRef(), ref, s.faults); err != nil {
+		if img, err = t.fleet.pullable(in.GetImageRef(), ref, s.faults); err != nil {
 			if minor, _ := talos.Minor(s.version); minor == 13 {
 				err = fmt.Errorf("1 error(s) occurred:\n\t%w", err)
 			}

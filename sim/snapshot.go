@@ -41,6 +41,8 @@ type snapshot struct {
 	// restarts, restartDelay: see restart.go
 	restarts     map[string]restart
 	restartDelay time.Duration
+	// boot: what the installer of the booted partition put there
+	boot bootImage
 }
 
 func (m *Machine) snap() snapshot {
@@ -73,6 +75,7 @@ func (m *Machine) snap() snapshot {
 
 		restarts:     maps.Clone(m.restarts),
 		restartDelay: m.fleet.restartDelay,
+		boot:         m.fleet.bootImageOf(m.installImage),
 	}
 
 	if s.faults.TalosVersion != "" {

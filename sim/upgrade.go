@@ -41,8 +41,20 @@ type bootEntry struct {
 // installs: images.DefaultInstallerImage, the ghcr.io installer, up to
 // 1.13; images.InstallerImage("metal"), the Image Factory's, from 1.14:
 // v1alpha1_sequencer_tasks.go Install in v1.14.1; internal/talos
-// DefaultInstallImage).
+// DefaultInstallImage). From 1.14 a config with an UnattendedInstallConfig
+// document installs from its installer image instead, else from the boot
+// entry's (controllers/runtime/unattended_install.go
+// UnattendedInstallController.reconcile in v1.14.1): the sim's boot medium
+// is the version's default installer.
 func installImageOf(cfg config.Provider, version string) string {
+	if cfg != nil && cfg.UnattendedInstallConfig() != nil {
+		if img := cfg.UnattendedInstallConfig().InstallerImage(); img != "" {
+			return img
+		}
+
+		return talos.DefaultInstallImage(version)
+	}
+
 	if cfg != nil && cfg.Machine() != nil && cfg.Machine().Install() != nil {
 		if img := cfg.Machine().Install().Image(); img != "" {
 			return img
@@ -58,25 +70,40 @@ func installImageOf(cfg config.Provider, version string) string {
 // the default installer) writes the boot partition, and the machine
 // reboots into the installer's version, whatever the install medium ran;
 // a machine whose disk still holds an install (STATE alone wiped) skips
-// the install and keeps its version and installer. An installer tag that
-// is not a Talos version (a digest) leaves the version as it was: the
-// sim cannot tell what it holds.
-func (m *Machine) installedFrom(cfg config.Provider) {
+// the install and keeps its version and installer.
+//
+// An installer the registry does not have fails the task: machined logs
+// the error and reboots (machined main.go handle, after ten seconds) from
+// the install medium, into maintenance mode again, without the config,
+// which only the install's STATE would have kept. installedFrom then
+// installs nothing and returns the pull's error.
+func (m *Machine) installedFrom(cfg config.Provider) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 
 	if m.installed {
-		return
+		return nil
+	}
+
+	image := installImageOf(cfg, m.version)
+
+	ref, err := parseDockerRef(image)
+	if err != nil {
+		return fmt.Errorf("failed to parse image reference %q: %w", image, err)
+	}
+
+	if _, err = m.fleet.pullable(image, ref, m.faults); err != nil {
+		return err
 	}
 
 	m.installed = true
-	m.installImage = installImageOf(cfg, m.version)
+	m.installImage = image
 
-	if ref, err := parseDockerRef(m.installImage); err == nil {
-		if v, ok := talosVersionTag(ref.tag); ok {
-			m.version = v
-		}
+	if v, ok := talosVersionTag(ref.tag); ok {
+		m.version = v
 	}
+
+	return nil
 }
 
 // Upgrade answers as machined's Upgrade: refused in maintenance mode, a
@@ -149,7 +176,7 @@ func (m *Machine) pullInstaller(image string, f Faults) (bootEntry, error) {
 		return bootEntry{}, fmt.Errorf("failed to parse image reference %q: %w", image, err)
 	}
 
-	img, err := resolve(image, ref, f)
+	img, err := m.fleet.pullable(image, ref, f)
 	if err != nil {
 		return bootEntry{}, fmt.Errorf("1 error(s) occurred:\n\t%w", err)
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -29,6 +30,8 @@ type applyFlags struct {
 	// by devata upgrade, plans only them.
 	upgrade  bool
 	upgrades *reconcile.Upgrades
+	// dropExtensions: --drop-extensions (reconcile.Upgrades.DropExtensions)
+	dropExtensions bool
 }
 
 // verb is the command that rolls the plan out, for messages.
@@ -83,7 +86,8 @@ Exit 0 done (or nothing to do), 1 some machines not converged, 2 error.`,
 	cmd.Flags().IntVar(&flags.maxUnavailable, "max-unavailable", 1, "workers changed at once")
 	cmd.Flags().BoolVar(&flags.allowQuorum, "allow-quorum-loss", false, quorumLossUsage)
 	cmd.Flags().DurationVar(&flags.wait, "wait", 10*time.Minute, "how long to wait for a machine to return and for etcd to be healthy")
-	cmd.Flags().BoolVar(&flags.upgrade, "upgrade", false, "also upgrade Talos on machines whose config is in sync and whose version is not cluster.talosVersion (as devata upgrade)")
+	cmd.Flags().BoolVar(&flags.upgrade, "upgrade", false, "also upgrade Talos on machines whose config is in sync and whose version or booted schematic is not the inventory's (as devata upgrade)")
+	cmd.Flags().BoolVar(&flags.dropExtensions, "drop-extensions", false, dropExtensionsUsage)
 	flags.lock.register(cmd, true)
 	return cmd
 }
@@ -164,6 +168,11 @@ func (a *app) apply(ctx context.Context, flags applyFlags) error {
 	}
 	if flags.upgrade && flags.upgrades == nil {
 		flags.upgrades = &reconcile.Upgrades{}
+	}
+	if flags.upgrades != nil {
+		flags.upgrades.DropExtensions = flags.upgrades.DropExtensions || flags.dropExtensions
+	} else if flags.dropExtensions {
+		return usageError(errors.New("--drop-extensions goes with --upgrade: only an upgrade changes a machine's extensions"))
 	}
 	s, err := a.openSession(ctx, false)
 	if err != nil {

@@ -241,7 +241,7 @@ func TestDemo(t *testing.T) {
 		}
 	}
 	for _, tt := range []struct{ name, text, want string }{
-		{"clean drift", clean, "5 in sync, 0 drifted, 0 unknown (5 machines, 48 results) — exit 0"},
+		{"clean drift", clean, "5 in sync, 0 drifted, 0 unknown (5 machines, 53 results) — exit 0"},
 		{"faults: KPR declared off", faulty, `CiliumNodeConfig kube-system/debug-kpr-off-cp-3 sets kube-proxy-replacement="false" on node cp-3`},
 		{"faults: KPR off in the agent", faulty, `agent runs with kube-proxy replacement "False"`},
 		{"faults: KPR explained", faulty, "then delete the agent pod so it restarts with kube-proxy-replacement"},

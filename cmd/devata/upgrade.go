@@ -8,11 +8,14 @@ import (
 	"devata.dev/devata/reconcile"
 )
 
+// dropExtensionsUsage is --drop-extensions' help.
+const dropExtensionsUsage = "allow an upgrade whose installer lacks system extensions the machine runs (they are removed), or whose machine's extensions could not be read"
+
 func (a *app) newUpgradeCommand() *cobra.Command {
 	flags := applyFlags{mode: "auto", upgrades: &reconcile.Upgrades{Only: true}}
 	cmd := &cobra.Command{
 		Use:   "upgrade",
-		Short: "Upgrade Talos on the machines to the inventory's cluster.talosVersion",
+		Short: "Upgrade Talos on the machines to the inventory's cluster.talosVersion and installer",
 		Long: `upgrade asks every machine which Talos version it runs and upgrades those that
 do not run cluster.talosVersion to it, from cluster.installImage (an Image
 Factory installer carries its schematic): control planes one at a time, each
@@ -26,6 +29,15 @@ reboots in one call. devata waits until the machine is back, running and
 ready, on the new version, and stops at the first failure (a machine that comes
 back on its old version did not take the new one). Rerunning continues from
 what the machines report: machines already upgraded get no call.
+
+System extensions: a machine's installer is the Image Factory installer of its
+schematic (cluster.schematic, the role's, or its own) unless
+cluster.installImage is given. A machine that runs cluster.talosVersion but
+booted from another schematic is reinstalled at that version (how Talos adds
+or removes extensions), and the wait then needs the new schematic booted. An
+upgrade whose installer lacks extensions the machine runs (ExtensionStatus)
+would remove them: it is refused unless --drop-extensions, as is one whose
+machine's extensions could not be read.
 
 The version rule: never a downgrade (talosctl rollback goes back to the
 previous boot), and one minor release at a time: a longer way goes hop by hop,
@@ -49,6 +61,7 @@ Exit 0 done (or nothing to do), 1 some machines not upgraded, 2 error.`,
 	cmd.Flags().BoolVar(&flags.allowQuorum, "allow-quorum-loss", false, quorumLossUsage)
 	cmd.Flags().DurationVar(&flags.wait, "wait", 15*time.Minute, "how long to wait for a machine to come back on the new version and for etcd to be healthy")
 	cmd.Flags().BoolVar(&flags.upgrades.Force, "force", false, "allow a downgrade or a jump of more than one minor release")
+	cmd.Flags().BoolVar(&flags.upgrades.DropExtensions, "drop-extensions", false, dropExtensionsUsage)
 	cmd.Flags().BoolVar(&flags.upgrades.Stage, "stage", false, "stage the upgrade: Talos reboots and installs it during that boot, before anything holds the files (talosctl upgrade --stage)")
 	flags.lock.register(cmd, true)
 	return cmd

@@ -82,7 +82,7 @@ func (s *scenario) fleet(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if s.sim, err = sim.Start(ctx, sim.Options{Bundle: s.bundle, Machines: specs, RebootDelay: 300 * time.Millisecond}); err != nil {
+	if s.sim, err = sim.Start(ctx, sim.Options{Bundle: s.bundle, Machines: specs, RebootDelay: 300 * time.Millisecond, Schematics: simfleet.Schematics(s.inv)}); err != nil {
 		return err
 	}
 	s.onClose(func() { s.sim.Close() }) //nolint:errcheck // best effort on the way out

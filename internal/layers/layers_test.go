@@ -44,7 +44,7 @@ var allowed = []struct {
 	{"inventory", []string{"internal/talos", "redact"}},
 	{"bootstrap", []string{"internal/configview", "internal/outfile", "internal/talos", "inventory", "redact"}},
 	// the Talos API and the checks of what it reports
-	{"machines", []string{"drift", "inventory", "redact"}},
+	{"machines", []string{"drift", "internal/talos", "inventory", "redact"}},
 	{"gate", []string{"internal/heartbeat", "inventory", "machines"}},
 	{"netcheck", []string{"drift", "internal/configview", "inventory", "machines"}},
 	{"storagecheck", []string{"drift", "inventory", "machines"}},
@@ -56,8 +56,8 @@ var allowed = []struct {
 	{"backup", []string{"gate", "internal/outfile", "inventory", "machines", "provenance", "snapshot"}},
 	{"membership", []string{"gate", "internal/configview", "internal/heartbeat", "inventory", "machines"}},
 	// test bed and tools
-	{"internal/simtest", []string{"bootstrap", "examples", "inventory", "machines", "sim"}},
 	{"internal/simfleet", []string{"bootstrap", "internal/testenv", "inventory", "machines", "sim"}},
+	{"internal/simtest", []string{"bootstrap", "examples", "internal/simfleet", "inventory", "machines", "sim"}},
 	{"internal/demo", []string{
 		"bootstrap", "checks", "examples", "internal/simfleet", "internal/testenv", "inventory", "machines", "netcheck", "sim", "storagecheck",
 	}},

@@ -88,7 +88,7 @@ func Start(ctx context.Context, inv *inventory.Inventory, bundle *secrets.Bundle
 	if err != nil {
 		return nil, err
 	}
-	fleet, err := sim.Start(ctx, sim.Options{Bundle: bundle, Machines: specs, RebootDelay: opts.RebootDelay, Logger: opts.Logger})
+	fleet, err := sim.Start(ctx, sim.Options{Bundle: bundle, Machines: specs, RebootDelay: opts.RebootDelay, Logger: opts.Logger, Schematics: Schematics(inv)})
 	if err != nil {
 		return nil, err
 	}
@@ -168,6 +168,24 @@ func (f *Fleet) Close() error {
 		errs = append(errs, f.Kubernetes.Stop())
 	}
 	return errors.Join(append(errs, f.Fleet.Close())...)
+}
+
+// Schematics are the schematics the inventory declares, by Image Factory
+// id, as the simulated factory should hold them: an operator creates them
+// at the factory (POST /schematics) before installing from them.
+func Schematics(inv *inventory.Inventory) map[string]sim.Schematic {
+	out := map[string]sim.Schematic{}
+	for i := range inv.Machines {
+		s := inv.SchematicOf(&inv.Machines[i])
+		if s == nil {
+			continue
+		}
+		out[s.ID()] = sim.Schematic{
+			Extensions: s.Customization.SystemExtensions.OfficialExtensions,
+			KernelArgs: s.Customization.ExtraKernelArgs,
+		}
+	}
+	return out
 }
 
 // Specs is a sim.MachineSpec per inventory machine, in inventory order:

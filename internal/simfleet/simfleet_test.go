@@ -1,4 +1,4 @@
-package simfleet
+package simfleet_test
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 
 	"devata.dev/devata/bootstrap"
 	"devata.dev/devata/examples"
+	"devata.dev/devata/internal/simfleet"
 	"devata.dev/devata/internal/simtest"
 	"devata.dev/devata/inventory"
 )
@@ -52,16 +53,16 @@ func TestSpecs(t *testing.T) {
 	}
 	for _, tt := range []struct {
 		name        string
-		opts        Options
+		opts        simfleet.Options
 		maintenance []string
 	}{
-		{"configured", Options{}, nil},
-		{"one in maintenance", Options{Maintenance: []string{"worker-2"}}, []string{"worker-2"}},
-		{"all in maintenance", Options{Maintenance: []string{All}}, []string{"cp-1", "cp-2", "cp-3", "worker-1", "worker-2"}},
-		{"inventory addresses", Options{InventoryAddresses: true}, nil},
+		{"configured", simfleet.Options{}, nil},
+		{"one in maintenance", simfleet.Options{Maintenance: []string{"worker-2"}}, []string{"worker-2"}},
+		{"all in maintenance", simfleet.Options{Maintenance: []string{simfleet.All}}, []string{"cp-1", "cp-2", "cp-3", "worker-1", "worker-2"}},
+		{"inventory addresses", simfleet.Options{InventoryAddresses: true}, nil},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			specs, err := Specs(inv, r, tt.opts)
+			specs, err := simfleet.Specs(inv, r, tt.opts)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -93,7 +94,7 @@ func TestSpecs(t *testing.T) {
 func TestStartWritesFilesThatPointAtTheFleet(t *testing.T) {
 	inv, bundle := homelab(t)
 	dir := t.TempDir()
-	f, err := Start(context.Background(), inv, bundle, Options{Maintenance: []string{"worker-2"}, Bootstrap: true, Dir: dir})
+	f, err := simfleet.Start(context.Background(), inv, bundle, simfleet.Options{Maintenance: []string{"worker-2"}, Bootstrap: true, Dir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +156,7 @@ func TestStartWritesFilesThatPointAtTheFleet(t *testing.T) {
 // Start returns once every machine runs.
 func TestStartBootstrapsTheFirstControlPlane(t *testing.T) {
 	inv, bundle := homelab(t)
-	f, err := Start(context.Background(), inv, bundle, Options{Bootstrap: true, Dir: t.TempDir()})
+	f, err := simfleet.Start(context.Background(), inv, bundle, simfleet.Options{Bootstrap: true, Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,6 +21,7 @@ import (
 
 	"devata.dev/devata/bootstrap"
 	"devata.dev/devata/examples"
+	"devata.dev/devata/internal/simfleet"
 	"devata.dev/devata/inventory"
 	"devata.dev/devata/machines"
 	"devata.dev/devata/sim"
@@ -77,10 +78,29 @@ type Options struct {
 	DesiredKubernetesVersion string
 	// RestartDelay is the sim's (sim.Options.RestartDelay; default its own).
 	RestartDelay time.Duration
+	// EditInventory, when set, rewrites the example inventory's text (in
+	// its file too) before the fleet starts from it.
+	EditInventory func(string) string
+	// Schematics are the schematics the simulated Image Factory holds
+	// (default: the inventory's, simfleet.Schematics); an empty map holds
+	// none but the empty schematic.
+	Schematics map[string]sim.Schematic
 }
 
 // kubernetesVersionLine is the example inventory's cluster.kubernetesVersion.
 var kubernetesVersionLine = regexp.MustCompile(`(?m)^(  kubernetesVersion: )v[0-9.]+$`)
+
+// editInventory rewrites the inventory file at path with edit.
+func editInventory(t testing.TB, path string, edit func(string) string) {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(edit(string(raw))), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
 
 // FixtureSecrets is the path of the committed test bundle (a fake cluster's).
 func FixtureSecrets() string {
@@ -98,17 +118,16 @@ func Start(t testing.TB, opts Options) *Fleet {
 		t.Fatal(err)
 	}
 	if v := opts.DesiredKubernetesVersion; v != "" {
-		raw, err := os.ReadFile(invPath)
-		if err != nil {
-			t.Fatal(err)
-		}
-		edited := kubernetesVersionLine.ReplaceAllString(string(raw), "${1}"+v)
-		if edited == string(raw) {
-			t.Fatalf("the example says no kubernetesVersion to replace with %s", v)
-		}
-		if err := os.WriteFile(invPath, []byte(edited), 0o644); err != nil {
-			t.Fatal(err)
-		}
+		editInventory(t, invPath, func(raw string) string {
+			edited := kubernetesVersionLine.ReplaceAllString(raw, "${1}"+v)
+			if edited == raw {
+				t.Fatalf("the example says no kubernetesVersion to replace with %s", v)
+			}
+			return edited
+		})
+	}
+	if opts.EditInventory != nil {
+		editInventory(t, invPath, opts.EditInventory)
 	}
 	data, err := os.ReadFile(FixtureSecrets())
 	if err != nil {
@@ -180,7 +199,11 @@ func Start(t testing.TB, opts Options) *Fleet {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	if f.Sim, err = sim.Start(ctx, sim.Options{Bundle: f.Bundle, Machines: specs, RebootDelay: 50 * time.Millisecond, EtcdJoinDelay: cmp.Or(opts.EtcdJoinDelay, 50*time.Millisecond), EtcdClientWait: 300 * time.Millisecond, RestartDelay: opts.RestartDelay}); err != nil {
+	schematics := opts.Schematics
+	if schematics == nil {
+		schematics = simfleet.Schematics(f.Inventory)
+	}
+	if f.Sim, err = sim.Start(ctx, sim.Options{Bundle: f.Bundle, Machines: specs, RebootDelay: 50 * time.Millisecond, EtcdJoinDelay: cmp.Or(opts.EtcdJoinDelay, 50*time.Millisecond), EtcdClientWait: 300 * time.Millisecond, RestartDelay: opts.RestartDelay, Schematics: schematics}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { f.Sim.Close() })
