@@ -441,6 +441,21 @@
 // The server-side variant (--server, ClusterService.HealthCheck) is not
 // served.
 //
+// # talosctl v1.14.1
+//
+// The real talosctl v1.14.1 works against a fleet on Talos v1.14.1
+// (talosctl114_test.go): version through apid's fan-out, get (Version,
+// Members from 1.14's discovery documents, MachineStatus, Service,
+// StaticPodStatus, MachineConfig, SystemDisk, Disk, VolumeStatus, the
+// ResourceDefinitions), service, mounts, etcd members, bootstrap,
+// kubeconfig, apply-config --dry-run, and upgrade through ImageService.Pull
+// and LifecycleService.Upgrade, then Reboot (with --drain=false
+// --wait=false). Not served, each Unimplemented: image list
+// (ImageService.List and the legacy MachineService.ImageList: the sim's
+// containerd holds only the installers its pulls leave), containers, time
+// (TimeService), and MachineService.Events and Read, which upgrade and
+// reboot need to --wait.
+//
 // # What stays kinder than Talos
 //
 // Reboots and boots take RebootDelay, not minutes; etcd joins take

@@ -10,11 +10,13 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/resources/cluster"
 )
 
-// Cluster discovery, as Talos v1.11.0 has it: every member publishes an
+// Cluster discovery, as Talos v1.11.0 to v1.14.1 have it: every member publishes an
 // affiliate (internal/app/machined/pkg/controllers/cluster/
-// local_affiliate.go) to the registries cluster.discovery enables (the
-// discovery service, or Kubernetes), and member.go MemberController turns
-// the affiliates of the cluster (cluster.id) into Member resources named by
+// local_affiliate.go) to the registries its config enables (the
+// discovery service, or Kubernetes: cluster.discovery, and from 1.14 the
+// DiscoveryServiceConfig and DiscoveryIdentityConfig documents; see
+// discoveryOn), and member.go MemberController turns
+// the affiliates of the cluster (its cluster ID) into Member resources named by
 // nodename: addresses, hostname, machine type, OS, the API server port of
 // control planes. talosctl health without node flags reads them
 // (cmd/talosctl/cmd/talos/health.go buildClusterInfo).
@@ -26,19 +28,33 @@ import (
 // that a machine configured later shows up without every machine being
 // resynced on every apply.
 
+// discoveryOn reports whether the machine publishes an affiliate, as
+// Talos v1.14.1 decides it (controllers/cluster/config.go ConfigController,
+// local_affiliate.go: a discovery service endpoint, or the Kubernetes
+// registry): a discovery service comes from the v1alpha1
+// cluster.discovery (enabled, with its service registry) or, from 1.14, a
+// DiscoveryServiceConfig document, which machinery's
+// DiscoveryServiceConfigs surfaces either way; the Kubernetes registry is
+// only in v1alpha1, under cluster.discovery.enabled. For a v1alpha1-only
+// config (every Talos before 1.14 refuses the new document) this is what
+// v1.11's and v1.13's ConfigController decide too.
 func discoveryOn(s snapshot) bool {
-	if !s.configured() || s.active.Cluster() == nil || s.active.Cluster().Discovery() == nil {
+	if !s.configured() || s.active.Cluster() == nil {
 		return false
+	}
+
+	if len(s.active.DiscoveryServiceConfigs()) > 0 {
+		return true
 	}
 
 	d := s.active.Cluster().Discovery()
-	if !d.Enabled() || d.Registries() == nil {
+	if d == nil || !d.Enabled() || d.Registries() == nil {
 		return false
 	}
 
-	r := d.Registries()
+	k := d.Registries().Kubernetes()
 
-	return len(s.active.DiscoveryServiceConfigs()) > 0 || (r.Kubernetes() != nil && r.Kubernetes().Enabled())
+	return k != nil && k.Enabled()
 }
 
 // membersOf are the Member resources the machine's MemberController holds.

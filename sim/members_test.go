@@ -8,6 +8,9 @@ import (
 
 	"github.com/cosi-project/runtime/pkg/safe"
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
+	"github.com/siderolabs/talos/pkg/machinery/config"
+	"github.com/siderolabs/talos/pkg/machinery/config/encoder"
+	"github.com/siderolabs/talos/pkg/machinery/config/generate"
 	machinetype "github.com/siderolabs/talos/pkg/machinery/config/machine"
 	"github.com/siderolabs/talos/pkg/machinery/resources/cluster"
 
@@ -66,4 +69,58 @@ func TestMembersFollowDiscovery(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// Talos 1.14 renders discovery as documents, DiscoveryServiceConfig and
+// DiscoveryIdentityConfig, with no v1alpha1 cluster.discovery; its
+// ConfigController (controllers/cluster/config.go in v1.14.1) turns
+// discovery on for any discovery service machinery's
+// DiscoveryServiceConfigs yields, so such machines are Members too, and a
+// config generated without discovery has none.
+func TestMembersFromDiscoveryDocuments(t *testing.T) {
+	t.Parallel()
+
+	worker := func(discovery bool) []byte {
+		t.Helper()
+		in, err := generate.NewInput("sim", "https://10.20.0.10:6443", "1.37.0",
+			generate.WithSecretsBundle(bundle), generate.WithVersionContract(config.TalosVersion1_14),
+			generate.WithInstallDisk("/dev/sda"), generate.WithClusterDiscovery(discovery))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := in.Config(machinetype.TypeWorker)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := len(cfg.DiscoveryServiceConfigs()) > 0; got != discovery || cfg.Cluster().Discovery().Enabled() {
+			t.Fatalf("generated 1.14 config: discovery service %v, v1alpha1 discovery %v", got, cfg.Cluster().Discovery().Enabled())
+		}
+		b, err := cfg.EncodeBytes(encoder.WithComments(encoder.CommentsDisabled))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	on, off := worker(true), worker(false)
+	f := start(t,
+		sim.MachineSpec{Name: "w-1", Config: on, TalosVersion: "v1.14.1"},
+		sim.MachineSpec{Name: "w-2", Config: on, TalosVersion: "v1.14.1"},
+		sim.MachineSpec{Name: "w-3", Config: off, TalosVersion: "v1.14.1"},
+	)
+	for node, want := range map[string][]string{"w-1": {"w-1", "w-2"}, "w-3": nil} {
+		list, err := safe.StateListAll[*cluster.Member](t.Context(), admin(t, f.Machine(node).Addr()).COSI)
+		if err != nil {
+			t.Fatalf("list members on %s: %v", node, err)
+		}
+		var got []string
+		for m := range list.All() {
+			got = append(got, m.Metadata().ID())
+			if os := m.TypedSpec().OperatingSystem; os != "Talos (v1.14.1)" {
+				t.Errorf("member %s on %s: OS %q", m.Metadata().ID(), node, os)
+			}
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("members on %s: %q, want %q", node, got, want)
+		}
+	}
 }

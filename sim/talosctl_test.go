@@ -1,8 +1,9 @@
 //go:build talosctl
 
-// The real talosctl v1.11.0 against the simulated fleet. It needs talosctl
-// built from the Go module proxy (minutes, once): go tool -modfile=tools/go.mod
-// task test-talosctl, or go test -tags talosctl -run Talosctl ./sim/.
+// The real talosctl v1.11.0 (and, in talosctl114_test.go, v1.14.1) against
+// the simulated fleet. It needs talosctl built from the Go module proxy
+// (minutes, once per release): go tool -modfile=tools/go.mod task
+// test-talosctl, or go test -tags talosctl -run Talosctl ./sim/.
 package sim_test
 
 import (

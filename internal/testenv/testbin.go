@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -237,26 +238,58 @@ func build(ctx context.Context, src, dir string, b binary, progress io.Writer) e
 	return nil
 }
 
-// TalosctlVersion is the talosctl the sim is checked against.
+// TalosctlVersion is the talosctl the sim is checked against first, the one
+// Talosctl returns.
 const TalosctlVersion = "v1.11.0"
 
-var talosctl = binary{
-	name:     "talosctl",
-	module:   "talosctl",
-	pkg:      "github.com/siderolabs/talos/cmd/talosctl",
-	version:  TalosctlVersion,
-	estimate: "about 4-8 minutes",
+// TalosctlVersions are the releases of the real talosctl the talosctl tests
+// run against the sim, each built from a wrapper module of its own under
+// build/ (talosctl for v1.11.0, talosctl-<version> for the others) that
+// copies the replace directives of that release's go.mod, with served
+// versions in place of the pins the Go module proxy does not serve (see
+// each go.mod).
+var TalosctlVersions = []string{TalosctlVersion, "v1.14.1"}
+
+// talosctlBinary is the build of one talosctl release. v1.11.0 keeps the
+// file name talosctl it has always had in the cache.
+func talosctlBinary(version string) (binary, error) {
+	if !slices.Contains(TalosctlVersions, version) {
+		return binary{}, fmt.Errorf("testbin: no wrapper module for talosctl %s (have %s)", version, strings.Join(TalosctlVersions, ", "))
+	}
+	b := binary{
+		name:     "talosctl",
+		module:   "talosctl",
+		pkg:      "github.com/siderolabs/talos/cmd/talosctl",
+		version:  version,
+		estimate: "about 4-8 minutes",
+	}
+	if version != TalosctlVersion {
+		b.name += "-" + version
+		b.module += "-" + version
+		b.estimate = "about 10-15 minutes on 2 cores"
+	}
+	return b, nil
 }
 
 // Talosctl returns the path of the real talosctl v1.11.0, building it from
 // the Go module proxy into the cache directory first if needed (locked, once).
 // Only the talosctl tests (build tag talosctl) use it.
 func Talosctl(ctx context.Context, progress io.Writer) (string, error) {
+	return TalosctlAt(ctx, TalosctlVersion, progress)
+}
+
+// TalosctlAt returns the path of the real talosctl of version, one of
+// TalosctlVersions, building it as Talosctl does.
+func TalosctlAt(ctx context.Context, version string, progress io.Writer) (string, error) {
+	b, err := talosctlBinary(version)
+	if err != nil {
+		return "", err
+	}
 	dir, err := DefaultDir()
 	if err != nil {
 		return "", err
 	}
-	path := filepath.Join(dir, talosctl.name)
+	path := filepath.Join(dir, b.name)
 	if isExecutable(path) {
 		return path, nil
 	}
@@ -275,5 +308,5 @@ func Talosctl(ctx context.Context, progress io.Writer) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return path, build(ctx, src, dir, talosctl, progress)
+	return path, build(ctx, src, dir, b, progress)
 }

@@ -2,9 +2,11 @@
 // internal/testenv runs into the cache directory, unless they are already
 // there, and prints the directory. Tests build them on demand too; running
 // this first keeps a cold build out of test timeouts. With -talosctl it also
-// builds the real talosctl v1.11.0 the talosctl-tagged tests run.
+// builds the real talosctl releases the talosctl-tagged tests run
+// (testenv.TalosctlVersions: v1.11.0 and v1.14.1), or those that
+// -talosctl-versions lists.
 //
-//	go run ./internal/testenv/cmd/testbin [-dir DIR] [-talosctl]
+//	go run ./internal/testenv/cmd/testbin [-dir DIR] [-talosctl] [-talosctl-versions v1.11.0,v1.14.1]
 package main
 
 import (
@@ -15,6 +17,8 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
+	"strings"
 	"syscall"
 
 	"devata.dev/devata/internal/testenv"
@@ -30,9 +34,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("testbin", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	dir := fs.String("dir", "", "cache directory (default $"+testenv.DirEnv+", else the user cache directory)")
-	withTalosctl := fs.Bool("talosctl", false, "also build talosctl "+testenv.TalosctlVersion+" (for go test -tags talosctl)")
+	withTalosctl := fs.Bool("talosctl", false, "also build talosctl "+strings.Join(testenv.TalosctlVersions, ", ")+" (for go test -tags talosctl)")
+	talosctlVersions := fs.String("talosctl-versions", "", "comma-separated talosctl releases to build instead of all (implies -talosctl)")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	versions := testenv.TalosctlVersions
+	if *talosctlVersions != "" {
+		*withTalosctl = true
+		versions = strings.Split(*talosctlVersions, ",")
+		for _, v := range versions {
+			if !slices.Contains(testenv.TalosctlVersions, v) {
+				fmt.Fprintf(stderr, "testbin: no talosctl %q to build (have %s)\n", v, strings.Join(testenv.TalosctlVersions, ", "))
+				return 2
+			}
+		}
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "testbin: unexpected arguments %q\n", fs.Args())
@@ -61,9 +77,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, err)
 			return 1
 		}
-		if _, err := testenv.Talosctl(ctx, stderr); err != nil {
-			fmt.Fprintln(stderr, err)
-			return 1
+		for _, v := range versions {
+			if _, err := testenv.TalosctlAt(ctx, v, stderr); err != nil {
+				fmt.Fprintln(stderr, err)
+				return 1
+			}
 		}
 	}
 	fmt.Fprintln(stdout, *dir)

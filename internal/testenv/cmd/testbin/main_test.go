@@ -29,6 +29,7 @@ func TestRun(t *testing.T) {
 		{name: "env", env: full, wantStdout: full + "\n"},
 		{name: "extra argument", args: []string{"build"}, wantCode: 2, wantStderr: "unexpected arguments"},
 		{name: "unknown flag", args: []string{"-force"}, wantCode: 2, wantStderr: "flag provided but not defined"},
+		{name: "unknown talosctl", args: []string{"-dir", full, "-talosctl-versions", "v1.11.0,v1.9.0"}, wantCode: 2, wantStderr: `no talosctl "v1.9.0" to build`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
