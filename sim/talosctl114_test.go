@@ -14,6 +14,7 @@ import (
 
 	"devata.dev/devata/examples"
 	"devata.dev/devata/internal/simtest"
+	"devata.dev/devata/internal/talos"
 	"devata.dev/devata/internal/testenv"
 )
 
@@ -169,6 +170,14 @@ func TestRealTalosctl114(t *testing.T) {
 		[]string{"worker-1", "runtime", "VolumeStatus", "EPHEMERAL", "partition", "ready", "/dev/nvme0n1p4"},
 		[]string{"worker-1", "runtime", "VolumeStatus", "u-longhorn", "partition", "ready", "/dev/sdb1"})
 	expectRows(talosctl("-n", "worker-1", "mounts"), []string{"worker-1", "/dev/sdb1", "/var/mnt/longhorn"})
+
+	// Extensions (sim/schematic.go): Talos 1.14's default installer is
+	// Image Factory's empty schematic, whose only extension is the
+	// Factory's virtual "schematic" one, its version the schematic id;
+	// ImageFactorySchematic and the kernel command line say the same.
+	expectRows(talosctl("get", "extensions"), []string{"cp-1", "runtime", "ExtensionStatus", "0", "1", "schematic", talos.EmptySchematicID})
+	expectRows(talosctl("get", "imagefactoryschematic"), []string{"cp-1", "runtime", "ImageFactorySchematic", "image-factory-schematic", "1", talos.EmptySchematicID})
+	expectRows(talosctl("get", "kernelcmdline"), []string{"cp-1", "runtime", "KernelCmdline", "cmdline", "1", "talos.platform=metal"})
 
 	// talosctl get resolves a type through the ResourceDefinitions in meta
 	// (client.ResolveResourceKind): those of every type read above.
