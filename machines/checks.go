@@ -30,6 +30,8 @@ const (
 // one pass observed.
 type Target struct {
 	Machine *inventory.Machine
+	// Inventory is the machine's (nil in checks that need only Machine).
+	Inventory *inventory.Inventory
 	// Desired is the rendered machine config.
 	Desired           []byte
 	TalosVersion      string
@@ -95,6 +97,11 @@ func unreachable(t *Target) (drift.Result, bool) {
 			WithEvidence("Talos API " + o.Endpoint + " answers only insecurely").
 			WithNext("devata apply joins it to the running cluster, devata bootstrap builds a new one (or: talosctl apply-config --insecure -n " + t.node() + ")"), true
 	}
+	if IsForeignCA(o.Err) {
+		// it answered: its certificate is signed by another CA than the talosconfig's
+		return drift.Unknown(fmt.Errorf("%s answered with a certificate the talosconfig's CA did not sign: the talosconfig is not this cluster's (or %s was configured from another secrets bundle): %w", name, name, o.Err),
+			"use this cluster's talosconfig (--talosconfig, or the settings file's talosconfig and context); compare its CA with the machines': talosctl config info"), true
+	}
 	return drift.Unknown(o.Err, "check that "+name+" is up and its Talos API reachable: "+t.talosctl("version")), true
 }
 
@@ -130,6 +137,16 @@ func checkConfig(_ context.Context, t *Target) []drift.Result {
 				WithNext("devata apply --machines " + name + " (re-applies the desired config, replacing the staged one)")}
 		}
 		return []drift.Result{drift.InSync(evidence...)}
+	}
+	if mismatch, err := foreign(o.Active, t.Desired, otherMachine(t.Inventory, t.Machine)); err == nil && mismatch.Any() {
+		// not a diff to apply: the machine answering is not this one
+		what := "another machine answers at " + o.Endpoint + ": " + strings.Join(mismatch.Machine, "; ")
+		next := "check " + name + "'s address in the inventory (the machine there is not " + name + "); devata writes nothing to it"
+		if len(mismatch.Bundle) > 0 {
+			what = "the machine at " + o.Endpoint + " runs a config of another cluster or secrets bundle: " + strings.Join(mismatch.Bundle, "; ")
+			next = "recover the cluster's secrets bundle (devata gen secrets --from-controlplane-config, a backup, or its encrypted copy), or check that the inventory is this cluster's; devata writes nothing to it"
+		}
+		return []drift.Result{drift.Drifted(what, name+" of this cluster", "not "+name).WithEvidence(evidence...).WithNext(next)}
 	}
 	reason := "applied config differs from the rendered one: " + d.Summary()
 	next := "devata apply --machines " + name

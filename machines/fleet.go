@@ -155,6 +155,7 @@ func (f *FleetCheck) run(ctx context.Context, out drift.Collector, ms []*invento
 	ferr := ForEach(ctx, ms, f.Concurrency, f.Timeout, func(ctx context.Context, m *inventory.Machine) error {
 		t := &Target{
 			Machine:           m,
+			Inventory:         f.Inventory,
 			Desired:           f.Desired[m.Name],
 			TalosVersion:      f.Inventory.Cluster.TalosVersion,
 			KubernetesVersion: f.Inventory.Cluster.KubernetesVersion,

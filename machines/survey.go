@@ -22,6 +22,11 @@ type Survey struct {
 	Compared   bool
 	Diff       ConfigDiff
 	CompareErr error
+	// Foreign is set when the config the machine runs says it is not the
+	// machine devata would write to: another cluster's or another
+	// bundle's, or another machine of this cluster (IdentityMismatch). No
+	// dry run is sent then, and no writing command touches it.
+	Foreign IdentityMismatch
 	// Pending: the applied config differs and is not the one the machine
 	// would boot (a try waiting for its rollback, or a staged config). No
 	// dry run is sent then: any ApplyConfiguration but TRY cancels a
@@ -59,7 +64,7 @@ func HeldConfigs(held map[string][]byte) DesiredFunc {
 // SurveyMachine observes m and compares its applied config with its
 // desired config for the Talos it runs; with dryRun, a machine that differs
 // and has no pending config is dry-run in mode.
-func SurveyMachine(ctx context.Context, d *Dialer, m *inventory.Machine, desiredFor DesiredFunc, mode Mode, dryRun bool, reads ...Read) *Survey {
+func SurveyMachine(ctx context.Context, d *Dialer, inv *inventory.Inventory, m *inventory.Machine, desiredFor DesiredFunc, mode Mode, dryRun bool, reads ...Read) *Survey {
 	s := &Survey{Obs: Observe(ctx, d, m, reads...)}
 	o := s.Obs
 	if o.Err != nil || o.ConfigErr != nil {
@@ -75,6 +80,9 @@ func SurveyMachine(ctx context.Context, d *Dialer, m *inventory.Machine, desired
 	if s.Diff, s.CompareErr = DiffConfigs(o.Active, desired); s.CompareErr != nil || s.Diff.Equal {
 		return s
 	}
+	if s.Foreign, s.CompareErr = foreign(o.Active, desired, otherMachine(inv, m)); s.CompareErr != nil || s.Foreign.Any() {
+		return s
+	}
 	if s.Pending = o.PendingConfig(); s.Pending || !dryRun {
 		return s
 	}
@@ -87,4 +95,24 @@ func SurveyMachine(ctx context.Context, d *Dialer, m *inventory.Machine, desired
 	defer c.Close()
 	s.Dry, s.DryErr = DryRun(ctx, c, desired, mode)
 	return s
+}
+
+// otherMachine says whether a name is another machine's of inv than m.
+func otherMachine(inv *inventory.Inventory, m *inventory.Machine) func(string) bool {
+	return func(name string) bool {
+		return inv != nil && name != m.Name && inv.Machine(name) != nil
+	}
+}
+
+// foreign compares the identities of the running and the desired config.
+func foreign(running, desired []byte, isOther func(string) bool) (IdentityMismatch, error) {
+	got, err := IdentityOf(running)
+	if err != nil {
+		return IdentityMismatch{}, fmt.Errorf("applied config: %w", err)
+	}
+	want, err := IdentityOf(desired)
+	if err != nil {
+		return IdentityMismatch{}, fmt.Errorf("desired config: %w", err)
+	}
+	return CompareIdentity(got, want, isOther), nil
 }

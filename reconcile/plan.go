@@ -8,6 +8,7 @@ package reconcile
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -74,6 +75,14 @@ type Action struct {
 	// Empty when it was running and ready, or ready but for its Node (which
 	// that wait does not need).
 	NotReady string
+	// Foreign marks a skip because the machine answering is not the one
+	// devata would write to (machines.Survey.Foreign); ForeignBundle when
+	// it runs another secrets bundle's config, which refuses the whole plan
+	// (Plan.Refusal).
+	Foreign, ForeignBundle bool
+	// UpgradeNext marks a config apply to a machine that also needs an
+	// upgrade, planned once the config is applied (Plan.UpgradesNext).
+	UpgradeNext bool
 
 	seen *seen
 }
@@ -96,6 +105,36 @@ func (p *Plan) Hops() bool {
 // Pending returns the actions that change something: config applies, joins and upgrades.
 func (p *Plan) Pending() []Action {
 	return slices.DeleteFunc(slices.Clone(p.Actions), func(a Action) bool { return a.Kind != KindApply && a.Kind != KindUpgrade && a.Kind != KindJoin })
+}
+
+// UpgradesNext says whether an applied config leaves its machine an
+// upgrade to plan: a plan made again once the rollout is done has it.
+func (p *Plan) UpgradesNext() bool {
+	return slices.ContainsFunc(p.Actions, func(a Action) bool { return a.Kind == KindApply && a.UpgradeNext })
+}
+
+// ErrForeignBundle is wrapped by Plan.Refusal.
+var ErrForeignBundle = errors.New("the machines run another secrets bundle's configs")
+
+// Refusal is why nothing of the plan may be written to any machine: a
+// machine runs a config made from another secrets bundle than the one
+// devata loaded, so the bundle is not this cluster's (or the cluster is
+// not the inventory's), and applying would replace CAs; nil otherwise.
+func (p *Plan) Refusal() error {
+	var names []string
+	first := ""
+	for _, a := range p.Actions {
+		if a.ForeignBundle {
+			names = append(names, a.Machine.Name)
+			if first == "" {
+				first = a.Reason
+			}
+		}
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: nothing was written to any machine: %s: %s", ErrForeignBundle, strings.Join(names, ", "), strings.TrimPrefix(first, "refused: "))
 }
 
 // Skipped returns the machines that could not be planned.
@@ -198,7 +237,7 @@ func (p *Planner) planOne(ctx context.Context, m *inventory.Machine) Action {
 	if p.Upgrades != nil {
 		reads = append(reads, machines.ReadBootImage) // an upgrade keeps or changes its extensions
 	}
-	s := machines.SurveyMachine(ctx, p.Dialer, m, desired, p.Mode, p.Upgrades == nil || !p.Upgrades.Only, reads...)
+	s := machines.SurveyMachine(ctx, p.Dialer, p.Inventory, m, desired, p.Mode, p.Upgrades == nil || !p.Upgrades.Only, reads...)
 	a := p.decide(m, s)
 	a.Config = s.Config
 	if s.Obs != nil {
@@ -246,6 +285,9 @@ func (p *Planner) decide(m *inventory.Machine, s *machines.Survey) Action {
 		return Action{Machine: m, Kind: KindSkip, Reason: o.ConfigErr.Error()}
 	case s.CompareErr != nil:
 		return Action{Machine: m, Kind: KindSkip, Reason: "compare configs: " + s.CompareErr.Error()}
+	case s.Foreign.Any():
+		return Action{Machine: m, Kind: KindSkip, Foreign: true, ForeignBundle: len(s.Foreign.Bundle) > 0, Reason: s.Foreign.Reason(m.Name, p.Dialer.Endpoint(m)),
+			Evidence: fmt.Sprintf("MachineConfig v1alpha1 observed (Talos %s)", o.Version)}
 	}
 	d := s.Diff
 	evidence := fmt.Sprintf("MachineConfig v1alpha1 observed (Talos %s, stage %s)", o.Version, o.Stage)
@@ -285,7 +327,8 @@ func (p *Planner) decide(m *inventory.Machine, s *machines.Survey) Action {
 		NotReady: notReady,
 	}
 	if p.Upgrades != nil && o.Version != p.Inventory.Cluster.TalosVersion {
-		a.Warnings = append(a.Warnings, "it runs Talos "+o.Version+", the inventory says "+p.Inventory.Cluster.TalosVersion+": its config goes first, the upgrade on the next run")
+		a.Warnings = append(a.Warnings, "it runs Talos "+o.Version+", the inventory says "+p.Inventory.Cluster.TalosVersion+": its config goes first, its upgrade is planned once the config is applied")
+		a.UpgradeNext = true
 	}
 	return a
 }

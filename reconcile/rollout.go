@@ -103,6 +103,14 @@ func (r *Rollout) Run(ctx context.Context, plan *Plan) *Outcome {
 	r.joinedOn = map[string]string{}
 	out := &Outcome{JoinedOn: r.joinedOn}
 	actions := plan.Pending()
+	if err := plan.Refusal(); err != nil {
+		// the bundle is not the cluster's: nothing of it goes anywhere
+		out.Stopped = err.Error()
+		for _, a := range actions {
+			out.Untouched = append(out.Untouched, a.Machine.Name)
+		}
+		return out
+	}
 	var cps []unit
 	var workers []int
 	// joins first: until a control plane joined, a gate counts it down

@@ -56,6 +56,19 @@ func (st *fleetState) configured(name string) bool {
 	return o != nil && o.Err == nil
 }
 
+// foreignCA names the machines whose TLS handshake failed because their
+// certificates are signed by another CA than the talosconfig's
+// (machines.IsForeignCA).
+func (st *fleetState) foreignCA(inv *inventory.Inventory) []string {
+	var out []string
+	for i := range inv.Machines {
+		if o := st.obs[inv.Machines[i].Name]; o != nil && machines.IsForeignCA(o.Err) {
+			out = append(out, inv.Machines[i].Name)
+		}
+	}
+	return out
+}
+
 // inconclusive reports the machines whose state is not known well enough to
 // act on: unreachable, or a control plane whose etcd answer was unclear.
 // permanent is set when waiting cannot help (the talosconfig lacks a role).
@@ -97,7 +110,7 @@ func observeFleet(ctx context.Context, inv *inventory.Inventory, d *machines.Dia
 	var mu sync.Mutex
 	desiredFor := machines.HeldConfigs(desired)
 	_ = machines.ForEach(ctx, ms, concurrency, timeout, func(ctx context.Context, m *inventory.Machine) error {
-		sv := machines.SurveyMachine(ctx, d, m, desiredFor, machines.ModeAuto, dryRun)
+		sv := machines.SurveyMachine(ctx, d, inv, m, desiredFor, machines.ModeAuto, dryRun)
 		o := sv.Obs
 		var fact etcdFact
 		if m.IsControlPlane() {

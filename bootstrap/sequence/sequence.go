@@ -168,7 +168,9 @@ type step struct {
 func (s *Sequence) Run(ctx context.Context) error {
 	steps := []step{
 		{"validate inventory", s.validate},
-		{"secrets bundle", func(context.Context) (string, error) { return s.secrets(true) }},
+		// a missing bundle is made here but written only once observe
+		// found every machine in maintenance mode (writeMissingSecrets)
+		{"secrets bundle", func(context.Context) (string, error) { return s.secrets(false) }},
 		{"render configs", s.render},
 		{"observe machines", s.observe},
 		{"configure machines", s.configure},

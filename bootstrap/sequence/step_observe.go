@@ -15,6 +15,15 @@ func (s *Sequence) observe(ctx context.Context) (string, error) {
 	last := ""
 	for {
 		s.st = observeFleet(ctx, s.inv, s.dialer, s.desired, s.opts.Concurrency, s.opts.Timeout, true)
+		if foreign := s.st.foreignCA(s.inv); len(foreign) > 0 {
+			// an answer, not an outage: waiting cannot change it
+			if s.secretsMissing {
+				return "", s.foreignBundle(foreign)
+			}
+			return "", fmt.Errorf("%w: %s %s with certificates the talosconfig's CA did not sign: the talosconfig (%s) is not this cluster's, or the machines were configured from another bundle than %s; nothing was changed. "+
+				"Use the cluster's talosconfig (--talosconfig), or the bundle the machines were made from",
+				ErrRefused, strings.Join(foreign, ", "), plural(len(foreign), "answers", "answer"), s.talosconfigSource(), rel(s.inv, s.secretsPath))
+		}
 		unclear, permanent := s.st.inconclusive(s.inv)
 		if len(unclear) == 0 {
 			break
@@ -33,8 +42,27 @@ func (s *Sequence) observe(ctx context.Context) (string, error) {
 			return "", err
 		}
 	}
+	if s.secretsMissing {
+		var configured []string
+		for i := range s.inv.Machines {
+			if name := s.inv.Machines[i].Name; !s.st.maintenance(name) {
+				configured = append(configured, name)
+			}
+		}
+		if len(configured) > 0 {
+			return "", s.foreignBundle(configured)
+		}
+	}
 	if v, why := etcdVerdict(s.inv, s.st); v == etcdForeign || v == etcdUnclear {
 		return "", fmt.Errorf("%w: %s", ErrRefused, why)
+	}
+	created := ""
+	if s.secretsMissing {
+		msg, err := s.writeMissingSecrets()
+		if err != nil {
+			return "", err
+		}
+		created = msg + "; "
 	}
 	var maint, done, differ []string
 	for i := range s.inv.Machines {
@@ -58,5 +86,5 @@ func (s *Sequence) observe(ctx context.Context) (string, error) {
 	if len(done) > 0 {
 		parts = append(parts, "runs the desired config: "+strings.Join(done, ", "))
 	}
-	return strings.Join(parts, "; "), nil
+	return created + strings.Join(parts, "; "), nil
 }

@@ -44,3 +44,12 @@ func (s *Sequence) render(context.Context) (string, error) {
 	}
 	return fmt.Sprintf("%d configs rendered and validated%s", len(rendered), note), nil
 }
+
+// talosconfigSource says which talosconfig the run dials with.
+func (s *Sequence) talosconfigSource() string {
+	tc := s.opts.Talosconfig
+	if tc == nil {
+		return "derived from " + rel(s.inv, s.secretsPath)
+	}
+	return "context " + tc.Context
+}

@@ -206,7 +206,7 @@ func (a *app) apply(ctx context.Context, flags applyFlags) error {
 		if !again {
 			return err
 		}
-		fmt.Fprintf(out, "==> every hop of this round is done: planning the next one\n")
+		fmt.Fprintf(out, "==> this round is done: planning again (the upgrades its configs went before, or the next hop)\n")
 	}
 }
 
@@ -226,6 +226,9 @@ func (a *app) applyRound(ctx context.Context, flags applyFlags, s *session, plan
 		fmt.Fprintln(out, "plan, round", round+1)
 	}
 	plan.Write(out)
+	if err := plan.Refusal(); err != nil {
+		return false, exitWith(exitTrouble, err)
+	}
 	pending, skipped := plan.Pending(), plan.Skipped()
 	switch {
 	case flags.dryRun:
@@ -258,7 +261,7 @@ func (a *app) applyRound(ctx context.Context, flags applyFlags, s *session, plan
 		return false, exitWith(exitTrouble, lost)
 	case res.Done() && len(res.Partial) > 0 && len(skipped) == 0:
 		return false, exitWith(exitFailed, fmt.Errorf("%s changed part way: some Kubernetes components wait (see the plan's warnings); resolve what holds them, then run devata %s again", strings.Join(res.Partial, ", "), flags.verb()))
-	case res.Done() && len(skipped) == 0 && plan.Hops() && round < maxUpgradeRounds:
+	case res.Done() && len(skipped) == 0 && (plan.Hops() || plan.UpgradesNext()) && round < maxUpgradeRounds:
 		return true, nil
 	case res.Done():
 		return false, planExit(nil, skipped)

@@ -48,18 +48,32 @@ func TestUpgradeCommand(t *testing.T) {
 	}
 }
 
-// apply --upgrade: configs first; a machine in sync is upgraded in the same run.
+// apply --upgrade: configs first; a machine in sync is upgraded in the
+// same round, one whose config differed in a second round of the same run
+// (issue 33: one run does the job).
 func TestApplyUpgrade(t *testing.T) {
 	// Kubernetes 1.33, which Talos 1.10 and 1.11 both run: a 1.10.6 machine
 	// refuses a config for 1.34 (compatibility talos110)
 	sf := startSim(t, simtest.Options{Bootstrap: true, TalosVersion: "v1.10.6", DesiredKubernetesVersion: "v1.33.4"})
 	sf.Drift(t, "worker-1", "time.cloudflare.com", "pool.ntp.org")
 	r := devata(t, nil, "apply", "--config", sf.settings, "--upgrade", "--dry-run")
-	if r.code != 1 || !strings.Contains(r.stdout, "its config goes first, the upgrade on the next run") || !strings.Contains(r.stdout, "(4 machines)") {
+	if r.code != 1 || !strings.Contains(r.stdout, "its config goes first, its upgrade is planned once the config is applied") || !strings.Contains(r.stdout, "(4 machines)") {
 		t.Fatalf("apply --upgrade --dry-run: exit %d\n%s%s", r.code, r.stdout, r.err)
 	}
 	if r := devata(t, nil, "apply", "--config", sf.settings, "--dry-run"); strings.Contains(r.stdout, "upgrade Talos") {
 		t.Errorf("apply without --upgrade plans upgrades:\n%s", r.stdout)
+	}
+	r = devata(t, nil, "apply", "--config", sf.settings, "--upgrade", "--yes", "--wait", "1m")
+	if r.code != 0 || !strings.Contains(r.stdout, "planning again") || !strings.Contains(r.stdout, "worker-1: runs Talos v1.11.0") {
+		t.Fatalf("apply --upgrade: exit %d\n%s%s", r.code, r.stdout, r.err)
+	}
+	for _, m := range sf.Sim.Machines() {
+		if v := m.Observe().TalosVersion; v != "v1.11.0" || m.Calls("Upgrade") != 1 {
+			t.Errorf("%s runs %s after %d upgrades; want v1.11.0 after one, in one run", m.Name(), v, m.Calls("Upgrade"))
+		}
+	}
+	if !inSync(sf, "worker-1") {
+		t.Error("worker-1's config is not the desired one after apply --upgrade")
 	}
 }
 

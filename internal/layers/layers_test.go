@@ -44,7 +44,7 @@ var allowed = []struct {
 	{"inventory", []string{"internal/talos", "redact"}},
 	{"bootstrap", []string{"internal/configview", "internal/outfile", "internal/talos", "inventory", "redact"}},
 	// the Talos API and the checks of what it reports
-	{"machines", []string{"drift", "internal/talos", "inventory", "redact"}},
+	{"machines", []string{"drift", "internal/configview", "internal/talos", "inventory", "redact"}},
 	{"gate", []string{"internal/heartbeat", "inventory", "machines"}},
 	{"netcheck", []string{"drift", "internal/configview", "inventory", "machines"}},
 	{"storagecheck", []string{"drift", "inventory", "machines"}},
