@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/blang/semver/v4"
+	"github.com/dustin/go-humanize"
 	"github.com/siderolabs/talos/pkg/machinery/api/common"
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/siderolabs/talos/pkg/machinery/client"
@@ -62,25 +63,85 @@ func (e *InstallerError) Error() string {
 // installerTail is how many of the installer's last lines an error keeps.
 const installerTail = 8
 
-// LifecycleUpgrade upgrades a machine on Talos 1.13 or later the way
-// talosctl does: it pulls image into the system containerd
-// (ImageService.Pull), runs it as the installer (LifecycleService.Upgrade,
-// whose output lines go to progress as they come), and, once it exited 0,
-// reboots the machine into the new version (MachineService.Reboot). Talos
-// checks nothing about etcd on this path: the caller's gate does. It
-// returns what the installer printed.
-func LifecycleUpgrade(ctx context.Context, c *client.Client, image string, progress func(line string)) ([]string, error) {
+// PullInstaller pulls image into the system containerd
+// (ImageService.Pull, Talos 1.13 on), as talosctl upgrade does before it
+// runs the installer. Talos pulls under ctx and stores nothing when ctx
+// ends first. progress, when not nil, gets a line on the layers so far
+// each time the stream reports (containerd's progress, every 100ms while
+// layers download: progress/pull_progress.go). An image the store holds
+// already is not pulled again, and then no progress comes.
+func PullInstaller(ctx context.Context, c *client.Client, image string, progress func(line string)) error {
 	pull, err := c.ImageClient.Pull(ctx, &machine.ImageServicePullRequest{Containerd: systemContainerd, ImageRef: image})
 	if err != nil {
-		return nil, fmt.Errorf("pull the installer %s: %w", image, PlainError(err))
+		return fmt.Errorf("pull the installer %s: %w", image, PlainError(err))
 	}
+	var layers pullLayers
 	for {
-		if _, err := pull.Recv(); errors.Is(err, io.EOF) {
-			break
-		} else if err != nil {
-			return nil, fmt.Errorf("pull the installer %s: %w", image, PlainError(err))
+		msg, err := pull.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("pull the installer %s: %w", image, PlainError(err))
+		}
+		if p := msg.GetPullProgress(); p != nil && progress != nil {
+			progress(layers.saw(p))
 		}
 	}
+}
+
+// pullLayers sums up a pull's layers from its progress messages: Talos
+// sends a layer's size only while it downloads, and its status after.
+type pullLayers struct {
+	ids   []string
+	layer map[string]*pullLayer
+}
+
+type pullLayer struct {
+	status        machine.ImageServicePullLayerProgress_Status
+	offset, total int64
+}
+
+// saw records one message and returns the line for all layers, e.g.
+// "52 MiB of 96 MiB downloaded, 0 of 2 layers extracted".
+func (l *pullLayers) saw(p *machine.ImageServicePullProgress) string {
+	if l.layer == nil {
+		l.layer = map[string]*pullLayer{}
+	}
+	id, lp := p.GetLayerId(), p.GetProgress()
+	ly := l.layer[id]
+	if ly == nil {
+		ly = &pullLayer{}
+		l.layer[id] = ly
+		l.ids = append(l.ids, id)
+	}
+	ly.status = lp.GetStatus()
+	switch ly.status {
+	case machine.ImageServicePullLayerProgress_DOWNLOADING:
+		ly.offset, ly.total = lp.GetOffset(), max(ly.total, lp.GetTotal())
+	default: // downloaded, extracting, extracted or already there
+		ly.offset = ly.total
+	}
+	var offset, total int64
+	extracted := 0
+	for _, id := range l.ids {
+		ly := l.layer[id]
+		offset, total = offset+ly.offset, total+ly.total
+		if ly.status == machine.ImageServicePullLayerProgress_EXTRACT_COMPLETE || ly.status == machine.ImageServicePullLayerProgress_ALREADY_EXISTS {
+			extracted++
+		}
+	}
+	return fmt.Sprintf("%s of %s downloaded, %d of %d layers extracted", humanize.IBytes(uint64(offset)), humanize.IBytes(uint64(total)), extracted, len(l.ids))
+}
+
+// LifecycleUpgrade upgrades a machine on Talos 1.13 or later the way
+// talosctl does, once the installer is pulled (PullInstaller): it runs
+// image as the installer (LifecycleService.Upgrade, whose output lines go
+// to progress as they come), and, once it exited 0, reboots the machine
+// into the new version (MachineService.Reboot). Talos checks nothing about
+// etcd on this path: the caller's gate does. It returns what the
+// installer printed.
+func LifecycleUpgrade(ctx context.Context, c *client.Client, image string, progress func(line string)) ([]string, error) {
 	stream, err := c.LifecycleClient.Upgrade(ctx, &machine.LifecycleServiceUpgradeRequest{
 		Containerd: systemContainerd,
 		Source:     &machine.InstallArtifactsSource{ImageName: image},

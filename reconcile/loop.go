@@ -65,6 +65,8 @@ type Loop struct {
 	Workers, Concurrency int
 	// Timeout bounds one Talos API call, Wait a machine's return or a gate.
 	Timeout, Wait, TryTimeout, Poll time.Duration
+	// PullTimeout bounds an upgrade's installer pull (Rollout.PullTimeout).
+	PullTimeout time.Duration
 	// Grace bounds how long a stop waits for in-flight changes.
 	Grace time.Duration
 	Shard Shard

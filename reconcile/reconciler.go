@@ -158,7 +158,7 @@ func (r *machineReconciler) change(ctx context.Context, d *Desired, desired map[
 	}
 	ro := &Rollout{
 		Inventory: d.Inventory, Desired: desired, Dialer: l.Dialer, MaxUnavailable: 1,
-		Timeout: l.Timeout, Wait: l.Wait, TryTimeout: l.TryTimeout, Poll: l.Poll,
+		Timeout: l.Timeout, Wait: l.Wait, TryTimeout: l.TryTimeout, Poll: l.Poll, PullTimeout: l.PullTimeout,
 		AllowQuorumLoss: l.AllowQuorumLoss, Kube: l.Kube,
 		Say: func(format string, args ...any) {
 			l.Log.Info(strings.TrimSpace(fmt.Sprintf(format, args...)), "machine", key)

@@ -31,6 +31,11 @@ type Rollout struct {
 	// Timeout bounds one Talos API call; Wait bounds waiting for a machine or a gate.
 	Timeout, Wait time.Duration
 	TryTimeout    time.Duration
+	// PullTimeout bounds the call in which Talos pulls an upgrade's
+	// installer (MachineService.Upgrade before Talos 1.13,
+	// ImageService.Pull from it) and cancels the pull past it: the
+	// upgrade has then not started (DefaultPullTimeout when zero).
+	PullTimeout time.Duration
 	// Poll is how often a wait looks again (default 500ms).
 	Poll time.Duration
 	// AllowQuorumLoss lets a rebooting change take down a control plane of

@@ -3,6 +3,7 @@ package reconcile
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -238,44 +239,149 @@ func (r *Rollout) upgrade(ctx context.Context, a Action) error {
 	return nil
 }
 
-// legacyUpgrade is MachineService.Upgrade: Talos checks etcd, pulls,
-// installs and reboots; it replies before it reboots.
+// DefaultPullTimeout bounds the call in which Talos pulls the installer
+// when Rollout.PullTimeout (--pull-timeout) gives no other bound. Talos
+// pulls it inside MachineService.Upgrade (install/pull.go
+// PullAndValidateInstallerImage) and, from 1.13, inside ImageService.Pull,
+// both under the caller's deadline, and cancels the pull when that
+// passes, so the call's bound must cover a whole pull, which --timeout
+// (one quick API call) does not. An installer is a few hundred MB at most
+// (kernel, initramfs, installer, extensions): ten minutes is 600 MB at
+// 1 MB/s, room for a slow link or a cold mirror; a pull slower than that
+// is better stopped and reported than waited on. Talos bounds its own
+// unattended pulls at 20 minutes (image.PullTimeout), retries included.
+const DefaultPullTimeout = 10 * time.Minute
+
+// pullTimeout is the bound of the call that pulls the installer.
+func (r *Rollout) pullTimeout() time.Duration { return cmp.Or(r.PullTimeout, DefaultPullTimeout) }
+
+// legacyUpgrade is MachineService.Upgrade: Talos pulls the installer and,
+// on a control plane, checks etcd inside the call, under its deadline
+// (--pull-timeout), then replies and installs and reboots after. A call
+// that ran out of that deadline started nothing; a connection lost
+// otherwise may have, and is judged by the version the machine comes
+// back on.
 func (r *Rollout) legacyUpgrade(ctx context.Context, m *inventory.Machine, u *UpgradeStep) error {
 	actx, cancel := context.WithTimeout(ctx, r.Timeout)
 	defer cancel()
 	c, err := r.Dialer.Client(actx, m)
-	lost := false
-	if err == nil {
-		defer c.Close()
-		_, err = c.UpgradeWithOptions(actx, client.WithUpgradeImage(u.Image), client.WithUpgradeStage(u.Stage))
-		// Talos replies before it drains and reboots; a dropped call may
-		// still have started the upgrade: judge by the version it comes back on.
-		lost = err != nil && machines.IsUnreachable(err) && ctx.Err() == nil
-	}
-	switch {
-	case lost:
-		r.say("    %s: connection lost during the upgrade call (%v); waiting to see whether it upgrades", m.Name, err)
-	case err != nil:
-		return fmt.Errorf("%s: upgrade to %s: %w", m.Name, u.To, err)
-	default:
-		r.say("    %s: upgrade accepted; Talos installs %s and reboots: waiting for it to return", m.Name, u.To)
-	}
-	return nil
-}
-
-// lifecycleUpgrade is LifecycleService.Upgrade: the installer is pulled
-// and run while the machine runs, its output is the heartbeat of the wait,
-// then the machine is rebooted into the new version. The installer's pull
-// and run are not bounded by one call's --timeout, but by --wait.
-func (r *Rollout) lifecycleUpgrade(ctx context.Context, m *inventory.Machine, u *UpgradeStep) error {
-	wctx, cancel := context.WithTimeout(ctx, r.Wait)
-	defer cancel()
-	c, err := r.Dialer.Client(wctx, m)
 	if err != nil {
 		return fmt.Errorf("%s: upgrade to %s: %w", m.Name, u.To, err)
 	}
 	defer c.Close()
-	beat := heartbeat.Start(r.Say, r.Heartbeat, r.Wait, m.Name+"'s installer ("+u.Image+")")
+	bound := r.pullTimeout()
+	pctx, pcancel := context.WithTimeout(ctx, bound)
+	defer pcancel()
+	beat := heartbeat.Start(r.Say, r.Heartbeat, bound, m.Name+" to pull "+u.Image+" and accept the upgrade (MachineService.Upgrade)")
+	_, err = c.UpgradeWithOptions(pctx, client.WithUpgradeImage(u.Image), client.WithUpgradeStage(u.Stage))
+	beat.Stop()
+	switch {
+	case err == nil:
+		r.say("    %s: upgrade accepted; Talos installs %s and reboots: waiting for it to return", m.Name, u.To)
+	case ctx.Err() != nil:
+		return fmt.Errorf("%s: upgrade to %s: %w", m.Name, u.To, err)
+	case ranOut(pctx):
+		// Talos answers its own "timeout" when its reply beats the
+		// client's deadline: the deadline tells, not the code
+		if stage := r.upgradeStage(ctx, m); stage != "" {
+			r.say("    %s: the upgrade call ran out of --pull-timeout %s, but the machine is in stage %s: Talos took the upgrade as the deadline passed; waiting for it to return", m.Name, bound, stage)
+			return nil
+		}
+		r.say("    %s: upgrade not started: Talos did not answer the upgrade call within --pull-timeout %s", m.Name, bound)
+		return r.notStarted(m, u, machines.UpgradeViaLegacy, bound, err)
+	case machines.IsUnreachable(err):
+		// Talos replies before it drains and reboots; a dropped call may
+		// still have started the upgrade: judge by the version it comes back on.
+		r.say("    %s: connection lost during the upgrade call (%v); waiting to see whether it upgrades", m.Name, err)
+	default:
+		return fmt.Errorf("%s: upgrade to %s: %w", m.Name, u.To, err)
+	}
+	return nil
+}
+
+// deadlineSlack is how close to its deadline a call that failed counts as
+// having run out of it: the server holds the deadline too (sent as
+// grpc-timeout, truncated), and its answer can come a hair before the
+// caller's.
+const deadlineSlack = 20 * time.Millisecond
+
+// ranOut says whether a call under ctx that just failed ran out of ctx's
+// deadline. It reads the clock, not ctx.Err() alone, nor the error's code:
+// the error can arrive before ctx's own timer fires (gRPC itself reads
+// the deadline by the clock, then), and Talos' reply can beat it with an
+// error of its own (Unknown "… timeout": go-retry's).
+func ranOut(ctx context.Context) bool {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return true
+	}
+	d, ok := ctx.Deadline()
+	return ok && time.Until(d) < deadlineSlack
+}
+
+// upgradeStage is the stage of a machine whose upgrade call ran out of
+// its deadline when that stage says an upgrade runs after all (the reply
+// lost the race with the deadline); "" otherwise, a failed look included:
+// Talos drains before anything else, so a machine that took the upgrade
+// still answers.
+func (r *Rollout) upgradeStage(ctx context.Context, m *inventory.Machine) string {
+	octx, cancel := context.WithTimeout(ctx, r.Timeout)
+	defer cancel()
+	switch o := machines.Observe(octx, r.Dialer, m); {
+	case o.Err != nil:
+		return ""
+	case o.Stage == "upgrading" || o.Stage == "rebooting":
+		return o.Stage
+	}
+	return ""
+}
+
+// notStarted is the error of an upgrade whose call that pulls the
+// installer (through via) ran out of --pull-timeout: Talos cancelled the
+// pull, nothing was installed, and what helps is a faster pull, a pull
+// made beforehand (on Talos 1.13 and later, where devata's pull then
+// finds the installer in the system containerd; MachineService.Upgrade
+// pulls into the system containerd's own store, which no API reaches
+// before 1.13 and which every boot empties) or a longer bound.
+func (r *Rollout) notStarted(m *inventory.Machine, u *UpgradeStep, via string, bound time.Duration, err error) error {
+	what := fmt.Sprintf("Talos did not answer the upgrade call within --pull-timeout %s: it pulls %s inside MachineService.Upgrade, then checks etcd on a control plane, and stops both at the call's deadline", bound, u.Image)
+	help := "pull from a faster registry or a registry mirror near the machine (a RegistryMirrorConfig document from Talos 1.12, machine.registries.mirrors before), or give a longer --pull-timeout"
+	if via == machines.UpgradeViaLifecycle {
+		what = fmt.Sprintf("Talos did not finish pulling %s within --pull-timeout %s: ImageService.Pull stops at the call's deadline and keeps nothing", u.Image, bound)
+		help = fmt.Sprintf("pull it beforehand (%s image pull --namespace system %s; devata's pull then finds it), pull from a faster registry or a registry mirror near the machine (a RegistryMirrorConfig document from Talos 1.12, machine.registries.mirrors before), or give a longer --pull-timeout", r.Dialer.Talosctl(m), u.Image)
+	}
+	return fmt.Errorf("%s: upgrade to %s not started: %s (the call ended: %v); %s still runs %s and nothing was installed: %s, then run devata upgrade again",
+		m.Name, u.To, what, machines.PlainError(err), m.Name, u.From, help)
+}
+
+// lifecycleUpgrade is ImageService.Pull, then LifecycleService.Upgrade:
+// the installer is pulled under --pull-timeout (Talos cancels the pull at
+// its deadline: then the upgrade has not started), then run while the
+// machine runs, its output the heartbeat of the wait, under --wait; then
+// the machine is rebooted into the new version.
+func (r *Rollout) lifecycleUpgrade(ctx context.Context, m *inventory.Machine, u *UpgradeStep) error {
+	actx, acancel := context.WithTimeout(ctx, r.Timeout)
+	defer acancel()
+	c, err := r.Dialer.Client(actx, m)
+	if err != nil {
+		return fmt.Errorf("%s: upgrade to %s: %w", m.Name, u.To, err)
+	}
+	defer c.Close()
+	bound := r.pullTimeout()
+	pctx, pcancel := context.WithTimeout(ctx, bound)
+	defer pcancel()
+	beat := heartbeat.Start(r.Say, r.Heartbeat, bound, m.Name+" to pull "+u.Image+" (ImageService.Pull)")
+	err = machines.PullInstaller(pctx, c, u.Image, beat.Saw)
+	beat.Stop()
+	switch {
+	case err != nil && ctx.Err() == nil && ranOut(pctx):
+		r.say("    %s: upgrade not started: the installer pull did not finish within --pull-timeout %s", m.Name, bound)
+		return r.notStarted(m, u, machines.UpgradeViaLifecycle, bound, err)
+	case err != nil:
+		return fmt.Errorf("%s: upgrade to %s: %w; the machine still runs %s (nothing is installed until the installer exits 0)", m.Name, u.To, err, u.From)
+	}
+	wctx, cancel := context.WithTimeout(ctx, r.Wait)
+	defer cancel()
+	beat = heartbeat.Start(r.Say, r.Heartbeat, r.Wait, m.Name+"'s installer ("+u.Image+")")
 	out, err := machines.LifecycleUpgrade(wctx, c, u.Image, func(line string) { beat.Saw("installer: " + printable(line)) })
 	beat.Stop()
 	u.Installer = out[max(0, len(out)-installerLines):]

@@ -256,3 +256,35 @@ func TestLoopUpgradesOnlyWhenAsked(t *testing.T) {
 		t.Errorf("a pass after the upgrade queued %v", res.Queued)
 	}
 }
+
+// An upgrade call that runs out of PullTimeout while Talos pulls the
+// installer inside it started nothing: the rollout stops there at once,
+// saying so and what to do, without waiting Wait for a machine that will
+// not go down, and touches no other machine.
+func TestUpgradeWhosePullRunsOutIsNotStarted(t *testing.T) {
+	h := upgradeHarness(t, "v1.10.6")
+	for _, m := range h.f.Sim.Machines() {
+		m.SetFaults(sim.Faults{InstallerPullDelay: 2 * time.Second})
+	}
+	ro := h.rollout(nil)
+	ro.Timeout, ro.PullTimeout, ro.Wait = 5*time.Second, 300*time.Millisecond, time.Minute
+	began := time.Now()
+	out := ro.Run(context.Background(), h.upgradePlan(t, reconcile.Upgrades{Only: true}))
+	took := time.Since(began)
+	if out.Done() || strings.Join(out.Failed, ",") != "cp-1" || len(out.Untouched) != 4 || took > 30*time.Second {
+		t.Fatalf("rollout after %s: %+v\n%s", took, out, strings.Join(h.lines, "\n"))
+	}
+	for _, want := range []string{"cp-1: upgrade to v1.11.0 not started: Talos did not answer the upgrade call within --pull-timeout 300ms", "still runs v1.10.6 and nothing was installed", "or give a longer --pull-timeout"} {
+		if !strings.Contains(out.Stopped, want) {
+			t.Errorf("stopped: %s\nwant %q", out.Stopped, want)
+		}
+	}
+	for _, m := range h.f.Sim.Machines() {
+		if o := m.Observe(); o.TalosVersion != "v1.10.6" || o.Upgrading || o.NextVersion != "" {
+			t.Errorf("%s after the rollout: %+v; want nothing started", m.Name(), o)
+		}
+	}
+	if n := h.f.Sim.Machine("cp-2").Calls("Upgrade"); n != 0 {
+		t.Errorf("cp-2 got %d Upgrade calls after cp-1's pull ran out", n)
+	}
+}

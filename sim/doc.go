@@ -284,7 +284,18 @@
 //     go-retry's error set: "error validating installer image %q: 1
 //     error(s) occurred:\n\tfailed to pull image ...: failed to resolve
 //     reference ...: ...: not found", code Unknown (a plain error through
-//     machined's gRPC server). On a control plane (init or controlplane)
+//     machined's gRPC server). The pull takes the machine's installer pull
+//     delay (Options.InstallerPullDelay, default 100ms;
+//     Faults.InstallerPullDelay per machine) inside the call, under the
+//     caller's context, as install/pull.go PullAndValidateInstallerImage
+//     pulls and runs `installer --help` before the handler goes on (pull.go):
+//     a caller whose deadline passes first reads DeadlineExceeded (or,
+//     when the reply wins the race, machined's "error validating installer
+//     image %q: 1 error(s) occurred:\n\ttimeout", Unknown: go-retry's
+//     TimeoutError), and nothing starts, then or later; nothing is kept,
+//     so the next call pulls again. An image the system containerd
+//     already holds (a pull that ended, this boot) is not pulled again
+//     (WithSkipIfAlreadyPulled). On a control plane (init or controlplane)
 //     unless forced (or, from Talos 1.13, preserved: v1alpha1_server.go
 //     Upgrade in v1.13.9 and v1.14.1): an etcd client from the control
 //     planes' endpoints (NewClientFromControlPlaneIPs: "failed to create
@@ -356,11 +367,19 @@
 //     Pull (images.go Service.Pull; os:admin and os:operator): an image
 //     the store holds under its normalized name is not pulled again
 //     (WithSkipIfAlreadyPulled: no progress); any other is resolved in the
-//     registry as the legacy Upgrade's pull is (above), streams each of
-//     its two layers' progress (downloading, download complete,
-//     extracting, extract complete; the layer ID the first 12 hex digits
-//     of its digest) and is stored under the reference, its digest and
-//     repository@digest (aliases.go manageAliases). The last message is
+//     registry as the legacy Upgrade's pull is (above), takes the
+//     installer pull delay under the caller's context, streaming both
+//     layers downloading every 100ms meanwhile (progress/pull_progress.go
+//     ShowProgress), then each layer's download complete, extracting and
+//     extract complete (the layer ID the first 12 hex digits of its
+//     digest), and is stored under the reference, its digest and
+//     repository@digest (aliases.go manageAliases). A caller whose
+//     deadline passes first reads DeadlineExceeded (1.14's single attempt
+//     wraps the context's error; 1.13's retry answers go-retry's "1
+//     error(s) occurred:\n\ttimeout", Unknown, should its reply win the
+//     race) and nothing is stored: LifecycleService.Upgrade then finds no
+//     installer. A cancelled pull keeps no layer here; containerd keeps
+//     those it completed until its garbage collector runs. The last message is
 //     the name, repository@sha256:… unless the reference had a digest. A
 //     reference that does not parse is a plain error (Unknown "failed to
 //     parse image reference …"); an image the registry lacks NotFound

@@ -84,6 +84,12 @@ type Faults struct {
 	// first install from maintenance mode fail pulling them, not found, as
 	// machined's image.Pull does.
 	UpgradeImagesMissing []string
+	// InstallerPullDelay, when positive, replaces Options.InstallerPullDelay
+	// on this machine: a slow registry or link. MachineService.Upgrade
+	// answers only after it (the pull happens inside the call), and a
+	// caller whose deadline comes first gets DeadlineExceeded and no
+	// upgrade; ImageService.Pull streams progress meanwhile.
+	InstallerPullDelay time.Duration
 	// UpgradeBootFails makes the version an upgrade installed fail its boot
 	// sequence: the machine comes up on it, stays booting without its
 	// services for RebootDelay, then machined reverts the bootloader and

@@ -31,6 +31,9 @@ type FaultSpec struct {
 	VolumeMissing     []string          `yaml:"volumeMissing"`
 	RebootDuringApply bool              `yaml:"rebootDuringApply"`
 
+	// a slow installer pull, e.g. 2m (see Faults)
+	InstallerPullDelay time.Duration `yaml:"installerPullDelay"`
+
 	// etcd snapshot faults (see Faults)
 	EtcdSnapshotCorrupt bool `yaml:"etcdSnapshotCorrupt"`
 	EtcdSnapshotCutAt   int  `yaml:"etcdSnapshotCutAt"`
@@ -74,7 +77,7 @@ func LoadFaultsFile(path string) (map[string]Faults, error) {
 		f := Faults{
 			Unreachable: s.Unreachable, Latency: s.Latency, TalosVersion: s.TalosVersion,
 			KubeletUnhealthy: s.KubeletUnhealthy, VolumeFailed: s.VolumeFailed, VolumeMissing: s.VolumeMissing,
-			RebootDuringApply:   s.RebootDuringApply,
+			RebootDuringApply: s.RebootDuringApply, InstallerPullDelay: s.InstallerPullDelay,
 			EtcdSnapshotCorrupt: s.EtcdSnapshotCorrupt, EtcdSnapshotCutAt: s.EtcdSnapshotCutAt,
 			VolumeFilesystem: s.VolumeFilesystem, DisksMissing: s.DisksMissing, DiskSignatures: s.DiskSignatures,
 			MountMissing: s.MountMissing, PartitionMissing: s.PartitionMissing,

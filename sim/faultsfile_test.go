@@ -35,7 +35,7 @@ func TestFaultsFileDrivesTheFleet(t *testing.T) {
 		}
 	}
 	write(`
-worker-1: {kubeletUnhealthy: true, errorCodes: {ApplyConfiguration: PermissionDenied}}
+worker-1: {kubeletUnhealthy: true, errorCodes: {ApplyConfiguration: PermissionDenied}, installerPullDelay: 2m}
 cp-2: {unreachable: true, latency: 150ms, driftedConfigFile: edited.yaml, talosVersion: v1.10.6}
 `)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -49,6 +49,9 @@ cp-2: {unreachable: true, latency: 150ms, driftedConfigFile: edited.yaml, talosV
 	w1 := f.Sim.Machine("worker-1").Faults()
 	if w1.ErrorCodes["ApplyConfiguration"] != codes.PermissionDenied {
 		t.Errorf("worker-1 error codes %v", w1.ErrorCodes)
+	}
+	if w1.InstallerPullDelay != 2*time.Minute {
+		t.Errorf("worker-1 installer pull delay %s, want 2m", w1.InstallerPullDelay)
 	}
 	cp2 := f.Sim.Machine("cp-2").Faults()
 	if !cp2.Unreachable || cp2.Latency != 150*time.Millisecond || cp2.TalosVersion != "v1.10.6" || len(cp2.DriftedConfig) == 0 {

@@ -67,6 +67,15 @@ type Options struct {
 	// id (schematic.go): its installers of any other schematic but the
 	// empty one are not found.
 	Schematics map[string]Schematic
+	// InstallerPullDelay is how long a pull of an installer image takes
+	// (download, unpack and, for MachineService.Upgrade, the `installer
+	// --help` check): inside MachineService.Upgrade before it answers,
+	// and inside ImageService.Pull while it streams progress, both under
+	// the caller's context, so a deadline that comes first cancels the
+	// pull and nothing starts (pull.go). Faults.InstallerPullDelay
+	// replaces it per machine (default 100ms; on Talos seconds to
+	// minutes: an installer is a few hundred MB).
+	InstallerPullDelay time.Duration
 }
 
 // MachineSpec describes one simulated machine.
@@ -129,6 +138,7 @@ type Fleet struct {
 	etcdWait       time.Duration
 	criDelay       time.Duration // see Options.CRIStartDelay
 	restartDelay   time.Duration // see Options.RestartDelay
+	pullDelay      time.Duration // see Options.InstallerPullDelay
 	ca             *authority
 	grpc           *grpc.Server    // serves every machine's listeners
 	maintenanceTLS *tls.Config     // shared: one self-signed certificate
@@ -185,6 +195,10 @@ func Start(ctx context.Context, opts Options) (*Fleet, error) {
 		opts.RestartDelay = time.Second
 	}
 
+	if opts.InstallerPullDelay <= 0 {
+		opts.InstallerPullDelay = 100 * time.Millisecond
+	}
+
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -209,6 +223,7 @@ func Start(ctx context.Context, opts Options) (*Fleet, error) {
 		etcdWait:     opts.EtcdClientWait,
 		criDelay:     opts.CRIStartDelay,
 		restartDelay: opts.RestartDelay,
+		pullDelay:    opts.InstallerPullDelay,
 		ca:           ca,
 		meta:         meta,
 		byName:       map[string]*Machine{},

@@ -131,8 +131,14 @@ func (a *machineAPI) Upgrade(ctx context.Context, in *machine.UpgradeRequest) (*
 	a.fleet.log.Info("sim: upgrade request received", "machine", t.name, "image", in.GetImage(),
 		"staged", in.GetStage(), "force", in.GetForce(), "reboot_mode", in.GetRebootMode().String())
 
-	next, err := t.pullInstaller(in.GetImage(), s.faults)
+	next, err := t.pullInstaller(ctx, in.GetImage(), s.faults)
 	if err != nil {
+		if ctx.Err() != nil {
+			// the caller's deadline or cancel, in the pull (pull.go): a
+			// plain error, which gRPC answers by what it wraps
+			return nil, fmt.Errorf("error validating installer image %q: %w", in.GetImage(), err)
+		}
+
 		return nil, status.Errorf(codes.Unknown, "error validating installer image %q: %s", in.GetImage(), err)
 	}
 
@@ -163,22 +169,38 @@ func (a *machineAPI) Upgrade(ctx context.Context, in *machine.UpgradeRequest) (*
 	}}}, nil
 }
 
-// pullInstaller is install.PullAndValidateInstallerImage: the reference
-// must parse (image.Pull's reference.ParseDockerRef), and the sim's
-// registry must have it (resolve); the image lands in the system
+// pullInstaller is install.PullAndValidateInstallerImage under the
+// caller's ctx: the reference must parse (image.Pull's
+// reference.ParseDockerRef); an image the system containerd holds under
+// that name is not pulled again (WithSkipIfAlreadyPulled); any other must
+// be in the sim's registry (resolve), and its pull takes the machine's
+// installer pull delay (pull.go), after which it is in the system
 // containerd's system namespace. image.Pull retries a not-found once
-// (WithMaxNotFoundRetries(1); Talos 1.14's PullWithRetriesAndTimeout
-// five times, over two minutes) and go-retry returns its error set,
-// which holds the one error.
-func (m *Machine) pullInstaller(image string, f Faults) (bootEntry, error) {
+// (WithMaxNotFoundRetries(1); Talos 1.14's PullWithRetriesAndTimeout five
+// times, over two minutes) and go-retry returns its error set, which
+// holds the one error. A ctx that ends during the pull stores nothing and
+// returns go-retry's error for it (retriedPullError).
+func (m *Machine) pullInstaller(ctx context.Context, image string, f Faults) (bootEntry, error) {
 	ref, err := parseDockerRef(image)
 	if err != nil {
 		return bootEntry{}, fmt.Errorf("failed to parse image reference %q: %w", image, err)
 	}
 
+	if img, ok := m.pulled(legacyStore, ref.String()); ok {
+		return img.installer(image), nil
+	}
+
 	img, err := m.fleet.pullable(image, ref, f)
 	if err != nil {
 		return bootEntry{}, fmt.Errorf("1 error(s) occurred:\n\t%w", err)
+	}
+
+	m.fleet.log.Info("sim: pulling the installer", "machine", m.name, "image", image, "takes", m.fleet.installerPullDelay(f))
+
+	if err := download(ctx, m.fleet.installerPullDelay(f), nil); err != nil {
+		m.fleet.log.Info("sim: installer pull cancelled by the caller; no upgrade", "machine", m.name, "image", image, "error", err)
+
+		return bootEntry{}, retriedPullError(ref, err)
 	}
 
 	m.pull(legacyStore, ref, img)

@@ -32,6 +32,35 @@ type applyFlags struct {
 	upgrades *reconcile.Upgrades
 	// dropExtensions: --drop-extensions (reconcile.Upgrades.DropExtensions)
 	dropExtensions bool
+	// pullTimeout: --pull-timeout (reconcile.Rollout.PullTimeout);
+	// pullTimeoutSet when given on the command line
+	pullTimeout    time.Duration
+	pullTimeoutSet bool
+}
+
+// pullTimeoutUsage is --pull-timeout's help.
+const pullTimeoutUsage = "how long Talos may take to pull an upgrade's installer, inside the call that pulls it (MachineService.Upgrade; ImageService.Pull on Talos 1.13 and later): Talos cancels the pull at this deadline, and devata then reports the upgrade not started"
+
+// addPullTimeoutFlag adds --pull-timeout (default
+// reconcile.DefaultPullTimeout); withUpgrade: it goes with --upgrade.
+func addPullTimeoutFlag(cmd *cobra.Command, d *time.Duration, withUpgrade bool) {
+	usage := pullTimeoutUsage
+	if withUpgrade {
+		usage = "with --upgrade: " + usage
+	}
+	cmd.Flags().DurationVar(d, "pull-timeout", reconcile.DefaultPullTimeout, usage)
+}
+
+// checkPullTimeout refuses a --pull-timeout that is not positive, or
+// given where no upgrade runs.
+func checkPullTimeout(d time.Duration, set, upgrades bool) error {
+	switch {
+	case d <= 0:
+		return usageError(fmt.Errorf("--pull-timeout %s: give a positive duration, e.g. %s", d, reconcile.DefaultPullTimeout))
+	case set && !upgrades:
+		return usageError(errors.New("--pull-timeout goes with --upgrade: only an upgrade pulls an installer"))
+	}
+	return nil
 }
 
 // verb is the command that rolls the plan out, for messages.
@@ -76,6 +105,7 @@ unless --yes; with no terminal apply refuses rather than guess.
 Exit 0 done (or nothing to do), 1 some machines not converged, 2 error.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			flags.pullTimeoutSet = cmd.Flags().Changed("pull-timeout")
 			return a.apply(cmd.Context(), flags)
 		},
 	}
@@ -88,6 +118,7 @@ Exit 0 done (or nothing to do), 1 some machines not converged, 2 error.`,
 	cmd.Flags().DurationVar(&flags.wait, "wait", 10*time.Minute, "how long to wait for a machine to return and for etcd to be healthy")
 	cmd.Flags().BoolVar(&flags.upgrade, "upgrade", false, "also upgrade Talos on machines whose config is in sync and whose version or booted schematic is not the inventory's (as devata upgrade)")
 	cmd.Flags().BoolVar(&flags.dropExtensions, "drop-extensions", false, dropExtensionsUsage)
+	addPullTimeoutFlag(cmd, &flags.pullTimeout, true)
 	flags.lock.register(cmd, true)
 	return cmd
 }
@@ -174,6 +205,9 @@ func (a *app) apply(ctx context.Context, flags applyFlags) error {
 	} else if flags.dropExtensions {
 		return usageError(errors.New("--drop-extensions goes with --upgrade: only an upgrade changes a machine's extensions"))
 	}
+	if err := checkPullTimeout(flags.pullTimeout, flags.pullTimeoutSet, flags.upgrades != nil); err != nil {
+		return err
+	}
 	s, err := a.openSession(ctx, false)
 	if err != nil {
 		return err
@@ -250,7 +284,7 @@ func (a *app) applyRound(ctx context.Context, flags applyFlags, s *session, plan
 	}
 	ro := &reconcile.Rollout{
 		Inventory: s.inv, Desired: s.desired.Held(), Dialer: s.dialer,
-		MaxUnavailable: flags.maxUnavailable, Timeout: a.settings.Timeout, Wait: flags.wait,
+		MaxUnavailable: flags.maxUnavailable, Timeout: a.settings.Timeout, Wait: flags.wait, PullTimeout: flags.pullTimeout,
 		AllowQuorumLoss: flags.allowQuorum, Kube: s.kube,
 		Say: func(format string, args ...any) { fmt.Fprintf(out, format+"\n", args...) },
 	}

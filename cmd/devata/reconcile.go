@@ -29,6 +29,8 @@ import (
 // reconcileFlags are reconcile's flags.
 type reconcileFlags struct {
 	interval, grace, wait, backoffMax         time.Duration
+	pullTimeout                               time.Duration
+	pullTimeoutSet                            bool
 	lock                                      lockFlags
 	once, reportOnly, dryRun, leaderElect     bool
 	allowQuorumLoss, upgrade, join            bool
@@ -78,6 +80,7 @@ SIGTERM stops taking work, finishes changes in flight within --grace and exits 0
 Metrics, /healthz and /readyz are served on --metrics-addr.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			flags.pullTimeoutSet = cmd.Flags().Changed("pull-timeout")
 			return a.reconcile(cmd.Context(), flags)
 		},
 	}
@@ -92,6 +95,7 @@ Metrics, /healthz and /readyz are served on --metrics-addr.`,
 	f.BoolVar(&flags.allowQuorumLoss, "allow-quorum-loss", false, quorumLossUsage)
 	f.BoolVar(&flags.join, "join", false, "also configure machines found in maintenance mode once etcd runs, so that they join the cluster, as devata apply does (off by default: their config, secrets included, goes over the maintenance connection, which authenticates no one)")
 	f.BoolVar(&flags.upgrade, "upgrade", false, "also upgrade Talos on machines whose config is in sync and whose version is not cluster.talosVersion, as devata upgrade does (off by default: every upgrade reboots its machine)")
+	addPullTimeoutFlag(cmd, &flags.pullTimeout, true)
 	f.StringVar(&flags.metricsAddr, "metrics-addr", "", "serve /metrics, /healthz and /readyz on this address, e.g. :9090")
 	f.StringVar(&flags.shard, "shard", "", "own only shard i of N (i/N): workers by FNV-1a of their name; control planes belong to shard 0")
 	f.BoolVar(&flags.leaderElect, "leader-elect", false, "act only while holding a Lease (in-cluster config or --kubeconfig)")
@@ -130,6 +134,9 @@ func (a *app) reconcile(ctx context.Context, flags reconcileFlags) error {
 	}
 	if flags.reportOnly && flags.dryRun {
 		return usageError(errors.New("--report-only and --dry-run exclude each other: --report-only already sends nothing"))
+	}
+	if err := checkPullTimeout(flags.pullTimeout, flags.pullTimeoutSet, flags.upgrade); err != nil {
+		return err
 	}
 	log := a.loopLogger()
 	routeLibraryLogs(log) // client-go's leader election logs at info
@@ -179,7 +186,7 @@ func (a *app) reconcile(ctx context.Context, flags reconcileFlags) error {
 		Interval: flags.interval, ReportOnly: flags.reportOnly, DryRun: flags.dryRun,
 		Mode: mode, MaxUnavailable: flags.maxUnavailable, AllowQuorumLoss: flags.allowQuorumLoss, Upgrades: flags.upgrades(), Joins: flags.join,
 		Workers: a.settings.Concurrency, Concurrency: a.settings.Concurrency,
-		Timeout: a.settings.Timeout, Wait: flags.wait, Grace: flags.grace, Shard: shard,
+		Timeout: a.settings.Timeout, Wait: flags.wait, PullTimeout: flags.pullTimeout, Grace: flags.grace, Shard: shard,
 		WriteRate: flags.writeRate, WriteBurst: flags.writeBurst, BackoffMax: flags.backoffMax,
 		Metrics: metrics, Audit: audit, Log: log,
 	}

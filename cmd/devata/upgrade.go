@@ -24,8 +24,8 @@ down, then workers in batches of --max-unavailable; under the cluster's lock
 and Lease, as devata apply. A machine on Talos 1.13 or later is upgraded as
 talosctl does it there: the installer is pulled (ImageService.Pull) and run
 (LifecycleService.Upgrade, its output the wait's heartbeat), then the machine
-is rebooted; an older one through MachineService.Upgrade, which installs and
-reboots in one call. devata waits until the machine is back, running and
+is rebooted; an older one through MachineService.Upgrade, which pulls, installs
+and reboots in one call. devata waits until the machine is back, running and
 ready, on the new version, and stops at the first failure (a machine that comes
 back on its old version did not take the new one). Rerunning continues from
 what the machines report: machines already upgraded get no call.
@@ -39,6 +39,16 @@ upgrade whose installer lacks extensions the machine runs (ExtensionStatus)
 would remove them: it is refused unless --drop-extensions, as is one whose
 machine's extensions could not be read.
 
+The installer pull: Talos pulls the installer inside the call that asks for
+it (MachineService.Upgrade, or ImageService.Pull on 1.13 and later) and
+cancels the pull when that call's deadline passes. --pull-timeout bounds that
+call, not --timeout; while it waits devata prints a line every 15 seconds
+(on 1.13 and later with the bytes downloaded so far). A call that runs out of
+--pull-timeout started nothing: devata says so at once, with what to do (a
+faster registry or a mirror, on 1.13 and later a pull beforehand with
+talosctl image pull --namespace system, or a longer --pull-timeout), and
+stops there.
+
 The version rule: never a downgrade (talosctl rollback goes back to the
 previous boot), and one minor release at a time: a longer way goes hop by hop,
 each on the newest patch of the minor in between from the same installer
@@ -51,6 +61,7 @@ machine, so it is confirmed at the terminal unless --yes.
 Exit 0 done (or nothing to do), 1 some machines not upgraded, 2 error.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			flags.pullTimeoutSet = cmd.Flags().Changed("pull-timeout")
 			return a.apply(cmd.Context(), flags)
 		},
 	}
@@ -62,6 +73,7 @@ Exit 0 done (or nothing to do), 1 some machines not upgraded, 2 error.`,
 	cmd.Flags().DurationVar(&flags.wait, "wait", 15*time.Minute, "how long to wait for a machine to come back on the new version and for etcd to be healthy")
 	cmd.Flags().BoolVar(&flags.upgrades.Force, "force", false, "allow a downgrade or a jump of more than one minor release")
 	cmd.Flags().BoolVar(&flags.upgrades.DropExtensions, "drop-extensions", false, dropExtensionsUsage)
+	addPullTimeoutFlag(cmd, &flags.pullTimeout, false)
 	cmd.Flags().BoolVar(&flags.upgrades.Stage, "stage", false, "stage the upgrade: Talos reboots and installs it during that boot, before anything holds the files (talosctl upgrade --stage)")
 	flags.lock.register(cmd, true)
 	return cmd
