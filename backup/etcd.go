@@ -192,7 +192,7 @@ func sourcesOf(v gate.EtcdView) ([]string, error) {
 // revision and renames it to Out. Failures that are this side's are
 // localErrors; on any failure Out.tmp is gone.
 func (o *Options) snapshotTo(ctx context.Context, m *inventory.Machine, members []string) (machines.SnapshotInfo, int64, error) {
-	d, out := o.Dialer, o.Out
+	out := o.Out
 	tmp := out + ".tmp"
 	_ = os.Remove(tmp) // left by an interrupted run: devata's by its name
 	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
@@ -209,17 +209,11 @@ func (o *Options) snapshotTo(ctx context.Context, m *inventory.Machine, members 
 	if err := f.Chmod(0o600); err != nil { // whatever the umask
 		return machines.SnapshotInfo{}, 0, &localError{err}
 	}
-	c, err := d.Client(ctx, m)
-	if err != nil {
-		return machines.SnapshotInfo{}, 0, fmt.Errorf("etcd snapshot from %s: dial %s: %w", m.Name, d.Endpoint(m), err)
-	}
-	defer c.Close()
-
 	sctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	w := &streamWatch{w: f, idle: o.Timeout, max: snapshot.MaxSize, cancel: cancel, machine: m.Name, progress: o.progress(m.Name)}
 	w.start()
-	info, err := machines.EtcdSnapshot(sctx, c, m, w)
+	info, err := machines.EtcdSnapshot(sctx, o.Dialer, m, w)
 	w.stop()
 	var local *streamWriteError
 	switch {
