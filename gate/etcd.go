@@ -244,7 +244,7 @@ func observeEtcd(ctx context.Context, inv *inventory.Inventory, d *machines.Dial
 	slices.Sort(v.Down)
 	slices.Sort(v.NoLeader)
 	if v.NoQuorum() {
-		v.Problems = append(v.Problems, v.noQuorum())
+		v.Problems = append(v.Problems, v.NoQuorumReason())
 	}
 	slices.Sort(v.Problems)
 	// Talos v1.11.0, internal/app/machined/pkg/system/services/etcd.go: on a
@@ -273,8 +273,12 @@ func observeEtcd(ctx context.Context, inv *inventory.Inventory, d *machines.Dial
 	return v
 }
 
-// noQuorum says that etcd has no quorum, and who runs and who is down.
-func (v EtcdView) noQuorum() string {
+// NoQuorumReason says that etcd has no quorum, who runs without a leader
+// and who is down; "" when NoQuorum is false.
+func (v EtcdView) NoQuorumReason() string {
+	if !v.NoQuorum() {
+		return ""
+	}
 	why := fmt.Sprintf("etcd has no quorum: no member has a leader (%s %s without one", strings.Join(v.NoLeader, ", "), runs(len(v.NoLeader)))
 	if len(v.Down) > 0 {
 		why += "; " + strings.Join(v.Down, ", ") + " " + isAre(len(v.Down)) + " down"
@@ -332,7 +336,7 @@ func MayRemove(v EtcdView, name string) error {
 				why = append(why, m+" is down")
 			}
 		}
-		why = append(why, v.noQuorum())
+		why = append(why, v.NoQuorumReason())
 		return &QuorumError{Why: fmt.Sprintf("etcd cannot lose member %s now: %s; etcd commits a removal through its quorum", name, strings.Join(why, "; ")), Next: noQuorumNext}
 	}
 	if len(v.Members) == 0 {

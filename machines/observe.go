@@ -308,7 +308,7 @@ func ObserveEtcd(ctx context.Context, d *Dialer, m *inventory.Machine) *Observat
 		case client.StatusCode(err) == codes.PermissionDenied && !IsNoForwarding(err):
 			// the role may not read services after all: etcd alone tells
 		case IsUnreachable(err) || IsNoForwarding(err):
-			o.notAnswered(ctx, d, err)
+			o.notAnswered(ctx, d, errors.Unwrap(err)) // without observeEtcdService's "service etcd: "
 			return o
 		default:
 			o.EtcdServiceErr = err
