@@ -43,16 +43,28 @@ appends, and that hash) before FILE.tmp is renamed to FILE. A stream that broke
 off, arrived corrupt or stalled for --timeout is thrown away and the next
 healthy control plane is tried. FILE.json (0600) records the cluster, the time,
 the control plane, etcd's revision and members, FILE's size and sha256, the
-Talos version (as that control plane reports it), the Kubernetes version (as
-the inventory declares it), the inventory's path and sha256 and, when the
-inventory is in a Git work tree, its commit and whether the file differs
-from it. Neither file is replaced without --force. -o DIR/ names the file
-etcd-CLUSTER-TIME.db in DIR, so a schedule keeps every snapshot.
+Talos version (as that control plane reports it, when the role may ask), the
+Kubernetes version (as the inventory declares it), the inventory's path and
+sha256 and, when the inventory is in a Git work tree, its commit and whether
+the file differs from it. Neither file is replaced without --force. -o DIR/
+names the file etcd-CLUSTER-TIME.db in DIR, so a schedule keeps every
+snapshot.
+
+When etcd has no quorum (more than half of its members down, so no member
+has a leader and no member list answers), the snapshot is still taken from a
+member that runs, since Talos streams the local member's database: the
+command warns, says so with the member it came from, and FILE.json records
+"noQuorum": true. That copy holds what the member had received and may lack
+the last writes the cluster committed.
 
 It only reads: no machine is changed and no cluster lock is taken, so it may
-run next to apply or reconcile. It needs no secrets bundle, but the
-talosconfig's role must be os:admin, os:operator or os:etcd:backup
-(os:reader may not take snapshots).
+run next to apply or reconcile. It needs no secrets bundle. The talosconfig's
+role must be os:etcd:backup, os:operator or os:admin (os:reader may not take
+snapshots), and os:etcd:backup alone is enough: etcd is read only through
+EtcdMemberList, EtcdStatus and EtcdSnapshot, the calls that role may make; the
+etcd service and the Talos version are asked only of a role that may read
+them. talosctl config new --roles os:etcd:backup FILE (with an os:admin
+talosconfig) makes one.
 
 The snapshot holds every Kubernetes object, Secrets included (encrypted with
 the secretbox key from the secrets bundle): keep it as carefully as the
@@ -119,8 +131,12 @@ func (a *app) backupEtcd(ctx context.Context, out string, force bool) error {
 		if s.EtcdRevision > 0 {
 			revision = fmt.Sprint(s.EtcdRevision)
 		}
+		from := s.ControlPlane
+		if s.NoQuorum {
+			from += " (etcd has no quorum: this is " + s.ControlPlane + "'s local copy, taken without a leader)"
+		}
 		fmt.Fprintf(say, "etcd snapshot of %s from %s written to %s: %s (%d bytes), sha256 %s, etcd revision %s, members %s\n",
-			s.Cluster, s.ControlPlane, res.Path, humanize.IBytes(uint64(s.Size)), s.Size, s.SHA256, revision, strings.Join(s.Members, " ")) //nolint:gosec // a size is never negative
+			s.Cluster, from, res.Path, humanize.IBytes(uint64(s.Size)), s.Size, s.SHA256, revision, strings.Join(s.Members, " ")) //nolint:gosec // a size is never negative
 	}
 	if err != nil {
 		return exitWith(exitTrouble, err)
