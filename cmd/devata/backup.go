@@ -22,6 +22,11 @@ func (a *app) newBackupCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "backup",
 		Short: "Back up what no inventory can render again: etcd",
+		Long: `backup takes off the cluster what no inventory can render again: etcd's
+snapshot (backup etcd). It only reads, and a talosconfig with the
+os:etcd:backup role is enough (os:operator and os:admin work too; os:reader
+may not take snapshots): talosctl config new --roles os:etcd:backup FILE makes
+one. It backs up when etcd has no quorum too, from a member that still runs.`,
 	}
 	cmd.AddCommand(a.newBackupEtcdCommand())
 	return cmd
@@ -34,7 +39,7 @@ func (a *app) newBackupEtcdCommand() *cobra.Command {
 	}
 	cmd := &cobra.Command{
 		Use:   "etcd -o FILE",
-		Short: "Write a verified etcd snapshot from a healthy control plane (0600) and FILE.json",
+		Short: "Write a verified etcd snapshot from a healthy control plane (0600) and FILE.json; os:etcd:backup is enough",
 		Long: `backup etcd asks every control plane for its view of etcd, then streams a
 snapshot (Talos' EtcdSnapshot, what talosctl etcd snapshot saves) from a healthy
 member whose view the others share, into FILE.tmp (mode 0600). It is verified
