@@ -1,7 +1,9 @@
 // Package backup takes off a cluster what no inventory can render again:
-// etcd's snapshot, streamed from a healthy control plane, verified, renamed
-// into place and described by a JSON sidecar. It only reads machines and
-// takes no lock; the command renders what it did.
+// etcd's snapshot, streamed from a healthy control plane (or, when etcd has
+// no quorum, from a member that still runs), verified, renamed into place
+// and described by a JSON sidecar. It only reads machines, through no more
+// than the os:etcd:backup role may call, and takes no lock; the command
+// renders what it did.
 package backup
 
 import (
@@ -116,12 +118,21 @@ func Etcd(ctx context.Context, o Options) (*Result, error) {
 		o.warn("%v; the sidecar names no commit", err)
 	}
 
-	view := gate.ObserveEtcd(ctx, inv, d, o.Timeout)
+	// the etcd calls alone: a talosconfig with os:etcd:backup may make
+	// them and no others (Talos' services/machined.go rules)
+	view := gate.ObserveEtcdOnly(ctx, inv, d, o.Timeout)
 	sources, err := sourcesOf(view)
 	if err != nil {
 		return nil, fmt.Errorf("%w; nothing was written", err)
 	}
-	if len(view.Problems) > 0 {
+	noQuorum := view.NoQuorum()
+	switch {
+	case noQuorum:
+		why := view.NoQuorumReason()
+		details := slices.DeleteFunc(slices.Clone(view.Problems), func(p string) bool { return p == why })
+		o.warn("%s; backing up from a member that still runs (%s): its snapshot is its local copy, which holds what it had received and may lack the last writes the cluster committed; the sidecar records noQuorum (%s)",
+			why, strings.Join(sources, ", "), strings.Join(details, "; "))
+	case len(view.Problems) > 0:
 		why := view.Problems
 		if len(view.Down) > 0 {
 			why = append([]string{"down: " + strings.Join(view.Down, ", ")}, why...)
@@ -134,11 +145,14 @@ func Etcd(ctx context.Context, o Options) (*Result, error) {
 		if m == nil {
 			continue // a member the inventory does not list: ObserveEtcd warned
 		}
-		info, rev, err := o.snapshotTo(ctx, m, view.Members)
+		info, file, err := o.snapshotTo(ctx, m, view.Members)
 		var local *localError
 		switch {
 		case err == nil:
 		case errors.As(err, &local) || ctx.Err() != nil:
+			return nil, fmt.Errorf("%w; nothing was written to %s", err, o.Out)
+		case errors.Is(err, machines.ErrSnapshotNotAuthorized):
+			// every control plane refuses the role alike
 			return nil, fmt.Errorf("%w; nothing was written to %s", err, o.Out)
 		default:
 			next := ""
@@ -149,10 +163,14 @@ func Etcd(ctx context.Context, o Options) (*Result, error) {
 			continue
 		}
 		abs, _ := filepath.Abs(inv.Path) //nolint:errcheck // the path was just read: Abs only fails without a working directory
+		members := view.Members
+		if noQuorum {
+			members = slices.Sorted(slices.Values(file.Voters())) // no member list answers without a leader
+		}
 		res := &Result{Path: o.Out, SidecarPath: SidecarPath(o.Out), Sidecar: Sidecar{
 			Cluster: inv.Cluster.Name, Time: time.Now().UTC().Truncate(time.Second),
-			ControlPlane: m.Name, Endpoint: d.Endpoint(m),
-			EtcdRevision: rev, Members: view.Members,
+			ControlPlane: m.Name, Endpoint: d.Endpoint(m), NoQuorum: noQuorum,
+			EtcdRevision: file.Revision, Members: members,
 			Snapshot: filepath.Base(o.Out), Size: info.Size, SHA256: info.SHA256,
 			TalosVersion: info.TalosVersion, KubernetesVersion: inv.Cluster.KubernetesVersion,
 			Inventory: abs, InventorySHA256: prov.InventorySHA256,
@@ -173,11 +191,15 @@ func Etcd(ctx context.Context, o Options) (*Result, error) {
 
 // sourcesOf are the control planes worth a snapshot, in the order to try
 // them: the healthy members of an etcd whose members every answering
-// control plane agrees on. A control plane that is down or unhealthy does
-// not stop a backup (that is when one is wanted most); a split or an etcd
-// that was never bootstrapped does.
+// control plane agrees on; when etcd has no quorum, the members that still
+// run (without a leader): Talos' EtcdSnapshot reads the local member only,
+// and a snapshot is wanted most then. A control plane that is down or
+// unhealthy does not stop a backup; a split or an etcd that was never
+// bootstrapped does.
 func sourcesOf(v gate.EtcdView) ([]string, error) {
 	switch {
+	case v.NoQuorum():
+		return v.NoLeader, nil
 	case len(v.NotBootstrapped) > 0:
 		return nil, fmt.Errorf("no control plane has etcd bootstrapped (%s wait to be bootstrapped or to join): there is nothing to back up; run devata bootstrap", strings.Join(v.NotBootstrapped, ", "))
 	case v.Members == nil:
@@ -189,15 +211,18 @@ func sourcesOf(v gate.EtcdView) ([]string, error) {
 }
 
 // snapshotTo streams m's snapshot to Out.tmp (0600), verifies it, reads its
-// revision and renames it to Out. Failures that are this side's are
-// localErrors; on any failure Out.tmp is gone.
-func (o *Options) snapshotTo(ctx context.Context, m *inventory.Machine, members []string) (machines.SnapshotInfo, int64, error) {
-	d, out := o.Dialer, o.Out
+// revision and members and renames it to Out. The snapshot's voting
+// members must be those etcd reports (members); without a member list (no
+// quorum: none answers), m must be one of them and each a control plane of
+// the inventory. Failures that are this side's are localErrors; on any
+// failure Out.tmp is gone.
+func (o *Options) snapshotTo(ctx context.Context, m *inventory.Machine, members []string) (machines.SnapshotInfo, *snapshot.File, error) {
+	out := o.Out
 	tmp := out + ".tmp"
 	_ = os.Remove(tmp) // left by an interrupted run: devata's by its name
 	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
-		return machines.SnapshotInfo{}, 0, &localError{err}
+		return machines.SnapshotInfo{}, nil, &localError{err}
 	}
 	done := false
 	defer func() {
@@ -207,58 +232,56 @@ func (o *Options) snapshotTo(ctx context.Context, m *inventory.Machine, members 
 		}
 	}()
 	if err := f.Chmod(0o600); err != nil { // whatever the umask
-		return machines.SnapshotInfo{}, 0, &localError{err}
+		return machines.SnapshotInfo{}, nil, &localError{err}
 	}
-	c, err := d.Client(ctx, m)
-	if err != nil {
-		return machines.SnapshotInfo{}, 0, fmt.Errorf("etcd snapshot from %s: dial %s: %w", m.Name, d.Endpoint(m), err)
-	}
-	defer c.Close()
-
 	sctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	w := &streamWatch{w: f, idle: o.Timeout, max: snapshot.MaxSize, cancel: cancel, machine: m.Name, progress: o.progress(m.Name)}
 	w.start()
-	info, err := machines.EtcdSnapshot(sctx, c, m, w)
+	info, err := machines.EtcdSnapshot(sctx, o.Dialer, m, w)
 	w.stop()
 	var local *streamWriteError
 	switch {
 	case errors.As(err, &local):
-		return info, 0, &localError{fmt.Errorf("write %s: %w", tmp, local.err)}
+		return info, nil, &localError{fmt.Errorf("write %s: %w", tmp, local.err)}
 	case err != nil && (errors.Is(context.Cause(sctx), errStalled) || errors.Is(context.Cause(sctx), errTooLarge)):
-		return info, 0, fmt.Errorf("etcd snapshot from %s: %w after %d bytes", m.Name, context.Cause(sctx), w.n)
+		return info, nil, fmt.Errorf("etcd snapshot from %s: %w after %d bytes", m.Name, context.Cause(sctx), w.n)
 	case err != nil:
-		return info, 0, err
+		return info, nil, err
 	}
 	if err := f.Sync(); err != nil {
-		return info, 0, &localError{fmt.Errorf("sync %s: %w", tmp, err)}
+		return info, nil, &localError{fmt.Errorf("sync %s: %w", tmp, err)}
 	}
 	// read back from the disk, as a restore will: the shape, and through
 	// bbolt the revision and the members, within snapshot's budget; a
 	// stream that is no etcd database is passed over, not a stop
 	file, err := snapshot.Verify(ctx, tmp)
 	if err != nil {
-		return info, 0, fmt.Errorf("etcd snapshot from %s: %w", m.Name, err)
+		return info, nil, fmt.Errorf("etcd snapshot from %s: %w", m.Name, err)
 	}
-	if err := sameMembers(file, members); err != nil {
-		return info, 0, fmt.Errorf("etcd snapshot from %s: %w", m.Name, err)
+	check := func() error { return sameMembers(file, members) }
+	if members == nil {
+		check = func() error { return ownCopy(file, m.Name, o.Inventory) }
+	}
+	if err := check(); err != nil {
+		return info, nil, fmt.Errorf("etcd snapshot from %s: %w", m.Name, err)
 	}
 	done = true
 	if err := f.Close(); err != nil {
 		os.Remove(tmp)
-		return info, 0, &localError{fmt.Errorf("close %s: %w", tmp, err)}
+		return info, nil, &localError{fmt.Errorf("close %s: %w", tmp, err)}
 	}
 	if !o.Force {
 		if _, err := os.Lstat(out); err == nil {
 			os.Remove(tmp)
-			return info, 0, &localError{fmt.Errorf("%s appeared while the snapshot streamed: not replacing it; pass --force, or write to another -o", out)}
+			return info, nil, &localError{fmt.Errorf("%s appeared while the snapshot streamed: not replacing it; pass --force, or write to another -o", out)}
 		}
 	}
 	if err := placeSnapshot(tmp, out); err != nil {
 		os.Remove(tmp)
-		return info, 0, &localError{err}
+		return info, nil, &localError{err}
 	}
-	return info, file.Revision, nil
+	return info, file, nil
 }
 
 func (o *Options) warn(format string, args ...any) {
@@ -291,6 +314,30 @@ func sameMembers(f *snapshot.File, want []string) error {
 	want = slices.Sorted(slices.Values(want))
 	if !slices.Equal(names, want) {
 		return fmt.Errorf("it holds %d %s (%s) where etcd reports %d (%s): not a snapshot of this etcd as it runs", len(names), plural(len(names), "member", "members"), quotedList(names), len(want), strings.Join(want, ", "))
+	}
+	return nil
+}
+
+// ownCopy checks a snapshot taken without quorum, when no member list
+// tells etcd's members: it must hold the member it came from, and its
+// members must be control planes of the inventory (etcd names members
+// after their hostnames, which devata sets to the machines' names).
+func ownCopy(f *snapshot.File, from string, inv *inventory.Inventory) error {
+	names := slices.Sorted(slices.Values(f.Voters()))
+	var cps, strangers []string
+	for _, m := range inv.ControlPlanes() {
+		cps = append(cps, m.Name)
+	}
+	for _, n := range names {
+		if !slices.Contains(cps, n) {
+			strangers = append(strangers, n)
+		}
+	}
+	switch {
+	case !slices.Contains(names, from):
+		return fmt.Errorf("it holds %d %s (%s), not %s, which streamed it: not a snapshot of this member's etcd", len(names), plural(len(names), "member", "members"), quotedList(names), from)
+	case len(strangers) > 0:
+		return fmt.Errorf("its members %s are not control planes of the inventory (%s): not a snapshot of this cluster's etcd", quotedList(strangers), strings.Join(cps, ", "))
 	}
 	return nil
 }

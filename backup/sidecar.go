@@ -21,16 +21,24 @@ type Sidecar struct {
 	Time         time.Time `json:"time"`
 	ControlPlane string    `json:"controlPlane"`
 	Endpoint     string    `json:"endpoint"`
+	// NoQuorum says etcd had no quorum when the snapshot was taken: no
+	// member had a leader, so it is ControlPlane's local copy, which holds
+	// what that member had received (the last writes the cluster committed
+	// may be missing), and Members are the members that copy holds, since
+	// no member list answers without a leader. Absent when etcd had quorum.
+	NoQuorum bool `json:"noQuorum,omitempty"`
 	// EtcdRevision is the newest revision in the snapshot; absent when it
 	// could not be read.
 	EtcdRevision int64    `json:"etcdRevision,omitempty"`
 	Members      []string `json:"members"`
 	// Snapshot is FILE's name; Size and SHA256 are FILE's own, what
 	// sha256sum prints (etcd's hash of the database is FILE's last 32 bytes).
-	Snapshot     string `json:"snapshot"`
-	Size         int64  `json:"size"`
-	SHA256       string `json:"sha256"`
-	TalosVersion string `json:"talosVersion"`
+	Snapshot string `json:"snapshot"`
+	Size     int64  `json:"size"`
+	SHA256   string `json:"sha256"`
+	// TalosVersion is what ControlPlane reports; absent when the
+	// talosconfig's role may not ask (os:etcd:backup alone).
+	TalosVersion string `json:"talosVersion,omitempty"`
 	// KubernetesVersion is the inventory's cluster.kubernetesVersion.
 	KubernetesVersion string `json:"kubernetesVersion"`
 	Inventory         string `json:"inventory"`

@@ -51,8 +51,9 @@ func TestWriteSidecar(t *testing.T) {
 	}
 }
 
-// A backup is taken from the healthy members while some are down, and not
-// from an etcd never bootstrapped, split, or with no healthy member.
+// A backup is taken from the healthy members while some are down, from a
+// member that still runs when etcd has no quorum, and not from an etcd
+// never bootstrapped, split, or with no healthy member.
 func TestSources(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -64,6 +65,7 @@ func TestSources(t *testing.T) {
 		{"not bootstrapped", gate.EtcdView{NotBootstrapped: []string{"cp-1"}}, "run devata bootstrap"},
 		{"split", gate.EtcdView{Problems: []string{"cp-1 and cp-2 disagree"}}, "do not agree on etcd's members"},
 		{"none healthy", gate.EtcdView{Members: []string{"cp-1"}}, "no etcd member is healthy"},
+		{"no quorum", gate.EtcdView{NoLeader: []string{"cp-3"}, Down: []string{"cp-1", "cp-2"}}, "cp-3"},
 	} {
 		got, err := sourcesOf(tc.view)
 		if err != nil {

@@ -6,6 +6,7 @@ package gate
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -29,6 +30,11 @@ type EtcdView struct {
 	// Down are control planes that did not answer or whose etcd does not run
 	// (rebooting, stopped, failed).
 	Down []string
+	// NoLeader are control planes whose etcd runs but has no leader
+	// (machines.ErrEtcdNoLeader), sorted: they hold data and can stream a
+	// snapshot, but cannot list etcd's members. When no member is healthy
+	// besides, etcd has no quorum (NoQuorum).
+	NoLeader []string
 	// Problems is everything EtcdHealthy refuses, sorted; empty when healthy.
 	Problems []string
 	// NotBootstrapped lists every control plane, sorted, when each one
@@ -43,6 +49,14 @@ type EtcdView struct {
 	// in maintenance mode that a member still lists (a disk wiped without
 	// leaving etcd) is a member that is down, not one of these.
 	Unjoined []string
+}
+
+// NoQuorum reports an etcd without quorum: a control plane runs etcd
+// without a leader, and no member is healthy (with a leader). The
+// Kubernetes API does not answer then; waiting helps only as the control
+// planes that are down come back.
+func (v EtcdView) NoQuorum() bool {
+	return len(v.NoLeader) > 0 && len(v.Healthy) == 0
 }
 
 // QuorumError is MayTakeDown's refusal.
@@ -71,7 +85,7 @@ func MayTakeDown(v EtcdView, name string) error {
 	}
 	quorum := n/2 + 1
 	var why []string
-	if n == 0 {
+	if n == 0 && !v.NoQuorum() { // without quorum a Problem says so
 		why = append(why, "the control planes do not agree on etcd's members")
 	}
 	for _, m := range v.Down {
@@ -94,6 +108,9 @@ func MayTakeDown(v EtcdView, name string) error {
 		if n > 0 && left < quorum {
 			msg += fmt.Sprintf("; taking %s down now leaves %d of %d healthy, below quorum %d", name, max(left, 0), n, quorum)
 		}
+		if v.NoQuorum() {
+			return &QuorumError{Why: msg, Next: noQuorumNext}
+		}
 		return &QuorumError{Why: msg, Next: "wait until every member is healthy, then run again"}
 	}
 	if left < quorum {
@@ -104,6 +121,9 @@ func MayTakeDown(v EtcdView, name string) error {
 	}
 	return nil
 }
+
+// noQuorumNext is what to do about an etcd without quorum.
+const noQuorumNext = "bring back the control planes that are down (etcd elects a leader once more than half of its members run), then run again; devata backup etcd still takes a snapshot from a member that runs"
 
 // addControlPlanes says what makes a cluster of n members survive one down.
 func addControlPlanes(n int) string {
@@ -120,8 +140,25 @@ func plural(n int, one, many string) string {
 	return many
 }
 
-// ObserveEtcd asks every control plane of inv for its view of etcd.
+// ObserveEtcd asks every control plane of inv for its view of etcd, in a
+// full observation of each (machines.Observe).
 func ObserveEtcd(ctx context.Context, inv *inventory.Inventory, d *machines.Dialer, timeout time.Duration) EtcdView {
+	return observeEtcd(ctx, inv, d, timeout, machines.Observe)
+}
+
+// ObserveEtcdOnly is ObserveEtcd through the etcd calls alone
+// (machines.ObserveEtcd): what a talosconfig with the os:etcd:backup role
+// may read. It tells control planes that wait to be bootstrapped
+// (NotBootstrapped) only when the role may read the etcd service.
+func ObserveEtcdOnly(ctx context.Context, inv *inventory.Inventory, d *machines.Dialer, timeout time.Duration) EtcdView {
+	return observeEtcd(ctx, inv, d, timeout, func(ctx context.Context, d *machines.Dialer, m *inventory.Machine, _ ...machines.Read) *machines.Observation {
+		return machines.ObserveEtcd(ctx, d, m)
+	})
+}
+
+type observeFunc func(context.Context, *machines.Dialer, *inventory.Machine, ...machines.Read) *machines.Observation
+
+func observeEtcd(ctx context.Context, inv *inventory.Inventory, d *machines.Dialer, timeout time.Duration, observe observeFunc) EtcdView {
 	cps := inv.ControlPlanes()
 	var want []string
 	for _, m := range cps {
@@ -139,7 +176,7 @@ func ObserveEtcd(ctx context.Context, inv *inventory.Inventory, d *machines.Dial
 		listed   = map[string]bool{}
 	)
 	_ = machines.ForEach(ctx, cps, len(cps), timeout, func(ctx context.Context, m *inventory.Machine) error {
-		o := machines.Observe(ctx, d, m)
+		o := observe(ctx, d, m)
 		mu.Lock()
 		defer mu.Unlock()
 		switch {
@@ -149,6 +186,10 @@ func ObserveEtcd(ctx context.Context, inv *inventory.Inventory, d *machines.Dial
 			if o.Maintenance {
 				maint = append(maint, m.Name)
 			}
+		case errors.Is(o.EtcdErr, machines.ErrEtcdNoLeader):
+			// it runs and holds data, but cannot say who the members are
+			v.Problems = append(v.Problems, fmt.Sprintf("%s: etcd runs but has no leader (%s)", m.Name, etcdSays(o)))
+			v.NoLeader = append(v.NoLeader, m.Name)
 		case o.Etcd == nil:
 			v.Problems = append(v.Problems, fmt.Sprintf("%s: %v", m.Name, o.EtcdErr))
 			v.Down = append(v.Down, m.Name)
@@ -201,6 +242,10 @@ func ObserveEtcd(ctx context.Context, inv *inventory.Inventory, d *machines.Dial
 	slices.Sort(v.Learners)
 	slices.Sort(v.Healthy)
 	slices.Sort(v.Down)
+	slices.Sort(v.NoLeader)
+	if v.NoQuorum() {
+		v.Problems = append(v.Problems, v.NoQuorumReason())
+	}
 	slices.Sort(v.Problems)
 	// Talos v1.11.0, internal/app/machined/pkg/system/services/etcd.go: on a
 	// control plane with an empty data directory the etcd service's PreFunc
@@ -228,6 +273,42 @@ func ObserveEtcd(ctx context.Context, inv *inventory.Inventory, d *machines.Dial
 	return v
 }
 
+// NoQuorumReason says that etcd has no quorum, who runs without a leader
+// and who is down; "" when NoQuorum is false.
+func (v EtcdView) NoQuorumReason() string {
+	if !v.NoQuorum() {
+		return ""
+	}
+	why := fmt.Sprintf("etcd has no quorum: no member has a leader (%s %s without one", strings.Join(v.NoLeader, ", "), runs(len(v.NoLeader)))
+	if len(v.Down) > 0 {
+		why += "; " + strings.Join(v.Down, ", ") + " " + isAre(len(v.Down)) + " down"
+	}
+	return why + "); the Kubernetes API does not answer until more than half of etcd's members run"
+}
+
+// etcdSays is what a member without a leader says of it: etcd's own
+// words from EtcdStatus, else from the member list.
+func etcdSays(o *machines.Observation) string {
+	if o.EtcdLocal != nil && len(o.EtcdLocal.Errors) > 0 {
+		return strings.Join(o.EtcdLocal.Errors, "; ")
+	}
+	return o.EtcdErr.Error()
+}
+
+func isAre(n int) string {
+	if n == 1 {
+		return "is"
+	}
+	return "are"
+}
+
+func runs(n int) string {
+	if n == 1 {
+		return "runs"
+	}
+	return "run"
+}
+
 // Err is EtcdHealthy's verdict on the view.
 func (v EtcdView) Err() error {
 	if len(v.Problems) > 0 {
@@ -248,6 +329,16 @@ func (v EtcdView) Err() error {
 // the inventory, which no longer holds name, so its "sees members" problem
 // about name is expected and not a refusal.
 func MayRemove(v EtcdView, name string) error {
+	if v.NoQuorum() {
+		var why []string
+		for _, m := range v.Down {
+			if m != name {
+				why = append(why, m+" is down")
+			}
+		}
+		why = append(why, v.NoQuorumReason())
+		return &QuorumError{Why: fmt.Sprintf("etcd cannot lose member %s now: %s; etcd commits a removal through its quorum", name, strings.Join(why, "; ")), Next: noQuorumNext}
+	}
 	if len(v.Members) == 0 {
 		why := "the control planes do not agree on etcd's members"
 		if len(v.Problems) > 0 {

@@ -29,6 +29,7 @@ func TestMayTakeDown(t *testing.T) {
 	learner := healthyView(3)
 	learner.Learners = []string{"cp-4"}
 	disagree := gate.EtcdView{Healthy: cpNames(3), Problems: []string{"cp-3 sees members [cp-1 cp-3], want [cp-1 cp-2 cp-3]"}}
+	noQuorum := gate.EtcdView{NoLeader: []string{"cp-1"}, Down: []string{"cp-2", "cp-3"}, Problems: []string{"etcd has no quorum: no member has a leader (cp-1 runs without one; cp-2, cp-3 are down)"}}
 	for _, tc := range []struct {
 		name string
 		view gate.EtcdView
@@ -49,6 +50,7 @@ func TestMayTakeDown(t *testing.T) {
 		{name: "learner pending", view: learner, down: "cp-1", wait: true, want: "learner cp-4 is not yet promoted"},
 		{name: "one already down", view: oneDown, down: "cp-2", wait: true, want: "cp-3 is down; taking cp-2 down now leaves 1 of 3 healthy, below quorum 2"},
 		{name: "members disagree", view: disagree, down: "cp-1", wait: true, want: "the control planes do not agree on etcd's members"},
+		{name: "no quorum", view: noQuorum, down: "cp-1", wait: true, want: "etcd cannot lose cp-1 now: cp-2 is down; cp-3 is down; etcd has no quorum: no member has a leader (cp-1 runs without one; cp-2, cp-3 are down); bring back the control planes that are down"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := gate.MayTakeDown(tc.view, tc.down)

@@ -26,6 +26,7 @@ func TestMayRemove(t *testing.T) {
 		{"not a member", gate.EtcdView{Members: three, Healthy: three}, "cp-9", "not an etcd member", false},
 		{"the last member", gate.EtcdView{Members: []string{"cp-1"}, Healthy: []string{"cp-1"}}, "cp-1", "only member", true},
 		{"two to one", gate.EtcdView{Members: []string{"cp-1", "cp-2"}, Healthy: []string{"cp-1"}}, "cp-2", "", false},
+		{"no quorum", gate.EtcdView{NoLeader: []string{"cp-1"}, Down: []string{"cp-2", "cp-3"}}, "cp-3", "etcd cannot lose member cp-3 now: cp-2 is down; etcd has no quorum: no member has a leader (cp-1 runs without one; cp-2, cp-3 are down); the Kubernetes API does not answer until more than half of etcd's members run; etcd commits a removal through its quorum; bring back the control planes that are down", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := gate.MayRemove(tc.v, tc.rm)

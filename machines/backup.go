@@ -20,7 +20,8 @@ import (
 // SnapshotInfo is what EtcdSnapshot learned of the snapshot it streamed.
 type SnapshotInfo struct {
 	// Machine is the control plane it came from; TalosVersion what that
-	// machine reports.
+	// machine reports, empty when the talosconfig's role may not ask
+	// (os:etcd:backup alone).
 	Machine      string
 	TalosVersion string
 	// Size counts every byte written, etcd's trailing sha256 included;
@@ -33,10 +34,20 @@ type SnapshotInfo struct {
 // is not a whole etcd snapshot: cut short, or its hash does not match.
 var ErrSnapshotInvalid = errors.New("not a whole etcd snapshot")
 
-// EtcdSnapshot streams an etcd snapshot from the control plane m over c into
-// w and verifies it as etcdutl's restore does (etcdutl/snapshot/
+// ErrSnapshotNotAuthorized is wrapped by EtcdSnapshot when Talos refused
+// the talosconfig's role: every control plane refuses it alike.
+var ErrSnapshotNotAuthorized = errors.New("the talosconfig's role may not take etcd snapshots")
+
+// snapshotRoles are the roles Talos lets take an etcd snapshot
+// (services/machined.go rules, v1.11.0 to v1.14.1); the first is the least.
+const snapshotRoles = "os:etcd:backup (or os:operator, os:admin)"
+
+// EtcdSnapshot streams an etcd snapshot from the control plane m into w and
+// verifies it as etcdutl's restore does (etcdutl/snapshot/
 // v3_snapshot.go): etcd appends the sha256 of its database, so the size must
 // be a multiple of 512 plus 32 and those last 32 bytes the hash of the rest.
+// It calls no more than os:etcd:backup may: the Version it records is asked
+// only when the talosconfig's role may read it.
 //
 // It reads the raw MachineService stream rather than client.EtcdSnapshot:
 // the client's reader ends quietly on DeadlineExceeded or Canceled, and
@@ -44,7 +55,7 @@ var ErrSnapshotInvalid = errors.New("not a whole etcd snapshot")
 // etcd breaks off (pkg/chunker/stream), so only the size and the hash tell
 // a whole snapshot from a part. w holds what arrived even when it fails; the
 // caller throws it away.
-func EtcdSnapshot(ctx context.Context, c *client.Client, m *inventory.Machine, w io.Writer) (SnapshotInfo, error) {
+func EtcdSnapshot(ctx context.Context, d *Dialer, m *inventory.Machine, w io.Writer) (SnapshotInfo, error) {
 	info := SnapshotInfo{Machine: m.Name}
 	fail := func(format string, args ...any) (SnapshotInfo, error) {
 		return info, fmt.Errorf("etcd snapshot from %s: "+format, append([]any{m.Name}, args...)...)
@@ -52,14 +63,25 @@ func EtcdSnapshot(ctx context.Context, c *client.Client, m *inventory.Machine, w
 	if !m.IsControlPlane() {
 		return fail("%s is a worker: etcd runs on control planes only; back up from one of them", m.Name)
 	}
-	if v, err := c.Version(ctx); err == nil && len(v.GetMessages()) > 0 {
-		info.TalosVersion = v.GetMessages()[0].GetVersion().GetTag()
-	} else if err != nil {
-		return fail("%w%s", PlainError(err), snapshotHint(err))
+	c, err := d.Client(ctx, m)
+	if err != nil {
+		return fail("dial %s: %w", d.Endpoint(m), err)
+	}
+	defer c.Close()
+	if d.mayRead() {
+		v, err := c.Version(ctx)
+		switch {
+		case err == nil && len(v.GetMessages()) > 0:
+			info.TalosVersion = v.GetMessages()[0].GetVersion().GetTag()
+		case err == nil, client.StatusCode(err) == codes.PermissionDenied && !IsNoForwarding(err):
+			// the version is only recorded: a role that may not ask still backs up
+		default:
+			return fail("%w%s", PlainError(err), snapshotHint(err))
+		}
 	}
 	stream, err := c.MachineClient.EtcdSnapshot(ctx, &machine.EtcdSnapshotRequest{})
 	if err != nil {
-		return fail("%w%s", PlainError(err), snapshotHint(err))
+		return fail("%w", refused(d, err))
 	}
 	v := newSnapshotVerifier()
 	out := io.MultiWriter(w, v)
@@ -70,7 +92,10 @@ func EtcdSnapshot(ctx context.Context, c *client.Client, m *inventory.Machine, w
 		}
 		if err != nil {
 			info.Size = v.size
-			return fail("after %d bytes: %w%s", v.size, PlainError(err), snapshotHint(err))
+			if v.size > 0 {
+				return fail("after %d bytes: %w", v.size, refused(d, err))
+			}
+			return fail("%w", refused(d, err))
 		}
 		if md := msg.GetMetadata(); md.GetError() != "" {
 			return fail("after %d bytes: %s", v.size, md.GetError())
@@ -87,14 +112,24 @@ func EtcdSnapshot(ctx context.Context, c *client.Client, m *inventory.Machine, w
 	return info, nil
 }
 
-// snapshotHint says what to do about a refused snapshot, by its gRPC code
-// as machined and its etcd client answer.
+// refused is a failed snapshot call's error for people: a refusal of the
+// role wraps ErrSnapshotNotAuthorized and names the roles that may.
+func refused(d *Dialer, err error) error {
+	if client.StatusCode(err) == codes.PermissionDenied && !IsNoForwarding(err) {
+		return fmt.Errorf("%w: %w (the certificate's roles: %s); Talos lets %s take them: make a talosconfig for backups with talosctl config new --roles os:etcd:backup FILE (with an os:admin talosconfig) and pass it with --talosconfig",
+			ErrSnapshotNotAuthorized, PlainError(err), d.RolesString(), snapshotRoles)
+	}
+	return fmt.Errorf("%w%s", PlainError(err), snapshotHint(err))
+}
+
+// snapshotHint says what to do about a failed snapshot call, by its gRPC
+// code as machined and its etcd client answer.
 func snapshotHint(err error) string {
 	switch client.StatusCode(err) {
 	case codes.Unimplemented:
 		return " (etcd snapshots are served by control planes only, and not in maintenance mode)"
 	case codes.PermissionDenied:
-		return " (the talosconfig's role may not take etcd snapshots: use one with os:admin, os:operator or os:etcd:backup)"
+		return " (the endpoint is a worker, whose Talos API answers only for itself: give control planes as endpoints)"
 	case codes.DeadlineExceeded, codes.Unknown:
 		// machined's etcd client waits for a local etcd that does not run,
 		// or has no certificate yet right after a boot

@@ -30,14 +30,8 @@ func TestEtcdSnapshot(t *testing.T) {
 	ctx := context.Background()
 	snap := func(d *machines.Dialer, name string) (machines.SnapshotInfo, []byte, error) {
 		t.Helper()
-		m := f.Inventory.Machine(name)
-		c, err := d.Client(ctx, m)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
 		var buf bytes.Buffer
-		info, err := machines.EtcdSnapshot(ctx, c, m, &buf)
+		info, err := machines.EtcdSnapshot(ctx, d, f.Inventory.Machine(name), &buf)
 		return info, buf.Bytes(), err
 	}
 
@@ -72,16 +66,39 @@ func TestEtcdSnapshot(t *testing.T) {
 		t.Errorf("snapshot from a worker: %v", err)
 	}
 
-	crt, err := f.Bundle.GenerateTalosAPIClientCertificate(role.MakeSet(role.Reader))
-	if err != nil {
-		t.Fatal(err)
-	}
-	reader, err := machines.NewDialer(clientconfig.NewConfig("reader", nil, f.Bundle.Certs.OS.Crt, crt), f.Overrides)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := snap(reader, "cp-1"); err == nil || !strings.Contains(err.Error(), "cp-1") || !strings.Contains(err.Error(), "os:etcd:backup") {
-		t.Errorf("snapshot as os:reader: %v, want the roles that may", err)
+	// each role: os:reader is refused, naming its role and the one
+	// needed; the others take the snapshot, os:etcd:backup without asking
+	// for what it may not (Version), so without a Talos version
+	for _, tc := range []struct {
+		roles   role.Set
+		version string
+	}{
+		{role.MakeSet(role.Reader), ""},
+		{role.MakeSet(role.EtcdBackup), ""},
+		{role.MakeSet(role.Operator), "v1.11.0"},
+		{role.MakeSet(role.Admin), "v1.11.0"},
+	} {
+		d := roleDialer(t, f, tc.roles)
+		cp1 := f.Sim.Machine("cp-1")
+		versions := cp1.Calls("Version")
+		info, data, err := snap(d, "cp-1")
+		if tc.roles.Includes(role.Reader) {
+			if !errors.Is(err, machines.ErrSnapshotNotAuthorized) {
+				t.Fatalf("snapshot as os:reader: %v, want ErrSnapshotNotAuthorized", err)
+			}
+			for _, w := range []string{"etcd snapshot from cp-1", "the certificate's roles: os:reader", "os:etcd:backup", "talosctl config new --roles os:etcd:backup"} {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("snapshot as os:reader: %v, want %q", err, w)
+				}
+			}
+			continue
+		}
+		if err != nil || len(data) != int(info.Size) || info.TalosVersion != tc.version {
+			t.Errorf("snapshot as %v: %+v, %d bytes, %v; want it whole, Talos version %q", tc.roles.Strings(), info, len(data), err, tc.version)
+		}
+		if n := cp1.Calls("Version") - versions; tc.roles.Includes(role.EtcdBackup) && n != 0 {
+			t.Errorf("snapshot as os:etcd:backup called Version %d times: the role may not", n)
+		}
 	}
 
 	for _, tc := range []struct {
@@ -98,4 +115,19 @@ func TestEtcdSnapshot(t *testing.T) {
 			t.Errorf("faults %+v: %v, want ErrSnapshotInvalid %q", tc.faults, err, tc.want)
 		}
 	}
+}
+
+// roleDialer dials the fleet with a client certificate of roles, as a
+// talosconfig made by talosctl config new --roles would.
+func roleDialer(t *testing.T, f *simtest.Fleet, roles role.Set) *machines.Dialer {
+	t.Helper()
+	crt, err := f.Bundle.GenerateTalosAPIClientCertificate(roles)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := machines.NewDialer(clientconfig.NewConfig("roles", nil, f.Bundle.Certs.OS.Crt, crt), f.Overrides)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
 }

@@ -294,6 +294,16 @@ func checkEtcd(_ context.Context, t *Target) []drift.Result {
 		return []drift.Result{drift.Drifted("etcd does not run on "+name+": service etcd "+o.EtcdService.State+" ("+o.EtcdService.Event+")", "etcd running, a member", "service etcd "+o.EtcdService.State).
 			WithEvidence("ServiceList etcd: " + o.EtcdService.State + ", " + o.EtcdService.Event).WithNext(next)}
 	}
+	if errors.Is(o.EtcdErr, ErrEtcdNoLeader) {
+		// observed, not unknown: etcd runs here and says it has no leader
+		evidence := []string{"EtcdMemberList: " + o.EtcdErr.Error()}
+		if l := o.EtcdLocal; l != nil {
+			evidence = append(evidence, fmt.Sprintf("EtcdStatus: member %s, leader %x, errors [%s]", etcdres.FormatMemberID(l.MemberID), l.Leader, strings.Join(l.Errors, "; ")))
+		}
+		return []drift.Result{drift.Drifted("etcd runs on "+name+" but has no leader: etcd has no quorum (more than half of its members are down), or is electing a leader", "etcd with a leader", "no leader").
+			WithEvidence(evidence...).
+			WithNext("bring back the control planes whose etcd is down (the etcd check on each says which); a member alone cannot elect a leader. Until then the Kubernetes API does not answer; devata backup etcd still takes a snapshot from this member: " + t.talosctl("etcd status"))}
+	}
 	if o.EtcdErr != nil && o.Etcd == nil {
 		return []drift.Result{drift.Unknown(o.EtcdErr, t.talosctl("service etcd")+"; "+t.talosctl("etcd members"))}
 	}

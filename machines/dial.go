@@ -25,6 +25,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/client"
 	clientconfig "github.com/siderolabs/talos/pkg/machinery/client/config"
 	"github.com/siderolabs/talos/pkg/machinery/constants"
+	"github.com/siderolabs/talos/pkg/machinery/role"
 	"google.golang.org/grpc"
 
 	"devata.dev/devata/inventory"
@@ -190,6 +191,56 @@ func contextNames(cfg *clientconfig.Config) string {
 	}
 	slices.Sort(names)
 	return strings.Join(names, ", ")
+}
+
+// Roles are the Talos roles of the talosconfig's client certificate, read
+// from its Organization as Talos' authorizer reads them
+// (pkg/grpc/middleware/authz); known is false when the context has no
+// client certificate (machinery's auth, such as Omni's, decides there).
+func (d *Dialer) Roles() (roles role.Set, known bool) {
+	if d.tls == nil || len(d.tls.Certificates) == 0 {
+		return role.Set{}, false
+	}
+	crt := d.tls.Certificates[0]
+	leaf := crt.Leaf
+	if leaf == nil && len(crt.Certificate) > 0 {
+		var err error
+		if leaf, err = x509.ParseCertificate(crt.Certificate[0]); err != nil {
+			return role.Set{}, false
+		}
+	}
+	if leaf == nil {
+		return role.Set{}, false
+	}
+	roles, _ = role.Parse(leaf.Subject.Organization)
+	return roles, true
+}
+
+// readers are the roles Talos lets read the machine's state (Version,
+// ServiceList, COSI reads: services/machined.go rules); os:etcd:backup is
+// not one of them.
+var readers = role.MakeSet(role.Admin, role.Operator, role.Reader)
+
+// mayRead says whether the talosconfig's role may read more than etcd:
+// true for os:reader and up, and when the roles are not known (a call is
+// then tried, and its refusal taken as an answer).
+func (d *Dialer) mayRead() bool {
+	roles, known := d.Roles()
+	return !known || roles.IncludesAny(readers)
+}
+
+// RolesString names the certificate's roles for a message: "os:reader",
+// "os:admin, os:etcd:backup", "none", or "unknown" without a certificate.
+func (d *Dialer) RolesString() string {
+	roles, known := d.Roles()
+	switch s := roles.Strings(); {
+	case !known:
+		return "unknown (the talosconfig has no client certificate)"
+	case len(s) == 0:
+		return "none"
+	default:
+		return strings.Join(s, ", ")
+	}
 }
 
 // Endpoint is where a machine's Talos API is dialed directly: its override,

@@ -66,6 +66,10 @@ type Observation struct {
 	// caller's deadline instead of answering.
 	Etcd    *EtcdState
 	EtcdErr error
+	// EtcdLocal is the member's own status (EtcdStatus), whenever it
+	// answered: it needs no leader, so it is there when the member list
+	// is not (EtcdErr wraps ErrEtcdNoLeader).
+	EtcdLocal *EtcdMemberStatus
 
 	// Boot is read only when asked (ReadBootImage); BootErr when that
 	// read failed.
@@ -100,6 +104,20 @@ func (o *Observation) WaitingForEtcd() bool {
 // ErrEtcdNotRunning is wrapped by EtcdErr when the etcd service does not run,
 // so etcd was not asked.
 var ErrEtcdNotRunning = errors.New("etcd is not running")
+
+// ErrEtcdNoLeader is wrapped by EtcdErr when the control plane's etcd runs
+// but has no leader, so its members cannot be read: etcd has lost quorum
+// (more than half of its members are down), or is electing a leader. Talos'
+// EtcdMemberList requires a leader (v1alpha1_server.go:
+// clientv3.WithRequireLeader) and fails "etcdserver: no leader", code
+// Unknown; EtcdStatus still answers, with leader 0 and that error in
+// Errors (etcd's v3rpc maintenance.go Status), and EtcdSnapshot still
+// streams the member's local copy.
+var ErrEtcdNoLeader = errors.New("etcd has no leader, so no quorum")
+
+// etcdNoLeader is etcd's own text for it (etcdserver errors.ErrNoLeader,
+// rpctypes.ErrGRPCNoLeader): what Talos passes on, code Unknown.
+const etcdNoLeader = "etcdserver: no leader"
 
 // NotReadyOnlyForNode reports a machine whose MachineStatus is not ready for
 // one reason only: its Kubernetes Node is not Ready or not registered
@@ -146,6 +164,18 @@ type EtcdState struct {
 	Errors   []string
 }
 
+// EtcdMemberStatus is one member's own status as EtcdStatus reports it.
+type EtcdMemberStatus struct {
+	MemberID, Leader uint64
+	Errors           []string
+}
+
+// NoLeader reports a member that runs without a leader (etcd's own
+// "etcdserver: no leader" in its status).
+func (s *EtcdMemberStatus) NoLeader() bool {
+	return s != nil && s.Leader == 0 && slices.Contains(s.Errors, etcdNoLeader)
+}
+
 // Observe reads everything the machine checks need from one machine, with the
 // calls in flight together on one connection: the cost is one round trip plus
 // the slowest read. It never returns an error: failures are in the Observation.
@@ -167,14 +197,7 @@ func ObserveWith(ctx context.Context, c *client.Client, d *Dialer, m *inventory.
 	// Version first: it tells reachable from not, and maintenance from configured.
 	resp, err := c.Version(ctx)
 	if err != nil {
-		o.Err = fmt.Errorf("talos api %s: %w", o.Endpoint, PlainError(err))
-		if IsNoForwarding(err) {
-			o.Err = fmt.Errorf("talos api %s: %w: the endpoint the call went through is a worker, whose Talos API answers only for itself; give control planes as endpoints (-e, or the talosconfig context's)", o.Endpoint, PlainError(err))
-		}
-		if IsUnreachable(err) && detectMaintenance(ctx, d, m) {
-			o.Err = fmt.Errorf("talos api %s: the machine is in maintenance mode (not configured yet)", o.Endpoint)
-			o.Maintenance = true
-		}
+		o.notAnswered(ctx, d, err)
 		return o
 	}
 	if len(resp.GetMessages()) > 0 {
@@ -234,11 +257,70 @@ func ObserveWith(ctx context.Context, c *client.Client, d *Dialer, m *inventory.
 			case o.EtcdService.State != "Running":
 				o.EtcdErr = fmt.Errorf("%w: service etcd %s (%s)", ErrEtcdNotRunning, o.EtcdService.State, o.EtcdService.Event)
 			default:
-				o.Etcd, o.EtcdErr = observeEtcd(ctx, c)
+				o.Etcd, o.EtcdLocal, o.EtcdErr = observeEtcd(ctx, c)
 			}
 		})
 	}
 	wg.Wait()
+	return o
+}
+
+// notAnswered sets Err for a machine whose first call failed with err: a
+// machine in maintenance mode (asked again insecurely when err says
+// nothing answered), a worker as the endpoint, or err itself.
+func (o *Observation) notAnswered(ctx context.Context, d *Dialer, err error) {
+	o.Err = fmt.Errorf("talos api %s: %w", o.Endpoint, PlainError(err))
+	if IsNoForwarding(err) {
+		o.Err = fmt.Errorf("talos api %s: %w: the endpoint the call went through is a worker, whose Talos API answers only for itself; give control planes as endpoints (-e, or the talosconfig context's)", o.Endpoint, PlainError(err))
+	}
+	if IsUnreachable(err) && detectMaintenance(ctx, d, o.Machine) {
+		o.Err = fmt.Errorf("talos api %s: the machine is in maintenance mode (not configured yet)", o.Endpoint)
+		o.Maintenance = true
+	}
+}
+
+// ObserveEtcd reads a control plane's etcd with no more than the
+// os:etcd:backup role may call (services/machined.go rules): EtcdMemberList
+// and EtcdStatus, into Etcd, EtcdLocal and EtcdErr. When the talosconfig's
+// role may read more (os:reader and up, or a role the dialer cannot tell),
+// the etcd service is read first (ServiceList), which tells a control plane
+// whose etcd does not run at once, where Talos' etcd client would wait for
+// the caller's deadline; it is never needed, and a refusal is no answer.
+// Err is set when the machine did not answer at all (or only in
+// maintenance mode). Nothing else is read: no Version, no resources.
+func ObserveEtcd(ctx context.Context, d *Dialer, m *inventory.Machine) *Observation {
+	o := &Observation{Machine: m, Endpoint: d.Endpoint(m)}
+	c, err := d.Client(ctx, m)
+	if err != nil {
+		o.Err = fmt.Errorf("dial %s: %w", d.Endpoint(m), err)
+		return o
+	}
+	defer c.Close()
+	if d.mayRead() {
+		svc, err := observeEtcdService(ctx, c)
+		switch {
+		case err == nil && svc.State != "Running":
+			o.EtcdService = svc
+			o.EtcdErr = fmt.Errorf("%w: service etcd %s (%s)", ErrEtcdNotRunning, svc.State, svc.Event)
+			return o
+		case err == nil:
+			o.EtcdService = svc
+		case client.StatusCode(err) == codes.PermissionDenied && !IsNoForwarding(err):
+			// the role may not read services after all: etcd alone tells
+		case IsUnreachable(err) || IsNoForwarding(err):
+			o.notAnswered(ctx, d, errors.Unwrap(err)) // without observeEtcdService's "service etcd: "
+			return o
+		default:
+			o.EtcdServiceErr = err
+		}
+	}
+	o.Etcd, o.EtcdLocal, o.EtcdErr = observeEtcd(ctx, c)
+	if o.Etcd == nil && o.EtcdLocal == nil && o.EtcdService == nil &&
+		(client.StatusCode(o.EtcdErr) == codes.Unavailable || IsNoForwarding(o.EtcdErr)) {
+		// neither etcd call reached the machine: it is down, not its etcd
+		o.notAnswered(ctx, d, errors.Unwrap(o.EtcdErr))
+		o.EtcdErr = nil
+	}
 	return o
 }
 
@@ -281,7 +363,10 @@ func observeEtcdService(ctx context.Context, c *client.Client) (*EtcdService, er
 	return st, nil
 }
 
-func observeEtcd(ctx context.Context, c *client.Client) (*EtcdState, error) {
+// observeEtcd asks the member for the member list and its own status side
+// by side. Without a leader the list fails (ErrEtcdNoLeader) and only the
+// status, local, is there.
+func observeEtcd(ctx context.Context, c *client.Client) (*EtcdState, *EtcdMemberStatus, error) {
 	var (
 		wg                sync.WaitGroup
 		members           *machine.EtcdMemberListResponse
@@ -295,8 +380,18 @@ func observeEtcd(ctx context.Context, c *client.Client) (*EtcdState, error) {
 	}()
 	go func() { defer wg.Done(); status, stErr = c.EtcdStatus(ctx) }()
 	wg.Wait()
+	var local *EtcdMemberStatus
+	if stErr == nil {
+		for _, msg := range status.GetMessages() {
+			ms := msg.GetMemberStatus()
+			local = &EtcdMemberStatus{MemberID: ms.GetMemberId(), Leader: ms.GetLeader(), Errors: ms.GetErrors()}
+		}
+	}
 	if membersErr != nil {
-		return nil, fmt.Errorf("etcd member list: %w", PlainError(membersErr))
+		if strings.Contains(membersErr.Error(), etcdNoLeader) || local.NoLeader() {
+			return nil, local, fmt.Errorf("%w: etcd member list: %w", ErrEtcdNoLeader, PlainError(membersErr))
+		}
+		return nil, local, fmt.Errorf("etcd member list: %w", PlainError(membersErr))
 	}
 	st := &EtcdState{IDs: map[string]uint64{}}
 	for _, msg := range members.GetMessages() {
@@ -309,15 +404,15 @@ func observeEtcd(ctx context.Context, c *client.Client) (*EtcdState, error) {
 			}
 		}
 	}
-	if stErr != nil {
-		return st, fmt.Errorf("etcd status: %w", PlainError(stErr))
+	switch {
+	case stErr != nil:
+		return st, nil, fmt.Errorf("etcd status: %w", PlainError(stErr))
+	case local == nil:
+		return st, nil, errors.New("etcd status: the node sent no status")
 	}
-	for _, msg := range status.GetMessages() {
-		ms := msg.GetMemberStatus()
-		st.MemberID, st.Leader = ms.GetMemberId(), ms.GetLeader()
-		st.Errors = append(st.Errors, ms.GetErrors()...)
-	}
-	return st, nil
+	st.MemberID, st.Leader = local.MemberID, local.Leader
+	st.Errors = append(st.Errors, local.Errors...)
+	return st, local, nil
 }
 
 // detectMaintenance asks insecurely, as talosctl --insecure would: a machine in

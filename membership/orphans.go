@@ -2,6 +2,7 @@ package membership
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -70,7 +71,11 @@ func ObserveMembers(ctx context.Context, inv *inventory.Inventory, d *machines.D
 			break
 		}
 	}
-	return Members{}, fmt.Errorf("no control plane of the inventory reports etcd's members: %v", errs)
+	err := fmt.Errorf("no control plane of the inventory reports etcd's members: %v", errs)
+	if slices.ContainsFunc(errs, func(e error) bool { return errors.Is(e, machines.ErrEtcdNoLeader) }) {
+		err = fmt.Errorf("%v; %w: no member lists the members without a leader; bring back the control planes that are down, then run again", err, machines.ErrEtcdNoLeader)
+	}
+	return Members{}, err
 }
 
 // Orphans lists the etcd members and Nodes that no machine of inv has, by

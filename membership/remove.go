@@ -180,9 +180,10 @@ func (r *Remover) Plan(ctx context.Context, name string) (*Plan, error) {
 				return nil, fmt.Errorf("the machine at %s: %w; nothing was changed (pass --address with the machine's own address)", r.Dialer.Endpoint(p.Machine), err)
 			}
 			p.Reachable = true
-			if p.ControlPlane && o.EtcdErr == nil && o.Etcd != nil && o.Etcd.MemberID != 0 && o.Etcd.MemberID != p.MemberID {
+			// its own status (EtcdStatus) names its member, leader or not
+			if l := o.EtcdLocal; p.ControlPlane && l != nil && l.MemberID != 0 && l.MemberID != p.MemberID {
 				return nil, fmt.Errorf("the machine at %s runs etcd member %s, not %s's %s; nothing was changed", r.Dialer.Endpoint(p.Machine),
-					etcdres.FormatMemberID(o.Etcd.MemberID), name, etcdres.FormatMemberID(p.MemberID))
+					etcdres.FormatMemberID(l.MemberID), name, etcdres.FormatMemberID(p.MemberID))
 			}
 			p.Machine.Role = inventory.RoleWorker
 			if o.EtcdService != nil || p.ControlPlane {
@@ -306,7 +307,7 @@ func internalIP(n *corev1.Node) string {
 // active config's hostname is name, or (a control plane) its etcd member
 // ID is the member's. A reset of the wrong machine is not undone.
 func identify(o *machines.Observation, name string, memberID uint64) error {
-	if memberID != 0 && o.Etcd != nil && o.Etcd.MemberID == memberID {
+	if memberID != 0 && o.EtcdLocal != nil && o.EtcdLocal.MemberID == memberID {
 		return nil
 	}
 	if len(o.Active) == 0 {

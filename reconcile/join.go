@@ -46,7 +46,7 @@ func (p *Planner) planJoins(actions []Action, others func() []*machines.Observat
 	switch {
 	case p.Kube == nil:
 		reason = "in maintenance mode: a join is confirmed on the machine's Node, and devata has no kubeconfig: pass --kubeconfig (or set KUBECONFIG)"
-	case runs || slices.ContainsFunc(others(), func(o *machines.Observation) bool { return o.Etcd != nil }):
+	case runs || slices.ContainsFunc(others(), etcdRuns):
 		return
 	default:
 		reason = "in maintenance mode, and no control plane runs etcd: there is no cluster to join; devata bootstrap builds it (etcd bootstrapped once)"
@@ -55,6 +55,13 @@ func (p *Planner) planJoins(actions []Action, others func() []*machines.Observat
 		a := &actions[i]
 		a.Kind, a.Reboots, a.Reason = KindSkip, false, reason
 	}
+}
+
+// etcdRuns reports a control plane whose etcd answered: its member list,
+// or, without a leader (no quorum), its own status. An etcd without quorum
+// is still a cluster to join once it has one again, never one to bootstrap.
+func etcdRuns(o *machines.Observation) bool {
+	return o.Etcd != nil || o.EtcdLocal != nil
 }
 
 // join configures a machine in maintenance mode and waits until it runs its

@@ -67,7 +67,7 @@ type seen struct {
 	running     *machines.KubeComponents
 	talos       string
 	maintenance bool
-	// etcdRunning: a control plane whose etcd answered.
+	// etcdRunning: a control plane whose etcd answered (etcdRuns).
 	etcdRunning bool
 	// active is the applied config, kept only while a component moves
 	// (to tell other changes from the versions).
@@ -78,7 +78,7 @@ type seen struct {
 // fleet; a machine in sync runs its desired config and is read from that
 // later, only when a version changes somewhere.
 func see(a *Action, o *machines.Observation) {
-	s := &seen{talos: o.Version, maintenance: o.Maintenance, etcdRunning: o.Etcd != nil}
+	s := &seen{talos: o.Version, maintenance: o.Maintenance, etcdRunning: etcdRuns(o)}
 	a.seen = s
 	if a.Kind == KindNone || o.Err != nil || o.ConfigErr != nil || o.Active == nil {
 		return

@@ -237,7 +237,10 @@ func (a *machineAPI) Kubeconfig(_ *emptypb.Empty, srv grpc.ServerStreamingServer
 // EtcdMemberList lists the node's etcd cluster as its local etcd sees it
 // (v1alpha1_server.go EtcdMemberList): learners included, a member whose
 // etcd has not started yet without a name. Without a running etcd it
-// answers as Talos' etcd client does (etcdNotRunning).
+// answers as Talos' etcd client does (etcdNotRunning); on a member whose
+// cluster has no quorum it fails "etcdserver: no leader", code Unknown,
+// as Talos' call WithRequireLeader does (memberListNoLeader), on
+// QueryLocal or not: no member that runs has a leader to answer.
 func (a *machineAPI) EtcdMemberList(ctx context.Context, _ *machine.EtcdMemberListRequest) (*machine.EtcdMemberListResponse, error) {
 	t, s := target(ctx)
 
@@ -245,9 +248,13 @@ func (a *machineAPI) EtcdMemberList(ctx context.Context, _ *machine.EtcdMemberLi
 		return nil, err
 	}
 
-	members, _ := a.fleet.etcdMembersOf(t)
+	members, leader := a.fleet.etcdMembersOf(t)
 	if members == nil {
 		return nil, a.fleet.etcdNotRunning(ctx, s)
+	}
+
+	if leader == 0 {
+		return nil, a.fleet.memberListNoLeader(ctx)
 	}
 
 	msg := &machine.EtcdMembers{}
@@ -275,7 +282,11 @@ func clientURLs(mem memberView) []string {
 	return []string{fmt.Sprintf("https://%s", joinHostPort(mem.host, 2379))}
 }
 
-// EtcdStatus reports the local member's status.
+// EtcdStatus reports the local member's status, as Talos' EtcdStatus
+// passes on etcd's Maintenance.Status (v1alpha1_server.go EtcdStatus;
+// etcd server/etcdserver/api/v3rpc/maintenance.go Status): it needs no
+// leader, so a member without quorum answers too, with Leader 0 and
+// "etcdserver: no leader" in Errors.
 func (a *machineAPI) EtcdStatus(ctx context.Context, _ *emptypb.Empty) (*machine.EtcdStatusResponse, error) {
 	t, s := target(ctx)
 
@@ -304,6 +315,10 @@ func (a *machineAPI) EtcdStatus(ctx context.Context, _ *emptypb.Empty) (*machine
 		if mem.id == s.etcdID {
 			st.IsLearner = mem.learner
 		}
+	}
+
+	if leader == 0 {
+		st.Errors = append(st.Errors, errNoLeader.Error())
 	}
 
 	return &machine.EtcdStatusResponse{Messages: []*machine.EtcdStatus{{MemberStatus: st}}}, nil

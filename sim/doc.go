@@ -141,6 +141,24 @@
 //     the caller's deadline, if sooner) and answer DeadlineExceeded
 //     (internal/pkg/etcd/etcd.go NewClient; Talos waits for the caller's
 //     deadline). Unimplemented on workers.
+//   - etcd's leader and quorum (etcd.go leader, memberListNoLeader; raft
+//     with CheckQuorum as etcd runs it): a cluster has a leader only while
+//     more than half of its voting members are healthy (running and not
+//     Unreachable); a leader keeps its place while it is healthy, and one
+//     that goes down is replaced at once by the first healthy voting
+//     member (etcd takes its 1s election timeout).
+//     Without quorum each member that still runs answers as Talos does:
+//     EtcdStatus (v1alpha1_server.go EtcdStatus, passing etcd's
+//     v3rpc/maintenance.go Status) with Leader 0 and "etcdserver: no
+//     leader" in Errors; EtcdMemberList (v1alpha1_server.go
+//     EtcdMemberList: clientv3.WithRequireLeader, a linearizable
+//     MemberList) fails "etcdserver: no leader", code Unknown (etcd's
+//     interceptor.go refuses it Unavailable, the client's retry
+//     interceptor retries that 100 times 25ms apart, Options.
+//     EtcdNoLeaderWait, and machined returns the EtcdError, which has no
+//     gRPC status, unwrapped); EtcdSnapshot still streams the member's
+//     local database (maintenance.go Snapshot needs no leader)
+//     (TestEtcdWithoutQuorum).
 //   - EtcdSnapshot (etcd_snapshot.go; v1alpha1_server.go EtcdSnapshot,
 //     checkControlplane, internal/pkg/etcd/etcd.go NewLocalClient,
 //     pkg/chunker/stream Chunker.Read; talosctl's cmd/talosctl/cmd/talos/

@@ -24,6 +24,9 @@ type etcdCluster struct {
 	// when its etcd started (see put), for what an etcd snapshot carries.
 	revision int64
 	kvs      []etcdKV
+	// lead is the member elected leader (see leader); 0 while there is
+	// none.
+	lead uint64
 	// upgradeHolder holds the Talos upgrade mutex (Upgrade's
 	// tryLockUpgradeMutex); nil while it is free.
 	upgradeHolder *upgradeSession
@@ -247,8 +250,9 @@ func (f *Fleet) promote(m *Machine, gen int) {
 	}
 }
 
-// etcdMembersOf returns the members of m's cluster as m's etcd sees them,
-// leader (the first started member) first; nil while m's etcd does not run.
+// etcdMembersOf returns the members of m's cluster as m's etcd sees them
+// and its leader (see leader): 0 while the cluster has no quorum; nil
+// while m's etcd does not run.
 func (f *Fleet) etcdMembersOf(m *Machine) (members []memberView, leader uint64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -262,28 +266,88 @@ func (f *Fleet) etcdMembersOf(m *Machine) (members []memberView, leader uint64) 
 	c := m.etcdCluster
 	m.mu.Unlock()
 
-	members, leader = c.views()
-
-	return members, leader
+	return c.views(), c.leader()
 }
 
-// views are the cluster's members as EtcdMemberList shows them, leader
-// first; the caller holds the fleet's lock.
-func (c *etcdCluster) views() (members []memberView, leader uint64) {
+// views are the cluster's members as EtcdMemberList shows them, in the
+// order they were added; the caller holds the fleet's lock.
+func (c *etcdCluster) views() (members []memberView) {
 	for _, mem := range c.members {
-		ms := mem.m.snap()
-		v := memberView{id: mem.id, host: ms.host, learner: mem.learner}
-
-		v.name = mem.name
-
-		if ms.etcdID == mem.id && leader == 0 && !mem.learner {
-			leader = mem.id
-		}
-
-		members = append(members, v)
+		members = append(members, memberView{id: mem.id, name: mem.name, host: mem.m.snap().host, learner: mem.learner})
 	}
 
-	return members, leader
+	return members
+}
+
+// leader is the member every running member of the cluster names as its
+// leader, as etcd's raft (go.etcd.io/raft, CheckQuorum and PreVote on, as
+// etcd runs it) keeps one: only while more than half of the voting members
+// are healthy (memberHealthy: running and reachable) can one be elected,
+// and then it is one of them. A leader keeps its place while it stays
+// healthy and the cluster keeps quorum; when it goes down the first
+// healthy voting member takes over at once (etcd takes its election
+// timeout, 1s by default, which Talos keeps). Without quorum it is 0, and
+// each member that still runs reports no leader (EtcdStatus,
+// EtcdMemberList). The caller holds the fleet's lock.
+func (c *etcdCluster) leader() uint64 {
+	voters, healthy, first, stays := 0, 0, uint64(0), false
+
+	for _, mem := range c.members {
+		if mem.learner {
+			continue
+		}
+
+		voters++
+
+		if memberHealthy(*mem) {
+			healthy++
+
+			if first == 0 {
+				first = mem.id
+			}
+
+			stays = stays || mem.id == c.lead
+		}
+	}
+
+	switch {
+	case healthy*2 <= voters:
+		c.lead = 0
+	case !stays:
+		c.lead = first
+	}
+
+	return c.lead
+}
+
+// etcd's client retries a refused call that is safe to repeat this many
+// times, this far apart with one endpoint (go.etcd.io/etcd/client/v3
+// options.go defaultUnaryMaxRetries, defaultBackoffWaitBetween).
+const (
+	etcdRetries      = 100
+	etcdRetryBackoff = 25 * time.Millisecond
+)
+
+// memberListNoLeader is EtcdMemberList's answer on a member that runs
+// without a leader (Talos v1.11.0 and v1.14.1 v1alpha1_server.go
+// EtcdMemberList: clientv3.WithRequireLeader, then the linearizable
+// MemberList). etcd's gRPC interceptor refuses a call that requires a
+// leader while it has none (server/etcdserver/api/v3rpc/interceptor.go
+// newUnaryInterceptor: rpctypes.ErrGRPCNoLeader, code Unavailable); the
+// client's retry interceptor takes Unavailable as safe to retry for
+// MemberList (client/v3 retry.go isSafeRetryImmutableRPC, repeatable) and
+// tries 100 times (options.go defaultUnaryMaxRetries), 25ms apart on a
+// local client's one endpoint (client.go roundRobinQuorumBackoff), the
+// fleet's EtcdNoLeaderWait; it then returns rpctypes' EtcdError, which
+// carries no gRPC status, and machined returns it unwrapped: the caller
+// gets "etcdserver: no leader", code Unknown. The caller's deadline ends
+// the retries first when it is sooner.
+func (f *Fleet) memberListNoLeader(ctx context.Context) error {
+	if err := sleepCtx(ctx, f.noLeaderWait); err != nil {
+		return status.FromContextError(err).Err()
+	}
+
+	return status.Error(codes.Unknown, errNoLeader.Error())
 }
 
 // etcdNotRunning is what an etcd client call answers on a control plane

@@ -170,7 +170,7 @@ func (f *Fleet) etcdSnapshotOf(m *Machine) (file []byte, flip int) {
 	c := m.etcdCluster
 	m.mu.Unlock()
 
-	members, _ := c.views()
+	members := c.views()
 
 	db, last := boltFile(etcdBuckets(c, members), uint64(c.revision))
 	sum := sha256.Sum256(db)

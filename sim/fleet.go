@@ -51,6 +51,11 @@ type Options struct {
 	// DeadlineExceeded, unless the caller's deadline comes first (default
 	// 2s; Talos' etcd client waits until the caller's deadline).
 	EtcdClientWait time.Duration
+	// EtcdNoLeaderWait is how long EtcdMemberList takes to fail
+	// "etcdserver: no leader" on a member whose cluster has no quorum:
+	// Talos' etcd client retries the refusal 100 times, 25ms apart
+	// (default 2.5s, as on Talos; see memberListNoLeader).
+	EtcdNoLeaderWait time.Duration
 	// CRIStartDelay is how long after a boot the CRI service and the etcd
 	// admin certificates take to appear: until then Bootstrap answers
 	// FailedPrecondition "bootstrap is not available yet" and etcd calls
@@ -136,6 +141,7 @@ type Fleet struct {
 	upgradeDelay   time.Duration
 	joinDelay      time.Duration
 	etcdWait       time.Duration
+	noLeaderWait   time.Duration // see Options.EtcdNoLeaderWait
 	criDelay       time.Duration // see Options.CRIStartDelay
 	restartDelay   time.Duration // see Options.RestartDelay
 	pullDelay      time.Duration // see Options.InstallerPullDelay
@@ -187,6 +193,10 @@ func Start(ctx context.Context, opts Options) (*Fleet, error) {
 		opts.EtcdClientWait = 2 * time.Second
 	}
 
+	if opts.EtcdNoLeaderWait <= 0 {
+		opts.EtcdNoLeaderWait = etcdRetries * etcdRetryBackoff
+	}
+
 	if opts.CRIStartDelay <= 0 {
 		opts.CRIStartDelay = 500 * time.Millisecond
 	}
@@ -221,6 +231,7 @@ func Start(ctx context.Context, opts Options) (*Fleet, error) {
 		joinDelay:    opts.EtcdJoinDelay,
 		schematics:   maps.Clone(opts.Schematics),
 		etcdWait:     opts.EtcdClientWait,
+		noLeaderWait: opts.EtcdNoLeaderWait,
 		criDelay:     opts.CRIStartDelay,
 		restartDelay: opts.RestartDelay,
 		pullDelay:    opts.InstallerPullDelay,

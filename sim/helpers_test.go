@@ -153,6 +153,10 @@ func startWith(t *testing.T, opts sim.Options) *sim.Fleet {
 		opts.RestartDelay = 200 * time.Millisecond
 	}
 
+	if opts.EtcdNoLeaderWait == 0 {
+		opts.EtcdNoLeaderWait = 250 * time.Millisecond
+	}
+
 	f, err := sim.Start(t.Context(), opts)
 	if err != nil {
 		t.Fatalf("start fleet: %v", err)

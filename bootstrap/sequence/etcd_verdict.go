@@ -50,7 +50,20 @@ func etcdVerdict(inv *inventory.Inventory, st *fleetState) (verdict, string) {
 		}
 		return etcdNone, "no control plane has etcd data"
 	}
-	first := st.etcd[withData[0]]
+	// the facts with members to compare: a control plane whose etcd has no
+	// leader holds data but cannot say whose cluster it is
+	var listed, leaderless []string
+	for _, name := range withData {
+		if st.etcd[name].NoLeader {
+			leaderless = append(leaderless, name)
+		} else {
+			listed = append(listed, name)
+		}
+	}
+	var first etcdFact
+	if len(listed) > 0 {
+		first = st.etcd[listed[0]]
+	}
 	for _, name := range withData {
 		f := st.etcd[name]
 		if len(inMaintenance) > 0 {
@@ -60,19 +73,29 @@ func etcdVerdict(inv *inventory.Inventory, st *fleetState) (verdict, string) {
 				"if it is this cluster's and %s %s reinstalled, that is a control-plane replacement, not a bootstrap (talosctl etcd remove-member, then talosctl apply-config --insecure)",
 				name, f.Seen, strings.Join(inMaintenance, ", "), isAre(len(inMaintenance)), name, inv.Machine(name).Address, strings.Join(inMaintenance, ", "), wasWere(len(inMaintenance)))
 		}
+		if f.NoLeader {
+			continue
+		}
 		for _, member := range f.Members {
 			if !slices.Contains(want, member) {
 				return etcdForeign, fmt.Sprintf("%s already has etcd data (%s): member %q is not a control plane of this inventory; refusing to bootstrap", name, f.Seen, member)
 			}
 		}
 		if !slices.Equal(f.Members, first.Members) {
-			return etcdForeign, fmt.Sprintf("%s and %s report different etcd clusters (%s; %s): refusing to bootstrap", withData[0], name, first.Seen, f.Seen)
+			return etcdForeign, fmt.Sprintf("%s and %s report different etcd clusters (%s; %s): refusing to bootstrap", listed[0], name, first.Seen, f.Seen)
 		}
+	}
+	if len(listed) == 0 {
+		why := fmt.Sprintf("etcd exists on %s but has no leader, so no quorum, and no member list answers: nothing is bootstrapped over its data; bring back the control planes that are down (etcd elects a leader once more than half of its members run), then run again", strings.Join(leaderless, ", "))
+		if len(unclear) > 0 {
+			why += "; these did not answer clearly: " + strings.Join(unclear, "; ")
+		}
+		return etcdUnclear, why
 	}
 	if len(unclear) > 0 {
 		return etcdUnclear, "etcd exists on " + strings.Join(withData, ", ") + " but these control planes did not answer clearly: " + strings.Join(unclear, "; ")
 	}
-	return etcdOurs, fmt.Sprintf("etcd exists: %s report members [%s], all control planes of this inventory", strings.Join(withData, ", "), strings.Join(first.Members, " "))
+	return etcdOurs, fmt.Sprintf("etcd exists: %s report members [%s], all control planes of this inventory", strings.Join(listed, ", "), strings.Join(first.Members, " "))
 }
 
 func wasWere(n int) string {

@@ -18,8 +18,12 @@ import (
 
 // etcdFact is what one control plane said about etcd.
 type etcdFact struct {
-	// HasData: the member list answered, so the node holds etcd data.
+	// HasData: the member list answered, so the node holds etcd data; or
+	// etcd runs there without a leader (NoLeader), which needs data too.
 	HasData bool
+	// NoLeader: etcd runs but has no leader (no quorum), so its members
+	// could not be read (Members is empty).
+	NoLeader bool
 	// None: etcd is not running there and the node is configured (no data).
 	None    bool
 	Members []string
@@ -165,6 +169,10 @@ func etcdFactOf(o *machines.Observation) etcdFact {
 		return etcdFact{None: true, Seen: "maintenance mode: not configured, no etcd"}
 	case o.Err != nil:
 		return etcdFact{Err: o.Err, Seen: "did not answer: " + o.Err.Error()}
+	case errors.Is(o.EtcdErr, machines.ErrEtcdNoLeader):
+		// EtcdStatus answered: etcd runs on data, but without a leader
+		// EtcdMemberList cannot say whose cluster it is
+		return etcdFact{HasData: true, NoLeader: true, Seen: "etcd runs but has no leader, so no quorum, and its members cannot be read (" + o.EtcdErr.Error() + ")"}
 	case o.Etcd != nil:
 		members := slices.Clone(o.Etcd.Members)
 		slices.Sort(members)

@@ -31,7 +31,13 @@ func (s *Sequence) snapshotMembersRunning() []string {
 	var out []string
 	for _, cp := range s.inv.ControlPlanes() {
 		o := s.st.obs[cp.Name]
-		if o == nil || o.Etcd == nil {
+		if o == nil {
+			continue
+		}
+		if o.EtcdLocal != nil && old[o.EtcdLocal.MemberID] && !slices.Contains(out, cp.Name) {
+			out = append(out, cp.Name) // its own status says so, leader or not
+		}
+		if o.Etcd == nil {
 			continue
 		}
 		for name, id := range o.Etcd.IDs {

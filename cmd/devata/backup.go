@@ -22,6 +22,11 @@ func (a *app) newBackupCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "backup",
 		Short: "Back up what no inventory can render again: etcd",
+		Long: `backup takes off the cluster what no inventory can render again: etcd's
+snapshot (backup etcd). It only reads, and a talosconfig with the
+os:etcd:backup role is enough (os:operator and os:admin work too; os:reader
+may not take snapshots): talosctl config new --roles os:etcd:backup FILE makes
+one. It backs up when etcd has no quorum too, from a member that still runs.`,
 	}
 	cmd.AddCommand(a.newBackupEtcdCommand())
 	return cmd
@@ -34,7 +39,7 @@ func (a *app) newBackupEtcdCommand() *cobra.Command {
 	}
 	cmd := &cobra.Command{
 		Use:   "etcd -o FILE",
-		Short: "Write a verified etcd snapshot from a healthy control plane (0600) and FILE.json",
+		Short: "Write a verified etcd snapshot from a healthy control plane (0600) and FILE.json; os:etcd:backup is enough",
 		Long: `backup etcd asks every control plane for its view of etcd, then streams a
 snapshot (Talos' EtcdSnapshot, what talosctl etcd snapshot saves) from a healthy
 member whose view the others share, into FILE.tmp (mode 0600). It is verified
@@ -43,16 +48,28 @@ appends, and that hash) before FILE.tmp is renamed to FILE. A stream that broke
 off, arrived corrupt or stalled for --timeout is thrown away and the next
 healthy control plane is tried. FILE.json (0600) records the cluster, the time,
 the control plane, etcd's revision and members, FILE's size and sha256, the
-Talos version (as that control plane reports it), the Kubernetes version (as
-the inventory declares it), the inventory's path and sha256 and, when the
-inventory is in a Git work tree, its commit and whether the file differs
-from it. Neither file is replaced without --force. -o DIR/ names the file
-etcd-CLUSTER-TIME.db in DIR, so a schedule keeps every snapshot.
+Talos version (as that control plane reports it, when the role may ask), the
+Kubernetes version (as the inventory declares it), the inventory's path and
+sha256 and, when the inventory is in a Git work tree, its commit and whether
+the file differs from it. Neither file is replaced without --force. -o DIR/
+names the file etcd-CLUSTER-TIME.db in DIR, so a schedule keeps every
+snapshot.
+
+When etcd has no quorum (more than half of its members down, so no member
+has a leader and no member list answers), the snapshot is still taken from a
+member that runs, since Talos streams the local member's database: the
+command warns, says so with the member it came from, and FILE.json records
+"noQuorum": true. That copy holds what the member had received and may lack
+the last writes the cluster committed.
 
 It only reads: no machine is changed and no cluster lock is taken, so it may
-run next to apply or reconcile. It needs no secrets bundle, but the
-talosconfig's role must be os:admin, os:operator or os:etcd:backup
-(os:reader may not take snapshots).
+run next to apply or reconcile. It needs no secrets bundle. The talosconfig's
+role must be os:etcd:backup, os:operator or os:admin (os:reader may not take
+snapshots), and os:etcd:backup alone is enough: etcd is read only through
+EtcdMemberList, EtcdStatus and EtcdSnapshot, the calls that role may make; the
+etcd service and the Talos version are asked only of a role that may read
+them. talosctl config new --roles os:etcd:backup FILE (with an os:admin
+talosconfig) makes one.
 
 The snapshot holds every Kubernetes object, Secrets included (encrypted with
 the secretbox key from the secrets bundle): keep it as carefully as the
@@ -119,8 +136,12 @@ func (a *app) backupEtcd(ctx context.Context, out string, force bool) error {
 		if s.EtcdRevision > 0 {
 			revision = fmt.Sprint(s.EtcdRevision)
 		}
+		from := s.ControlPlane
+		if s.NoQuorum {
+			from += " (etcd has no quorum: this is " + s.ControlPlane + "'s local copy, taken without a leader)"
+		}
 		fmt.Fprintf(say, "etcd snapshot of %s from %s written to %s: %s (%d bytes), sha256 %s, etcd revision %s, members %s\n",
-			s.Cluster, s.ControlPlane, res.Path, humanize.IBytes(uint64(s.Size)), s.Size, s.SHA256, revision, strings.Join(s.Members, " ")) //nolint:gosec // a size is never negative
+			s.Cluster, from, res.Path, humanize.IBytes(uint64(s.Size)), s.Size, s.SHA256, revision, strings.Join(s.Members, " ")) //nolint:gosec // a size is never negative
 	}
 	if err != nil {
 		return exitWith(exitTrouble, err)

@@ -203,7 +203,7 @@ func Start(t testing.TB, opts Options) *Fleet {
 	if schematics == nil {
 		schematics = simfleet.Schematics(f.Inventory)
 	}
-	if f.Sim, err = sim.Start(ctx, sim.Options{Bundle: f.Bundle, Machines: specs, RebootDelay: 50 * time.Millisecond, EtcdJoinDelay: cmp.Or(opts.EtcdJoinDelay, 50*time.Millisecond), EtcdClientWait: 300 * time.Millisecond, RestartDelay: opts.RestartDelay, Schematics: schematics}); err != nil {
+	if f.Sim, err = sim.Start(ctx, sim.Options{Bundle: f.Bundle, Machines: specs, RebootDelay: 50 * time.Millisecond, EtcdJoinDelay: cmp.Or(opts.EtcdJoinDelay, 50*time.Millisecond), EtcdClientWait: 300 * time.Millisecond, EtcdNoLeaderWait: 300 * time.Millisecond, RestartDelay: opts.RestartDelay, Schematics: schematics}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { f.Sim.Close() })
