@@ -49,6 +49,11 @@ type Etcd struct {
 	// of the members the gate expects, as apply and reconcile do, which
 	// join them: etcd's health and quorum are its members'.
 	JoinedOnly bool
+	// AlreadyDown are control planes that did not answer before the run
+	// began (the plan could not reach them), sorted or not: nothing this
+	// run does brings them back, so a gate that finds one of them down
+	// fails at once, naming it, instead of waiting out Wait.
+	AlreadyDown []string
 }
 
 // Pass waits until every control plane answers, agrees on the members,
@@ -114,6 +119,13 @@ func (g *Etcd) pass(ctx context.Context, when string, down, joining *inventory.M
 			g.say("    gate %s: etcd healthy, %d/%d members", when, len(v.Healthy), len(v.Members))
 			return nil
 		}
+		if gone := alreadyDown(v, g.AlreadyDown); len(gone) > 0 {
+			beat.Stop()
+			return fmt.Errorf("%w %s: %s did not answer when this run was planned and %s still down, so etcd cannot be seen healthy and no control plane is changed (%v). "+
+				"Bring %s back (talosctl -n %s version), then run again; to change only the workers meanwhile, name them with --machines (no etcd gate holds a worker). "+
+				"--allow-quorum-loss does not help here: it accepts taking down a control plane of an etcd too small to lose one, not changing one while another is down",
+				ErrFailed, when, strings.Join(gone, ", "), isAre(len(gone)), err, strings.Join(gone, ", "), strings.Join(gone, ","))
+		}
 		if last == "" {
 			last = err.Error()
 		}
@@ -154,4 +166,15 @@ func (g *Etcd) say(format string, args ...any) {
 	if g.Say != nil {
 		g.Say(format, args...)
 	}
+}
+
+// alreadyDown are the control planes of already that v counts down.
+func alreadyDown(v EtcdView, already []string) []string {
+	var out []string
+	for _, name := range v.Down {
+		if slices.Contains(already, name) {
+			out = append(out, name)
+		}
+	}
+	return out
 }

@@ -80,6 +80,10 @@ type Action struct {
 	// it runs another secrets bundle's config, which refuses the whole plan
 	// (Plan.Refusal).
 	Foreign, ForeignBundle bool
+	// Unreachable marks a skip because the machine did not answer when
+	// the plan was made: a control plane so skipped holds the etcd gates
+	// of the rollout (gate.Etcd.AlreadyDown), which then fail at once.
+	Unreachable bool
 	// UpgradeNext marks a config apply to a machine that also needs an
 	// upgrade, planned once the config is applied (Plan.UpgradesNext).
 	UpgradeNext bool
@@ -280,7 +284,7 @@ func (p *Planner) decide(m *inventory.Machine, s *machines.Survey) Action {
 	case o.Maintenance:
 		return Action{Machine: m, Kind: KindSkip, Reason: "in maintenance mode: not configured yet; devata apply joins it to a running cluster (reconcile does with --join), devata bootstrap builds a new one"}
 	case o.Err != nil:
-		return Action{Machine: m, Kind: KindSkip, Reason: o.Err.Error()}
+		return Action{Machine: m, Kind: KindSkip, Reason: o.Err.Error(), Unreachable: true}
 	case o.ConfigErr != nil:
 		return Action{Machine: m, Kind: KindSkip, Reason: o.ConfigErr.Error()}
 	case s.CompareErr != nil:

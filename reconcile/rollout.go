@@ -105,6 +105,11 @@ func (r *Rollout) Run(ctx context.Context, plan *Plan) *Outcome {
 		Inventory: r.Inventory, Dialer: r.Dialer, Timeout: r.Timeout, Wait: r.Wait, Poll: r.Poll,
 		AllowQuorumLoss: r.AllowQuorumLoss, Say: r.Say, Heartbeat: r.Heartbeat, JoinedOnly: true,
 	}
+	for _, a := range plan.Skipped() {
+		if a.Unreachable && a.Machine.IsControlPlane() {
+			g.AlreadyDown = append(g.AlreadyDown, a.Machine.Name)
+		}
+	}
 	r.joinedOn = map[string]string{}
 	out := &Outcome{JoinedOn: r.joinedOn}
 	actions := plan.Pending()
