@@ -20,8 +20,8 @@ type Entry struct {
 // Skipped is an object of a store that is not part of a devata snapshot
 // pair, and why: list shows it, prune never touches it.
 type Skipped struct {
-	Name string
-	Why  string
+	Name string `json:"name"`
+	Why  string `json:"why"`
 }
 
 // Catalog is what a store holds: its snapshot pairs, newest first, and

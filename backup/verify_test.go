@@ -82,7 +82,7 @@ var kubeKeys = []string{
 
 // writePair writes data as dir/name and its sidecar, as backup etcd
 // does; edit changes the sidecar first.
-func writePair(t *testing.T, dir, name string, data []byte, rev int64, members []string, edit func(*Sidecar)) string {
+func writePair(t testing.TB, dir, name string, data []byte, rev int64, members []string, edit func(*Sidecar)) string {
 	t.Helper()
 	sum := sha256.Sum256(data)
 	s := Sidecar{
@@ -104,7 +104,7 @@ func writePair(t *testing.T, dir, name string, data []byte, rev int64, members [
 	return path
 }
 
-func homelab(t *testing.T) *inventory.Inventory {
+func homelab(t testing.TB) *inventory.Inventory {
 	t.Helper()
 	inv, err := inventory.Load(filepath.Join("..", "examples", "homelab", "inventory.yaml"))
 	if err != nil {

@@ -196,7 +196,7 @@ func (a *app) backupEtcd(ctx context.Context, out string, force bool, after afte
 	}
 	fmt.Fprintf(say, "sidecar written to %s\n", res.SidecarPath)
 	if after.verify {
-		if err := a.backupVerify(ctx, res.Path, false, "", "text"); err != nil {
+		if err := a.backupVerify(ctx, inv, res.Path, false, "", "text"); err != nil {
 			if after.prune != nil {
 				fmt.Fprintln(a.streams.Err, "nothing was pruned: the new snapshot is not proven")
 			}

@@ -73,7 +73,7 @@ usage error.`,
 			if len(args) == 1 {
 				path = args[0]
 			}
-			return a.backupVerify(cmd.Context(), path, flags.latest != "", flags.workDir, flags.output)
+			return a.backupVerify(cmd.Context(), nil, path, flags.latest != "", flags.workDir, flags.output)
 		},
 	}
 	cmd.Flags().StringVar(&flags.latest, "latest", "", "verify the newest snapshot of the inventory's cluster in this directory")
@@ -102,10 +102,14 @@ func (a *app) loadInventoryFor(ctx context.Context, what string) (*inventory.Inv
 	return inv, nil
 }
 
-func (a *app) backupVerify(ctx context.Context, path string, latest bool, workDir, format string) error {
-	inv, err := a.loadInventoryFor(ctx, "nothing was verified")
-	if err != nil {
-		return err
+// backupVerify verifies path (with latest: the newest snapshot of inv's
+// cluster in the directory path) against inv, loaded when nil.
+func (a *app) backupVerify(ctx context.Context, inv *inventory.Inventory, path string, latest bool, workDir, format string) error {
+	if inv == nil {
+		var err error
+		if inv, err = a.loadInventoryFor(ctx, "nothing was verified"); err != nil {
+			return err
+		}
 	}
 	if latest {
 		cat, err := backup.List(ctx, path)
