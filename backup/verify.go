@@ -367,6 +367,10 @@ type served struct {
 // kube-apiserver stores them under /registry/<resource>/<namespace>/.
 var kubeSystemKinds = []string{"configmaps", "roles", "rolebindings", "leases", "serviceaccounts", "pods", "services/specs"}
 
+// servingHook, set by tests only, is called with the restored etcd's
+// client address once it serves.
+var servingHook func(addr string)
+
 // restoreAndRead restores the snapshot at path into dir as etcdutl does
 // and starts an etcd on it, on loopback ports, then reads from it. The
 // etcd is stopped before it returns.
@@ -427,6 +431,9 @@ func restoreAndRead(ctx context.Context, path, dir string, log *slog.Logger) (*s
 		return nil, fmt.Errorf("the restored etcd did not serve within 5 minutes%s", logs.tail())
 	case <-ctx.Done():
 		return nil, ctx.Err()
+	}
+	if servingHook != nil {
+		servingHook(e.Clients[0].Addr().String())
 	}
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints: []string{e.Clients[0].Addr().String()}, DialTimeout: 10 * time.Second, Logger: zap.NewNop(), Context: ctx,

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -231,6 +232,43 @@ func TestVerifyCannotCheck(t *testing.T) {
 	cancel()
 	if p, err := Verify(ctx, path, VerifyOptions{}); p != nil || err == nil {
 		t.Errorf("cancelled: %+v, %v", p, err)
+	}
+	if side, _ := ReadSidecar(path); side.Verified != nil {
+		t.Errorf("a proof was recorded: %+v", side.Verified)
+	}
+}
+
+// Ctrl-C while the restored etcd serves: Verify returns at once, the etcd
+// is stopped (its port refuses), its directory is gone, nothing is
+// recorded.
+func TestVerifyInterruptedWhileServing(t *testing.T) {
+	data, rev := etcdWith(t, "cp-1", kubeKeys)
+	dir, work := t.TempDir(), t.TempDir()
+	path := writePair(t, dir, "etcd-homelab-20261205T040500Z.db", data, rev, []string{"cp-1"}, nil)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var served string
+	servingHook = func(addr string) {
+		served = addr
+		if entries, _ := os.ReadDir(work); len(entries) != 1 {
+			t.Errorf("while serving, the work directory holds %v", entries)
+		}
+		cancel()
+	}
+	defer func() { servingHook = nil }()
+	proof, err := Verify(ctx, path, VerifyOptions{Inventory: homelab(t), WorkDir: work})
+	if proof != nil || err == nil || !strings.Contains(err.Error(), "interrupted") || !strings.Contains(err.Error(), "nothing was recorded") {
+		t.Errorf("interrupted: %+v, %v", proof, err)
+	}
+	if served == "" {
+		t.Fatal("the restored etcd never served")
+	}
+	if c, err := net.DialTimeout("tcp", served, time.Second); err == nil {
+		c.Close()
+		t.Errorf("the restored etcd still listens at %s", served)
+	}
+	if entries, _ := os.ReadDir(work); len(entries) != 0 {
+		t.Errorf("left in the work directory: %v", entries)
 	}
 	if side, _ := ReadSidecar(path); side.Verified != nil {
 		t.Errorf("a proof was recorded: %+v", side.Verified)

@@ -15,6 +15,7 @@ import (
 	"devata.dev/devata/inventory"
 	"devata.dev/devata/machines"
 
+	"devata.dev/devata/internal/outfile"
 	"devata.dev/devata/internal/termsafe"
 )
 
@@ -108,6 +109,8 @@ error.`,
 			switch {
 			case flags.prune && !backup.NamesDirectory(flags.output):
 				return usageError(fmt.Errorf("--prune needs -o DIR/ (a directory of snapshots), not the file %s", flags.output))
+			case flags.verify && writesThrough(flags.output):
+				return usageError(fmt.Errorf("--verify needs -o FILE or DIR/: a snapshot written through %s cannot be read back", flags.output))
 			case keeps && !flags.prune:
 				return usageError(errors.New("--keep-* say what --prune keeps: add --prune, or use devata backup prune"))
 			case flags.prune:
@@ -128,6 +131,12 @@ error.`,
 	cmd.Flags().BoolVar(&flags.prune, "prune", false, "then delete the snapshots in -o DIR/ that the --keep-* policy does not keep, as backup prune --yes does")
 	flags.policy.register(cmd.Flags())
 	return cmd
+}
+
+// writesThrough says -o is a pipe or the process' output, not a file.
+func writesThrough(out string) bool {
+	kind, err := outfile.Check(out)
+	return err == nil && kind == outfile.Through
 }
 
 // afterBackup is what backup etcd does once its snapshot is written.

@@ -243,7 +243,7 @@ func TestBackupVerifyFails(t *testing.T) {
 	for _, args := range [][]string{
 		{"backup", "verify"}, {"backup", "verify", "a", "--latest", dir}, {"backup", "list"}, {"backup", "prune", dir},
 		{"backup", "prune", dir, "--keep-last", "-1"}, {"backup", "etcd", "-o", dir, "--keep-last", "1"},
-		{"backup", "etcd", "-o", dir + "x.db", "--prune", "--keep-last", "1"}, {"backup", "list", dir, "-o", "yaml"},
+		{"backup", "etcd", "-o", dir + "x.db", "--prune", "--keep-last", "1"}, {"backup", "list", dir, "-o", "yaml"}, {"backup", "etcd", "-o", "/dev/stdout", "--verify"},
 	} {
 		if r := devata(t, nil, append(args, "--config", sf.settings)...); r.code != 64 {
 			t.Errorf("devata %s: exit %d, want 64\n%s", strings.Join(args, " "), r.code, r.err)
