@@ -181,7 +181,10 @@ func prove(ctx context.Context, st store, name string, side *Sidecar, o VerifyOp
 	cp := filepath.Join(work, "snapshot.db")
 	size, sum, err := copyOut(ctx, st, name, cp)
 	var local *localError
+	var get *getError
 	switch {
+	case errors.As(err, &get):
+		return nil, get.err
 	case errors.As(err, &local):
 		return nil, fmt.Errorf("copy %s into %s: %w; give a work directory with room (--work-dir)", name, work, local.err)
 	case err != nil:
@@ -238,7 +241,7 @@ func present(ok bool) string {
 func copyOut(ctx context.Context, st store, name, path string) (int64, string, error) {
 	rc, err := st.Get(ctx, name)
 	if err != nil {
-		return 0, "", err
+		return 0, "", &getError{err}
 	}
 	defer rc.Close()
 	out, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
@@ -260,6 +263,13 @@ func copyOut(ctx context.Context, st store, name, path string) (int64, string, e
 	}
 	return n, hex.EncodeToString(h.Sum(nil)), nil
 }
+
+// getError is a snapshot that could not be opened (gone, a link): not
+// checked, so nothing is recorded.
+type getError struct{ err error }
+
+func (e *getError) Error() string { return e.err.Error() }
+func (e *getError) Unwrap() error { return e.err }
 
 type writeErr struct{ err error }
 

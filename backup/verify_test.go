@@ -228,6 +228,16 @@ func TestVerifyCannotCheck(t *testing.T) {
 	if p, err := Verify(t.Context(), link, VerifyOptions{}); p != nil || err == nil || !strings.Contains(err.Error(), "is a symbolic link") {
 		t.Errorf("a link: %+v, %v", p, err)
 	}
+	onlyLinked := filepath.Join(dir, "only-linked.db")
+	os.Symlink(path, onlyLinked)
+	raw, _ := os.ReadFile(SidecarPath(path))
+	os.WriteFile(SidecarPath(onlyLinked), []byte(strings.Replace(string(raw), "etcd-homelab-20261205T040500Z.db", "only-linked.db", 1)), 0o600)
+	if p, err := Verify(t.Context(), onlyLinked, VerifyOptions{}); p != nil || err == nil || !strings.Contains(err.Error(), "is a symbolic link") {
+		t.Errorf("a linked snapshot with its own sidecar: %+v, %v", p, err)
+	}
+	if side, _ := ReadSidecar(onlyLinked); side == nil || side.Verified != nil {
+		t.Errorf("recorded for a linked snapshot: %+v", side)
+	}
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
 	if p, err := Verify(ctx, path, VerifyOptions{}); p != nil || err == nil {

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -20,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"devata.dev/devata/internal/simtest"
+	"devata.dev/devata/internal/snapshottest"
 	"devata.dev/devata/internal/testenv"
 	"devata.dev/devata/sim"
 )
@@ -239,6 +241,25 @@ func TestBackupVerifyFails(t *testing.T) {
 	r = devata(t, nil, "backup", "verify", "--config", sf.settings, "--latest", dir)
 	if r.code != 2 || !strings.Contains(r.err, "serves no Kubernetes cluster") {
 		t.Errorf("verify --latest: exit %d\n%s", r.code, r.err)
+	}
+
+	// changed after it was written; hash-consistent but no database etcd
+	// wrote (issue 31's hostile file, its sidecar made to match)
+	older := dir + l.Snapshots[1].Name
+	data, _ := os.ReadFile(older)
+	data[len(data)/2] ^= 0xff
+	os.WriteFile(older, data, 0o600)
+	hostile := snapshottest.Fanout(63)
+	sum := sha256.Sum256(hostile)
+	os.WriteFile(dir+"hostile.db", hostile, 0o600)
+	side, _ := json.Marshal(map[string]any{"cluster": "homelab", "time": time.Now(), "members": []string{"cp-1", "cp-2", "cp-3"},
+		"snapshot": "hostile.db", "size": len(hostile), "sha256": hex.EncodeToString(sum[:])})
+	os.WriteFile(dir+"hostile.db.json", side, 0o600)
+	for file, want := range map[string]string{older: "it changed since backup etcd wrote it", dir + "hostile.db": "not a database etcd wrote"} {
+		r := devata(t, nil, "backup", "verify", "--config", sf.settings, file)
+		if r.code != 2 || !strings.Contains(r.err, want) || !strings.Contains(r.err, "do not rely on "+file) {
+			t.Errorf("verify %s: exit %d, want 2, %q and a next step\n%s", file, r.code, want, r.err)
+		}
 	}
 	for _, args := range [][]string{
 		{"backup", "verify"}, {"backup", "verify", "a", "--latest", dir}, {"backup", "list"}, {"backup", "prune", dir},
