@@ -50,6 +50,10 @@ type Sidecar struct {
 	// Git or git is not installed.
 	InventoryCommit   string `json:"inventoryCommit,omitempty"`
 	InventoryModified bool   `json:"inventoryModified,omitempty"`
+	// Verified is the last proof of restore (backup verify); absent until
+	// one ran. Writing it changes no other field: Size and SHA256 stay the
+	// snapshot's.
+	Verified *Proof `json:"verified,omitempty"`
 }
 
 // OutPath is where a snapshot goes: out itself, or, when out names a

@@ -15,6 +15,7 @@ import (
 	"devata.dev/devata/inventory"
 	"devata.dev/devata/machines"
 
+	"devata.dev/devata/internal/outfile"
 	"devata.dev/devata/internal/termsafe"
 )
 
@@ -26,9 +27,15 @@ func (a *app) newBackupCommand() *cobra.Command {
 snapshot (backup etcd). It only reads, and a talosconfig with the
 os:etcd:backup role is enough (os:operator and os:admin work too; os:reader
 may not take snapshots): talosctl config new --roles os:etcd:backup FILE makes
-one. It backs up when etcd has no quorum too, from a member that still runs.`,
+one. It backs up when etcd has no quorum too, from a member that still runs.
+
+backup verify proves a snapshot restores (into a real etcd, on loopback);
+backup list shows the snapshots in a directory with their last proof;
+backup prune deletes those a grandfather-father-son policy does not keep.
+backup etcd -o DIR/ --verify --prune --keep-… does all three in one
+scheduled run. docs/backup.md tells the whole of it.`,
 	}
-	cmd.AddCommand(a.newBackupEtcdCommand())
+	cmd.AddCommand(a.newBackupEtcdCommand(), a.newBackupVerifyCommand(), a.newBackupListCommand(), a.newBackupPruneCommand())
 	return cmd
 }
 
@@ -36,6 +43,9 @@ func (a *app) newBackupEtcdCommand() *cobra.Command {
 	var flags struct {
 		output string
 		force  bool
+		verify bool
+		prune  bool
+		policy policyFlags
 	}
 	cmd := &cobra.Command{
 		Use:   "etcd -o FILE",
@@ -76,24 +86,67 @@ the secretbox key from the secrets bundle): keep it as carefully as the
 bundle, and keep the bundle, which a restore needs. Restore with
 talosctl bootstrap --recover-from=FILE (docs/runbook.md).
 
-Exit 0 written and verified, 2 not (nothing is left at FILE), 64 for a usage
+--verify then proves the new snapshot restores, as backup verify does
+(restored into a real etcd on loopback; the proof goes into FILE.json).
+--prune with -o DIR/ then deletes, as backup prune --yes does, the snapshots
+in DIR the --keep-* policy does not keep: only after the new snapshot was
+written and verified (and, with --verify, proven), so a failed run deletes
+nothing. See backup prune --help for the policy.
+
+Exit 0 written and verified (and proven, and pruned, when asked), 2 not
+(nothing is left at FILE when the write failed; a snapshot that fails
+--verify stays, recorded as failed, and nothing is pruned), 64 for a usage
 error.`,
 		Example: `  devata backup etcd -o backups/etcd-$(date +%F).db
-  devata backup etcd -o /backups/      # /backups/etcd-homelab-20261204T040500Z.db`,
+  devata backup etcd -o /backups/      # /backups/etcd-homelab-20261204T040500Z.db
+  devata backup etcd -o /backups/ --verify --prune --keep-daily 7 --keep-weekly 4 --keep-monthly 6`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if flags.output == "" {
 				return usageError(errors.New("backup etcd needs -o FILE: where to write the snapshot"))
 			}
-			return a.backupEtcd(cmd.Context(), flags.output, flags.force)
+			keeps := flags.policy.p != (backup.Policy{})
+			switch {
+			case flags.prune && !backup.NamesDirectory(flags.output):
+				return usageError(fmt.Errorf("--prune needs -o DIR/ (a directory of snapshots), not the file %s", flags.output))
+			case flags.verify && writesThrough(flags.output):
+				return usageError(fmt.Errorf("--verify needs -o FILE or DIR/: a snapshot written through %s cannot be read back", flags.output))
+			case keeps && !flags.prune:
+				return usageError(errors.New("--keep-* say what --prune keeps: add --prune, or use devata backup prune"))
+			case flags.prune:
+				if err := flags.policy.p.Check(); err != nil {
+					return usageError(err)
+				}
+			}
+			after := afterBackup{verify: flags.verify}
+			if flags.prune {
+				after.prune = &flags.policy.p
+			}
+			return a.backupEtcd(cmd.Context(), flags.output, flags.force, after)
 		},
 	}
 	cmd.Flags().StringVarP(&flags.output, "output", "o", "", "snapshot file to write (FILE.json is written next to it); a directory (or a path ending in /, created 0700 when missing) gets etcd-CLUSTER-TIME.db")
 	cmd.Flags().BoolVar(&flags.force, "force", false, "replace FILE and FILE.json if they exist")
+	cmd.Flags().BoolVar(&flags.verify, "verify", false, "then prove the snapshot restores, as backup verify does")
+	cmd.Flags().BoolVar(&flags.prune, "prune", false, "then delete the snapshots in -o DIR/ that the --keep-* policy does not keep, as backup prune --yes does")
+	flags.policy.register(cmd.Flags())
 	return cmd
 }
 
-func (a *app) backupEtcd(ctx context.Context, out string, force bool) error {
+// writesThrough says -o is a pipe or the process' output, not a file.
+func writesThrough(out string) bool {
+	kind, err := outfile.Check(out)
+	return err == nil && kind == outfile.Through
+}
+
+// afterBackup is what backup etcd does once its snapshot is written.
+type afterBackup struct {
+	verify bool
+	prune  *backup.Policy
+}
+
+func (a *app) backupEtcd(ctx context.Context, out string, force bool, after afterBackup) error {
+	dir := out
 	if err := backup.PrepareOut(out); err != nil {
 		return exitWith(exitTrouble, err)
 	}
@@ -151,5 +204,16 @@ func (a *app) backupEtcd(ctx context.Context, out string, force bool) error {
 		return nil
 	}
 	fmt.Fprintf(say, "sidecar written to %s\n", res.SidecarPath)
+	if after.verify {
+		if err := a.backupVerify(ctx, inv, res.Path, false, "", "text"); err != nil {
+			if after.prune != nil {
+				fmt.Fprintln(a.streams.Err, "nothing was pruned: the new snapshot is not proven")
+			}
+			return err
+		}
+	}
+	if after.prune != nil {
+		return a.backupPrune(ctx, dir, *after.prune, true, "text")
+	}
 	return nil
 }
