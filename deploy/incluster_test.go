@@ -532,22 +532,6 @@ func apply(t *testing.T, cfg *rest.Config, r *resource.Resource) {
 	}
 }
 
-// field reads a field of a built resource.
-func field[T any](t *testing.T, r *resource.Resource, path string) T {
-	t.Helper()
-	v, err := r.GetFieldValue(path)
-	if err != nil {
-		t.Fatalf("%s/%s: %s: %v", r.GetKind(), r.GetName(), path, err)
-	}
-	out, ok := v.(T)
-	if !ok {
-		t.Fatalf("%s/%s: %s is %T", r.GetKind(), r.GetName(), path, v)
-	}
-	return out
-}
-
-func asSlice(v any) []any { s, _ := v.([]any); return s }
-
 // pathMapper maps the pod's paths in an argument to the test's; an
 // argument naming another absolute path fails the test, so that a new
 // mount in the CronJob is noticed here.
