@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -341,3 +343,28 @@ func field[T any](t *testing.T, r *resource.Resource, path string) T {
 }
 
 func asSlice(v any) []any { s, _ := v.([]any); return s }
+
+// The manifests' pointers into docs/ lead somewhere.
+func TestManifestDocLinks(t *testing.T) {
+	files, err := filepath.Glob("*.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	link := regexp.MustCompile(`docs/([a-z-]+\.md)#([a-z0-9-]+)`)
+	n := 0
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range link.FindAllStringSubmatch(string(data), -1) {
+			n++
+			if !slices.Contains(anchors(t, "../docs/"+m[1]), m[2]) {
+				t.Errorf("%s links docs/%s#%s: no such section", f, m[1], m[2])
+			}
+		}
+	}
+	if n == 0 {
+		t.Error("no manifest links into docs/: the glob or the pattern is wrong")
+	}
+}
