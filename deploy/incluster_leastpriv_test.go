@@ -22,6 +22,7 @@ import (
 	authorizationv1 "k8s.io/api/authorization/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -296,4 +297,69 @@ func talosRoles(t *testing.T, path string) []string {
 		t.Fatal(err)
 	}
 	return crt.Subject.Organization
+}
+
+// everyGrantNeeded runs drift (through run, as a ServiceAccount) once per
+// rule-verb of the drift account's grants, with all of them but that one,
+// and fails for a grant whose absence leaves every Kubernetes-side check
+// InSync: deploy/ would grant more than drift uses.
+func everyGrantNeeded(t *testing.T, b *podBed, run func(sa string) map[string][]junitCase) {
+	kube := kubernetes.NewForConfigOrDie(b.admin)
+	ctx := t.Context()
+	var all []grant
+	for _, g := range jobCalls["devata-drift"] {
+		for _, v := range strings.Split(g.verbs, ",") {
+			one := g
+			one.verbs = v
+			all = append(all, one)
+		}
+	}
+	for i, drop := range all {
+		sa := fmt.Sprintf("devata-drift-minus-%d", i)
+		if _, err := kube.CoreV1().ServiceAccounts("devata").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		byNS := map[string][]rbacv1.PolicyRule{}
+		for j, g := range all {
+			if j == i {
+				continue
+			}
+			r := rbacv1.PolicyRule{APIGroups: []string{g.group}, Resources: []string{g.resource}, Verbs: []string{g.verbs}}
+			if g.name != "" {
+				r.ResourceNames = []string{g.name}
+			}
+			byNS[g.namespace] = append(byNS[g.namespace], r)
+		}
+		subjects := []rbacv1.Subject{{Kind: "ServiceAccount", Name: sa, Namespace: "devata"}}
+		for ns, rules := range byNS {
+			var err error
+			if ns == "" {
+				if _, err = kube.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: sa}, Rules: rules}, metav1.CreateOptions{}); err == nil {
+					_, err = kube.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: sa}, Subjects: subjects, RoleRef: rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: sa}}, metav1.CreateOptions{})
+				}
+			} else {
+				if _, err = kube.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: sa}, Rules: rules}, metav1.CreateOptions{}); err == nil {
+					_, err = kube.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: sa}, Subjects: subjects, RoleRef: rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: sa}}, metav1.CreateOptions{})
+				}
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		cases := run(sa)
+		var lost []string
+		for _, check := range kubernetesChecks {
+			for _, c := range cases[check] {
+				if c.Failure != nil || c.Error != nil {
+					lost = append(lost, check+" on "+c.Classname)
+				}
+			}
+		}
+		what := drop.expand()[0]
+		if len(lost) == 0 {
+			t.Errorf("drift without %q: every Kubernetes-side check still InSync: deploy/ grants it and drift does not use it", what)
+			continue
+		}
+		t.Logf("drift without %q: %d results off InSync, e.g. %s", what, len(lost), lost[0])
+	}
 }

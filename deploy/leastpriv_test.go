@@ -27,6 +27,8 @@ var jobCalls = map[string][]grant{
 		// reconcile/leader.go: client-go leader election (Get, Update; Create
 		// only when the Lease is missing, and lease.yaml creates it)
 		grant{"devata", "coordination.k8s.io", "leases", "devata-reconcile", "get,update"},
+		// reconcile/kubernetes.go waitKubelet: a machine's Node
+		grant{"", "", "nodes", "", "get"},
 	),
 	"devata-drift": checkCalls,
 	// devata backup etcd talks to Talos only (cmd/devata/backup.go, backup/)
@@ -35,16 +37,19 @@ var jobCalls = map[string][]grant{
 
 // checkCalls are the drift checks' reads, shared by reconcile and drift.
 var checkCalls = []grant{
-	// machines/kube.go ObserveNodes (kubelet check), reconcile/kubernetes.go
-	// (a Node's kubelet version), netcheck/cluster.go (node labels)
-	{"", "", "nodes", "", "get,list"},
-	// netcheck/cluster.go: agent pods and kube-proxy pods in any namespace
-	{"", "", "pods", "", "get,list"},
+	// machines/kube.go ObserveNodes (kubelet check), netcheck/cluster.go
+	// (node labels)
+	{"", "", "nodes", "", "list"},
+	// netcheck/cluster.go ObserveCluster and listNodeConfigs: agent pods and
+	// kube-proxy pods in any namespace, the agent's DaemonSet, its
+	// ConfigMap, the kubernetes Service and its EndpointSlices, the
+	// CiliumNodeConfigs
+	{"", "", "pods", "", "list"},
 	{"", "", "configmaps", "cilium-config", "get"},
 	{"", "", "services", "kubernetes", "get"},
-	{"", "apps", "daemonsets", "", "get,list"},
-	{"", "discovery.k8s.io", "endpointslices", "", "get,list"},
-	{"", "cilium.io", "ciliumnodeconfigs", "", "get,list"},
+	{"", "apps", "daemonsets", "", "list"},
+	{"", "discovery.k8s.io", "endpointslices", "", "list"},
+	{"", "cilium.io", "ciliumnodeconfigs", "", "list"},
 	// netcheck/exec.go: cilium-dbg in the agent pods (WebSocket GET, SPDY POST)
 	{"kube-system", "", "pods/exec", "", "get,create"},
 }
