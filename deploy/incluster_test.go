@@ -34,6 +34,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -58,8 +59,9 @@ const serviceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount"
 // The paths deploy/'s drift CronJob mounts, and what stands for each here.
 const (
 	podInventoryDir = "/etc/devata/inventory"
-	podTalosDir     = "/etc/devata/talos"
-	podReportsDir   = "/reports"
+	// where Talos' Secret for the job's talos.dev ServiceAccount is mounted
+	podTalosDir   = "/var/run/secrets/talos.dev"
+	podReportsDir = "/reports"
 )
 
 // The checks whose results come from the Kubernetes API: they are what the
@@ -73,10 +75,13 @@ var kubernetesChecks = []string{"kubelet", "cilium-declaration", "cilium-agent",
 type podBed struct {
 	bin             string
 	invDir, invPath string
-	talosconfig     string
-	inv             *inventory.Inventory
-	admin           *rest.Config
-	built           resmap.ResMap
+	// talosDirs: each job's Talos identity as Talos' controller (the sim's
+	// kubeaccess) wrote it for its talos.dev ServiceAccount, a directory
+	// holding `config`, by account name.
+	talosDirs map[string]string
+	inv       *inventory.Inventory
+	admin     *rest.Config
+	built     resmap.ResMap
 }
 
 // devata runs in-cluster as deploy/'s drift CronJob and reconcile
@@ -93,6 +98,8 @@ func TestInCluster(t *testing.T) {
 	b := newPodBed(t)
 	t.Run("DriftCronJob", func(t *testing.T) { testDriftCronJob(t, b) })
 	t.Run("ReconcileDeployment", func(t *testing.T) { testReconcileDeployment(t, b) })
+	t.Run("BackupCronJob", func(t *testing.T) { testBackupCronJob(t, b) })
+	t.Run("LeastPrivilege", func(t *testing.T) { testLeastPrivilege(t, b) })
 }
 
 func newPodBed(t *testing.T) *podBed {
@@ -117,6 +124,15 @@ func newPodBed(t *testing.T) *podBed {
 	if err := os.WriteFile(b.invPath, data, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// deploy's control-plane patch: the homelab's, plus the
+	// kubernetesTalosAPIAccess that gives the jobs their Talos identities.
+	cpPatch, err := os.ReadFile("inventory/controlplane.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(b.invDir, "patches", "controlplane.yaml"), cpPatch, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	secrets, err := os.ReadFile(simtest.FixtureSecrets())
 	if err != nil {
 		t.Fatal(err)
@@ -139,7 +155,16 @@ func newPodBed(t *testing.T) *podBed {
 		t.Fatalf("simulated fleet with kube-apiserver and Cilium: %v", err)
 	}
 	t.Cleanup(func() { fleet.Close() }) //nolint:errcheck // the test is over
-	b.admin, b.talosconfig = fleet.Kubernetes.Config, fleet.Talosconfig
+	b.admin = fleet.Kubernetes.Config
+	// What machined runs on a control plane whose config enables
+	// kubernetesTalosAPIAccess: the talos.dev CRD and its controller.
+	kubeAccessCtx, stopKubeAccess := context.WithCancel(context.Background())
+	kubeAccessDone := make(chan struct{})
+	go func() {
+		defer close(kubeAccessDone)
+		fleet.RunKubeAccess(kubeAccessCtx, b.admin, bundle.Certs.OS, 200*time.Millisecond, func(err error) { t.Logf("kubeaccess: %v", err) }) //nolint:errcheck // only a client config error, seen below as no Secret
+	}()
+	t.Cleanup(func() { stopKubeAccess(); <-kubeAccessDone })
 
 	// Nothing but the pod's credentials can reach the API server: no
 	// KUBECONFIG, an empty HOME, and no kubeconfig next to the inventory
@@ -154,15 +179,33 @@ func newPodBed(t *testing.T) *podBed {
 		t.Fatalf("kustomize build deploy/: %v", err)
 	}
 	applied := 0
+	var talosSAs []*resource.Resource
 	for _, r := range b.built.Resources() {
 		switch r.GetKind() {
-		case "Namespace", "ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding":
+		case "Namespace", "ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding",
+			"Lease", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding":
+			if r.GetApiVersion() == "talos.dev/v1alpha1" {
+				talosSAs = append(talosSAs, r) // once Talos' CRD is served
+				continue
+			}
 			apply(t, b.admin, r)
 			applied++
 		}
 	}
-	if applied < 8 {
-		t.Fatalf("deploy/ has too little RBAC: %d objects applied", applied)
+	if applied < 12 || len(talosSAs) != 3 {
+		t.Fatalf("deploy/ has too little RBAC: %d objects applied, %d talos.dev ServiceAccounts", applied, len(talosSAs))
+	}
+	b.talosDirs = map[string]string{}
+	for _, r := range talosSAs {
+		applyWhenServed(t, b.admin, r)
+	}
+	for _, r := range talosSAs {
+		dir := t.TempDir()
+		sec := talosSecret(t, b.admin, r.GetNamespace(), r.GetName())
+		if err := os.WriteFile(filepath.Join(dir, "config"), sec.Data["config"], 0o400); err != nil {
+			t.Fatal(err)
+		}
+		b.talosDirs[r.GetName()] = dir
 	}
 	return b
 }
@@ -171,6 +214,9 @@ func newPodBed(t *testing.T) *podBed {
 type workload struct {
 	namespace, serviceAccount string
 	args, env                 []string
+	// noToken: the pod mounts no ServiceAccount token
+	// (automountServiceAccountToken: false)
+	noToken bool
 }
 
 // workloadOf reads the pod of deploy/'s kind/name: its ServiceAccount and
@@ -195,6 +241,11 @@ func (b *podBed) workloadOf(t *testing.T, kind, name, podName string, dirs map[s
 	podSpec := field[map[string]any](t, r, path)
 	w := workload{namespace: r.GetNamespace()}
 	w.serviceAccount, _ = podSpec["serviceAccountName"].(string)
+	automount, set := podSpec["automountServiceAccountToken"]
+	if sa := findV1SA(b.built, w.serviceAccount); !set && sa != nil {
+		automount, _ = sa.GetFieldValue("automountServiceAccountToken")
+	}
+	w.noToken = automount == false
 	containers := asSlice(podSpec["containers"])
 	if w.serviceAccount == "" || len(containers) != 1 {
 		t.Fatalf("%s %s: serviceAccountName %q, %d containers; want one devata container under a ServiceAccount", kind, name, w.serviceAccount, len(containers))
@@ -236,16 +287,19 @@ func (b *podBed) command(t *testing.T, w workload, serviceAccount string) (*exec
 	if serviceAccount == "" {
 		serviceAccount = w.serviceAccount
 	}
-	saDir := t.TempDir()
-	tok, err := kubernetes.NewForConfigOrDie(b.admin).CoreV1().ServiceAccounts(w.namespace).CreateToken(t.Context(), serviceAccount, &authv1.TokenRequest{
-		Spec: authv1.TokenRequestSpec{ExpirationSeconds: new(int64(3600))},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("TokenRequest for ServiceAccount %s/%s: %v", w.namespace, serviceAccount, err)
-	}
-	for name, data := range map[string][]byte{"token": []byte(tok.Status.Token), "ca.crt": b.admin.CAData, "namespace": []byte(w.namespace)} {
-		if err := os.WriteFile(filepath.Join(saDir, name), data, 0o644); err != nil {
-			t.Fatal(err)
+	saDir := ""
+	if !w.noToken {
+		saDir = t.TempDir()
+		tok, err := kubernetes.NewForConfigOrDie(b.admin).CoreV1().ServiceAccounts(w.namespace).CreateToken(t.Context(), serviceAccount, &authv1.TokenRequest{
+			Spec: authv1.TokenRequestSpec{ExpirationSeconds: new(int64(3600))},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("TokenRequest for ServiceAccount %s/%s: %v", w.namespace, serviceAccount, err)
+		}
+		for name, data := range map[string][]byte{"token": []byte(tok.Status.Token), "ca.crt": b.admin.CAData, "namespace": []byte(w.namespace)} {
+			if err := os.WriteFile(filepath.Join(saDir, name), data, 0o644); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	host, port := splitHost(t, b.admin.Host)
@@ -256,8 +310,10 @@ func (b *podBed) command(t *testing.T, w workload, serviceAccount string) (*exec
 	script := `set -e
 run=$(readlink -f /var/run)
 mount -t tmpfs -o mode=0755,size=1m devata-incluster "$run"
-mkdir -p "$run/secrets/kubernetes.io/serviceaccount"
-mount --bind -o ro "$SA_DIR" "` + serviceAccountDir + `"
+if [ -n "$SA_DIR" ]; then
+	mkdir -p "$run/secrets/kubernetes.io/serviceaccount"
+	mount --bind -o ro "$SA_DIR" "` + serviceAccountDir + `"
+fi
 exec "$@"`
 	cmd := exec.CommandContext(t.Context(), "unshare", append([]string{"-m", "--propagation", "private", "sh", "-c", script, "sh", b.bin}, w.args...)...)
 	cmd.Env = append([]string{
@@ -277,13 +333,13 @@ func testDriftCronJob(t *testing.T, b *podBed) {
 	reports := t.TempDir()
 	w := b.workloadOf(t, "CronJob", "devata-drift", "devata-drift-29000000-x7k2p", map[string]string{
 		podInventoryDir: b.invDir,
-		podTalosDir:     filepath.Dir(b.talosconfig),
+		podTalosDir:     b.talosDirs["devata-drift"],
 		podReportsDir:   reports,
 	})
-	if !slices.Contains(w.args, "--talosconfig="+b.talosconfig) || !slices.Contains(w.args, "--inventory="+b.invPath) {
+	if !slices.Contains(w.args, "--talosconfig="+filepath.Join(b.talosDirs["devata-drift"], "config")) || !slices.Contains(w.args, "--inventory="+b.invPath) {
 		t.Fatalf("the CronJob's args %q do not name the inventory and talosconfig under %s and %s", w.args, podInventoryDir, podTalosDir)
 	}
-	run := func(serviceAccount string) (string, map[string][]junitCase) {
+	run := func(serviceAccount string, w workload) (string, map[string][]junitCase) {
 		for _, f := range []string{"drift.xml", "devata_drift.prom"} {
 			os.Remove(filepath.Join(reports, f))
 		}
@@ -305,7 +361,7 @@ func testDriftCronJob(t *testing.T, b *podBed) {
 
 	// deploy's ServiceAccount: every Kubernetes-side check is InSync, from
 	// the Node and the agent, on every machine.
-	out, cases := run("")
+	out, cases := run("", w)
 	for _, check := range kubernetesChecks {
 		got := cases[check]
 		if len(got) != len(b.inv.Machines) {
@@ -327,8 +383,38 @@ func testDriftCronJob(t *testing.T, b *podBed) {
 			t.Errorf("cilium-agent on %s does not report from the agent (cilium-dbg status over pods/exec): %+v", c.Classname, c.SystemOut)
 		}
 	}
+	// The Talos side, with the identity Talos wrote for the talos.dev
+	// ServiceAccount devata-drift: os:admin, so the config check reads
+	// every MachineConfig.
+	for _, c := range cases["config"] {
+		if c.Failure != nil || c.Error != nil {
+			t.Errorf("config on %s is not InSync with devata-drift's Talos identity: %s", c.Classname, c.problem())
+		}
+	}
+	if len(cases["config"]) != len(b.inv.Machines) {
+		t.Errorf("config: %d results, want %d\n%s", len(cases["config"]), len(b.inv.Machines), out)
+	}
 	if !strings.HasPrefix(out, "exit 0 ") {
 		t.Errorf("a healthy fleet with deploy/'s RBAC: want exit 0\n%s", out)
+	}
+
+	// With the backup's Talos identity (os:etcd:backup) instead, Talos
+	// refuses the reads: the config check is Unknown, not authorized.
+	weak := w
+	weak.args = slices.Clone(w.args)
+	for i, a := range weak.args {
+		if strings.HasPrefix(a, "--talosconfig=") {
+			weak.args[i] = "--talosconfig=" + filepath.Join(b.talosDirs["devata-etcd-backup"], "config")
+		}
+	}
+	out, cases = run("", weak)
+	for _, c := range cases["config"] {
+		if c.Error == nil {
+			t.Errorf("config on %s with an os:etcd:backup identity: %s, want Unknown", c.Classname, c.problem())
+		}
+	}
+	if len(cases["config"]) != len(b.inv.Machines) || !strings.HasPrefix(out, "exit 2 ") {
+		t.Errorf("drift with an os:etcd:backup identity: want every config Unknown and exit 2\n%s", out)
 	}
 
 	// A ServiceAccount bound to nothing: the same checks are Unknown, and
@@ -337,7 +423,7 @@ func testDriftCronJob(t *testing.T, b *podBed) {
 	if _, err := kubernetes.NewForConfigOrDie(b.admin).CoreV1().ServiceAccounts(w.namespace).Create(t.Context(), &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "devata-unbound"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	out, cases = run("devata-unbound")
+	out, cases = run("devata-unbound", w)
 	user := "system:serviceaccount:" + w.namespace + ":devata-unbound"
 	for _, check := range kubernetesChecks {
 		for _, c := range cases[check] {
@@ -349,6 +435,11 @@ func testDriftCronJob(t *testing.T, b *podBed) {
 	if !strings.HasPrefix(out, "exit 2 ") {
 		t.Errorf("without RBAC: want exit 2\n%s", out)
 	}
+
+	// Every grant is needed: the drift account less any one rule-verb of
+	// what deploy/ gives it (jobCalls, which leastpriv_test.go holds
+	// deploy/'s RBAC to) gets some Kubernetes-side check off InSync.
+	everyGrantNeeded(t, b, func(sa string) map[string][]junitCase { _, c := run(sa, w); return c })
 }
 
 // The reconcile Deployment's pod: it takes the Lease as its ServiceAccount
@@ -358,7 +449,7 @@ func testReconcileDeployment(t *testing.T, b *podBed) {
 	const podName = "devata-reconcile-6d4cf56db6-q2x8n"
 	w := b.workloadOf(t, "Deployment", "devata-reconcile", podName, map[string]string{
 		podInventoryDir:   b.invDir,
-		podTalosDir:       filepath.Dir(b.talosconfig),
+		podTalosDir:       b.talosDirs["devata-reconcile"],
 		"/var/log/devata": t.TempDir(),
 	})
 	// The pod's metrics port, :9090, may be taken on this machine: a free one.
@@ -508,45 +599,79 @@ func buildDevata(t *testing.T) string {
 // for a new object, through the dynamic client.
 func apply(t *testing.T, cfg *rest.Config, r *resource.Resource) {
 	t.Helper()
+	if err := applyErr(t.Context(), cfg, r); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func applyErr(ctx context.Context, cfg *rest.Config, r *resource.Resource) error {
 	dc, err := dynamic.NewForConfig(cfg)
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(kubernetes.NewForConfigOrDie(cfg).Discovery()))
 	m, err := r.Map()
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	u := &unstructured.Unstructured{Object: m}
 	gvk := u.GroupVersionKind()
 	mapping, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
 	if err != nil {
-		t.Fatalf("%s %s: %v", gvk, u.GetName(), err)
+		return fmt.Errorf("%s %s: %w", gvk, u.GetName(), err)
 	}
 	var client dynamic.ResourceInterface = dc.Resource(mapping.Resource)
 	if u.GetNamespace() != "" {
 		client = dc.Resource(mapping.Resource).Namespace(u.GetNamespace())
 	}
-	if _, err := client.Create(t.Context(), u, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("apply %s %s/%s: %v", gvk.Kind, u.GetNamespace(), u.GetName(), err)
+	if _, err := client.Create(ctx, u, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("apply %s %s/%s: %w", gvk.Kind, u.GetNamespace(), u.GetName(), err)
 	}
+	return nil
 }
 
-// field reads a field of a built resource.
-func field[T any](t *testing.T, r *resource.Resource, path string) T {
+// applyWhenServed applies r once the API server serves its kind: the
+// talos.dev CRD, which Talos installs when a control plane's config
+// enables kubernetesTalosAPIAccess.
+func applyWhenServed(t *testing.T, cfg *rest.Config, r *resource.Resource) {
 	t.Helper()
-	v, err := r.GetFieldValue(path)
-	if err != nil {
-		t.Fatalf("%s/%s: %s: %v", r.GetKind(), r.GetName(), path, err)
+	deadline := time.Now().Add(time.Minute)
+	for {
+		err := applyErr(t.Context(), cfg, r)
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after a minute: %v (does a control plane's config enable kubernetesTalosAPIAccess?)", err)
+		}
+		time.Sleep(250 * time.Millisecond)
 	}
-	out, ok := v.(T)
-	if !ok {
-		t.Fatalf("%s/%s: %s is %T", r.GetKind(), r.GetName(), path, v)
-	}
-	return out
 }
 
-func asSlice(v any) []any { s, _ := v.([]any); return s }
+// talosSecret waits for the Secret Talos' controller writes for the
+// talos.dev ServiceAccount ns/name, and fails with its failureReason if
+// it has one instead.
+func talosSecret(t *testing.T, cfg *rest.Config, ns, name string) *corev1.Secret {
+	t.Helper()
+	kube := kubernetes.NewForConfigOrDie(cfg)
+	dc := dynamic.NewForConfigOrDie(cfg)
+	gvr := schema.GroupVersionResource{Group: "talos.dev", Version: "v1alpha1", Resource: "serviceaccounts"}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		sec, err := kube.CoreV1().Secrets(ns).Get(t.Context(), name, metav1.GetOptions{})
+		if err == nil && len(sec.Data["config"]) > 0 {
+			return sec
+		}
+		if time.Now().After(deadline) {
+			reason := ""
+			if u, gerr := dc.Resource(gvr).Namespace(ns).Get(t.Context(), name, metav1.GetOptions{}); gerr == nil {
+				reason, _, _ = unstructured.NestedString(u.Object, "status", "failureReason")
+			}
+			t.Fatalf("no Secret %s/%s with a talosconfig from Talos after a minute (%v); the talos.dev ServiceAccount's failureReason: %q", ns, name, err, reason)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
 
 // pathMapper maps the pod's paths in an argument to the test's; an
 // argument naming another absolute path fails the test, so that a new

@@ -54,7 +54,7 @@ type UnreachableError struct {
 func (e *UnreachableError) Error() string {
 	hint := "if the Kubernetes API is down (the cluster is what you are repairing), no in-cluster writer can renew a Lease either: rerun with --no-lease to take only this host's lock"
 	if apierrors.IsForbidden(e.Err) {
-		hint = fmt.Sprintf("grant this user get, list, create and update on leases in namespace %s (deploy/rbac.yaml has the Role), or rerun with --no-lease to take only this host's lock", e.Namespace)
+		hint = fmt.Sprintf("grant this user get, list, create and update on leases in namespace %s, or rerun with --no-lease to take only this host's lock", e.Namespace)
 	}
 	return fmt.Sprintf("take the cluster's Lease %s/%s: %v; nothing was written; %s", e.Namespace, e.Name, e.Err, hint)
 }

@@ -271,7 +271,7 @@ func checkKubelet(_ context.Context, t *Target) []drift.Result {
 			next = "pass --kubeconfig (or set KUBECONFIG) so the Node can be checked"
 		case apierrors.IsForbidden(t.Nodes.Err) || apierrors.IsUnauthorized(t.Nodes.Err):
 			// in a pod the identity is its service account, and the kubeconfig hint would mislead
-			next = "the Kubernetes identity devata uses (the kubeconfig's user, or in a pod its service account) needs get and list on nodes: deploy/rbac.yaml's ClusterRole devata-node-reader grants them; kubectl auth can-i list nodes"
+			next = "the Kubernetes identity devata uses (the kubeconfig's user, or in a pod its service account) needs list on nodes: deploy/rbac.yaml's ClusterRole devata-node-reader grants it; kubectl auth can-i list nodes"
 		case t.Nodes.Err != nil:
 			next = "check that the Kubernetes API answers with the same credentials: kubectl get nodes"
 		}

@@ -55,6 +55,7 @@ type Dialer struct {
 	endpoints []string // where proxied calls enter
 	explicit  bool     // endpoints were given (talosctl -e): every machine goes through them
 	probe     func(ctx context.Context, addr string) error
+	reload    string // WithReload's path, "" for none
 
 	mu    sync.Mutex
 	route map[string]routeSeen // machine name → the last route decided
@@ -90,6 +91,17 @@ func WithEndpoints(endpoints ...string) DialOption {
 			d.endpoints, d.explicit = endpoints, true
 		}
 	}
+}
+
+// WithReload reads the client certificate again from the talosconfig at
+// path whenever that file changes, before the next connection. A pod's
+// talosconfig from Talos' kubernetesTalosAPIAccess (a Secret Talos writes
+// for a talos.dev ServiceAccount) holds a certificate of 6 hours that Talos
+// renews an hour before it expires and the kubelet swaps into the mounted
+// volume: a long-running reconcile must take the new one. A file that no
+// longer loads keeps the last certificate that did.
+func WithReload(path string) DialOption {
+	return func(d *Dialer) { d.reload = path }
 }
 
 // ErrNoTalosconfig is LoadTalosconfig's error when no path is given and no
@@ -178,7 +190,75 @@ func NewDialer(cfg *clientconfig.Config, overrides map[string]string, opts ...Di
 		// One session cache for the fleet: redials resume instead of a full handshake.
 		ClientSessionCache: tls.NewLRUClientSessionCache(1024),
 	}
+	if d.reload != "" {
+		r := &reloader{path: d.reload, context: d.context, crt: crt, cache: d.tls.ClientSessionCache}
+		r.seen, _ = os.Stat(d.reload)
+		d.tls.GetClientCertificate = r.certificate
+		d.tls.ClientSessionCache = r
+	}
 	return d, nil
+}
+
+// reloader is WithReload's client certificate, and the session cache that
+// forgets sessions of a replaced certificate (a resumed session would
+// present the old one's identity).
+type reloader struct {
+	path, context string
+	cache         tls.ClientSessionCache
+
+	mu   sync.Mutex
+	seen os.FileInfo
+	crt  *tls.Certificate
+	gen  int
+}
+
+func (r *reloader) certificate(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.refresh()
+	return r.crt, nil
+}
+
+// refresh loads the certificate again when the file changed since it was
+// last read (the kubelet replaces a Secret volume's file by a symlink
+// swap: a new file). Called with mu held.
+func (r *reloader) refresh() {
+	fi, err := os.Stat(r.path)
+	if err != nil || (r.seen != nil && os.SameFile(fi, r.seen) && fi.ModTime().Equal(r.seen.ModTime()) && fi.Size() == r.seen.Size()) {
+		return
+	}
+	r.seen = fi // a file that does not load is not read again until it changes
+	cfg, err := LoadTalosconfig(r.path)
+	if err != nil {
+		return
+	}
+	ctx, ok := cfg.Contexts[r.context]
+	if !ok || ctx == nil {
+		return
+	}
+	crt, err := client.CertificateFromConfigContext(ctx)
+	if err != nil {
+		return
+	}
+	r.crt = crt
+	r.gen++
+}
+
+// Get looks for a session of the current certificate only: it checks the
+// file first, because a resumed handshake asks for no certificate.
+func (r *reloader) Get(k string) (*tls.ClientSessionState, bool) {
+	r.mu.Lock()
+	r.refresh()
+	k = strconv.Itoa(r.gen) + "/" + k
+	r.mu.Unlock()
+	return r.cache.Get(k)
+}
+
+func (r *reloader) Put(k string, cs *tls.ClientSessionState) {
+	r.mu.Lock()
+	k = strconv.Itoa(r.gen) + "/" + k
+	r.mu.Unlock()
+	r.cache.Put(k, cs)
 }
 
 func contextNames(cfg *clientconfig.Config) string {

@@ -638,6 +638,15 @@
 // CiliumControllersFailing, CiliumBackendsMissing, CiliumFrontendsStuck,
 // CiliumNoShell, CiliumPodNetworkBroken) bend that.
 //
+// RunKubeAccess (kubeaccess.go) plays machined's kubernetesTalosAPIAccess
+// controllers (v1.11.0 and v1.14.1 controllers/kubeaccess, crd_controller.go
+// syncHandler): on each running control plane whose active config enables
+// the feature, the talos.dev CRD and, per talos.dev ServiceAccount, a Secret
+// with a talosconfig for talos.default whose 6 h certificate from the OS CA
+// carries the roles, or status.failureReason. Not modelled: the `talos`
+// Service and its endpoints (controllers/kubeaccess/endpoint.go; devata
+// dials machines directly), events, and informers (it polls).
+//
 // Faults (see Faults) are set per machine from Go at any time; Crash drops a
 // machine's connections and reboots it.
 //

@@ -94,9 +94,11 @@ func (a *app) openSession(ctx context.Context, leanOK bool, only ...string) (*se
 	return s, nil
 }
 
-// dialOptions are the talosctl-style choices of context and endpoints.
+// dialOptions are the talosctl-style choices of context and endpoints; a
+// talosconfig named by path is read again when it changes (Talos renews a
+// pod's kubernetesTalosAPIAccess certificate every few hours).
 func (a *app) dialOptions() []machines.DialOption {
-	return []machines.DialOption{machines.WithContext(a.settings.Context), machines.WithEndpoints(a.settings.Endpoints...)}
+	return []machines.DialOption{machines.WithContext(a.settings.Context), machines.WithEndpoints(a.settings.Endpoints...), machines.WithReload(a.settings.Talosconfig)}
 }
 
 // newDialer reaches the inventory's machines as the settings say: the
