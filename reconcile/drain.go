@@ -25,14 +25,22 @@ func (r *Rollout) drainTimeout() time.Duration { return cmp.Or(r.DrainTimeout, D
 // cordoned by someone else, which stays so). A drain that fails or is
 // blocked past the drain timeout fails m's step before anything is sent
 // to it, the Node uncordoned again.
-func (r *Rollout) drainBefore(ctx context.Context, m *inventory.Machine) (func(context.Context) error, error) {
+//
+// talosDrains says that Talos drains on this reboot as well (the legacy
+// MachineService.Upgrade sequence, not staged): devata drains first all
+// the same, so that what blocks is named before anything is sent.
+func (r *Rollout) drainBefore(ctx context.Context, m *inventory.Machine, talosDrains bool) (func(context.Context) error, error) {
 	if r.Kube == nil {
 		r.say("==> %s: not drained: devata has no kubeconfig, so its Node is neither cordoned nor drained before the reboot and its pods go down with it (pass --kubeconfig to drain, or --drain=false to say so)", m.Name)
 		return nil, nil
 	}
 	bound := r.drainTimeout()
 	d := &drain.Drainer{Kube: r.Kube, Timeout: r.Timeout, Wait: bound, Poll: r.Poll, Say: r.Say, Heartbeat: r.Heartbeat}
-	r.say("==> %s: cordon and drain Node %s before the reboot (Talos does not drain on it)", m.Name, m.Name)
+	why := "Talos does not drain on it"
+	if talosDrains {
+		why = "MachineService.Upgrade would drain it too; devata drains first, so that what blocks is named before anything is sent"
+	}
+	r.say("==> %s: cordon and drain Node %s before the reboot (%s)", m.Name, m.Name, why)
 	ours, err := d.Cordon(ctx, m.Name, true)
 	switch {
 	case errors.Is(err, drain.ErrNoNode):

@@ -299,7 +299,8 @@ func (r *Rollout) apply(ctx context.Context, a Action, phase int) error {
 	if !r.Drain || a.Kind == KindJoin || !(unit{phase: phase}).reboots(a) {
 		return r.applyOnce(ctx, a, phase)
 	}
-	uncordon, err := r.drainBefore(ctx, a.Machine)
+	talosDrains := a.Kind == KindUpgrade && !a.Upgrade.Stage && machines.UpgradeVia(a.Upgrade.From) == machines.UpgradeViaLegacy
+	uncordon, err := r.drainBefore(ctx, a.Machine, talosDrains)
 	if err != nil {
 		return err
 	}

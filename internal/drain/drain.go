@@ -209,7 +209,7 @@ func budget(err error) string {
 		if !ok {
 			continue
 		}
-		name, why, _ := strings.Cut(rest, " ")
+		name, why, _ := strings.Cut(strings.TrimSuffix(rest, "."), " ")
 		if why != "" {
 			return name + ": " + why
 		}
