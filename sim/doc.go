@@ -639,7 +639,10 @@
 // runtimeState.networkErrors to nodestatus/setters.go ReadyCondition,
 // Ready=False, KubeletNotReady, "container runtime network not ready:
 // …"). The Node turns Ready in the round the agent pod is posted Ready,
-// never before (kubelet_cni_test.go).
+// never before (kubelet_cni_test.go). A boot clears what machined knew of
+// the Node (its NodeStatus is in memory): MachineStatus' nodeReady reads
+// "status is not available yet" until the kubelet posts again, never a
+// Ready left from before the reboot.
 // envtest runs no controllers and no containers, so once InstallCilium has
 // put the Kubernetes side of a Cilium install there, the sim also plays the
 // agent DaemonSet's pods (cilium_pods.go) and the agent (cilium_exec.go,
