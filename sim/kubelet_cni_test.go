@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -61,6 +62,10 @@ func TestNodeNotReadyAfterARebootUntilTheCNIAgentRunsAgain(t *testing.T) {
 		return nil
 	})
 
+	_, before := node()
+	booted := before.Status.StartTime
+	// start times have a second's precision: let the next boot's differ
+	time.Sleep(time.Until(booted.Add(1100 * time.Millisecond)))
 	c, err := f.Dialer.Client(ctx, f.Inventory.Machine("worker-1"))
 	if err != nil {
 		t.Fatal(err)
@@ -69,15 +74,14 @@ func TestNodeNotReadyAfterARebootUntilTheCNIAgentRunsAgain(t *testing.T) {
 	if err := c.Reboot(ctx); err != nil {
 		t.Fatal(err)
 	}
-	var sawDown, sawNetwork bool
+	// the agent pod's start time is the boot's: until it changes, what the
+	// API server holds is from before the reboot (or the Node is Unknown)
+	var sawNetwork bool
 	eventually(t, "worker-1 Ready again after its reboot", func() error {
 		cond, agent := node()
 		switch {
-		case cond.Status == corev1.ConditionUnknown:
-			sawDown = true
-			return fmt.Errorf("Ready Unknown: %s", cond.Message)
-		case !sawDown:
-			return fmt.Errorf("not down yet: Ready %s", cond.Status)
+		case agent.Status.StartTime.Equal(booted):
+			return fmt.Errorf("not back from its reboot yet: Ready %s", cond.Status)
 		case cond.Status == corev1.ConditionFalse:
 			if cond.Reason != "KubeletNotReady" || cond.Message != sim.NetworkNotReadyMessage {
 				t.Fatalf("worker-1 back from its reboot: Ready False %s %q, want KubeletNotReady %q", cond.Reason, cond.Message, sim.NetworkNotReadyMessage)
@@ -87,6 +91,8 @@ func TestNodeNotReadyAfterARebootUntilTheCNIAgentRunsAgain(t *testing.T) {
 			}
 			sawNetwork = true
 			return fmt.Errorf("NotReady: %s", cond.Message)
+		case cond.Status != corev1.ConditionTrue:
+			return fmt.Errorf("Ready %s: %s", cond.Status, cond.Message)
 		case podReady(agent) != corev1.ConditionTrue:
 			t.Fatalf("worker-1 Ready after its reboot while its agent pod %s is not (%v)", agent.Name, agent.Status.Conditions)
 		}
