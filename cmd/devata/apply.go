@@ -43,7 +43,7 @@ type applyFlags struct {
 
 // addDrainFlags adds --drain and --drain-timeout.
 func addDrainFlags(cmd *cobra.Command, drain *bool, timeout *time.Duration) {
-	cmd.Flags().BoolVar(drain, "drain", true, "cordon and drain a machine's Node before a change that reboots it (an upgrade, a rebooting apply: Talos drains on neither) through the Eviction API, PodDisruptionBudgets respected, DaemonSet and mirror pods left; uncordon it once the machine is back and ready; --drain=false reboots without a drain")
+	cmd.Flags().BoolVar(drain, "drain", true, "cordon and drain a machine's Node before a change that reboots it (an upgrade, a rebooting apply; Talos itself drains only inside the legacy MachineService.Upgrade) through the Eviction API, PodDisruptionBudgets respected, DaemonSet and mirror pods left; uncordon it once the machine is back and ready; --drain=false reboots without a drain")
 	cmd.Flags().DurationVar(timeout, "drain-timeout", reconcile.DefaultDrainTimeout, "how long a drain may take: past it that machine is not changed, its Node is uncordoned again, and the pods that block the drain are named with their PodDisruptionBudgets")
 }
 
