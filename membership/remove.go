@@ -20,6 +20,7 @@ import (
 
 	"devata.dev/devata/gate"
 	"devata.dev/devata/internal/configview"
+	"devata.dev/devata/internal/drain"
 	"devata.dev/devata/internal/heartbeat"
 	"devata.dev/devata/inventory"
 	"devata.dev/devata/machines"
@@ -355,12 +356,11 @@ func (r *Remover) Run(ctx context.Context, p *Plan) error {
 	return nil
 }
 
+// cordon marks the Node unschedulable; it is deleted in the end, so it
+// carries no mark for an uncordon.
 func (r *Remover) cordon(ctx context.Context, name string) error {
-	cctx, cancel := r.call(ctx)
-	defer cancel()
-	patch := []byte(`{"spec":{"unschedulable":true}}`)
-	_, err := r.Kube.CoreV1().Nodes().Patch(cctx, name, "application/merge-patch+json", patch, metav1.PatchOptions{})
-	if notFound(err) {
+	_, err := r.drainer().Cordon(ctx, name, false)
+	if errors.Is(err, drain.ErrNoNode) {
 		return nil
 	}
 	return err

@@ -389,7 +389,8 @@ func (r *Rollout) waitStaticPod(ctx context.Context, m *inventory.Machine, compo
 }
 
 // waitKubelet polls until the machine's Node reports the kubelet version,
-// Ready (or NotReady only for want of a CNI, as waitConverged accepts).
+// Ready (or NotReady only for want of a CNI while none runs in the
+// cluster, as waitConverged accepts).
 func (r *Rollout) waitKubelet(ctx context.Context, m *inventory.Machine, version string) error {
 	if r.Kube == nil {
 		return fmt.Errorf("%s: its kubelet %s is confirmed on its Node, and devata has no kubeconfig: pass --kubeconfig (or set KUBECONFIG), then run again", m.Name, version)
@@ -407,6 +408,11 @@ func (r *Rollout) waitKubelet(ctx context.Context, m *inventory.Machine, version
 			return "kubelet " + f.KubeletVersion
 		case !f.Ready && !machines.NetworkNotReady(f.ReadyReason):
 			return "kubelet " + version + ", not Ready (" + f.ReadyReason + ")"
+		case !f.Ready:
+			// NotReady for want of a CNI: expected only while none runs
+			if runs, why := r.cniRuns(ctx); runs {
+				return "kubelet " + version + ", not Ready (" + f.ReadyReason + ") while a CNI runs in the cluster (" + why + ")"
+			}
 		}
 		return ""
 	}, func(last string) error {

@@ -67,6 +67,10 @@ type Loop struct {
 	Timeout, Wait, TryTimeout, Poll time.Duration
 	// PullTimeout bounds an upgrade's installer pull (Rollout.PullTimeout).
 	PullTimeout time.Duration
+	// Drain drains a Node before a change that reboots its machine, within
+	// DrainTimeout (Rollout.Drain, Rollout.DrainTimeout).
+	Drain        bool
+	DrainTimeout time.Duration
 	// Grace bounds how long a stop waits for in-flight changes.
 	Grace time.Duration
 	Shard Shard

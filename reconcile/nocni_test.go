@@ -16,8 +16,9 @@ import (
 // Talos MachineStatus stays not ready with only its nodeReady condition unmet
 // (internal/app/machined/pkg/controllers/runtime/machine_status.go, the
 // nodeReady check last). A rollout must converge on Talos and etcd there, and
-// say why it did not wait for ready. The Nodes live in a real kube-apiserver
-// and are read back through client-go.
+// say why it did not wait for ready: no CNI runs in the cluster, read there
+// (reconcile/cni.go). The Nodes live in a real kube-apiserver and are read
+// back through client-go.
 func TestRolloutConvergesWhileNodesWaitForTheCNI(t *testing.T) {
 	env := testenv.Start(t)
 	kc, err := kubernetes.NewForConfig(env.Config)
@@ -53,13 +54,15 @@ func TestRolloutConvergesWhileNodesWaitForTheCNI(t *testing.T) {
 	if n := len(plan.Pending()); n != 2 {
 		t.Fatalf("%d actions, want 2: %v", n, plan.Actions)
 	}
-	out := h.rollout(nil).Run(ctx, plan)
+	r := h.rollout(nil)
+	r.Kube = kc
+	out := r.Run(ctx, plan)
 	log := strings.Join(h.lines, "\n")
 	if !out.Done() || len(out.Converged) != 2 {
 		t.Fatalf("rollout did not converge while Nodes wait for the CNI: %+v\n%s", out, log)
 	}
 	for _, name := range []string{"worker-1", "cp-2"} {
-		want := name + `: running; not ready only because its Node is not (nodeReady: node "` + name + `" is not ready)`
+		want := name + `: running; not ready only because its Node is not (nodeReady: node "` + name + `" is not ready): no CNI runs in the cluster (no cilium agent pod Ready, no Node Ready)`
 		if !strings.Contains(log, want) {
 			t.Errorf("the rollout does not say why it did not wait for ready on %s; want %q in:\n%s", name, want, log)
 		}

@@ -98,6 +98,10 @@ type Plan struct {
 	// Kubernetes is the Kubernetes version change the actions make, when
 	// one does: what moves now, what waits, or why it is refused.
 	Kubernetes *gate.KubeRollout
+
+	// drain: the rollout drains before a rebooting change (Planner.Drain);
+	// noKube: it has no kubeconfig to do it with.
+	drain, noKube bool
 }
 
 // Hops says whether the plan upgrades a machine on a hop of a longer way:
@@ -183,6 +187,10 @@ type Planner struct {
 	// machine config, secrets included, over the maintenance connection,
 	// which authenticates no one (talosctl apply-config --insecure).
 	Joins bool
+	// Drain says, in the plan, that the rollout drains each Node before a
+	// change that reboots its machine (Rollout.Drain); without Kube, that
+	// it cannot.
+	Drain bool
 }
 
 // Plan observes the given machines (all when nil) and returns the plan.
@@ -220,7 +228,7 @@ func (p *Planner) Plan(ctx context.Context, only []*inventory.Machine) (*Plan, e
 		}
 		return 0
 	})
-	plan := &Plan{Actions: actions}
+	plan := &Plan{Actions: actions, drain: p.Drain, noKube: p.Kube == nil}
 	if ctx.Err() == nil {
 		others := sync.OnceValue(func() []*machines.Observation { return p.observeOthers(ctx, actions) })
 		p.planJoins(actions, others)

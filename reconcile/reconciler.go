@@ -65,7 +65,7 @@ func diffSummary(a Action) string {
 // nothing to apply (in sync, held, failed to plan, interrupted).
 func (r *machineReconciler) planOne(ctx context.Context, d *Desired, desired map[string][]byte, m *inventory.Machine) (Action, string, error) {
 	l := r.loop
-	p := &Planner{Inventory: d.Inventory, Desired: desired, DesiredFor: d.Configs.For, Dialer: l.Dialer, Mode: l.Mode, Concurrency: 1, Timeout: l.Timeout, Upgrades: l.Upgrades, Kube: l.Kube, Joins: l.Joins}
+	p := &Planner{Inventory: d.Inventory, Desired: desired, DesiredFor: d.Configs.For, Dialer: l.Dialer, Mode: l.Mode, Concurrency: 1, Timeout: l.Timeout, Upgrades: l.Upgrades, Kube: l.Kube, Joins: l.Joins, Drain: l.Drain}
 	plan, err := p.Plan(ctx, []*inventory.Machine{m})
 	if err != nil {
 		return Action{}, OutcomeInterrupted, nil
@@ -159,7 +159,7 @@ func (r *machineReconciler) change(ctx context.Context, d *Desired, desired map[
 	ro := &Rollout{
 		Inventory: d.Inventory, Desired: desired, Dialer: l.Dialer, MaxUnavailable: 1,
 		Timeout: l.Timeout, Wait: l.Wait, TryTimeout: l.TryTimeout, Poll: l.Poll, PullTimeout: l.PullTimeout,
-		AllowQuorumLoss: l.AllowQuorumLoss, Kube: l.Kube,
+		AllowQuorumLoss: l.AllowQuorumLoss, Kube: l.Kube, Drain: l.Drain, DrainTimeout: l.DrainTimeout,
 		Say: func(format string, args ...any) {
 			l.Log.Info(strings.TrimSpace(fmt.Sprintf(format, args...)), "machine", key)
 		},

@@ -46,12 +46,24 @@ type Rollout struct {
 	// Heartbeat is how often a wait (for a machine or a gate) says through
 	// Say that it still waits (heartbeat.Every when zero).
 	Heartbeat time.Duration
-	// Kube reads the Nodes: a moved kubelet is confirmed on its Node.
+	// Kube reads the Nodes: a moved kubelet is confirmed on its Node, a
+	// Node is drained, and whether a CNI runs is read there.
 	Kube kubernetes.Interface
+	// Drain cordons and drains a machine's Node before a change that
+	// reboots it (an upgrade, a rebooting apply) and uncordons it once the
+	// machine is back, running and ready: Talos drains on none of them
+	// (v1alpha1_sequencer.go in v1.14.1: only the legacy
+	// MachineService.Upgrade sequence runs CordonAndDrainNode). A drain
+	// that does not finish within DrainTimeout (DefaultDrainTimeout when
+	// zero) fails that machine's step with the blocking pods named.
+	Drain        bool
+	DrainTimeout time.Duration
 
-	// mu guards joinedOn, which joins in a batch of workers write.
+	// mu guards joinedOn, which joins in a batch of workers write, and
+	// cniSeen (see cniRuns).
 	mu       sync.Mutex
 	joinedOn map[string]string
+	cniSeen  string
 }
 
 // Outcome is what a rollout did.
@@ -281,8 +293,31 @@ func (r *Rollout) applyAll(ctx context.Context, a Action) error {
 }
 
 // apply carries out one apply of an action: a Kubernetes phase (phase ≥ 0),
-// an upgrade, a join or a config change.
+// an upgrade, a join or a config change; one that reboots a configured
+// machine between a drain of its Node and its uncordon (Drain).
 func (r *Rollout) apply(ctx context.Context, a Action, phase int) error {
+	if !r.Drain || a.Kind == KindJoin || !(unit{phase: phase}).reboots(a) {
+		return r.applyOnce(ctx, a, phase)
+	}
+	talosDrains := a.Kind == KindUpgrade && !a.Upgrade.Stage && machines.UpgradeVia(a.Upgrade.From) == machines.UpgradeViaLegacy
+	uncordon, err := r.drainBefore(ctx, a.Machine, talosDrains)
+	if err != nil {
+		return err
+	}
+	if err := r.applyOnce(ctx, a, phase); err != nil {
+		if uncordon != nil {
+			r.say("    %s: its Node stays cordoned (devata cordoned it): kubectl uncordon %s once it is healthy, or run devata again", a.Machine.Name, a.Machine.Name)
+		}
+		return err
+	}
+	if uncordon != nil {
+		return uncordon(ctx)
+	}
+	return nil
+}
+
+// applyOnce is apply without the drain.
+func (r *Rollout) applyOnce(ctx context.Context, a Action, phase int) error {
 	switch {
 	case phase >= 0:
 		return r.kubePhase(ctx, a, a.Kubernetes.Phases[phase])
@@ -384,8 +419,13 @@ func (r *Rollout) waitConverged(ctx context.Context, m *inventory.Machine, want 
 			case !d.Equal:
 				last = "applied config still differs: " + d.Summary()
 			case o.Stage == "running" && o.NotReadyOnlyForNode():
+				runs, why := r.cniRuns(ctx)
+				if runs {
+					last = fmt.Sprintf("running, but its Node is not Ready (%s) while a CNI runs in the cluster (%s): waiting for the Node", strings.Join(o.Unmet, "; "), why)
+					break
+				}
 				beat.Stop()
-				r.say("    %s: running; not ready only because its Node is not (%s): Talos and etcd are what this waits for, the kubelet check reports the Node", m.Name, strings.Join(o.Unmet, "; "))
+				r.say("    %s: running; not ready only because its Node is not (%s): %s; Talos and etcd are what this waits for, the kubelet check reports the Node", m.Name, strings.Join(o.Unmet, "; "), why)
 				return o, nil
 			case o.Stage != "running" || !o.Ready:
 				last = fmt.Sprintf("stage %s, ready %t", o.Stage, o.Ready)

@@ -427,7 +427,16 @@ func (r *Rollout) waitUpgraded(ctx context.Context, m *inventory.Machine, u *Upg
 		octx, ocancel := context.WithTimeout(ctx, r.Timeout)
 		o := machines.Observe(octx, r.Dialer, m, reads...)
 		ocancel()
-		ready := o.Stage == "running" && (o.Ready || o.NotReadyOnlyForNode())
+		ready := o.Stage == "running" && o.Ready
+		nodeWait := ""
+		if o.Err == nil && o.Stage == "running" && o.NotReadyOnlyForNode() {
+			// ready but for its Node: enough only while no CNI runs
+			runs, why := r.cniRuns(ctx)
+			ready = !runs
+			if runs {
+				nodeWait = "; its Node is not Ready while a CNI runs in the cluster (" + why + "): waiting for the Node"
+			}
+		}
 		booted := len(reads) == 0 || o.Boot != nil && u.want.Matches(o.Boot)
 		switch {
 		case o.Err != nil:
@@ -445,6 +454,7 @@ func (r *Rollout) waitUpgraded(ctx context.Context, m *inventory.Machine, u *Upg
 			if len(o.Unmet) > 0 {
 				last += "; unmet: " + strings.Join(o.Unmet, "; ")
 			}
+			last += nodeWait
 			switch {
 			case o.BootErr != nil:
 				last += "; extensions unread: " + o.BootErr.Error()

@@ -76,6 +76,7 @@ func (p *Plan) Write(w io.Writer) {
 			for _, warn := range act.Warnings {
 				fmt.Fprintf(w, "      warning: %s\n", warn)
 			}
+			p.writeDrain(w, act)
 		case KindUpgrade:
 			u := act.Upgrade
 			if u.From == u.To {
@@ -96,6 +97,7 @@ func (p *Plan) Write(w io.Writer) {
 			for _, warn := range act.Warnings {
 				fmt.Fprintf(w, "      warning: %s\n", warn)
 			}
+			p.writeDrain(w, act)
 		case KindJoin:
 			fmt.Fprintf(w, "  %-20s join (REBOOTS): %s\n", who, act.Reason)
 			for _, warn := range act.Warnings {
@@ -113,6 +115,25 @@ func (p *Plan) Write(w io.Writer) {
 		fmt.Fprintf(w, "  %d of %d machines in sync\n", inSync, len(p.Actions))
 	}
 	writeKubernetes(w, p.Kubernetes)
+}
+
+// writeDrain says under a change that reboots its machine what happens
+// to its Node first: Talos drains on no such reboot (an upgrade through
+// LifecycleService, a staged upgrade, a rebooting apply), so devata does
+// when asked (Planner.Drain). The legacy MachineService.Upgrade would
+// drain it itself; devata drains before the call, so Talos finds it
+// drained.
+func (p *Plan) writeDrain(w io.Writer, act Action) {
+	reboots := act.Reboots || act.Kubernetes != nil && slices.ContainsFunc(act.Kubernetes.Phases, func(ph KubePhase) bool { return ph.Reboots })
+	switch {
+	case !reboots:
+	case !p.drain:
+		fmt.Fprintln(w, "      no drain (--drain=false): its pods go down with it")
+	case p.noKube:
+		fmt.Fprintln(w, "      not drained: devata has no kubeconfig, so its Node is neither cordoned nor drained before the reboot (pass --kubeconfig, or --drain=false to say so)")
+	default:
+		fmt.Fprintln(w, "      drain first: cordon its Node and evict its pods through the Eviction API (PodDisruptionBudgets hold; DaemonSet and mirror pods stay; as kubectl drain NODE --ignore-daemonsets --delete-emptydir-data), uncordon it once it is back and ready")
+	}
 }
 
 // sameAction reports whether two actions say the same thing but for the

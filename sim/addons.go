@@ -176,7 +176,7 @@ func (f *Fleet) syncAddons(ctx context.Context, kc kubernetes.Interface, posting
 			cluster = s
 		}
 
-		netReady[node] = !s.cniNone() || f.agentPodOn(m.name) != nil
+		netReady[node] = !s.cniNone() || f.agentRunning(m.name, s)
 
 		for _, p := range staticPodsOf(s) {
 			pod := &corev1.Pod{

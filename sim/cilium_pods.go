@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -31,9 +32,16 @@ const (
 	simOwnedAnnotation   = "sim.devata.dev/agent-of"
 )
 
-// agentPod is an agent pod the sim runs on a machine.
+// agentPod is an agent pod the sim runs on a machine. boot is the boot of
+// the machine it last saw, fresh whether the pod was created during that
+// boot: a new pod's agent runs at once (the sim's approximation of a first
+// install), one that was there before a reboot only CNIStartDelay after
+// the boot. running is what its last posted status said: the agent runs
+// (its pod Ready, unless a CiliumAgentNotReady fault holds it).
 type agentPod struct {
 	namespace, name string
+	boot            time.Time
+	fresh, running  bool
 }
 
 func (f *Fleet) agentPodOn(machine string) *agentPod {
@@ -41,6 +49,15 @@ func (f *Fleet) agentPodOn(machine string) *agentPod {
 	defer f.mu.Unlock()
 
 	return f.agents[machine]
+}
+
+// agentRunning reports whether the cilium agent runs on the machine in
+// its boot s.booted, and so has written the CNI config the kubelet's
+// runtime network status waits for (see Options.CNIStartDelay).
+func (f *Fleet) agentRunning(machine string, s snapshot) bool {
+	p := f.agentPodOn(machine)
+
+	return p != nil && p.boot.Equal(s.booted) && p.running
 }
 
 // agentPodName is the pod name the DaemonSet controller would give: the
@@ -108,11 +125,20 @@ func (f *Fleet) syncAgentPods(ctx context.Context, kc kubernetes.Interface, post
 	}
 
 	for m, node := range posting {
-		p := &agentPod{namespace: ds.Namespace, name: agentPodName(ds.Name, node)}
-		if err := syncAgentPod(ctx, kc, ds, p, node, m.snap()); err != nil {
+		s := m.snap()
+		p := &agentPod{namespace: ds.Namespace, name: agentPodName(ds.Name, node), boot: s.booted}
+
+		if prev := f.agentPodOn(m.name); prev != nil && prev.namespace == p.namespace && prev.name == p.name && prev.boot.Equal(s.booted) {
+			p.fresh = prev.fresh
+		}
+
+		created, running, err := syncAgentPod(ctx, kc, ds, p, node, s, f.cniDelay)
+		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", m.name, err))
 			continue
 		}
+
+		p.fresh, p.running = p.fresh || created, running
 
 		f.mu.Lock()
 		f.agents[m.name] = p
@@ -122,11 +148,16 @@ func (f *Fleet) syncAgentPods(ctx context.Context, kc kubernetes.Interface, post
 	return errors.Join(errs...)
 }
 
-func syncAgentPod(ctx context.Context, kc kubernetes.Interface, ds *appsv1.DaemonSet, p *agentPod, node string, s snapshot) error {
+// syncAgentPod creates the agent pod when it is missing (created) and
+// keeps its status: after a reboot its container runs again but is not
+// Ready until the agent is up, delay after the boot; a CiliumAgentNotReady
+// fault keeps it not Ready. running says the agent runs (whatever the fault).
+func syncAgentPod(ctx context.Context, kc kubernetes.Interface, ds *appsv1.DaemonSet, p *agentPod, node string, s snapshot, delay time.Duration) (created, running bool, _ error) {
 	pods := kc.CoreV1().Pods(p.namespace)
 
 	pod, err := pods.Get(ctx, p.name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
+		created = true
 		tmpl := ds.Spec.Template.DeepCopy()
 		pod = &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{
@@ -142,28 +173,31 @@ func syncAgentPod(ctx context.Context, kc kubernetes.Interface, ds *appsv1.Daemo
 		pod.Spec.NodeName = node
 
 		if pod, err = pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-			return fmt.Errorf("create agent pod %s/%s: %w", p.namespace, p.name, err)
+			return false, false, fmt.Errorf("create agent pod %s/%s: %w", p.namespace, p.name, err)
 		}
 	} else if err != nil {
-		return err
+		return false, false, err
 	}
 
 	ready, reason, message := corev1.ConditionTrue, "", ""
-	if s.faults.CiliumAgentNotReady {
+	starting := !created && !p.fresh && time.Since(s.booted) < delay
+
+	if s.faults.CiliumAgentNotReady || starting {
 		ready, reason, message = corev1.ConditionFalse, "ContainersNotReady", "containers with unready status: [cilium-agent]"
 	}
 
-	if prev := podCondition(pod, corev1.PodReady); prev != nil && prev.Status == ready && pod.Status.Phase == corev1.PodRunning {
-		return nil
+	if prev := podCondition(pod, corev1.PodReady); prev != nil && prev.Status == ready && pod.Status.Phase == corev1.PodRunning &&
+		pod.Status.StartTime != nil && pod.Status.StartTime.Equal(&metav1.Time{Time: s.booted.Truncate(time.Second)}) {
+		return created, !starting, nil
 	}
 
 	pod.Status = podRunning(s.host, s.host, s.booted, []corev1.Container{{Name: ciliumAgentContainer, Image: containerImage(pod)}}, ready == corev1.ConditionTrue, reason, message)
 
 	if _, err := pods.UpdateStatus(ctx, pod, metav1.UpdateOptions{}); err != nil {
-		return fmt.Errorf("update agent pod status: %w", err)
+		return created, false, fmt.Errorf("update agent pod status: %w", err)
 	}
 
-	return nil
+	return created, !starting, nil
 }
 
 func containerImage(p *corev1.Pod) string {

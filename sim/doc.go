@@ -496,7 +496,9 @@
 // # What stays kinder than Talos
 //
 // Reboots and boots take RebootDelay, not minutes; etcd joins take
-// EtcdJoinDelay; services start at once. An upgrade takes UpgradeDelay,
+// EtcdJoinDelay; services start at once. A cilium agent pod created on a
+// running node (a first install, a node that joins) runs at once; only
+// one that was there before a reboot takes CNIStartDelay. An upgrade takes UpgradeDelay,
 // its drain evicts no pods, and an installer is pulled at once (a missing
 // one fails at once too, where Talos 1.14's legacy Upgrade retries five
 // times over two minutes). The installer of the legacy upgrade sequence
@@ -627,7 +629,20 @@
 // HTTPS endpoint (self-signed, on the Node's InternalIP and
 // daemonEndpoints port) serving pods/exec with the CRI streaming server's
 // remotecommand code. A Node whose config has cluster.network.cni none is
-// NotReady (NetworkPluginNotReady) until a cilium agent pod runs on it.
+// NotReady (NetworkPluginNotReady) until a cilium agent pod runs on it,
+// and again after every reboot until that pod's agent runs again,
+// Options.CNIStartDelay after the boot (the pod meanwhile Running, not
+// Ready): the kubelet's Ready condition carries the runtime's network
+// status (kubernetes v1.37.2 pkg/kubelet/kubelet.go updateRuntimeUp sets
+// runtimeState's network error from containerd's NetworkReady;
+// kubelet_node_status.go defaultNodeStatusFuncs passes
+// runtimeState.networkErrors to nodestatus/setters.go ReadyCondition,
+// Ready=False, KubeletNotReady, "container runtime network not ready:
+// …"). The Node turns Ready in the round the agent pod is posted Ready,
+// never before (kubelet_cni_test.go). A boot clears what machined knew of
+// the Node (its NodeStatus is in memory): MachineStatus' nodeReady reads
+// "status is not available yet" until the kubelet posts again, never a
+// Ready left from before the reboot.
 // envtest runs no controllers and no containers, so once InstallCilium has
 // put the Kubernetes side of a Cilium install there, the sim also plays the
 // agent DaemonSet's pods (cilium_pods.go) and the agent (cilium_exec.go,

@@ -81,6 +81,12 @@ type Options struct {
 	// replaces it per machine (default 100ms; on Talos seconds to
 	// minutes: an installer is a few hundred MB).
 	InstallerPullDelay time.Duration
+	// CNIStartDelay is how long after a boot the cilium agent pod already
+	// on a node takes to run again and write its CNI config: until then
+	// the node's kubelet reports its Node NotReady
+	// (NetworkPluginNotReady) and the agent pod not Ready (default 2s; on
+	// Talos tens of seconds). See cilium_pods.go agentRunning.
+	CNIStartDelay time.Duration
 }
 
 // MachineSpec describes one simulated machine.
@@ -145,6 +151,7 @@ type Fleet struct {
 	criDelay       time.Duration // see Options.CRIStartDelay
 	restartDelay   time.Duration // see Options.RestartDelay
 	pullDelay      time.Duration // see Options.InstallerPullDelay
+	cniDelay       time.Duration // see Options.CNIStartDelay
 	ca             *authority
 	grpc           *grpc.Server    // serves every machine's listeners
 	maintenanceTLS *tls.Config     // shared: one self-signed certificate
@@ -209,6 +216,10 @@ func Start(ctx context.Context, opts Options) (*Fleet, error) {
 		opts.InstallerPullDelay = 100 * time.Millisecond
 	}
 
+	if opts.CNIStartDelay <= 0 {
+		opts.CNIStartDelay = 2 * time.Second
+	}
+
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -235,6 +246,7 @@ func Start(ctx context.Context, opts Options) (*Fleet, error) {
 		criDelay:     opts.CRIStartDelay,
 		restartDelay: opts.RestartDelay,
 		pullDelay:    opts.InstallerPullDelay,
+		cniDelay:     opts.CNIStartDelay,
 		ca:           ca,
 		meta:         meta,
 		byName:       map[string]*Machine{},

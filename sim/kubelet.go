@@ -84,7 +84,7 @@ func (f *Fleet) SyncKubelets(ctx context.Context, kc kubernetes.Interface) map[s
 	// A node waiting for its CNI is Ready as soon as its agent runs, as the
 	// kubelet notices the CNI config the agent writes.
 	for m := range posting {
-		if m.snap().cniNone() && f.agentPodOn(m.name) != nil {
+		if s := m.snap(); s.cniNone() && f.agentRunning(m.name, s) {
 			if _, err := m.syncKubelet(ctx, kc); err != nil {
 				errs[m.name] = err
 			}
@@ -178,8 +178,12 @@ func (m *Machine) syncKubelet(ctx context.Context, kc kubernetes.Interface) (str
 		ready.Status, ready.Reason, ready.Message = corev1.ConditionUnknown, "NodeStatusUnknown", "Kubelet stopped posting node status."
 	case s.faults.KubeletUnhealthy:
 		ready.Status, ready.Reason, ready.Message = corev1.ConditionFalse, "KubeletNotReady", "PLEG is not healthy: pleg was last seen active 3m0s ago; threshold is 3m0s"
-	case s.cniNone() && m.fleet.agentPodOn(m.name) == nil:
-		// cluster.network.cni none: no CNI until Cilium's agent runs here.
+	case s.cniNone() && !m.fleet.agentRunning(m.name, s):
+		// cluster.network.cni none: no CNI until Cilium's agent runs here,
+		// after every boot again (Options.CNIStartDelay): the kubelet's
+		// runtime network status is containerd's NetworkReady
+		// (kubelet.go updateRuntimeUp, runtimeState.networkErrors), which
+		// nodestatus.ReadyCondition turns into Ready=False.
 		ready.Status, ready.Reason, ready.Message = corev1.ConditionFalse, "KubeletNotReady", NetworkNotReadyMessage
 	}
 	if prev := findCondition(node, corev1.NodeReady); prev != nil && prev.Status == ready.Status {

@@ -296,6 +296,9 @@ func (m *Machine) boot(gen int) {
 	m.active = m.persisted
 	m.booted = time.Now()
 	m.bootDone = false
+	// machined's NodeStatus is gone with the boot: it is read again from
+	// the Node once the kubelet runs (kubelet.go noteNode)
+	m.node = nodeFacts{}
 	m.etcdStopped = time.Time{}
 	m.etcdFailed, m.etcdFailure = time.Time{}, ""
 	failing := m.bootFailing

@@ -36,6 +36,23 @@ type applyFlags struct {
 	// pullTimeoutSet when given on the command line
 	pullTimeout    time.Duration
 	pullTimeoutSet bool
+	// drain, drainTimeout: --drain, --drain-timeout (reconcile.Rollout.Drain)
+	drain        bool
+	drainTimeout time.Duration
+}
+
+// addDrainFlags adds --drain and --drain-timeout.
+func addDrainFlags(cmd *cobra.Command, drain *bool, timeout *time.Duration) {
+	cmd.Flags().BoolVar(drain, "drain", true, "cordon and drain a machine's Node before a change that reboots it (an upgrade, a rebooting apply; Talos itself drains only inside the legacy MachineService.Upgrade) through the Eviction API, PodDisruptionBudgets respected, DaemonSet and mirror pods left; uncordon it once the machine is back and ready; --drain=false reboots without a drain")
+	cmd.Flags().DurationVar(timeout, "drain-timeout", reconcile.DefaultDrainTimeout, "how long a drain may take: past it that machine is not changed, its Node is uncordoned again, and the pods that block the drain are named with their PodDisruptionBudgets")
+}
+
+// checkDrainTimeout refuses a --drain-timeout that is not positive.
+func checkDrainTimeout(d time.Duration) error {
+	if d <= 0 {
+		return usageError(fmt.Errorf("--drain-timeout %s: give a positive duration, e.g. %s", d, reconcile.DefaultDrainTimeout))
+	}
+	return nil
 }
 
 // pullTimeoutUsage is --pull-timeout's help.
@@ -99,6 +116,17 @@ talosctl upgrade-k8s does: every kube-apiserver, then the controller-managers,
 schedulers and kubelets, each confirmed on its static pod or Node; the plan
 shows the steps, and what waits while an API server lags.
 
+Before a change that reboots a configured machine devata cordons its Node and
+drains it through the Eviction API (PodDisruptionBudgets respected, DaemonSet
+and mirror pods left, as kubectl drain --ignore-daemonsets
+--delete-emptydir-data): Talos does not drain on a rebooting apply or on an
+upgrade through LifecycleService or a staged one. It uncordons the Node once
+the machine is back and ready (a Node someone else cordoned stays so). A
+drain that does not finish within --drain-timeout leaves that machine
+unchanged, its Node uncordoned, names the pods and budgets that block it, and
+stops the rollout. Without a kubeconfig it says so and reboots undrained;
+--drain=false never drains. The plan says which applies drain.
+
 A change that reboots a machine (a join too) is confirmed at the terminal
 unless --yes; with no terminal apply refuses rather than guess.
 
@@ -119,6 +147,7 @@ Exit 0 done (or nothing to do), 1 some machines not converged, 2 error.`,
 	cmd.Flags().BoolVar(&flags.upgrade, "upgrade", false, "also upgrade Talos on machines whose config is in sync and whose version or booted schematic is not the inventory's (as devata upgrade)")
 	cmd.Flags().BoolVar(&flags.dropExtensions, "drop-extensions", false, dropExtensionsUsage)
 	addPullTimeoutFlag(cmd, &flags.pullTimeout, true)
+	addDrainFlags(cmd, &flags.drain, &flags.drainTimeout)
 	flags.lock.register(cmd, true)
 	return cmd
 }
@@ -208,6 +237,9 @@ func (a *app) apply(ctx context.Context, flags applyFlags) error {
 	if err := checkPullTimeout(flags.pullTimeout, flags.pullTimeoutSet, flags.upgrades != nil); err != nil {
 		return err
 	}
+	if err := checkDrainTimeout(flags.drainTimeout); err != nil {
+		return err
+	}
 	s, err := a.openSession(ctx, false)
 	if err != nil {
 		return err
@@ -229,7 +261,7 @@ func (a *app) apply(ctx context.Context, flags applyFlags) error {
 	if a.settings.Simulated {
 		fmt.Fprintln(out, "SIMULATED: the machines are devata's simulated fleet.")
 	}
-	planner := &reconcile.Planner{Inventory: s.inv, Desired: s.desired.Held(), DesiredFor: s.desired.For, Dialer: s.dialer, Mode: mode, Concurrency: a.settings.Concurrency, Timeout: a.settings.Timeout, Upgrades: flags.upgrades, Kube: s.kube, Joins: true}
+	planner := &reconcile.Planner{Inventory: s.inv, Desired: s.desired.Held(), DesiredFor: s.desired.For, Dialer: s.dialer, Mode: mode, Concurrency: a.settings.Concurrency, Timeout: a.settings.Timeout, Upgrades: flags.upgrades, Kube: s.kube, Joins: true, Drain: flags.drain}
 	if line := a.inventoryProvenance(ctx, s.inv.Path).Line(s.inv.Path); line != "" {
 		fmt.Fprintln(out, line)
 	}
@@ -285,7 +317,7 @@ func (a *app) applyRound(ctx context.Context, flags applyFlags, s *session, plan
 	ro := &reconcile.Rollout{
 		Inventory: s.inv, Desired: s.desired.Held(), Dialer: s.dialer,
 		MaxUnavailable: flags.maxUnavailable, Timeout: a.settings.Timeout, Wait: flags.wait, PullTimeout: flags.pullTimeout,
-		AllowQuorumLoss: flags.allowQuorum, Kube: s.kube,
+		AllowQuorumLoss: flags.allowQuorum, Kube: s.kube, Drain: flags.drain, DrainTimeout: flags.drainTimeout,
 		Say: func(format string, args ...any) { fmt.Fprintf(out, format+"\n", args...) },
 	}
 	res := ro.Run(ctx, plan)

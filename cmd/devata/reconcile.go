@@ -31,6 +31,8 @@ type reconcileFlags struct {
 	interval, grace, wait, backoffMax         time.Duration
 	pullTimeout                               time.Duration
 	pullTimeoutSet                            bool
+	drain                                     bool
+	drainTimeout                              time.Duration
 	lock                                      lockFlags
 	once, reportOnly, dryRun, leaderElect     bool
 	allowQuorumLoss, upgrade, join            bool
@@ -63,7 +65,9 @@ changed under apply's rollout policy: one control plane at a time with etcd
 gates before and after, at most --max-unavailable workers, a global write rate.
 A change that reboots a control plane is refused, and the machine left pending,
 when etcd would lose quorum without it (one or two control planes) unless
---allow-quorum-loss.
+--allow-quorum-loss. Before a change that reboots a machine its Node is
+cordoned and drained, and uncordoned once it is back and ready, as devata
+apply does (--drain, --drain-timeout).
 A failed gate stops every change and is reported on every pass until it clears;
 a machine that keeps failing is retried with exponential backoff while the
 others carry on. Every action is written to --audit-log as a JSON line, synced
@@ -96,6 +100,7 @@ Metrics, /healthz and /readyz are served on --metrics-addr.`,
 	f.BoolVar(&flags.join, "join", false, "also configure machines found in maintenance mode once etcd runs, so that they join the cluster, as devata apply does (off by default: their config, secrets included, goes over the maintenance connection, which authenticates no one)")
 	f.BoolVar(&flags.upgrade, "upgrade", false, "also upgrade Talos on machines whose config is in sync and whose version is not cluster.talosVersion, as devata upgrade does (off by default: every upgrade reboots its machine)")
 	addPullTimeoutFlag(cmd, &flags.pullTimeout, true)
+	addDrainFlags(cmd, &flags.drain, &flags.drainTimeout)
 	f.StringVar(&flags.metricsAddr, "metrics-addr", "", "serve /metrics, /healthz and /readyz on this address, e.g. :9090")
 	f.StringVar(&flags.shard, "shard", "", "own only shard i of N (i/N): workers by FNV-1a of their name; control planes belong to shard 0")
 	f.BoolVar(&flags.leaderElect, "leader-elect", false, "act only while holding a Lease (in-cluster config or --kubeconfig)")
@@ -136,6 +141,9 @@ func (a *app) reconcile(ctx context.Context, flags reconcileFlags) error {
 		return usageError(errors.New("--report-only and --dry-run exclude each other: --report-only already sends nothing"))
 	}
 	if err := checkPullTimeout(flags.pullTimeout, flags.pullTimeoutSet, flags.upgrade); err != nil {
+		return err
+	}
+	if err := checkDrainTimeout(flags.drainTimeout); err != nil {
 		return err
 	}
 	log := a.loopLogger()
@@ -186,7 +194,7 @@ func (a *app) reconcile(ctx context.Context, flags reconcileFlags) error {
 		Interval: flags.interval, ReportOnly: flags.reportOnly, DryRun: flags.dryRun,
 		Mode: mode, MaxUnavailable: flags.maxUnavailable, AllowQuorumLoss: flags.allowQuorumLoss, Upgrades: flags.upgrades(), Joins: flags.join,
 		Workers: a.settings.Concurrency, Concurrency: a.settings.Concurrency,
-		Timeout: a.settings.Timeout, Wait: flags.wait, PullTimeout: flags.pullTimeout, Grace: flags.grace, Shard: shard,
+		Timeout: a.settings.Timeout, Wait: flags.wait, PullTimeout: flags.pullTimeout, Drain: flags.drain, DrainTimeout: flags.drainTimeout, Grace: flags.grace, Shard: shard,
 		WriteRate: flags.writeRate, WriteBurst: flags.writeBurst, BackoffMax: flags.backoffMax,
 		Metrics: metrics, Audit: audit, Log: log,
 	}

@@ -49,6 +49,16 @@ faster registry or a mirror, on 1.13 and later a pull beforehand with
 talosctl image pull --namespace system, or a longer --pull-timeout), and
 stops there.
 
+The drain: Talos drains a Node only in the legacy MachineService.Upgrade
+sequence, not on a LifecycleService upgrade or a staged one
+(v1alpha1_sequencer.go). devata cordons and drains each machine's Node itself
+before its upgrade, through the Eviction API (PodDisruptionBudgets respected,
+DaemonSet and mirror pods left), and uncordons it once the machine is back on
+the new version and ready. A drain that does not finish within
+--drain-timeout leaves that machine on its version, its Node uncordoned,
+names the pods and budgets that block it, and stops. Without a kubeconfig it
+says so and upgrades undrained; --drain=false never drains.
+
 The version rule: never a downgrade (talosctl rollback goes back to the
 previous boot), and one minor release at a time: a longer way goes hop by hop,
 each on the newest patch of the minor in between from the same installer
@@ -74,6 +84,7 @@ Exit 0 done (or nothing to do), 1 some machines not upgraded, 2 error.`,
 	cmd.Flags().BoolVar(&flags.upgrades.Force, "force", false, "allow a downgrade or a jump of more than one minor release")
 	cmd.Flags().BoolVar(&flags.upgrades.DropExtensions, "drop-extensions", false, dropExtensionsUsage)
 	addPullTimeoutFlag(cmd, &flags.pullTimeout, false)
+	addDrainFlags(cmd, &flags.drain, &flags.drainTimeout)
 	cmd.Flags().BoolVar(&flags.upgrades.Stage, "stage", false, "stage the upgrade: Talos reboots and installs it during that boot, before anything holds the files (talosctl upgrade --stage)")
 	flags.lock.register(cmd, true)
 	return cmd

@@ -40,6 +40,7 @@ var allowed = []struct {
 	{"internal/snapshottest", nil},
 	{"internal/layers", nil},
 	{"internal/heartbeat", nil},
+	{"internal/drain", []string{"internal/heartbeat"}},
 	// the spec and what is rendered from it
 	{"inventory", []string{"internal/talos", "redact"}},
 	{"bootstrap", []string{"internal/configview", "internal/outfile", "internal/talos", "inventory", "redact"}},
@@ -51,10 +52,10 @@ var allowed = []struct {
 	// the one list of checks
 	{"checks", []string{"drift", "inventory", "machines", "netcheck", "storagecheck"}},
 	// what changes machines
-	{"reconcile", []string{"bootstrap", "drift", "gate", "internal/heartbeat", "internal/talos", "inventory", "machines", "provenance"}},
+	{"reconcile", []string{"bootstrap", "drift", "gate", "internal/drain", "internal/heartbeat", "internal/talos", "inventory", "machines", "provenance"}},
 	{"bootstrap/sequence", []string{"bootstrap", "checks", "drift", "gate", "internal/heartbeat", "inventory", "machines", "provenance", "snapshot"}},
 	{"backup", []string{"gate", "internal/outfile", "inventory", "machines", "provenance", "snapshot"}},
-	{"membership", []string{"gate", "internal/configview", "internal/heartbeat", "inventory", "machines"}},
+	{"membership", []string{"gate", "internal/configview", "internal/drain", "internal/heartbeat", "inventory", "machines"}},
 	// test bed and tools
 	{"internal/simfleet", []string{"bootstrap", "internal/testenv", "inventory", "machines", "sim"}},
 	{"internal/simtest", []string{"bootstrap", "examples", "internal/simfleet", "inventory", "machines", "sim"}},
