@@ -6,11 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
 	"devata.dev/devata/backup"
@@ -145,13 +148,48 @@ func (a *app) bootstrap(ctx context.Context, flags bootstrapFlags) error {
 	case drift.ExitInSync:
 		fmt.Fprintf(out, "bootstrap complete: cluster %s is ready and in sync\n", seq.Inventory().Cluster.Name)
 		if seq.CNINone() {
-			fmt.Fprintln(out, "next: cluster.network.cni is none, so the Nodes become Ready once a CNI runs: install Cilium (kube-proxy replacement, k8sServiceHost localhost, k8sServicePort from cluster.cilium), then devata drift (the kubelet and cilium checks)")
+			fmt.Fprintln(out, cniNext(nodesReady(ctx, kube)))
 		}
 		return nil
 	case drift.ExitDrifted:
 		return exitWith(exitFailed, errors.New("the cluster is up but the drift report is not clean: see above (devata apply converges configs)"))
 	}
 	return exitWith(exitTrouble, errors.New("the cluster is up but some checks could not observe: see above"))
+}
+
+// cniNext is bootstrap's closing advice for a cluster with
+// cluster.network.cni none, true to what the Nodes say: install Cilium while
+// they wait for a CNI, not once they are Ready (issue 33: a rebuild whose
+// Nodes were Ready still said "install Cilium").
+func cniNext(ready, known bool) string {
+	const install = "install Cilium (kube-proxy replacement, k8sServiceHost localhost, k8sServicePort from cluster.cilium)"
+	switch {
+	case known && ready:
+		return "next: every Node is Ready, so a CNI runs: devata drift with the kubelet and cilium checks"
+	case known:
+		return "next: cluster.network.cni is none, so the Nodes become Ready once a CNI runs: " + install + ", then devata drift (the kubelet and cilium checks)"
+	}
+	return "next: the Nodes were not looked at (--skip-nodes); if no CNI runs yet (cluster.network.cni is none), " + install + ", then devata drift (the kubelet and cilium checks)"
+}
+
+// nodesReady says whether every Node is Ready, and whether that is known
+// (a Kubernetes client that answered with at least one Node).
+func nodesReady(ctx context.Context, kube kubernetes.Interface) (ready, known bool) {
+	if kube == nil {
+		return false, false
+	}
+	nodes, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil || len(nodes.Items) == 0 {
+		return false, false
+	}
+	for _, n := range nodes.Items {
+		if !slices.ContainsFunc(n.Status.Conditions, func(c corev1.NodeCondition) bool {
+			return c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue
+		}) {
+			return false, true
+		}
+	}
+	return true, true
 }
 
 // sequenceOptions resolves what bootstrap and plan share from the settings.
