@@ -151,6 +151,7 @@ other codes (2: it could not observe or complete).`,
 	)
 	markUsageErrors(root)
 	a.registerCompletions(root)
+	helpShowsUsedFlags(root)
 	return root
 }
 

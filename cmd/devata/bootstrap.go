@@ -36,13 +36,21 @@ type sequenceFlags struct {
 	foreignSnapshot bool
 }
 
-func (f *sequenceFlags) register(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&f.kubeconfigOut, "kubeconfig-out", "", "where the admin kubeconfig is written (default: kubeconfig next to the inventory)")
-	cmd.Flags().BoolVar(&f.skipNodes, "skip-nodes", false, "do not wait for the Kubernetes Nodes (and leave the kubelet check out of the report)")
-	cmd.Flags().DurationVar(&f.wait, "wait", 10*time.Minute, "how long each wait lasts: a machine's return, etcd health, the Nodes")
+// register adds the sequence's flags; plan, which waits for nothing and
+// writes no kubeconfig, gets only those it reads (issue 33: plan --help
+// offered --wait and --etcd-settle).
+func (f *sequenceFlags) register(cmd *cobra.Command, plan bool) {
+	if plan {
+		cmd.Flags().StringVar(&f.kubeconfigOut, "kubeconfig-out", "", "the kubeconfig bootstrap wrote (its --kubeconfig-out), read for the Nodes' step (default: kubeconfig next to the inventory)")
+		cmd.Flags().BoolVar(&f.skipNodes, "skip-nodes", false, "plan without the Nodes' step, as bootstrap --skip-nodes runs")
+	} else {
+		cmd.Flags().StringVar(&f.kubeconfigOut, "kubeconfig-out", "", "where the admin kubeconfig is written (default: kubeconfig next to the inventory)")
+		cmd.Flags().BoolVar(&f.skipNodes, "skip-nodes", false, "do not wait for the Kubernetes Nodes (and leave the kubelet check out of the report)")
+		cmd.Flags().DurationVar(&f.wait, "wait", 10*time.Minute, "how long each wait lasts: a machine's return, etcd health, the Nodes")
+		cmd.Flags().DurationVar(&f.etcdSettle, "etcd-settle", 15*time.Second, "how long every control plane's etcd must be seen waiting for a bootstrap before one is bootstrapped (a control plane with etcd data passes through that state briefly after a boot)")
+	}
 	cmd.Flags().StringVar(&f.recoverFrom, "recover-from", "", "rebuild etcd from this snapshot (devata backup etcd writes one) instead of bootstrapping an empty one: it is verified, uploaded to the first control plane and restored there (talosctl bootstrap --recover-from); refused while etcd still runs the cluster it was taken of")
 	cmd.Flags().BoolVar(&f.foreignSnapshot, "foreign-snapshot", false, "with --recover-from: restore the snapshot although its sidecar names another cluster or its etcd members are not the inventory's control planes (control planes renamed since)")
-	cmd.Flags().DurationVar(&f.etcdSettle, "etcd-settle", 15*time.Second, "how long every control plane's etcd must be seen waiting for a bootstrap before one is bootstrapped (a control plane with etcd data passes through that state briefly after a boot)")
 }
 
 // bootstrapFlags are bootstrap's flags.
@@ -95,7 +103,7 @@ Exit 0 ready and in sync, 1 ready but the drift report is not clean, 2 error or 
 			return a.bootstrap(cmd.Context(), flags)
 		},
 	}
-	flags.register(cmd)
+	flags.register(cmd, false)
 	cmd.Flags().BoolVar(&flags.yes, "yes", false, "do not ask before a change that reboots a running machine")
 	cmd.Flags().BoolVar(&flags.force, "force", false, "replace an existing kubeconfig that belongs to another cluster")
 	flags.lock.register(cmd, true)
