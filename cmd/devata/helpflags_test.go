@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -89,6 +91,54 @@ func TestEveryCommandDeclaresTheGlobalFlagsItUses(t *testing.T) {
 	for key := range globalFlagsUsed {
 		if c, _, err := root.Find(strings.Fields(key)); err != nil || commandKey(c) != key {
 			t.Errorf("globalFlagsUsed names %q, which is no command", key)
+		}
+	}
+}
+
+// -o is a format wherever devata takes it; gen's path flags are --file and
+// --dir, and the old -o/--output still works with a deprecation notice on
+// stderr, hidden from help (issue 33: -o was a format for drift and plan
+// but a path for gen).
+func TestOutputFlagIsAFormatAndGenPathsKeepTheOldSpelling(t *testing.T) {
+	for _, args := range [][]string{{"drift"}, {"plan"}, {"apply"}, {"upgrade"}} {
+		r := devata(t, nil, append(args, "--help")...)
+		if !regexp.MustCompile(`-o, --output string\s+\S*\s*(report|plan) format`).MatchString(r.stdout) {
+			t.Errorf("devata %s --help: -o is not a format:\n%s", args[0], r.stdout)
+		}
+	}
+	inv := homelab(t)
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		args      []string
+		path, now string
+	}{
+		{[]string{"gen", "secrets", "-i", inv, "--file", dir + "/new.yaml"}, dir + "/new.yaml", ""},
+		{[]string{"gen", "secrets", "-i", inv, "-o", dir + "/old.yaml"}, dir + "/old.yaml", "use --file"},
+		{[]string{"gen", "secrets", "-i", inv}, filepath.Join(filepath.Dir(inv), "secrets.yaml"), ""},
+		{[]string{"gen", "config", "-i", inv, "--file", dir + "/new.yaml", "--dir", dir + "/new"}, "", ""},
+		{[]string{"gen", "config", "-i", inv, "--dir", dir + "/new"}, dir + "/new/talosconfig", ""},
+		{[]string{"gen", "config", "-i", inv, "--output", dir + "/old"}, dir + "/old/talosconfig", "use --dir"},
+	} {
+		r := devata(t, nil, tc.args...)
+		if tc.path == "" { // gen config has no --file
+			if r.code != exitUsage {
+				t.Errorf("devata %v: exit %d, want 64", tc.args, r.code)
+			}
+			continue
+		}
+		if r.code != 0 {
+			t.Fatalf("devata %v: exit %d\n%s", tc.args, r.code, r.err)
+		}
+		if _, err := os.Stat(tc.path); err != nil {
+			t.Errorf("devata %v wrote no %s: %v", tc.args, tc.path, err)
+		}
+		if deprecated := strings.Contains(r.err, "Flag --output has been deprecated, "+tc.now); deprecated != (tc.now != "") || strings.Contains(r.stdout, "deprecated") {
+			t.Errorf("devata %v: deprecation notice on stderr %v, want %v:\n%s", tc.args, deprecated, tc.now != "", r.err)
+		}
+	}
+	for _, args := range [][]string{{"gen", "secrets"}, {"gen", "config"}} {
+		if got := helpFlags(t, args...); slices.Contains(got, "output") {
+			t.Errorf("devata %v --help still offers the deprecated --output: %v", args, got)
 		}
 	}
 }
