@@ -8,7 +8,10 @@
   var cells = Array.prototype.slice.call(grid.querySelectorAll("a.cell"));
   var details = Array.prototype.slice.call(document.querySelectorAll("section.detail"));
   var hint = document.getElementById("hint");
+  var close = document.getElementById("close-details");
 
+  // open shows one result's details in the pane, which is there only
+  // while a result is open; open("") closes it.
   function open(id) {
     var found = false;
     details.forEach(function (d) {
@@ -20,7 +23,18 @@
       c.classList.toggle("selected", c.getAttribute("href") === "#" + id);
     });
     hint.hidden = found;
+    close.hidden = !found;
+    body.classList.toggle("details-open", found);
   }
+
+  close.addEventListener("click", function () {
+    open("");
+  });
+  document.addEventListener("keydown", function (e) {
+    if (e.key === "Escape") {
+      open("");
+    }
+  });
 
   grid.addEventListener("click", function (e) {
     var a = e.target.closest("a.cell");

@@ -4,6 +4,9 @@ package drift_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -194,4 +197,134 @@ func quoteJS(s string) string {
 		b = append(b, s[i])
 	}
 	return string(append(b, '\''))
+}
+
+// wideReport is a fleet as the issue saw it: five machines on loopback
+// addresses, twelve checks each, one machine unreachable.
+func wideReport() *drift.Report {
+	checks := []string{"config", "talos-version", "extensions", "machine-stage", "kubelet", "etcd", "storage-volumes", "storage-mounts", "storage-raw-disks", "cilium-declaration", "cilium-agent", "cilium-services"}
+	var machines []drift.Machine
+	for i, name := range []string{"cp-1", "cp-2", "cp-3", "worker-1", "worker-10"} {
+		role := "controlplane"
+		if strings.HasPrefix(name, "worker") {
+			role = "worker"
+		}
+		machines = append(machines, drift.Machine{Name: name, Role: role, Address: fmt.Sprintf("127.0.0.1:%d", 39961+i)})
+	}
+	r := drift.NewReport(drift.Header{Cluster: "homelab", Inventory: "inventory.yaml", Machines: machines, GeneratedAt: time.Date(2026, 12, 5, 21, 0, 0, 0, time.UTC)})
+	for _, m := range machines {
+		for _, c := range checks {
+			res := drift.InSync().Of(m.Name, c, drift.RungResources)
+			if m.Name == "worker-10" {
+				res = drift.Unknown(errors.New("talos api 127.0.0.1:39965: not reachable: connection refused (Unavailable)"), "check that worker-10 is up").Of(m.Name, c, drift.RungResources)
+				res.FailClosed = c == "config"
+			}
+			r.Add(res)
+		}
+	}
+	r.Finish()
+	return r
+}
+
+// At 1400 px, a laptop's width, the page shows every check column with
+// no details pane taking room; a click opens the pane with that result,
+// the machine column stays in view (sticky) while the grid scrolls
+// sideways, and closing the pane gives the grid its width back (issue 33:
+// an empty pane took 40 % and only 6 of 12 columns showed).
+func TestBrowserHTMLReportAt1400px(t *testing.T) {
+	r := wideReport()
+	file := filepath.Join(t.TempDir(), "report.html")
+	f, err := os.Create(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := drift.WriteHTML(f, r); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromium(t)),
+		chromedp.NoSandbox,
+		chromedp.Flag("disable-gpu", true),
+		chromedp.WindowSize(1400, 900),
+	)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // a bound for a hung browser
+	defer cancel()
+	var load error
+	for try := 1; try <= 3; try++ { // as TestBrowserHTMLReport: Chromium's start, retried
+		actx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
+		tctx, cancelTab := chromedp.NewContext(actx, chromedp.WithErrorf(t.Logf))
+		load = chromedp.Do(tctx, chromedp.EmulateViewport(1400, 900), chromedp.Navigate("file://"+file), chromedp.WaitReady(chromedp.CSS("#grid")))
+		if load == nil || !strings.Contains(load.Error(), "chrome failed to start") {
+			defer cancelAlloc()
+			defer cancelTab()
+			ctx = tctx
+			break
+		}
+		t.Logf("try %d: %v", try, load)
+		cancelTab()
+		cancelAlloc()
+	}
+	if load != nil {
+		t.Fatalf("load %s in Chromium: %v", file, load)
+	}
+	if w := evaluate[int](t, ctx, `document.documentElement.clientWidth`); w > 1400 || w < 1380 {
+		t.Fatalf("viewport %d px wide, want 1400 (less a scroll bar)", w)
+	}
+	// inView counts the check columns whose header lies wholly inside the
+	// viewport and inside the grid's scroll box (what overflows it is
+	// clipped), and how many there are.
+	inView := func() (shown, total int) {
+		t.Helper()
+		v := evaluate[[]int](t, ctx, `(function(){
+			var vw=Math.min(document.documentElement.clientWidth, document.querySelector("main").getBoundingClientRect().right), n=0, ths=document.querySelectorAll("#grid thead th[data-check]");
+			ths.forEach(function(th){var b=th.getBoundingClientRect(); if(th.checkVisibility() && b.left>=0 && b.right<=vw+0.5) n++;});
+			return [n, ths.length];})()`)
+		return v[0], v[1]
+	}
+	if shown, total := inView(); total != 12 || shown != total {
+		t.Errorf("at 1400 px %d of %d check columns show, want all 12", shown, total)
+	}
+	if evaluate[bool](t, ctx, `document.getElementById("details").checkVisibility()`) {
+		t.Errorf("the details pane shows before any cell is chosen")
+	}
+	if !evaluate[bool](t, ctx, `document.getElementById("hint").checkVisibility()`) {
+		t.Errorf("no hint says to choose a cell")
+	}
+
+	// a click opens the pane with that result
+	cell := `#grid a.cell[data-machine="worker-10"][data-check="config"]`
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(cell))); err != nil {
+		t.Fatal(err)
+	}
+	id := evaluate[string](t, ctx, `document.querySelector(`+quoteJS(cell)+`).getAttribute("href").slice(1)`)
+	if !evaluate[bool](t, ctx, `document.querySelector("#`+id+` .reason").checkVisibility()`) {
+		t.Fatalf("clicking worker-10/config does not show its reason")
+	}
+	// every check column is still reachable: the grid scrolls sideways
+	// and the machine column stays where it is
+	scroll := evaluate[[]float64](t, ctx, `(function(){
+		var main=document.querySelector("main"), th=document.querySelector("#grid tbody th"), before=th.getBoundingClientRect().left;
+		main.scrollLeft=main.scrollWidth;
+		var last=document.querySelector("#grid thead th[data-check]:last-child").getBoundingClientRect(), m=main.getBoundingClientRect();
+		return [before, th.getBoundingClientRect().left, last.right, m.right];})()`)
+	if math.Abs(scroll[0]-scroll[1]) > 1 { // a collapsed border's half pixel
+		t.Errorf("the machine column moved from %v to %v px when the grid scrolled", scroll[0], scroll[1])
+	}
+	if scroll[2] > scroll[3]+1 {
+		t.Errorf("scrolled to its end, the grid's last column ends at %v px, past the grid's edge %v px", scroll[2], scroll[3])
+	}
+	// closed, the grid has its width back
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS("#close-details"))); err != nil {
+		t.Fatal(err)
+	}
+	if evaluate[bool](t, ctx, `document.getElementById("details").checkVisibility()`) {
+		t.Errorf("the details pane still shows after Close")
+	}
+	evaluate[int](t, ctx, `document.querySelector("main").scrollLeft=0`)
+	if shown, total := inView(); shown != total {
+		t.Errorf("after Close %d of %d check columns show", shown, total)
+	}
 }

@@ -132,8 +132,11 @@ func WriteTable(w io.Writer, r *Report, opts TableOptions) error {
 		res := g.Result
 		header(res.Machine)
 		status := paint(res.Status, string(res.Status))
-		if g.blocks {
+		switch {
+		case g.blocks:
 			status += ", fail-closed: blocks a rollout"
+		case res.Status == StatusUnknown:
+			status += ", fail-open: reported, does not block a rollout"
 		}
 		p("  %s: %s\n", g.name(), status)
 		field := func(name, value string) {
@@ -292,7 +295,6 @@ func sameSaying(results []Result) []saying {
 		for i := start; i < len(out); i++ {
 			if saysTheSame(out[i].Result, res) {
 				out[i].checks = append(out[i].checks, label)
-				out[i].blocks = out[i].blocks || res.Blocks()
 				folded = true
 				break
 			}
@@ -304,7 +306,10 @@ func sameSaying(results []Result) []saying {
 	return out
 }
 
+// saysTheSame folds results that read the same, and only those of the same
+// failure policy: a fold names its policy once, so fail-open checks filed
+// with fail-closed ones would be reported as blocking (issue 33).
 func saysTheSame(a, b Result) bool {
-	return a.Status == b.Status && a.Reason == b.Reason && a.Desired == b.Desired && a.Actual == b.Actual &&
+	return a.Status == b.Status && a.Blocks() == b.Blocks() && a.Reason == b.Reason && a.Desired == b.Desired && a.Actual == b.Actual &&
 		a.Diff == b.Diff && slices.Equal(a.Changes, b.Changes) && a.Next == b.Next && slices.Equal(a.Evidence, b.Evidence)
 }

@@ -326,16 +326,24 @@ func suggest(name string, fields map[string]int) string {
 		names = append(names, f)
 	}
 	sort.Strings(names)
-	best, bestDist := "", 3
-	for _, f := range names {
-		if dist := levenshtein(strings.ToLower(name), strings.ToLower(f)); dist < bestDist {
-			best, bestDist = f, dist
-		}
-	}
-	if best != "" {
+	if best := Nearest(name, names); best != "" {
 		return fmt.Sprintf(" (did you mean %q?)", best)
 	}
 	return fmt.Sprintf("; known fields: %s", strings.Join(names, ", "))
+}
+
+// Nearest is the candidate closest to name, case aside, when it is at most
+// two edits away (the first such in candidates' order on a tie), else "":
+// what "did you mean" offers, for inventory fields as for the machine and
+// check names given on a command line.
+func Nearest(name string, candidates []string) string {
+	best, bestDist := "", 3
+	for _, c := range candidates {
+		if dist := levenshtein(strings.ToLower(name), strings.ToLower(c)); dist < bestDist {
+			best, bestDist = c, dist
+		}
+	}
+	return best
 }
 
 func levenshtein(a, b string) int {

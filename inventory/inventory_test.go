@@ -136,3 +136,15 @@ func TestExampleInventoryIsValid(t *testing.T) {
 		t.Errorf("example: %d machines, %d control planes; want 5 and 3", len(inv.Machines), len(inv.ControlPlanes()))
 	}
 }
+
+// Nearest offers a candidate at most two edits away, case aside, and the
+// first of equals; nothing further off (the "did you mean" of fields,
+// --machines and --checks).
+func TestNearest(t *testing.T) {
+	names := []string{"cp-1", "cp-2", "worker-1", "kubelet"}
+	for in, want := range map[string]string{"cp1": "cp-1", "CP-2": "cp-2", "cp-3": "cp-1", "worker1": "worker-1", "kubelt": "kubelet", "storage": "", "": ""} {
+		if got := inventory.Nearest(in, names); got != want {
+			t.Errorf("Nearest(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -229,6 +229,19 @@ func (inv *Inventory) Find(ref string) *Machine {
 	return nil
 }
 
+// didYouMean is "; did you mean NAME?" for the machine whose name (or
+// address) is nearest to ref, or "".
+func (inv *Inventory) didYouMean(ref string) string {
+	var refs []string
+	for i := range inv.Machines {
+		refs = append(refs, inv.Machines[i].Name, inv.Machines[i].Address)
+	}
+	if near := Nearest(ref, refs); near != "" {
+		return fmt.Sprintf("; did you mean %q?", near)
+	}
+	return ""
+}
+
 // Resolve turns machine refs (names or addresses, see Find) into machine
 // names, in the order given, or names the first ref no machine answers to.
 func (inv *Inventory) Resolve(refs []string) ([]string, error) {
@@ -236,7 +249,7 @@ func (inv *Inventory) Resolve(refs []string) ([]string, error) {
 	for _, ref := range refs {
 		m := inv.Find(ref)
 		if m == nil {
-			return nil, fmt.Errorf("--machines: no machine named %q, or with that address, in %s", ref, inv.Path)
+			return nil, fmt.Errorf("--machines: no machine named %q, or with that address, in %s%s", ref, inv.Path, inv.didYouMean(ref))
 		}
 		names = append(names, m.Name)
 	}

@@ -70,7 +70,7 @@ func (f *FleetCheck) Select() ([]*inventory.Machine, []drift.Check[*Target], err
 	}
 	for _, name := range f.Machines {
 		if want[name] {
-			return nil, nil, fmt.Errorf("--machines: no machine %q in %s", name, f.Inventory.Path)
+			return nil, nil, fmt.Errorf("--machines: no machine %q in %s%s", name, f.Inventory.Path, didYouMean(name, machineNames(f.Inventory)))
 		}
 	}
 	all := Checks()
@@ -85,7 +85,7 @@ func (f *FleetCheck) Select() ([]*inventory.Machine, []drift.Check[*Target], err
 	}
 	for _, name := range f.Checks {
 		if !slices.Contains(names, name) {
-			return nil, nil, fmt.Errorf("--checks: no check %q (have %s)", name, strings.Join(names, ", "))
+			return nil, nil, fmt.Errorf("--checks: no check %q%s (have %s)", name, didYouMean(name, names), strings.Join(names, ", "))
 		}
 	}
 	var checks []drift.Check[*Target]
@@ -209,4 +209,21 @@ func (f *FleetCheck) run(ctx context.Context, out drift.Collector, ms []*invento
 		out.AddError(ferr)
 		mu.Unlock()
 	}
+}
+
+// didYouMean is "; did you mean NAME?" for the candidate nearest to name
+// (inventory.Nearest, the inventory's own "did you mean"), or "".
+func didYouMean(name string, candidates []string) string {
+	if near := inventory.Nearest(name, candidates); near != "" {
+		return fmt.Sprintf("; did you mean %q?", near)
+	}
+	return ""
+}
+
+func machineNames(inv *inventory.Inventory) []string {
+	names := make([]string, len(inv.Machines))
+	for i := range inv.Machines {
+		names[i] = inv.Machines[i].Name
+	}
+	return names
 }

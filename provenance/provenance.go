@@ -193,6 +193,9 @@ func askGit(ctx context.Context, git, file string) (Info, error) {
 		case len(rec) == 0:
 		case bytes.HasPrefix(rec, []byte("# branch.oid ")):
 			info.Commit = string(bytes.TrimPrefix(rec, []byte("# branch.oid ")))
+		case rec[0] == '?' && isLockFile(string(rec[1:])):
+			// devata's own lock (lock.Path): every write leaves it next
+			// to the inventory, and it is no change to what was deployed
 		case rec[0] != '#':
 			info.Dirty = true
 		}
@@ -210,6 +213,15 @@ func askGit(ctx context.Context, git, file string) (Info, error) {
 		info.Dirty = true
 	}
 	return info, nil
+}
+
+// isLockFile says whether an untracked path is the cluster lock devata's
+// writers keep next to the inventory (lock.Path: .devata-<cluster>.lock).
+// Reported as dirt, every report after the first write named the tree
+// dirty (issue 33).
+func isLockFile(p string) bool {
+	base := path.Base(strings.TrimSpace(p))
+	return strings.HasPrefix(base, ".devata-") && strings.HasSuffix(base, ".lock")
 }
 
 func isHash(s string) bool {

@@ -320,3 +320,18 @@ func TestOfRunsNothingTheRepositoryConfigures(t *testing.T) {
 		t.Error("provenance ran the repository's core.fsmonitor hook")
 	}
 }
+
+// devata's lock file next to the inventory (lock.Path) is not dirt: before,
+// every report after the first write said the tree was dirty (issue 33).
+// Another untracked file beside it still is.
+func TestOfLockFileIsClean(t *testing.T) {
+	r := newRepo(t, "inventory.yaml")
+	r.write(t, ".devata-homelab.lock", "pid 1\n")
+	if got := of(t, r.inv); got.Dirty {
+		t.Errorf("the lock file makes the tree dirty: %+v", got)
+	}
+	r.write(t, ".devata-homelab.lock.bak", "pid 1\n")
+	if got := of(t, r.inv); !got.Dirty {
+		t.Errorf("an untracked .devata-homelab.lock.bak: %+v, want dirty", got)
+	}
+}

@@ -342,11 +342,10 @@ func redactNode(n *yaml.Node, path string, secret bool, fn func(string, *yaml.No
 				redactEnvList(v, p, fn)
 			case k == "environment" && v.Kind == yaml.SequenceNode:
 				redactEnvironment(v, p, fn)
+			case k == "env" && v.Kind == yaml.MappingNode && !secret:
+				redactEnvMap(v, p, fn)
 			default:
-				// machine.env is where proxies with credentials live: every
-				// value is secret, its keys are not (secretParents would not
-				// keep keys of a Kubernetes-style list, handled above).
-				redactNode(v, p, secret || secretName(k) || secretParents[k] || k == "env", fn)
+				redactNode(v, p, secret || secretName(k) || secretParents[k], fn)
 			}
 		}
 	case yaml.SequenceNode:
@@ -365,6 +364,41 @@ func redactNode(n *yaml.Node, path string, secret bool, fn func(string, *yaml.No
 			}
 		}
 	}
+}
+
+// redactEnvMap handles machine.env, where proxies with credentials live:
+// a value is secret when its variable's name has a credential's shape
+// (envSecretName: AWS_SECRET_ACCESS_KEY, GITHUB_TOKEN, DB_PASSWORD, API_KEY),
+// and every other value still loses URL credentials (https_proxy's
+// userinfo, a token in a query). Names are never secret. Before, every
+// value was redacted and a TZ change read "1 secret changed" (issue 33).
+func redactEnvMap(m *yaml.Node, path string, fn func(string, *yaml.Node)) {
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		kn := m.Content[i]
+		k, changed := credentials(kn.Value)
+		if changed {
+			fn(joinField(path, k)+"(key)", kn)
+			kn.Value = k
+		}
+		redactNode(m.Content[i+1], joinField(path, k), envSecretName(k), fn)
+	}
+}
+
+// envSecretName says whether an environment variable's name is a
+// credential's: a secret field's or flag's name (secretName, any case),
+// or one ending in KEY, PASS or PWD, or naming AUTH or CRED anywhere
+// (PROXY_AUTH, GOOGLE_APPLICATION_CREDENTIALS_JSON, DB_PASS).
+func envSecretName(k string) bool {
+	if secretName(k) || secretKeys[strings.ToLower(k)] {
+		return true
+	}
+	n := strings.NewReplacer("-", "", "_", "", ".", "").Replace(strings.ToLower(k))
+	for _, suffix := range []string{"key", "pass", "pwd"} {
+		if strings.HasSuffix(n, suffix) {
+			return true
+		}
+	}
+	return strings.Contains(n, "auth") || strings.Contains(n, "cred")
 }
 
 // redactEnvList handles a Kubernetes-style env list (static pods in

@@ -24,7 +24,13 @@ machine:
       - talos.config=https://cfg.lan/config?node=cp-1&token=s3cret-query-token
   env:
     https_proxy: http://admin:s3cret-env@proxy.lan:3128
-    GODEBUG: env-plain-value-secret
+    AWS_SECRET_ACCESS_KEY: env-s3cret-aws
+    GITHUB_TOKEN: env-s3cret-token
+    DB_PASSWORD: env-s3cret-password
+    api-key: env-s3cret-apikey
+    PROXY_AUTH: env-s3cret-auth
+    TZ: Europe/Berlin
+    GODEBUG: http2debug=1
   registries:
     mirrors:
       docker.io:
@@ -63,7 +69,7 @@ environment:
 
 // CredentialSecrets are the secret strings of credentialsPatch and credentialsDocs.
 var credentialSecrets = []string{
-	"s3cret-env", "env-plain-value-secret", "mirror-user", "s3cret-mirror",
+	"s3cret-env", "env-s3cret-aws", "env-s3cret-token", "env-s3cret-password", "env-s3cret-apikey", "env-s3cret-auth", "mirror-user", "s3cret-mirror",
 	"registry-user-secret", "s3cret-registry-password", "czNjcmV0LWF1dGgtYmxvYg==", "s3cret-identity-token",
 	"log-user", "s3cret-log", "gh-user", "s3cret-manifest", "s3cret-header-token",
 	"s3cret-join-token", "s3cret-extension",
@@ -93,7 +99,9 @@ func TestRedactConfigValuesAndURLCredentials(t *testing.T) {
 		}
 	}
 	for _, keep := range []string{
-		"https_proxy: '******'", "GODEBUG:", "https://******@mirror.lan:5000", "tcp://******@logs.lan:5044",
+		// machine.env by credential shape: a time zone is no secret (issue 33)
+		"https_proxy: http://******@proxy.lan:3128", "TZ: Europe/Berlin", "GODEBUG: http2debug=1",
+		"AWS_SECRET_ACCESS_KEY: '******'", "GITHUB_TOKEN: '******'", "DB_PASSWORD: '******'", "api-key: '******'", "PROXY_AUTH: '******'", "https://******@mirror.lan:5000", "tcp://******@logs.lan:5044",
 		"https://******@manifests.lan/cni.yaml", "Authorization:", "registry.lan", "siderolink.lan:8099",
 		"HTTPS_PROXY=******", "proxy-agent", "https://siderolink.lan:8099/?jointoken=******",
 		"talos.config=https://cfg.lan/config?node=cp-1&token=******",
@@ -107,6 +115,8 @@ func TestRedactConfigValuesAndURLCredentials(t *testing.T) {
 	// changed without showing either value.
 	for _, c := range []struct{ secret, path string }{
 		{"s3cret-env", "v1alpha1.machine.env.https_proxy"},
+		{"env-s3cret-aws", "v1alpha1.machine.env.AWS_SECRET_ACCESS_KEY"},
+		{"env-s3cret-token", "v1alpha1.machine.env.GITHUB_TOKEN"},
 		{"s3cret-mirror", `v1alpha1.machine.registries.mirrors["docker.io"].endpoints[0]`},
 		{"s3cret-registry-password", `v1alpha1.machine.registries.config["registry.lan"].auth.password`},
 		{"s3cret-identity-token", `v1alpha1.machine.registries.config["registry.lan"].auth.identityToken`},

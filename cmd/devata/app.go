@@ -77,7 +77,7 @@ func run(ctx context.Context, args []string, streams Streams, getenv func(string
 	defer errw.Flush() //nolint:errcheck // nowhere left to say it
 	defer out.Flush()  //nolint:errcheck // idem
 	streams.Out, streams.Err = out, errw
-	a := &app{streams: streams, getenv: getenv, log: slog.New(slog.NewTextHandler(streams.Err, nil))}
+	a := &app{streams: streams, getenv: getenv, log: slog.New(newLineHandler(streams.Err, slog.LevelWarn))}
 	root := a.newRootCommand()
 	root.SetArgs(args)
 	root.SetIn(streams.In)
@@ -151,6 +151,7 @@ other codes (2: it could not observe or complete).`,
 	)
 	markUsageErrors(root)
 	a.registerCompletions(root)
+	helpShowsUsedFlags(root)
 	return root
 }
 
@@ -214,5 +215,5 @@ func newLogger(w io.Writer, s config.Settings) *slog.Logger {
 	if s.LogFormat == "json" {
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}
-	return slog.New(slog.NewTextHandler(w, opts))
+	return slog.New(newLineHandler(w, level))
 }

@@ -39,6 +39,8 @@ type applyFlags struct {
 	// drain, drainTimeout: --drain, --drain-timeout (reconcile.Rollout.Drain)
 	drain        bool
 	drainTimeout time.Duration
+	// output: -o, text or json (the plan as JSON, with --dry-run)
+	output string
 }
 
 // addDrainFlags adds --drain and --drain-timeout.
@@ -138,6 +140,7 @@ Exit 0 done (or nothing to do), 1 some machines not converged, 2 error.`,
 		},
 	}
 	cmd.Flags().StringVar(&flags.mode, "mode", "auto", "apply mode: auto, no-reboot, reboot, staged, try")
+	addPlanOutputFlag(cmd, &flags.output)
 	cmd.Flags().BoolVar(&flags.dryRun, "dry-run", false, "print the plan and diffs; write nothing")
 	cmd.Flags().BoolVar(&flags.yes, "yes", false, "do not ask before changes that reboot machines")
 	addMachinesFlags(cmd, &flags.machines)
@@ -240,6 +243,12 @@ func (a *app) apply(ctx context.Context, flags applyFlags) error {
 	if err := checkDrainTimeout(flags.drainTimeout); err != nil {
 		return err
 	}
+	switch {
+	case flags.output != "text" && flags.output != "json":
+		return usageError(fmt.Errorf("-o %q: want text or json", flags.output))
+	case flags.output == "json" && !flags.dryRun:
+		return usageError(errors.New("-o json prints the plan and goes with --dry-run: a rollout's progress is text"))
+	}
 	s, err := a.openSession(ctx, false)
 	if err != nil {
 		return err
@@ -258,10 +267,23 @@ func (a *app) apply(ctx context.Context, flags applyFlags) error {
 		ctx = held.Context() // ends if the cluster's Lease is lost
 	}
 	out := a.streams.Out
-	if a.settings.Simulated {
+	if a.settings.Simulated && flags.output != "json" {
 		fmt.Fprintln(out, "SIMULATED: the machines are devata's simulated fleet.")
 	}
 	planner := &reconcile.Planner{Inventory: s.inv, Desired: s.desired.Held(), DesiredFor: s.desired.For, Dialer: s.dialer, Mode: mode, Concurrency: a.settings.Concurrency, Timeout: a.settings.Timeout, Upgrades: flags.upgrades, Kube: s.kube, Joins: true, Drain: flags.drain}
+	if flags.output == "json" {
+		plan, err := planner.Plan(ctx, only)
+		if err != nil {
+			return exitWith(exitTrouble, fmt.Errorf("planning interrupted: %w; nothing was changed", err))
+		}
+		if err := writePlanJSON(out, flags.verb(), s.inv.Path, s.inv.Cluster.Name, a.inventoryProvenance(ctx, s.inv.Path), a.settings.Simulated, plan); err != nil {
+			return exitWith(exitTrouble, err)
+		}
+		if err := plan.Refusal(); err != nil {
+			return exitWith(exitTrouble, err)
+		}
+		return planExit(plan.Pending(), plan.Skipped())
+	}
 	if line := a.inventoryProvenance(ctx, s.inv.Path).Line(s.inv.Path); line != "" {
 		fmt.Fprintln(out, line)
 	}

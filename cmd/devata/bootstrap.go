@@ -6,11 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
 	"devata.dev/devata/backup"
@@ -33,13 +36,21 @@ type sequenceFlags struct {
 	foreignSnapshot bool
 }
 
-func (f *sequenceFlags) register(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&f.kubeconfigOut, "kubeconfig-out", "", "where the admin kubeconfig is written (default: kubeconfig next to the inventory)")
-	cmd.Flags().BoolVar(&f.skipNodes, "skip-nodes", false, "do not wait for the Kubernetes Nodes (and leave the kubelet check out of the report)")
-	cmd.Flags().DurationVar(&f.wait, "wait", 10*time.Minute, "how long each wait lasts: a machine's return, etcd health, the Nodes")
+// register adds the sequence's flags; plan, which waits for nothing and
+// writes no kubeconfig, gets only those it reads (issue 33: plan --help
+// offered --wait and --etcd-settle).
+func (f *sequenceFlags) register(cmd *cobra.Command, plan bool) {
+	if plan {
+		cmd.Flags().StringVar(&f.kubeconfigOut, "kubeconfig-out", "", "the kubeconfig bootstrap wrote (its --kubeconfig-out), read for the Nodes' step (default: kubeconfig next to the inventory)")
+		cmd.Flags().BoolVar(&f.skipNodes, "skip-nodes", false, "plan without the Nodes' step, as bootstrap --skip-nodes runs")
+	} else {
+		cmd.Flags().StringVar(&f.kubeconfigOut, "kubeconfig-out", "", "where the admin kubeconfig is written (default: kubeconfig next to the inventory)")
+		cmd.Flags().BoolVar(&f.skipNodes, "skip-nodes", false, "do not wait for the Kubernetes Nodes (and leave the kubelet check out of the report)")
+		cmd.Flags().DurationVar(&f.wait, "wait", 10*time.Minute, "how long each wait lasts: a machine's return, etcd health, the Nodes")
+		cmd.Flags().DurationVar(&f.etcdSettle, "etcd-settle", 15*time.Second, "how long every control plane's etcd must be seen waiting for a bootstrap before one is bootstrapped (a control plane with etcd data passes through that state briefly after a boot)")
+	}
 	cmd.Flags().StringVar(&f.recoverFrom, "recover-from", "", "rebuild etcd from this snapshot (devata backup etcd writes one) instead of bootstrapping an empty one: it is verified, uploaded to the first control plane and restored there (talosctl bootstrap --recover-from); refused while etcd still runs the cluster it was taken of")
 	cmd.Flags().BoolVar(&f.foreignSnapshot, "foreign-snapshot", false, "with --recover-from: restore the snapshot although its sidecar names another cluster or its etcd members are not the inventory's control planes (control planes renamed since)")
-	cmd.Flags().DurationVar(&f.etcdSettle, "etcd-settle", 15*time.Second, "how long every control plane's etcd must be seen waiting for a bootstrap before one is bootstrapped (a control plane with etcd data passes through that state briefly after a boot)")
 }
 
 // bootstrapFlags are bootstrap's flags.
@@ -92,7 +103,7 @@ Exit 0 ready and in sync, 1 ready but the drift report is not clean, 2 error or 
 			return a.bootstrap(cmd.Context(), flags)
 		},
 	}
-	flags.register(cmd)
+	flags.register(cmd, false)
 	cmd.Flags().BoolVar(&flags.yes, "yes", false, "do not ask before a change that reboots a running machine")
 	cmd.Flags().BoolVar(&flags.force, "force", false, "replace an existing kubeconfig that belongs to another cluster")
 	flags.lock.register(cmd, true)
@@ -145,13 +156,48 @@ func (a *app) bootstrap(ctx context.Context, flags bootstrapFlags) error {
 	case drift.ExitInSync:
 		fmt.Fprintf(out, "bootstrap complete: cluster %s is ready and in sync\n", seq.Inventory().Cluster.Name)
 		if seq.CNINone() {
-			fmt.Fprintln(out, "next: cluster.network.cni is none, so the Nodes become Ready once a CNI runs: install Cilium (kube-proxy replacement, k8sServiceHost localhost, k8sServicePort from cluster.cilium), then devata drift (the kubelet and cilium checks)")
+			fmt.Fprintln(out, cniNext(nodesReady(ctx, kube)))
 		}
 		return nil
 	case drift.ExitDrifted:
 		return exitWith(exitFailed, errors.New("the cluster is up but the drift report is not clean: see above (devata apply converges configs)"))
 	}
 	return exitWith(exitTrouble, errors.New("the cluster is up but some checks could not observe: see above"))
+}
+
+// cniNext is bootstrap's closing advice for a cluster with
+// cluster.network.cni none, true to what the Nodes say: install Cilium while
+// they wait for a CNI, not once they are Ready (issue 33: a rebuild whose
+// Nodes were Ready still said "install Cilium").
+func cniNext(ready, known bool) string {
+	const install = "install Cilium (kube-proxy replacement, k8sServiceHost localhost, k8sServicePort from cluster.cilium)"
+	switch {
+	case known && ready:
+		return "next: every Node is Ready, so a CNI runs: devata drift with the kubelet and cilium checks"
+	case known:
+		return "next: cluster.network.cni is none, so the Nodes become Ready once a CNI runs: " + install + ", then devata drift (the kubelet and cilium checks)"
+	}
+	return "next: the Nodes were not looked at (--skip-nodes); if no CNI runs yet (cluster.network.cni is none), " + install + ", then devata drift (the kubelet and cilium checks)"
+}
+
+// nodesReady says whether every Node is Ready, and whether that is known
+// (a Kubernetes client that answered with at least one Node).
+func nodesReady(ctx context.Context, kube kubernetes.Interface) (ready, known bool) {
+	if kube == nil {
+		return false, false
+	}
+	nodes, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil || len(nodes.Items) == 0 {
+		return false, false
+	}
+	for _, n := range nodes.Items {
+		if !slices.ContainsFunc(n.Status.Conditions, func(c corev1.NodeCondition) bool {
+			return c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue
+		}) {
+			return false, true
+		}
+	}
+	return true, true
 }
 
 // sequenceOptions resolves what bootstrap and plan share from the settings.

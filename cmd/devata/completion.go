@@ -21,8 +21,10 @@ import (
 // a command that gains --machines completes it with no change here.
 func (a *app) registerCompletions(root *cobra.Command) {
 	outputs := map[string][]string{ // commands whose -o is a format, not a path
-		"drift": formatNames(),
-		"plan":  {sequence.FormatText, sequence.FormatMarkdown, sequence.FormatJSON},
+		"drift":   formatNames(),
+		"plan":    {sequence.FormatText, sequence.FormatMarkdown, sequence.FormatJSON},
+		"apply":   {"text", "json"},
+		"upgrade": {"text", "json"},
 	}
 	modes := make([]string, 0, len(machines.Modes))
 	for _, m := range machines.Modes {

@@ -14,6 +14,7 @@ import (
 	"devata.dev/devata/config"
 	"devata.dev/devata/drift"
 	"devata.dev/devata/internal/outfile"
+	"devata.dev/devata/inventory"
 	"devata.dev/devata/machines"
 	"devata.dev/devata/netcheck"
 )
@@ -178,7 +179,11 @@ func knownChecks(names []string) error {
 	all := checks.Names()
 	for _, n := range names {
 		if !slices.Contains(all, n) {
-			return fmt.Errorf("--checks: no check %q (have %s)", n, strings.Join(all, ", "))
+			near := ""
+			if m := inventory.Nearest(n, all); m != "" {
+				near = fmt.Sprintf("; did you mean %q?", m)
+			}
+			return fmt.Errorf("--checks: no check %q%s (have %s)", n, near, strings.Join(all, ", "))
 		}
 	}
 	return nil

@@ -28,7 +28,7 @@ func TestUsageErrorsExit64(t *testing.T) {
 		{[]string{"drift", "-o", "nope", "-i", inv}, `output must be one of table, json, yaml, junit, prom, html, got "nope"`, "devata drift"},
 		{[]string{"drift", "--stream", "-o", "table", "-i", inv}, "--stream writes JSON as it goes", "devata drift"},
 		{[]string{"drift", "--checks", "cilium-probe", "-i", inv}, "it runs only with --probe", "devata drift"},
-		{[]string{"drift", "--checks", "confg", "-i", inv}, `--checks: no check "confg" (have config, talos-version`, "devata drift"},
+		{[]string{"drift", "--checks", "confg", "-i", inv}, `--checks: no check "confg"; did you mean "config"? (have config, talos-version`, "devata drift"},
 		{[]string{"reconcile", "--once", "--checks", "kubelets"}, `--checks: no check "kubelets"`, "devata reconcile"},
 		{[]string{"plan", "-o", "yaml", "-i", inv}, `unknown output "yaml"`, "devata plan"},
 		{[]string{"apply", "--mode", "sideways", "-i", inv}, `unknown apply mode "sideways"`, "devata apply"},

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 
@@ -112,7 +113,8 @@ exists, else ./secrets.yaml.`,
 			return nil
 		},
 	}
-	cmd.Flags().StringVarP(&flags.output, "output", "o", "", "bundle path (default: the inventory's cluster.secrets, else secrets.yaml)")
+	cmd.Flags().StringVar(&flags.output, "file", "", "bundle path (default: the inventory's cluster.secrets, else secrets.yaml)")
+	deprecatedPathOutput(cmd, a.streams.Err, &flags.output, "--file")
 	cmd.Flags().StringVar(&flags.talosVersion, "talos-version", "", "Talos version whose contract the bundle follows (default: the inventory's, else "+inventory.DefaultTalosVersion+")")
 	cmd.Flags().StringVar(&flags.fromConfig, "from-controlplane-config", "", "recover the bundle from this control-plane machine config")
 	cmd.Flags().StringArrayVar(&flags.encryptTo, "encrypt-to", nil, "age recipient (age1…) to encrypt the bundle to, as armored age; repeatable")
@@ -189,7 +191,8 @@ only replaced with --force. An existing talosconfig is kept unless --force.`,
 			return nil
 		},
 	}
-	cmd.Flags().StringVarP(&flags.dir, "output", "o", ".", "directory to write into")
+	cmd.Flags().StringVar(&flags.dir, "dir", ".", "directory to write into")
+	deprecatedPathOutput(cmd, a.streams.Err, &flags.dir, "--dir")
 	cmd.Flags().BoolVar(&flags.force, "force", false, "replace files whose content changed, and the talosconfig")
 	return cmd
 }
@@ -212,4 +215,13 @@ func writeRendered(path string, data []byte, force bool) (string, error) {
 		return "replaced", nil
 	}
 	return "wrote", nil
+}
+
+// deprecatedPathOutput keeps -o/--output working where it named a path,
+// with a deprecation notice naming the flag that does now: across devata
+// -o is a format (drift, plan, apply, upgrade), never a path (issue 33).
+func deprecatedPathOutput(cmd *cobra.Command, stderr io.Writer, p *string, now string) {
+	cmd.Flags().SetOutput(stderr) // the notice, which pflag writes to os.Stderr otherwise
+	cmd.Flags().StringVarP(p, "output", "o", *p, "deprecated: "+now)
+	_ = cmd.Flags().MarkDeprecated("output", "use "+now+" (in devata -o/--output is a report format)")
 }

@@ -1,8 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"io"
 	"log/slog"
+	"strings"
+	"sync"
 	"sync/atomic"
 
 	"github.com/go-logr/logr"
@@ -62,4 +66,73 @@ func (f forward) WithGroup(name string) slog.Handler {
 func (f forward) and(w func(slog.Handler) slog.Handler) forward {
 	f.with = append(f.with[:len(f.with):len(f.with)], w)
 	return f
+}
+
+// lineHandler writes a log record as devata writes its other messages on
+// stderr, "warning: msg (key=value …)", for --log-format text: devata's
+// own log lines and the libraries' (through forward) read like the rest of
+// the output instead of "time=… level=WARN msg=…" (issue 33). The
+// attributes are formatted by slog's TextHandler (quoting, groups), without
+// its time, level and message.
+type lineHandler struct {
+	w     io.Writer
+	mu    *sync.Mutex
+	buf   *bytes.Buffer
+	attrs slog.Handler // a TextHandler into buf
+}
+
+func newLineHandler(w io.Writer, level slog.Leveler) slog.Handler {
+	buf := &bytes.Buffer{}
+	drop := func(groups []string, a slog.Attr) slog.Attr {
+		if len(groups) == 0 && (a.Key == slog.TimeKey || a.Key == slog.LevelKey || a.Key == slog.MessageKey) {
+			return slog.Attr{}
+		}
+		return a
+	}
+	return &lineHandler{w: w, mu: &sync.Mutex{}, buf: buf, attrs: slog.NewTextHandler(buf, &slog.HandlerOptions{Level: level, ReplaceAttr: drop})}
+}
+
+func (h *lineHandler) Enabled(ctx context.Context, l slog.Level) bool {
+	return h.attrs.Enabled(ctx, l)
+}
+
+func (h *lineHandler) Handle(ctx context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.buf.Reset()
+	if err := h.attrs.Handle(ctx, r); err != nil {
+		return err
+	}
+	line := levelWord(r.Level) + ": " + r.Message
+	if attrs := strings.TrimSpace(h.buf.String()); attrs != "" {
+		line += " (" + attrs + ")"
+	}
+	_, err := io.WriteString(h.w, line+"\n")
+	return err
+}
+
+func (h *lineHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	c := *h
+	c.attrs = h.attrs.WithAttrs(as)
+	return &c
+}
+
+func (h *lineHandler) WithGroup(name string) slog.Handler {
+	c := *h
+	c.attrs = h.attrs.WithGroup(name)
+	return &c
+}
+
+// levelWord is how devata's messages name a level: "warning: …" as the
+// lines it prints itself.
+func levelWord(l slog.Level) string {
+	switch {
+	case l >= slog.LevelError:
+		return "error"
+	case l >= slog.LevelWarn:
+		return "warning"
+	case l >= slog.LevelInfo:
+		return "info"
+	}
+	return "debug"
 }

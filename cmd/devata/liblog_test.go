@@ -38,3 +38,34 @@ func TestLibraryLogsGoThroughDevatasLogger(t *testing.T) {
 		}
 	}
 }
+
+// With --log-format text, log lines, devata's own and the libraries', read
+// as devata's other messages ("warning: …"), not as slog's "time=…
+// level=WARN msg=…" mixed into formatted output (issue 33).
+func TestTextLogLinesReadAsDevatasMessages(t *testing.T) {
+	var out, errb bytes.Buffer
+	code := run(context.Background(), []string{"version"}, Streams{In: strings.NewReader(""), Out: &out, Err: &errb}, func(string) string { return "" })
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	ctrllog.Log.WithName("envtest").Error(nil, "controller-runtime probe", "k", "two words")
+	klog.ErrorS(nil, "klog probe", "lease", "devata-reconcile")
+	klog.Flush()
+	libLogger.Load().Warn("devata probe", "machine", "cp-1")
+	libLogger.Load().Info("hidden below -v")
+	got := errb.String()
+	for _, want := range []string{
+		`error: controller-runtime probe (logger=envtest k="two words")`,
+		"error: klog probe (lease=devata-reconcile)",
+		"warning: devata probe (machine=cp-1)\n",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, got)
+		}
+	}
+	for _, bad := range []string{"time=", "level=", "msg=", "hidden below -v"} {
+		if strings.Contains(got, bad) {
+			t.Errorf("stderr holds %q:\n%s", bad, got)
+		}
+	}
+}

@@ -121,7 +121,9 @@ func (a *app) lockCluster(ctx context.Context, inv *inventory.Inventory, kube ku
 		cl.lease, cl.ctx = lease, lease.Context()
 		return cl, nil
 	case errors.As(err, &noNS):
-		fmt.Fprintf(a.streams.Err, "warning: %v; only this host's lock guards this write\n", err)
+		// advice, not alarm: nothing is wrong with this write, and the
+		// line says what to do once (issue 33: it read as a warning)
+		fmt.Fprintf(a.streams.Err, "advice: kubectl create namespace %s, so that devata writers on different hosts (a reconcile Deployment too) exclude each other through the cluster's Lease; namespace %s does not exist, so this write is guarded by this host's lock only\n", noNS.Namespace, noNS.Namespace)
 		return cl, nil
 	case failOpen && errors.As(err, &unreachable):
 		fmt.Fprintf(a.streams.Err, "warning: the cluster's Lease could not be taken (%v); bootstrap goes on with only this host's lock\n", unreachable.Err)

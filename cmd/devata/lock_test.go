@@ -128,7 +128,7 @@ func TestWritersOnOtherHostsExcludeEachOtherThroughTheLease(t *testing.T) {
 
 	// no namespace yet: warned, and the host's lock alone guards the write
 	r := devata(t, nil, append([]string{"apply", "--yes"}, kubeArgs...)...)
-	if r.code != 0 || !strings.Contains(r.err, "namespace devata does not exist") || !strings.Contains(r.err, "kubectl create namespace devata") {
+	if r.code != 0 || !strings.Contains(r.err, "namespace devata does not exist") || strings.Count(r.err, "advice: kubectl create namespace devata, so that") != 1 || strings.Contains(r.err, "warning") {
 		t.Fatalf("apply without the namespace: exit %d\n%s", r.code, r.err)
 	}
 	if _, err := kc.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "devata"}}, metav1.CreateOptions{}); err != nil {

@@ -78,7 +78,7 @@ Exit 0 nothing to do, 1 actions pending, 2 error or a blocked action.`,
 			return nil
 		},
 	}
-	flags.register(cmd)
+	flags.register(cmd, true)
 	cmd.Flags().StringVarP(&flags.output, "output", "o", sequence.FormatText, "plan format: text, markdown (a runbook) or json")
 	return cmd
 }

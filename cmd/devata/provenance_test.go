@@ -10,6 +10,7 @@ import (
 
 	"devata.dev/devata/drift"
 	"devata.dev/devata/internal/simtest"
+	"devata.dev/devata/lock"
 )
 
 func git(t *testing.T, dir string, args ...string) string {
@@ -74,5 +75,33 @@ func TestDriftReportNamesTheInventoryCommit(t *testing.T) {
 	r = devata(t, nil, "apply", "--config", sf.settings, "--dry-run")
 	if want := "@ " + head[:12] + " (dirty)"; !strings.Contains(r.stdout+r.err, want) {
 		t.Errorf("apply --dry-run does not name the commit (%s): exit %d\n%s%s", want, r.code, r.stdout, r.err)
+	}
+}
+
+// A write leaves devata's lock next to the inventory (lock.Path); the
+// reports after it still call a committed tree clean (issue 33: every
+// report after the first write said the tree was dirty).
+func TestReportAfterAWriteIsNotDirtiedByTheLock(t *testing.T) {
+	sf := startSim(t, simtest.Options{Bootstrap: true})
+	git(t, sf.Dir, "init", "-q")
+	if err := os.WriteFile(filepath.Join(sf.Dir, ".gitignore"), []byte("sim/\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	git(t, sf.Dir, "add", "-A")
+	git(t, sf.Dir, "commit", "-q", "-m", "inventory")
+	head := git(t, sf.Dir, "rev-parse", "HEAD")
+	if r := devata(t, nil, "apply", "--config", sf.settings, "--yes", "--no-lease"); r.code != 0 {
+		t.Fatalf("apply: exit %d\n%s%s", r.code, r.stdout, r.err)
+	}
+	path, err := lock.Path(sf.Inventory.Path, sf.Inventory.Cluster.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("the write left no lock file to test with: %v", err)
+	}
+	r := devata(t, nil, "drift", "--config", sf.settings, machineChecks)
+	if want := "@ " + head[:12] + ","; !strings.Contains(r.stdout, want) || strings.Contains(r.stdout, "(dirty)") {
+		t.Errorf("after a write, with %s in the tree, the report says:\n%s", filepath.Base(path), r.stdout)
 	}
 }

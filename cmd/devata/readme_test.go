@@ -111,3 +111,41 @@ func TestReadmeTryItPath(t *testing.T) {
 		t.Fatal("sim did not stop on interrupt")
 	}
 }
+
+// TestReadmeInstallsDevataBeforeUsingIt holds README to saying how devata
+// gets on PATH before its first `devata …` command, and the install line to
+// name this command's package (issue 33: the try-it path assumed a devata
+// on PATH that nothing put there).
+func TestReadmeInstallsDevataBeforeUsingIt(t *testing.T) {
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	installed := false
+	for _, block := range regexp.MustCompile("(?s)```sh\n(.*?)```").FindAllStringSubmatch(string(b), -1) {
+		for line := range strings.Lines(block[1]) {
+			line, _, _ = strings.Cut(line, "#")
+			f := strings.Fields(line)
+			switch {
+			case len(f) == 3 && f[0] == "go" && f[1] == "install":
+				if f[2] != "./cmd/devata" {
+					t.Errorf("README installs %q, want ./cmd/devata", f[2])
+				}
+				installed = true
+			case len(f) > 0 && f[0] == "devata" && !installed:
+				t.Fatalf("README runs %q before any `go install ./cmd/devata` line", strings.Join(f, " "))
+			}
+		}
+	}
+	if !installed {
+		t.Fatal("README has no `go install ./cmd/devata` line")
+	}
+	if !strings.Contains(string(b), "go env GOPATH)/bin") {
+		t.Error("README does not say where go install puts devata (PATH)")
+	}
+	// the line installs a command named devata: a main package in cmd/devata
+	src, err := os.ReadFile("main.go")
+	if err != nil || !strings.HasPrefix(strings.TrimLeft(string(regexp.MustCompile(`(?m)^//.*\n`).ReplaceAll(src, nil)), "\n"), "package main") {
+		t.Errorf("cmd/devata/main.go is not package main (%v)", err)
+	}
+}

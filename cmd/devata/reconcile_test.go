@@ -127,7 +127,7 @@ func startReconcile(t *testing.T, args ...string) *loopRun {
 		lr.code <- run(ctx, args, Streams{In: strings.NewReader(""), Out: &lr.stdout, Err: &lr.stderr}, func(string) string { return "" })
 	}()
 	t.Cleanup(func() { lr.stop() })
-	addrRe := regexp.MustCompile(`msg="serving metrics" addr=(\S+)`)
+	addrRe := regexp.MustCompile(`info: serving metrics \(addr=([^\s)]+)`)
 	lr.waitFor("the metrics server", func() bool {
 		m := addrRe.FindStringSubmatch(lr.stderr.String())
 		if m != nil {

@@ -213,3 +213,22 @@ func TestOutputEscapesTerminalSequences(t *testing.T) {
 		t.Errorf("exit %d, output %q", r.code, r.stdout+r.err)
 	}
 }
+
+// machine.env is redacted by the credential shape of each variable's name:
+// a time zone changed on a machine reads as that change, a token beside it
+// as one secret changed, its value nowhere (issue 33: every env value was
+// redacted and a TZ change read "1 secret changed").
+func TestMachineEnvRedactedByCredentialShape(t *testing.T) {
+	sf := startSim(t, simtest.Options{Bootstrap: true})
+	drifted := simtest.Patch(t, sf.Desired["worker-1"], "machine:\n  env:\n    TZ: Europe/Berlin\n    GITHUB_TOKEN: s3cret-env-token\n")
+	sf.Sim.Machine("worker-1").SetFaults(sim.Faults{DriftedConfig: drifted})
+	r := devata(t, nil, "apply", "--config", sf.settings, "--dry-run")
+	if r.code != 1 {
+		t.Fatalf("apply --dry-run: exit %d, want 1\n%s%s", r.code, r.stdout, r.err)
+	}
+	out := r.stdout + r.err
+	lacks(t, "apply --dry-run", out, "-        TZ: Europe/Berlin", "-        GITHUB_TOKEN: '******'", "1 secret changed (v1alpha1.machine.env.GITHUB_TOKEN)")
+	if strings.Contains(out, "s3cret-env-token") || strings.Contains(out, "machine.env.TZ)") {
+		t.Errorf("the token shows, or TZ is counted as a secret:\n%s", out)
+	}
+}

@@ -76,6 +76,7 @@ Exit 0 done (or nothing to do), 1 some machines not upgraded, 2 error.`,
 		},
 	}
 	cmd.Flags().BoolVar(&flags.dryRun, "dry-run", false, "print the plan; upgrade nothing")
+	addPlanOutputFlag(cmd, &flags.output)
 	cmd.Flags().BoolVar(&flags.yes, "yes", false, "do not ask before upgrading (every upgrade reboots its machine)")
 	addMachinesFlags(cmd, &flags.machines)
 	cmd.Flags().IntVar(&flags.maxUnavailable, "max-unavailable", 1, "workers upgraded at once")

@@ -8,6 +8,9 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"devata.dev/devata/bootstrap"
 	"devata.dev/devata/examples"
 	"devata.dev/devata/internal/simfleet"
@@ -115,15 +118,39 @@ func (s *scenario) fleet(ctx context.Context) error {
 func (s *scenario) bootstrap(ctx context.Context) error {
 	startStep(s.Out, "bootstrap: from bare maintenance-mode machines to a ready control plane")
 	// the simulated etcd starts at once after a boot: a short settle will do
-	args := []string{"bootstrap", "--yes", "--etcd-settle", "2s", "--kubeconfig-out", filepath.Join(s.dir, "kubeconfig")}
-	if s.kube == nil {
-		args = append(args, "--skip-nodes")
-	}
+	args := append([]string{"bootstrap", "--yes", "--etcd-settle", "2s"}, s.kubeconfigOut()...)
 	if code := s.devata(ctx, args...); code != 0 {
 		return fmt.Errorf("bootstrap exited %d", code)
 	}
 	fmt.Fprintln(s.Out, "    exit 0")
-	return nil
+	return s.followLeaseAdvice(ctx)
+}
+
+// kubeconfigOut are bootstrap's flags for the kubeconfig it writes. With
+// Kubernetes, next to the inventory, where later commands find it. Without,
+// that kubeconfig names cluster.endpoint (10.20.0.10:6443), which nothing
+// serves in the demo: it goes where no later command looks, and the Nodes
+// are not waited for, so that every command stays on loopback (issue 33:
+// apply dialled 10.20.0.10:6443 for the cluster's Lease and failed).
+func (s *scenario) kubeconfigOut() []string {
+	if s.kube != nil {
+		return []string{"--kubeconfig-out", filepath.Join(s.dir, "kubeconfig")}
+	}
+	unserved := filepath.Join(s.dir, "unserved")
+	_ = os.RemoveAll(unserved) // a recovery's bootstrap must not find the first one's: it would take the Lease
+	return []string{"--kubeconfig-out", filepath.Join(unserved, "kubeconfig"), "--skip-nodes"}
+}
+
+// followLeaseAdvice does what the first write's advice says, as an
+// operator would: it creates the Lease's namespace, so the later writers
+// take the cluster's Lease and the advice is printed once per demo.
+func (s *scenario) followLeaseAdvice(ctx context.Context) error {
+	if s.kube == nil {
+		return nil
+	}
+	fmt.Fprintln(s.Out, "\n$ kubectl create namespace devata   # as the advice above says: from now on the writers take the cluster's Lease")
+	_, err := s.kube.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "devata"}}, metav1.CreateOptions{})
+	return err
 }
 
 func (s *scenario) cilium(ctx context.Context) error {
@@ -233,10 +260,7 @@ func (s *scenario) recovery(ctx context.Context) error {
 		}
 	}
 	fmt.Fprintf(s.Out, "\n    SIMULATED: %s lost their system disks: back in maintenance mode, etcd gone with them\n", strings.Join(names, ", "))
-	args := []string{"bootstrap", "--yes", "--etcd-settle", "2s", "--recover-from", snapshot, "--kubeconfig-out", filepath.Join(s.dir, "kubeconfig")}
-	if s.kube == nil {
-		args = append(args, "--skip-nodes")
-	}
+	args := append([]string{"bootstrap", "--yes", "--etcd-settle", "2s", "--recover-from", snapshot}, s.kubeconfigOut()...)
 	if code := s.devata(ctx, args...); code != 0 {
 		return fmt.Errorf("bootstrap --recover-from exited %d", code)
 	}
