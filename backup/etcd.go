@@ -174,7 +174,7 @@ func Etcd(ctx context.Context, o Options) (*Result, error) {
 			Snapshot: filepath.Base(o.Out), Size: info.Size, SHA256: info.SHA256,
 			TalosVersion: info.TalosVersion, KubernetesVersion: inv.Cluster.KubernetesVersion,
 			Inventory: abs, InventorySHA256: prov.InventorySHA256,
-			InventoryCommit: prov.Commit, InventoryModified: prov.Dirty,
+			InventoryCommit: prov.Commit, InventoryModified: prov.InventoryModified, WorkTreeModified: prov.Dirty,
 		}}
 		if outKind == outfile.Through {
 			res.SidecarPath = "" // a pipe or the process' output has no file beside it

@@ -43,13 +43,16 @@ type Sidecar struct {
 	KubernetesVersion string `json:"kubernetesVersion"`
 	Inventory         string `json:"inventory"`
 	InventorySHA256   string `json:"inventorySha256"`
-	// InventoryCommit is the Git commit of the inventory's work tree, and
-	// InventoryModified says the work tree holds changes that commit does
-	// not (the inventory, a patch beside it, a file not in Git:
-	// provenance.Info's Dirty); both are absent when the inventory is not in
-	// Git or git is not installed.
+	// InventoryCommit is the Git commit of the inventory's work tree;
+	// InventoryModified says the inventory file itself is not that
+	// commit's (edited, untracked, or not in Git: provenance.Info's
+	// InventoryModified), and WorkTreeModified that the work tree holds
+	// changes the commit does not, anywhere (a patch beside the inventory,
+	// a file not yet added: provenance.Info's Dirty). All three are absent
+	// when the inventory is not in Git or git is not installed.
 	InventoryCommit   string `json:"inventoryCommit,omitempty"`
 	InventoryModified bool   `json:"inventoryModified,omitempty"`
+	WorkTreeModified  bool   `json:"workTreeModified,omitempty"`
 	// Verified is the last proof of restore (backup verify); absent until
 	// one ran. Writing it changes no other field: Size and SHA256 stay the
 	// snapshot's.

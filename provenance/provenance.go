@@ -45,6 +45,11 @@ type Info struct {
 	// or ignored). The whole tree counts, not the inventory alone, because
 	// its patches are files beside it.
 	Dirty bool `json:"dirty,omitempty"`
+	// InventoryModified says the inventory file itself is not Commit's:
+	// changed (staged or not), untracked, ignored or not in Git. Dirt
+	// elsewhere in the tree (a patch, an unrelated file) leaves it false.
+	// Reports carry Dirty; the backup sidecar carries both.
+	InventoryModified bool `json:"-"`
 	// RepoPath is the inventory file's path from the top of the work tree,
 	// slash-separated: `git show COMMIT:REPOPATH` prints the committed file,
 	// whose sha256 can be compared with InventorySHA256.
@@ -198,6 +203,9 @@ func askGit(ctx context.Context, git, file string) (Info, error) {
 			// to the inventory, and it is no change to what was deployed
 		case rec[0] != '#':
 			info.Dirty = true
+			if statusPath(rec) == info.RepoPath {
+				info.InventoryModified = true
+			}
 		}
 	}
 	if !isHash(info.Commit) {
@@ -211,8 +219,29 @@ func askGit(ctx context.Context, git, file string) (Info, error) {
 	}
 	if len(out) == 0 {
 		info.Dirty = true
+		info.InventoryModified = true
 	}
 	return info, nil
+}
+
+// statusPath is the path, from the top of the work tree, that one record
+// of git status --porcelain=v2 -z names: after 8 fields for a changed
+// entry ("1"), 9 for a renamed or copied one ("2", whose original path is
+// the next record), 10 for an unmerged one ("u"), after "? " for an
+// untracked and "! " for an ignored one (git-status(1), porcelain format
+// version 2). Porcelain paths are always relative to the top, whatever the
+// directory git runs in. "" for a record of another shape.
+func statusPath(rec []byte) string {
+	fields := map[byte]int{'1': 8, '2': 9, 'u': 10, '?': 1, '!': 1}
+	n, ok := fields[rec[0]]
+	if !ok {
+		return ""
+	}
+	parts := bytes.SplitN(rec, []byte{' '}, n+1)
+	if len(parts) != n+1 {
+		return ""
+	}
+	return string(parts[n])
 }
 
 // isLockFile says whether an untracked path is the cluster lock devata's

@@ -121,44 +121,68 @@ func TestOfCommitted(t *testing.T) {
 
 // Anything in the tree that the commit does not hold makes it dirty: the
 // inventory edited, a patch edited, a file added, the inventory not in Git.
+// Only what touches the inventory file itself makes it InventoryModified
+// (issue 33: a backup's sidecar said inventoryModified for an unchanged
+// inventory in a dirty tree).
 func TestOfDirty(t *testing.T) {
 	for _, tc := range []struct {
-		name   string
-		change func(t *testing.T, r repo)
+		name      string
+		rel       string // the inventory's path in the tree, "inventory.yaml" when empty
+		change    func(t *testing.T, r repo)
+		inventory bool // InventoryModified
 	}{
-		{"inventory edited", func(t *testing.T, r repo) { r.write(t, "inventory.yaml", content+"# edited\n") }},
-		{"inventory edited and staged", func(t *testing.T, r repo) {
+		{"inventory edited", "", func(t *testing.T, r repo) { r.write(t, "inventory.yaml", content+"# edited\n") }, true},
+		{"inventory in a directory with spaces edited", "lab clusters/inv.yaml", func(t *testing.T, r repo) {
+			r.write(t, "lab clusters/inv.yaml", content+"# edited\n")
+		}, true},
+		{"another inventory beside it edited", "lab/inventory.yaml", func(t *testing.T, r repo) {
+			r.write(t, "lab/inventory.yaml.bak", content)
+			r.write(t, "inventory.yaml", content)
+		}, false},
+		{"inventory edited and staged", "", func(t *testing.T, r repo) {
 			r.write(t, "inventory.yaml", content+"# edited\n")
 			r.git("add", "inventory.yaml")
-		}},
-		{"patch edited", func(t *testing.T, r repo) { r.write(t, "patches/common.yaml", "machine: {env: {}}\n") }},
-		{"patch deleted", func(t *testing.T, r repo) {
+		}, true},
+		{"inventory renamed to it", "", func(t *testing.T, r repo) {
+			r.git("mv", "inventory.yaml", "old.yaml")
+			r.git("commit", "-q", "-m", "move")
+			r.git("mv", "old.yaml", "inventory.yaml")
+		}, true},
+		{"patch edited", "", func(t *testing.T, r repo) { r.write(t, "patches/common.yaml", "machine: {env: {}}\n") }, false},
+		{"patch deleted", "", func(t *testing.T, r repo) {
 			if err := os.Remove(filepath.Join(r.dir, "patches/common.yaml")); err != nil {
 				t.Fatal(err)
 			}
-		}},
-		{"untracked patch", func(t *testing.T, r repo) { r.write(t, "patches/cp-1.yaml", "machine: {}\n") }},
-		{"untracked inventory", func(t *testing.T, r repo) {
+		}, false},
+		{"untracked patch", "", func(t *testing.T, r repo) { r.write(t, "patches/cp-1.yaml", "machine: {}\n") }, false},
+		{"untracked inventory", "", func(t *testing.T, r repo) {
 			r.git("rm", "-q", "--cached", "inventory.yaml")
 			r.git("commit", "-q", "-m", "untrack the inventory")
-		}},
-		{"ignored inventory", func(t *testing.T, r repo) {
+		}, true},
+		{"ignored inventory", "", func(t *testing.T, r repo) {
 			r.write(t, ".gitignore", "inventory.yaml\n")
 			r.git("rm", "-q", "--cached", "inventory.yaml")
 			r.git("add", ".gitignore")
 			r.git("commit", "-q", "-m", "ignore the inventory")
-		}},
-		{"untracked files hidden by config", func(t *testing.T, r repo) {
+		}, true},
+		{"untracked files hidden by config", "", func(t *testing.T, r repo) {
 			r.git("config", "status.showUntrackedFiles", "no")
 			r.write(t, "patches/cp-1.yaml", "machine: {}\n")
-		}},
+		}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := newRepo(t, "inventory.yaml")
+			rel := tc.rel
+			if rel == "" {
+				rel = "inventory.yaml"
+			}
+			r := newRepo(t, rel)
 			tc.change(t, r)
 			got := of(t, r.inv)
 			if !got.Dirty || got.Commit != r.git("rev-parse", "HEAD") {
 				t.Errorf("Of = %+v, want dirty at HEAD", got)
+			}
+			if got.InventoryModified != tc.inventory {
+				t.Errorf("InventoryModified = %t, want %t (%+v)", got.InventoryModified, tc.inventory, got)
 			}
 			data, err := os.ReadFile(r.inv)
 			if err != nil {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"devata.dev/devata/backup"
 	"devata.dev/devata/drift"
 	"devata.dev/devata/internal/simtest"
 	"devata.dev/devata/lock"
@@ -58,6 +59,29 @@ func TestDriftReportNamesTheInventoryCommit(t *testing.T) {
 	if p := report().Provenance; p.Commit != head || !p.Dirty {
 		t.Errorf("an untracked file: %+v, want commit %s, dirty", p, head)
 	}
+	// A backup's sidecar tells a dirty tree from an edited inventory
+	// (issue 33: it said inventoryModified for an unchanged inventory).
+	sidecar := func(name string) backup.Sidecar {
+		t.Helper()
+		out := filepath.Join(t.TempDir(), name)
+		r := devata(t, nil, "backup", "etcd", "--config", sf.settings, "-o", out)
+		if r.code != 0 {
+			t.Fatalf("backup etcd: exit %d\n%s%s", r.code, r.stdout, r.err)
+		}
+		raw, err := os.ReadFile(out + ".json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sc backup.Sidecar
+		if err := json.Unmarshal(raw, &sc); err != nil {
+			t.Fatal(err)
+		}
+		return sc
+	}
+	if sc := sidecar("tree.db"); sc.InventoryCommit != head || sc.InventoryModified || !sc.WorkTreeModified {
+		t.Errorf("an untracked file beside a committed inventory: sidecar commit %q, inventoryModified %t, workTreeModified %t; want %s, false, true",
+			sc.InventoryCommit, sc.InventoryModified, sc.WorkTreeModified, head)
+	}
 	r := devata(t, nil, "drift", "--config", sf.settings, machineChecks)
 	if want := "@ " + head[:12] + " (dirty)"; !strings.Contains(r.stdout, want) {
 		t.Errorf("the table does not name the commit (%s):\n%s", want, r.stdout)
@@ -75,6 +99,19 @@ func TestDriftReportNamesTheInventoryCommit(t *testing.T) {
 	r = devata(t, nil, "apply", "--config", sf.settings, "--dry-run")
 	if want := "@ " + head[:12] + " (dirty)"; !strings.Contains(r.stdout+r.err, want) {
 		t.Errorf("apply --dry-run does not name the commit (%s): exit %d\n%s%s", want, r.code, r.stdout, r.err)
+	}
+	f, err := os.OpenFile(filepath.Join(sf.Dir, "inventory.yaml"), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString("# edited after the commit\n"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if sc := sidecar("edited.db"); !sc.InventoryModified || !sc.WorkTreeModified {
+		t.Errorf("an edited inventory: sidecar inventoryModified %t, workTreeModified %t; want both", sc.InventoryModified, sc.WorkTreeModified)
 	}
 }
 
