@@ -53,6 +53,7 @@ var allowed = []struct {
 	// what changes machines
 	{"reconcile", []string{"bootstrap", "drift", "gate", "internal/heartbeat", "internal/talos", "inventory", "machines", "provenance"}},
 	{"bootstrap/sequence", []string{"bootstrap", "checks", "drift", "gate", "internal/heartbeat", "inventory", "machines", "provenance", "snapshot"}},
+	{"backup/store", []string{"redact"}},
 	{"backup", []string{"gate", "internal/outfile", "inventory", "machines", "provenance", "snapshot"}},
 	{"membership", []string{"gate", "internal/configview", "internal/heartbeat", "inventory", "machines"}},
 	// test bed and tools
