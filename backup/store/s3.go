@@ -221,9 +221,8 @@ func (s *s3Store) Put(ctx context.Context, name string, r io.Reader) (Written, e
 		BufferSize:     int(s.partSize),
 		MaxConcurrency: s.concurrency,
 	})
-	if err == nil {
-		err = ctx.Err()
-	}
+	// An upload that completed stays, even if ctx ended just after: it is
+	// whole, and an error here would say it is not there.
 	if err != nil {
 		if cr.err != nil && !errors.Is(err, cr.err) {
 			err = fmt.Errorf("%w (reading the source: %w)", err, cr.err)
