@@ -54,6 +54,7 @@ var allowed = []struct {
 	// what changes machines
 	{"reconcile", []string{"bootstrap", "drift", "gate", "internal/drain", "internal/heartbeat", "internal/talos", "inventory", "machines", "provenance"}},
 	{"bootstrap/sequence", []string{"bootstrap", "checks", "drift", "gate", "internal/heartbeat", "inventory", "machines", "provenance", "snapshot"}},
+	{"backup/store", []string{"redact"}},
 	{"backup", []string{"gate", "internal/outfile", "inventory", "machines", "provenance", "snapshot"}},
 	{"membership", []string{"gate", "internal/configview", "internal/drain", "internal/heartbeat", "inventory", "machines"}},
 	// test bed and tools

@@ -54,6 +54,7 @@ var binaries = []binary{
 		// server reports gitVersion, and clients read it back.
 		ldflags: kubeVersionFlags(KubernetesVersion),
 	},
+	versitygwBinary, // the S3 server (s3.go)
 }
 
 func kubeVersionFlags(v string) []string {

@@ -5,13 +5,15 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"devata.dev/devata/internal/testenv"
 )
 
 func TestRun(t *testing.T) {
-	// A directory that already holds both binaries: run reports it and
+	// A directory that already holds every binary: run reports it and
 	// builds nothing.
 	full := t.TempDir()
-	for _, name := range []string{"etcd", "kube-apiserver"} {
+	for _, name := range []string{"etcd", "kube-apiserver", "versitygw-" + testenv.VersitygwVersion} {
 		if err := os.WriteFile(filepath.Join(full, name), []byte("#!/bin/sh\n"), 0o755); err != nil {
 			t.Fatal(err)
 		}
