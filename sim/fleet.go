@@ -81,6 +81,15 @@ type Options struct {
 	// replaces it per machine (default 100ms; on Talos seconds to
 	// minutes: an installer is a few hundred MB).
 	InstallerPullDelay time.Duration
+	// EtcdJoinTimeout is how long a control plane without etcd data waits
+	// in the etcd service's PreFunc to be bootstrapped or to join before
+	// the service fails, not restarted (constants.EtcdJoinTimeout, default
+	// 30m as on Talos; etcd_join.go).
+	EtcdJoinTimeout time.Duration
+	// BootTimeout is how long the boot sequence waits for every service
+	// to be up before it fails and the machine reboots
+	// (constants.BootTimeout, default 70m as on Talos; etcd_join.go).
+	BootTimeout time.Duration
 }
 
 // MachineSpec describes one simulated machine.
@@ -145,6 +154,8 @@ type Fleet struct {
 	criDelay       time.Duration // see Options.CRIStartDelay
 	restartDelay   time.Duration // see Options.RestartDelay
 	pullDelay      time.Duration // see Options.InstallerPullDelay
+	joinTimeout    time.Duration // see Options.EtcdJoinTimeout
+	bootTimeout    time.Duration // see Options.BootTimeout
 	ca             *authority
 	grpc           *grpc.Server    // serves every machine's listeners
 	maintenanceTLS *tls.Config     // shared: one self-signed certificate
@@ -209,6 +220,14 @@ func Start(ctx context.Context, opts Options) (*Fleet, error) {
 		opts.InstallerPullDelay = 100 * time.Millisecond
 	}
 
+	if opts.EtcdJoinTimeout <= 0 {
+		opts.EtcdJoinTimeout = 30 * time.Minute
+	}
+
+	if opts.BootTimeout <= 0 {
+		opts.BootTimeout = 70 * time.Minute
+	}
+
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -235,6 +254,8 @@ func Start(ctx context.Context, opts Options) (*Fleet, error) {
 		criDelay:     opts.CRIStartDelay,
 		restartDelay: opts.RestartDelay,
 		pullDelay:    opts.InstallerPullDelay,
+		joinTimeout:  opts.EtcdJoinTimeout,
+		bootTimeout:  opts.BootTimeout,
 		ca:           ca,
 		meta:         meta,
 		byName:       map[string]*Machine{},
@@ -360,6 +381,10 @@ func (f *Fleet) add(spec MachineSpec, loaded map[[sha256.Size]byte]config.Provid
 	m.mu.Lock()
 	m.openLocked()
 	m.mu.Unlock()
+
+	if m.active != nil {
+		m.armBootTimers(0) // its boot began when the fleet started
+	}
 
 	go f.grpc.Serve(m.ln) //nolint:errcheck // Serve returns when the listener closes
 
