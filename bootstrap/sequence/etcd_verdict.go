@@ -16,6 +16,7 @@ const (
 	etcdOurs                   // a cluster of exactly our control planes exists (maybe still forming)
 	etcdForeign                // refuse: data that is not a cluster of our control planes
 	etcdUnclear                // cannot decide: some control plane did not answer clearly
+	etcdBroken                 // refuse: a control plane's etcd failed on data it cannot start from
 )
 
 // etcdVerdict decides from every control plane's answer. It is "ours" only
@@ -44,6 +45,9 @@ func etcdVerdict(inv *inventory.Inventory, st *fleetState) (verdict, string) {
 		}
 	}
 	slices.Sort(withData)
+	if why := brokenVerdict(inv, st); why != "" {
+		return etcdBroken, why
+	}
 	if len(withData) == 0 {
 		if len(unclear) > 0 {
 			return etcdUnclear, "cannot tell whether these control planes hold etcd data, so nothing is bootstrapped: " + strings.Join(unclear, "; ")

@@ -25,7 +25,17 @@ type etcdFact struct {
 	// could not be read (Members is empty).
 	NoLeader bool
 	// None: etcd is not running there and the node is configured (no data).
-	None    bool
+	None bool
+	// JoinFailed: with None, the etcd service gave up waiting to join
+	// (etcd_failed.go): its data directory was empty, and Talos does not
+	// start it again before the node reboots.
+	JoinFailed bool
+	// Broken: the etcd service failed on data it cannot start from (what a
+	// failed restore left, or a member that exits on every start): the
+	// node holds data, of no cluster that runs there; Advice says how to
+	// clear it.
+	Broken  bool
+	Advice  string
 	Members []string
 	Leader  uint64
 	// Seen is the evidence line; Err is set when the answer was inconclusive.
@@ -178,6 +188,8 @@ func etcdFactOf(o *machines.Observation) etcdFact {
 		slices.Sort(members)
 		return etcdFact{HasData: true, Members: members, Leader: o.Etcd.Leader,
 			Seen: fmt.Sprintf("EtcdMemberList answers: members [%s]", strings.Join(members, " "))}
+	case o.EtcdService != nil && o.EtcdService.State == "Failed" && failedFact(o.EtcdService) != nil:
+		return *failedFact(o.EtcdService)
 	case o.WaitingForEtcd():
 		return etcdFact{None: true, Seen: fmt.Sprintf("service etcd Preparing (%q since %s): waiting to be bootstrapped or to join", o.EtcdService.Event, o.EtcdService.Since.UTC().Format(time.RFC3339))}
 	default:

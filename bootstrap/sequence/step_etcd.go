@@ -34,7 +34,10 @@ func (s *Sequence) bootstrapEtcd(ctx context.Context) (string, error) {
 			if !s.st.configured(m.Name) {
 				notReady = append(notReady, m.Name)
 			}
-			if f := s.st.etcd[m.Name]; !f.None || s.st.maintenance(m.Name) {
+			if f := s.st.etcd[m.Name]; !f.None || f.JoinFailed || s.st.maintenance(m.Name) || !s.st.obs[m.Name].WaitingForEtcd() {
+				// only a service Preparing needs to be seen holding: a
+				// failed join or an unreadable snapshot is evidence of an
+				// empty data directory at once
 				delete(waitingSince, m.Name)
 				continue
 			}
@@ -57,7 +60,7 @@ func (s *Sequence) bootstrapEtcd(ctx context.Context) (string, error) {
 			beat.Saw("not held long enough yet: " + strings.Join(unsettled, ", "))
 		}
 		switch {
-		case v == etcdForeign:
+		case v == etcdForeign || v == etcdBroken:
 			return "", fmt.Errorf("%w: %s", ErrRefused, why)
 		case v == etcdOurs && s.opts.Recover != nil:
 			if old := s.snapshotMembersRunning(); len(old) > 0 {
