@@ -237,6 +237,19 @@
 //     etcd waits in Preparing again. Bootstrap on a node whose join failed
 //     is taken (BootstrapEtcd replaces the service). Both default to
 //     Talos' times; tests scale them (TestEtcdJoinTimeout).
+//   - Preparing on every boot (etcd_join.go armBootTimers,
+//     snapshot.etcdPreparing; Talos v1.11.0 services/etcd.go PreFunc:
+//     image.Pull WithSkipIfAlreadyPulled, the args, waitPKI): a control
+//     plane that holds etcd data shows its etcd service Preparing "Running
+//     pre state" for Options.EtcdPrepareDelay after each boot, exactly as a
+//     control plane without data shows it, and its etcd does not run
+//     meanwhile (no member list, not counted for quorum). What tells them
+//     apart is the data directory: List (etcd_datadir.go; v1alpha1_server.go
+//     List, pkg/archiver walker.go) serves /var/lib/etcd, one level: "member"
+//     while the node holds data or what a failed restore wrote, nothing
+//     otherwise; on a worker the Lstat fails; any other root is
+//     Unimplemented (not modelled). Roles as machined's rules (os:reader
+//     may) (TestEtcdPreparingOnEveryBoot).
 //   - One learner at a time (etcd.go joinEtcd; etcd v3.6
 //     server/etcdserver/api/membership/cluster.go ValidateConfigurationChange
 //     and ValidateMaxLearnerConfig with --max-learners 1, Talos' addMember

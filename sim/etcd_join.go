@@ -44,8 +44,13 @@ func (m *Machine) crashLoopLocked() {
 	m.etcdFailed, m.etcdFailure = time.Now(), etcdCrashLoop
 }
 
-// armBootTimers starts the two clocks of a configured boot
-// (v1alpha1_sequencer_tasks.go StartAllServices): a control plane whose
+// armBootTimers starts the clocks of a configured boot. A control plane
+// that holds etcd data passes through the etcd service's PreFunc on every
+// boot (services/etcd.go PreFunc: image.Pull with WithSkipIfAlreadyPulled,
+// then waitPKI) for the fleet's EtcdPrepareDelay, Preparing "Running pre
+// state" as a node without data shows it (snapshot.etcdPreparing). Then
+// the two timeouts (v1alpha1_sequencer_tasks.go StartAllServices): a
+// control plane whose
 // etcd service still waits in its PreFunc after the fleet's join timeout
 // fails it, with no restart (joinTimedOut); a boot whose services are not
 // all up after the boot timeout fails, and machined reboots the machine
@@ -53,6 +58,14 @@ func (m *Machine) crashLoopLocked() {
 // clocks again.
 func (m *Machine) armBootTimers(gen int) {
 	f := m.fleet
+
+	// a node with data starts etcd once its PreFunc is through: what
+	// follows from it running (the boot's end, the stage) is computed anew
+	time.AfterFunc(f.etcdPrepare, func() {
+		if m.bootGeneration() == gen {
+			m.sync()
+		}
+	})
 
 	time.AfterFunc(f.joinTimeout, func() { m.joinTimedOut(gen) })
 	time.AfterFunc(f.bootTimeout, func() { m.bootTimedOut(gen) })

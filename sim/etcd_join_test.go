@@ -1,11 +1,15 @@
 package sim_test
 
 import (
+	"errors"
 	"fmt"
+	"io"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
+	"github.com/siderolabs/talos/pkg/machinery/client"
 	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 
 	"devata.dev/devata/sim"
@@ -35,6 +39,12 @@ func TestEtcdJoinTimeout(t *testing.T) {
 
 	if st := serviceState(t, c2, "etcd"); st != "Preparing" {
 		t.Fatalf("etcd before the join timeout: %s, want Preparing", st)
+	}
+
+	// its data directory is empty: what tells it from a node with data
+	// passing through Preparing (TestEtcdPreparingOnEveryBoot)
+	if got := listEtcdDir(t, c2); got != "." {
+		t.Errorf("/var/lib/etcd on a control plane waiting to join: %q, want only the directory itself", got)
 	}
 
 	until(t, "etcd gives up joining", func() (bool, error) { return serviceState(t, c2, "etcd") == "Failed", nil })
@@ -99,5 +109,62 @@ func TestEtcdOneLearnerAtATime(t *testing.T) {
 
 	if most != 1 {
 		t.Errorf("at most %d learners at once, want exactly 1 (one join after the other)", most)
+	}
+}
+
+// A control plane that holds etcd data passes through the etcd service's
+// PreFunc on every boot (Talos services/etcd.go PreFunc: the image pull,
+// then the PKI), Preparing "Running pre state" as a control plane without
+// data shows it; etcd's data directory tells them apart (machined's List
+// of /var/lib/etcd, what Bootstrap reads): "member" on the one, nothing on
+// the other.
+func TestEtcdPreparingOnEveryBoot(t *testing.T) {
+	t.Parallel()
+
+	f := controlPlanes(t, 3, sim.Options{EtcdJoinDelay: 50 * time.Millisecond, RebootDelay: 100 * time.Millisecond, EtcdPrepareDelay: 800 * time.Millisecond, CRIStartDelay: 50 * time.Millisecond})
+	joined(t, f, 3)
+
+	m2 := f.Machine("cp-2")
+	if err := admin(t, m2.Addr()).Reboot(ctxTimeout(t, time.Second)); err != nil {
+		t.Fatalf("reboot: %v", err)
+	}
+
+	until(t, "cp-2 down", func() (bool, error) { return m2.Observe().Down, nil })
+	until(t, "cp-2 back", func() (bool, error) { return !m2.Observe().Down, nil })
+
+	c2 := admin(t, m2.Addr())
+	if st, ev := serviceState(t, c2, "etcd"), lastEvent(t, c2, "etcd"); st != "Preparing" || ev != "Running pre state" {
+		t.Errorf("etcd on cp-2 right after its boot: %s %q, want Preparing \"Running pre state\"", st, ev)
+	}
+
+	if got := listEtcdDir(t, c2); got != ". member" {
+		t.Errorf("cp-2's /var/lib/etcd while Preparing: %q, want \". member\" (it holds data)", got)
+	}
+
+	until(t, "etcd runs on cp-2 again", func() (bool, error) { return serviceState(t, c2, "etcd") == "Running", nil })
+
+}
+
+func listEtcdDir(t *testing.T, c *client.Client) string {
+	t.Helper()
+
+	stream, err := c.LS(ctxTimeout(t, time.Second), &machine.ListRequest{Root: "/var/lib/etcd"})
+	if err != nil {
+		t.Fatalf("list: %v", err)
+	}
+
+	var names []string
+
+	for {
+		fi, err := stream.Recv()
+		if err != nil {
+			if !errors.Is(err, io.EOF) {
+				t.Fatalf("list: %v", err)
+			}
+
+			return strings.Join(names, " ")
+		}
+
+		names = append(names, fi.GetRelativeName())
 	}
 }

@@ -90,6 +90,12 @@ type Options struct {
 	// to be up before it fails and the machine reboots
 	// (constants.BootTimeout, default 70m as on Talos; etcd_join.go).
 	BootTimeout time.Duration
+	// EtcdPrepareDelay is how long a control plane that holds etcd data
+	// spends in the etcd service's PreFunc on every boot (the etcd image
+	// pull, skipped once pulled, and the PKI) before etcd starts: its
+	// service is Preparing "Running pre state" as on a node without data
+	// (default 200ms; on Talos seconds; etcd_join.go).
+	EtcdPrepareDelay time.Duration
 }
 
 // MachineSpec describes one simulated machine.
@@ -156,6 +162,7 @@ type Fleet struct {
 	pullDelay      time.Duration // see Options.InstallerPullDelay
 	joinTimeout    time.Duration // see Options.EtcdJoinTimeout
 	bootTimeout    time.Duration // see Options.BootTimeout
+	etcdPrepare    time.Duration // see Options.EtcdPrepareDelay
 	ca             *authority
 	grpc           *grpc.Server    // serves every machine's listeners
 	maintenanceTLS *tls.Config     // shared: one self-signed certificate
@@ -228,6 +235,10 @@ func Start(ctx context.Context, opts Options) (*Fleet, error) {
 		opts.BootTimeout = 70 * time.Minute
 	}
 
+	if opts.EtcdPrepareDelay <= 0 {
+		opts.EtcdPrepareDelay = 200 * time.Millisecond
+	}
+
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -256,6 +267,7 @@ func Start(ctx context.Context, opts Options) (*Fleet, error) {
 		pullDelay:    opts.InstallerPullDelay,
 		joinTimeout:  opts.EtcdJoinTimeout,
 		bootTimeout:  opts.BootTimeout,
+		etcdPrepare:  opts.EtcdPrepareDelay,
 		ca:           ca,
 		meta:         meta,
 		byName:       map[string]*Machine{},

@@ -476,11 +476,17 @@ func TestUpgradeMutex(t *testing.T) {
 			}
 		}
 
-		ids := memberIDs(t, admin(t, f.Machine("cp-3").Addr()))
-		names := make([]string, 0, len(ids))
+		// no leader while cp-1 and cp-2 pass through Preparing after
+		// their boots (etcd_join.go): asked again
+		resp, err := admin(t, f.Machine("cp-3").Addr()).EtcdMemberList(ctxTimeout(t, 5*time.Second), &machine.EtcdMemberListRequest{})
+		if err != nil {
+			return false, err
+		}
 
-		for name := range ids {
-			names = append(names, name)
+		var names []string
+
+		for _, mem := range resp.Messages[0].Members {
+			names = append(names, mem.Hostname)
 		}
 
 		slices.Sort(names)
