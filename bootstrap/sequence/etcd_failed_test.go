@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/siderolabs/talos/pkg/machinery/api/machine"
+
+	"devata.dev/devata/bootstrap/sequence"
 	"devata.dev/devata/internal/simtest"
 )
 
@@ -87,4 +90,59 @@ func etcdState(t *testing.T, f *simtest.Fleet, name string) string {
 		return ""
 	}
 	return resp[0].Service.GetState()
+}
+
+// A control plane with etcd data passes through Preparing on every boot
+// (Talos services/etcd.go PreFunc: image pull, PKI), as one without data
+// waits there. cp-1's EPHEMERAL is wiped while cp-2 and cp-3, which hold
+// the cluster's data, reboot: for a while all three are Preparing. With
+// --etcd-settle far shorter than that while (time alone would bootstrap
+// cp-1 and split etcd), the listing of each data directory tells cp-2 and
+// cp-3 from cp-1: nothing is bootstrapped, cp-1 joins once they run, and
+// the fleet keeps one etcd cluster.
+func TestBootstrapTellsDataFromEmptyByEvidence(t *testing.T) {
+	f := simtest.Start(t, simtest.Options{Bootstrap: true, EtcdPrepareDelay: 4 * time.Second})
+	ctx := context.Background()
+	for _, name := range []string{"cp-1", "cp-2", "cp-3"} {
+		c, err := f.Dialer.Client(ctx, f.Inventory.Machine(name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if name == "cp-1" {
+			err = c.ResetGeneric(ctx, &machine.ResetRequest{Reboot: true, SystemPartitionsToWipe: []*machine.ResetPartitionSpec{{Label: "EPHEMERAL", Wipe: true}}})
+		} else {
+			err = c.Reboot(ctx)
+		}
+		c.Close()
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
+	for _, name := range []string{"cp-1", "cp-2", "cp-3"} {
+		m := f.Sim.Machine(name)
+		until(t, name+" down", func() bool { return m.Observe().Down })
+	}
+	for _, name := range []string{"cp-1", "cp-2", "cp-3"} {
+		until(t, name+"'s etcd Preparing", func() bool { return etcdState(t, f, name) == "Preparing" })
+	}
+
+	var out bytes.Buffer
+	seq := sequence.New(sequence.Options{
+		InventoryPath: f.Inventory.Path, Talosconfig: f.Talosconfig(t), Overrides: f.Overrides, KubeconfigOut: t.TempDir() + "/kubeconfig",
+		SkipNodes: true, Timeout: 5 * time.Second, Wait: 20 * time.Second, Poll: 50 * time.Millisecond, EtcdSettle: time.Millisecond, Out: &out,
+	})
+	if err := seq.Run(ctx); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	if cs := f.Sim.EtcdClusters(); len(cs) != 1 || len(cs[0].Members) != 3 {
+		t.Errorf("etcd after the run: %+v, want one cluster of three (no split)", cs)
+	}
+	for _, want := range []string{"holds member: etcd is starting on its data", "nothing to bootstrap"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+	if strings.Contains(out.String(), "bootstrapping cp-1") {
+		t.Errorf("cp-1 was bootstrapped while cp-2 and cp-3 held data:\n%s", out.String())
+	}
 }

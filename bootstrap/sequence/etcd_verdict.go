@@ -56,11 +56,14 @@ func etcdVerdict(inv *inventory.Inventory, st *fleetState) (verdict, string) {
 	}
 	// the facts with members to compare: a control plane whose etcd has no
 	// leader holds data but cannot say whose cluster it is
-	var listed, leaderless []string
+	var listed, leaderless, starting []string
 	for _, name := range withData {
-		if st.etcd[name].NoLeader {
+		switch {
+		case st.etcd[name].NoLeader:
 			leaderless = append(leaderless, name)
-		} else {
+		case st.etcd[name].Starting:
+			starting = append(starting, name)
+		default:
 			listed = append(listed, name)
 		}
 	}
@@ -77,7 +80,7 @@ func etcdVerdict(inv *inventory.Inventory, st *fleetState) (verdict, string) {
 				"if it is this cluster's and %s %s reinstalled, that is a control-plane replacement, not a bootstrap (talosctl etcd remove-member, then talosctl apply-config --insecure)",
 				name, f.Seen, strings.Join(inMaintenance, ", "), isAre(len(inMaintenance)), name, inv.Machine(name).Address, strings.Join(inMaintenance, ", "), wasWere(len(inMaintenance)))
 		}
-		if f.NoLeader {
+		if f.NoLeader || f.Starting {
 			continue
 		}
 		for _, member := range f.Members {
@@ -88,6 +91,13 @@ func etcdVerdict(inv *inventory.Inventory, st *fleetState) (verdict, string) {
 		if !slices.Equal(f.Members, first.Members) {
 			return etcdForeign, fmt.Sprintf("%s and %s report different etcd clusters (%s; %s): refusing to bootstrap", listed[0], name, first.Seen, f.Seen)
 		}
+	}
+	if len(listed) == 0 && len(leaderless) == 0 {
+		why := fmt.Sprintf("etcd is starting on the data of %s (its service Preparing, its data directory not empty, as on every boot): nothing is bootstrapped over its data; waiting for it to run", strings.Join(starting, ", "))
+		if len(unclear) > 0 {
+			why += "; these did not answer clearly: " + strings.Join(unclear, "; ")
+		}
+		return etcdUnclear, why
 	}
 	if len(listed) == 0 {
 		why := fmt.Sprintf("etcd exists on %s but has no leader, so no quorum, and no member list answers: nothing is bootstrapped over its data; bring back the control planes that are down (etcd elects a leader once more than half of its members run), then run again", strings.Join(leaderless, ", "))

@@ -30,6 +30,13 @@ type etcdFact struct {
 	// (etcd_failed.go): its data directory was empty, and Talos does not
 	// start it again before the node reboots.
 	JoinFailed bool
+	// EmptyDir: with None, the node's etcd data directory was listed
+	// empty: no need to watch its Preparing hold (dataDirFact).
+	EmptyDir bool
+	// Starting: with HasData, the etcd service is Preparing on a data
+	// directory that is not empty: etcd starts on its data, as on every
+	// boot, and has no members to read yet.
+	Starting bool
 	// Broken: the etcd service failed on data it cannot start from (what a
 	// failed restore left, or a member that exits on every start): the
 	// node holds data, of no cluster that runs there; Advice says how to
@@ -129,6 +136,9 @@ func observeFleet(ctx context.Context, inv *inventory.Inventory, d *machines.Dia
 		var fact etcdFact
 		if m.IsControlPlane() {
 			fact = etcdFactOf(o)
+			if fact.None && o.WaitingForEtcd() {
+				fact = dataDirFact(ctx, d, m, fact)
+			}
 		}
 		differ := sv.Differs()
 		dryErr := sv.DryErr
