@@ -23,9 +23,11 @@ const etcdDataPath = "/var/lib/etcd"
 // evidence is the data directory itself, what Talos' Bootstrap reads
 // (v1alpha1_server.go Bootstrap: os.ReadDir(constants.EtcdDataPath)),
 // listed with machined's List (os:reader may; the root, then its
-// entries): entries mean data, and etcd is starting on it; none means
-// empty. When the listing is refused or fails the fact stays as it was,
-// and --etcd-settle's watch of Preparing holding is all there is.
+// entries): entries mean data, and etcd is starting on it, whatever
+// --etcd-settle says; none means empty, and the settle watch still
+// applies (a Bootstrap right after a boot is refused until CRI runs).
+// When the listing is refused or fails the fact stays as it was, and
+// --etcd-settle's watch of Preparing holding is all there is.
 func dataDirFact(ctx context.Context, d *machines.Dialer, m *inventory.Machine, fact etcdFact) etcdFact {
 	entries, err := listEtcdDataDir(ctx, d, m)
 	switch {

@@ -31,7 +31,7 @@ type etcdFact struct {
 	// start it again before the node reboots.
 	JoinFailed bool
 	// EmptyDir: with None, the node's etcd data directory was listed
-	// empty: no need to watch its Preparing hold (dataDirFact).
+	// empty (dataDirFact).
 	EmptyDir bool
 	// Starting: with HasData, the etcd service is Preparing on a data
 	// directory that is not empty: etcd starts on its data, as on every

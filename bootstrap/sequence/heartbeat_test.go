@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc/codes"
-
 	"devata.dev/devata/bootstrap/sequence"
 	"devata.dev/devata/internal/heartbeat"
 	"devata.dev/devata/internal/simtest"
@@ -36,14 +34,10 @@ func mustMatch(t *testing.T, out string, res ...string) {
 
 // Every wait of a build from maintenance mode beats: a machine coming back
 // on mTLS (held unreachable for a moment after its apply), etcd's wait for
-// a bootstrap holding (on cp-1, whose data directory cannot be listed), and
-// the control planes joining etcd.
+// a bootstrap holding, and the control planes joining etcd.
 func TestBootstrapWaitsSayTheyStillWait(t *testing.T) {
 	beatFast(t)
 	f := simtest.Start(t, simtest.Options{Maintenance: []string{"cp-1", "cp-2", "cp-3", "worker-1", "worker-2"}, EtcdJoinDelay: 500 * time.Millisecond})
-	// cp-1 does not list its etcd data directory: only EtcdSettle's watch
-	// tells it empty (dataDirFact)
-	f.Sim.Machine("cp-1").SetFaults(sim.Faults{ErrorCodes: map[string]codes.Code{"MachineService.List": codes.PermissionDenied}})
 	w := f.Sim.Machine("worker-2")
 	out := &simtest.Output{On: "worker-2: config applied over the maintenance connection", Then: func() {
 		w.SetFaults(sim.Faults{Unreachable: true})
