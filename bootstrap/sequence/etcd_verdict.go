@@ -88,7 +88,12 @@ func etcdVerdict(inv *inventory.Inventory, st *fleetState) (verdict, string) {
 				return etcdForeign, fmt.Sprintf("%s already has etcd data (%s): member %q is not a control plane of this inventory; refusing to bootstrap", name, f.Seen, member)
 			}
 		}
-		if !slices.Equal(f.Members, first.Members) {
+		// two views of one cluster taken a moment apart may differ while a
+		// member is added or removed (a wiped control plane rejoining
+		// removes its old member first); one cluster's views share member
+		// IDs, two clusters' never do (each member ID is random, and a
+		// bootstrap or a restore makes new ones)
+		if !slices.Equal(f.Members, first.Members) && !shareMember(f, first) {
 			return etcdForeign, fmt.Sprintf("%s and %s report different etcd clusters (%s; %s): refusing to bootstrap", listed[0], name, first.Seen, f.Seen)
 		}
 	}
@@ -131,4 +136,15 @@ func bootstrapNode(inv *inventory.Inventory) *inventory.Machine {
 	cps := inv.ControlPlanes()
 	slices.SortFunc(cps, func(a, b *inventory.Machine) int { return strings.Compare(a.Name, b.Name) })
 	return cps[0]
+}
+
+// shareMember reports whether two member lists name a member with the same
+// ID: views of one etcd cluster.
+func shareMember(a, b etcdFact) bool {
+	for name, id := range a.IDs {
+		if other, ok := b.IDs[name]; ok && other == id && id != 0 {
+			return true
+		}
+	}
+	return false
 }

@@ -44,7 +44,9 @@ type etcdFact struct {
 	Broken  bool
 	Advice  string
 	Members []string
-	Leader  uint64
+	// IDs are the member IDs by name, as the member list gave them.
+	IDs    map[string]uint64
+	Leader uint64
 	// Seen is the evidence line; Err is set when the answer was inconclusive.
 	Seen string
 	Err  error
@@ -196,7 +198,7 @@ func etcdFactOf(o *machines.Observation) etcdFact {
 	case o.Etcd != nil:
 		members := slices.Clone(o.Etcd.Members)
 		slices.Sort(members)
-		return etcdFact{HasData: true, Members: members, Leader: o.Etcd.Leader,
+		return etcdFact{HasData: true, Members: members, IDs: o.Etcd.IDs, Leader: o.Etcd.Leader,
 			Seen: fmt.Sprintf("EtcdMemberList answers: members [%s]", strings.Join(members, " "))}
 	case o.EtcdService != nil && o.EtcdService.State == "Failed" && failedFact(o.EtcdService) != nil:
 		return *failedFact(o.EtcdService)
