@@ -133,7 +133,7 @@ func (m *Machine) bootstrap(in *machine.BootstrapRequest) (*machine.BootstrapRes
 		return nil, status.Error(codes.FailedPrecondition, "bootstrap can only be performed on a control plane node")
 	}
 
-	if t.etcdMemberID() != 0 {
+	if t.etcdDataDirFull() {
 		return nil, status.Error(codes.AlreadyExists, "etcd data directory is not empty")
 	}
 
@@ -141,6 +141,7 @@ func (m *Machine) bootstrap(in *machine.BootstrapRequest) (*machine.BootstrapRes
 		// the etcd service restores the uploaded snapshot as it starts:
 		// the call has replied by then, and a failure shows in the
 		// service (services/etcd.go recoverFromSnapshot)
+		t.replaceEtcdService()
 		go t.recoverEtcd(in.GetRecoverSkipHashCheck())
 
 		return &machine.BootstrapResponse{Messages: []*machine.Bootstrap{{}}}, nil

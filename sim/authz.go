@@ -32,6 +32,7 @@ var rules = map[string]role.Set{
 	"/machine.MachineService/EtcdStatus":         etcdRead,
 	"/machine.MachineService/Hostname":           allRoles,
 	"/machine.MachineService/Kubeconfig":         adminRole,
+	"/machine.MachineService/List":               allRoles,
 	"/machine.MachineService/Memory":             allRoles,
 	"/machine.MachineService/Mounts":             allRoles,
 	"/machine.MachineService/Reboot":             operatorUp,

@@ -201,6 +201,65 @@
 //     or no upload fail the etcd service). talosctl bootstrap --recover-from
 //     sends `nodes`, so its errors come back in the reply as above
 //     (talosctl_recover_test.go).
+//   - A failed recovery leaves data (etcd_recover.go recoverEtcd,
+//     restorable; etcdutl v3.6.4 and v3.7.1 snapshot/v3_snapshot.go Restore
+//     and copyAndVerifyDB, which copy the snapshot to member/snap/db and
+//     only then check the appended sha256; Talos v1.11.0 and v1.14.1
+//     services/etcd.go recoverFromSnapshot, whose error fails the PreFunc:
+//     "Failed to run pre stage: error recovering from the snapshot: …",
+//     no restart). A snapshot the status step cannot read (none uploaded,
+//     one the sim did not stream: "error verifying snapshot") writes
+//     nothing; a hash that does not match ("expected sha256 [..], got
+//     [..]", etcdutl's %v of the bytes) or a missing one without
+//     recover_skip_hash_check leaves the data directory non-empty: Bootstrap
+//     answers AlreadyExists "etcd data directory is not empty"
+//     (v1alpha1_server.go Bootstrap reads the directory first), and on
+//     every later boot the data directory is not empty, so the PreFunc
+//     neither joins nor waits and etcd exits on a database without the WAL
+//     etcdutl writes after the check: the service is Failed "going to
+//     restart forever" (approximation: which of etcd's bootstrap checks it
+//     fails is not modelled). Only a reset that wipes EPHEMERAL clears it,
+//     the uploaded /var/lib/etcd.snapshot with it (reset.go).
+//     Faults.EtcdRecoverCorrupt flips a bit of the database EtcdRecover
+//     writes (a failing disk), so a snapshot devata verified still fails
+//     there (TestEtcdRecover, cmd/devata TestBootstrapRecoverFromFailedRestore).
+//   - The join timeout and the failed boot (etcd_join.go; Talos v1.11.0 and
+//     v1.14.1 services/etcd.go buildInitialCluster: retry.Constant for
+//     constants.EtcdJoinTimeout, 30 min; system/service_runner.go and
+//     system.go Start: a PreFunc error fails the service, capitalised, not
+//     restarted; v1alpha1_sequencer_tasks.go StartAllServices waits
+//     constants.BootTimeout, 70 min, for every service; main.go handle:
+//     revertBootloader, then the reboot). A control plane still waiting to
+//     join after Options.EtcdJoinTimeout has etcd Failed "Failed to run pre
+//     stage: failed to build initial etcd cluster: failed to build cluster
+//     arguments: timeout" (go-retry's TimeoutError) and stays booting; a
+//     boot not done after Options.BootTimeout reboots the machine, and its
+//     etcd waits in Preparing again. Bootstrap on a node whose join failed
+//     is taken (BootstrapEtcd replaces the service). Both default to
+//     Talos' times; tests scale them (TestEtcdJoinTimeout).
+//   - Preparing on every boot (etcd_join.go armBootTimers,
+//     snapshot.etcdPreparing; Talos v1.11.0 services/etcd.go PreFunc:
+//     image.Pull WithSkipIfAlreadyPulled, the args, waitPKI): a control
+//     plane that holds etcd data shows its etcd service Preparing "Running
+//     pre state" for Options.EtcdPrepareDelay after each boot, exactly as a
+//     control plane without data shows it, and its etcd does not run
+//     meanwhile (no member list, not counted for quorum). What tells them
+//     apart is the data directory: List (etcd_datadir.go; v1alpha1_server.go
+//     List, pkg/archiver walker.go) serves /var/lib/etcd, one level: "member"
+//     while the node holds data or what a failed restore wrote, nothing
+//     otherwise; on a worker the Lstat fails; any other root is
+//     Unimplemented (not modelled). Roles as machined's rules (os:reader
+//     may) (TestEtcdPreparingOnEveryBoot).
+//   - One learner at a time (etcd.go joinEtcd; etcd v3.6
+//     server/etcdserver/api/membership/cluster.go ValidateConfigurationChange
+//     and ValidateMaxLearnerConfig with --max-learners 1, Talos' addMember
+//     retried by buildInitialCluster every 3s): a control plane joining
+//     while another member is a learner is not added ("etcdserver: too many
+//     learner members in cluster") and tries again after the join delay
+//     (TestEtcdOneLearnerAtATime). Approximation: a learner's etcd counts
+//     as not running until it is promoted, so EtcdMemberList on it waits
+//     like a node without etcd instead of failing "etcdserver: rpc not
+//     supported for learner" (rpctypes.ErrGRPCNotSupportedForLearner).
 //   - Stage and readiness (node.go; machine_status.go and
 //     v1alpha1_sequencer_tasks.go StartAllServices): a configured machine is
 //     booting until every service of its boot is up (running, and healthy

@@ -75,7 +75,7 @@ func (f *Fleet) bootstrapEtcd(m *Machine) (created bool) {
 func (f *Fleet) bootstrapEtcdFrom(m *Machine, from *servedSnapshot) (created bool) {
 	f.mu.Lock()
 
-	if m.etcdMemberID() != 0 {
+	if m.etcdDataDirFull() {
 		f.mu.Unlock()
 
 		return false
@@ -95,6 +95,8 @@ func (f *Fleet) bootstrapEtcdFrom(m *Machine, from *servedSnapshot) (created boo
 	m.mu.Lock()
 	m.etcdID, m.etcdCluster = id, c
 	m.joinGen++ // a join in flight is over: this node now runs its own cluster
+	// BootstrapEtcd replaced a service whose join had failed
+	m.etcdFailed, m.etcdFailure = time.Time{}, ""
 	m.mu.Unlock()
 
 	f.etcd = append(f.etcd, c)
@@ -117,6 +119,18 @@ func (f *Fleet) bootstrapEtcdFrom(m *Machine, from *servedSnapshot) (created boo
 	return true
 }
 
+// learner is the cluster's learner, nil when it has none; the caller
+// holds the fleet's lock.
+func (c *etcdCluster) learner() *etcdMember {
+	for _, mem := range c.members {
+		if mem.learner {
+			return mem
+		}
+	}
+
+	return nil
+}
+
 func (c *etcdCluster) add(m *Machine, learner bool) uint64 {
 	id := c.nextID
 	c.nextID += 0x1f3c5a7
@@ -130,15 +144,23 @@ func (c *etcdCluster) add(m *Machine, learner bool) uint64 {
 // promoted after the join delay. A node already joining (it rebooted while
 // it was) is given the rest of its join again.
 func (f *Fleet) joinEtcd(m *Machine) {
-	if !f.replaceStale(m) {
-		// Talos retries the join (buildInitialCluster: retry.Constant for
-		// EtcdJoinTimeout, every 3s), the service Preparing meanwhile
+	if !m.snap().etcdFailed.IsZero() {
+		return // the service failed (etcd_join.go): it joins nothing until a boot
+	}
+
+	// Talos retries the join (buildInitialCluster: retry.Constant for
+	// EtcdJoinTimeout, every 3s), the service Preparing meanwhile
+	retry := func() {
 		gen := m.bootGeneration()
 		time.AfterFunc(max(f.joinDelay, 100*time.Millisecond), func() {
 			if m.bootGeneration() == gen {
 				f.joinEtcd(m)
 			}
 		})
+	}
+
+	if !f.replaceStale(m) {
+		retry()
 
 		return
 	}
@@ -146,12 +168,27 @@ func (f *Fleet) joinEtcd(m *Machine) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 
-	if len(f.etcd) == 0 || !m.isReadyControlPlane() || m.etcdMemberID() != 0 || !m.snap().etcdStopped.IsZero() {
-		return // EtcdLeaveCluster stopped its etcd: it stays stopped until a boot
+	if s := m.snap(); len(f.etcd) == 0 || !m.isReadyControlPlane() || m.etcdDataDirFull() || !s.etcdStopped.IsZero() || !s.etcdFailed.IsZero() {
+		// EtcdLeaveCluster stopped its etcd, or its service failed: it
+		// stays so until a boot
+		return
 	}
 
 	m.mu.Lock()
 	if m.etcdCluster == nil {
+		if other := f.etcd[0].learner(); other != nil {
+			// etcd admits one learner at a time (etcd v3.6
+			// membership/cluster.go ValidateConfigurationChange,
+			// ValidateMaxLearnerConfig with the default --max-learners 1):
+			// MemberAddAsLearner fails "etcdserver: too many learner
+			// members in cluster" and addMember is tried again
+			m.mu.Unlock()
+			f.log.Info("sim: etcd join waits: another member is a learner", "machine", m.name, "learner", fmt.Sprintf("%016x", other.id))
+			retry()
+
+			return
+		}
+
 		m.etcdCluster = f.etcd[0]
 		m.etcdCluster.add(m, true)
 	}
@@ -172,7 +209,7 @@ func (f *Fleet) joinEtcd(m *Machine) {
 func (f *Fleet) replaceStale(m *Machine) bool {
 	f.mu.Lock()
 
-	if len(f.etcd) == 0 || !m.isReadyControlPlane() || m.etcdMemberID() != 0 {
+	if len(f.etcd) == 0 || !m.isReadyControlPlane() || m.etcdDataDirFull() {
 		f.mu.Unlock()
 
 		return true

@@ -43,7 +43,8 @@ const recoverySnapshotPath = "/var/lib/etcd.snapshot"
 // boot), Unimplemented on a worker, then every message's bytes written to
 // the recovery file, which a broken stream leaves absent; the reply once
 // the client closed its side. In maintenance mode it is not served (the
-// maintenance service has no EtcdRecover).
+// maintenance service has no EtcdRecover). Faults.EtcdRecoverCorrupt
+// damages what is written.
 func (a *machineAPI) EtcdRecover(srv grpc.ClientStreamingServer[common.Data, machine.EtcdRecoverResponse]) error {
 	t, s := target(srv.Context())
 
@@ -72,7 +73,12 @@ func (a *machineAPI) EtcdRecover(srv grpc.ClientStreamingServer[common.Data, mac
 		buf.Write(msg.GetBytes())
 	}
 
-	t.setRecovery(buf.Bytes())
+	data := buf.Bytes()
+	if s.faults.EtcdRecoverCorrupt && len(data) > 2*sha256.Size {
+		data[(len(data)-sha256.Size)/2] ^= 0x10 // in the database, not its hash
+	}
+
+	t.setRecovery(data)
 	a.fleet.log.Info("sim: etcd recovery snapshot uploaded", "machine", t.name, "bytes", buf.Len())
 
 	return srv.SendAndClose(&machine.EtcdRecoverResponse{Messages: []*machine.EtcdRecover{{}}})
@@ -91,9 +97,15 @@ func (m *Machine) setRecovery(data []byte) {
 // appended unless the hash check is skipped; on success the snapshot file
 // is removed and the node runs a new single-member cluster holding the
 // snapshot's key space, which the other control planes join. On failure
-// the etcd service fails with the error and the node holds no data. The
-// sim restores only snapshots it streamed itself (a foreign one fails as
-// one etcd cannot read would).
+// the PreFunc fails and the etcd service goes Failed with the error, not
+// restarted (system.go Start: "Failed to run pre stage: …"). What the
+// failure leaves follows etcdutl v3.6.4 and v3.7.1 (snapshot/v3_snapshot.go
+// Restore, copyAndVerifyDB): a snapshot its status cannot read (none
+// uploaded, or one the sim did not stream) fails before anything is
+// written; a hash that does not match, or a missing one without
+// --skip-hash-check, fails after member/snap/db was written, so the data
+// directory is no longer empty (see dataLeft). The sim restores only
+// snapshots it streamed itself.
 func (m *Machine) recoverEtcd(skipHash bool) {
 	f := m.fleet
 
@@ -101,13 +113,16 @@ func (m *Machine) recoverEtcd(skipHash bool) {
 	data := m.recovery
 	m.mu.Unlock()
 
-	from, err := f.restorable(data, skipHash)
+	from, wrote, err := f.restorable(data, skipHash)
 	if err != nil {
 		m.mu.Lock()
-		m.etcdFailed, m.etcdFailure = time.Now(), err.Error()
+		m.etcdFailed, m.etcdFailure = time.Now(), "Failed to run pre stage: "+err.Error()
+		if wrote {
+			m.etcdDataLeft = err.Error()
+		}
 		m.mu.Unlock()
 
-		f.log.Warn("sim: etcd recovery failed", "machine", m.name, "error", err)
+		f.log.Warn("sim: etcd recovery failed", "machine", m.name, "error", err, "data_left", wrote)
 		m.sync()
 
 		return
@@ -122,13 +137,27 @@ func (m *Machine) recoverEtcd(skipHash bool) {
 	}
 }
 
+// replaceEtcdService is BootstrapEtcd's swap of the etcd service before
+// Bootstrap replies (services/etcd.go BootstrapEtcd: Stop, Unload, Load,
+// Start): the new service has none of the old one's events, so a failure
+// of an earlier recovery no longer shows; it is Preparing until the
+// restore ends.
+func (m *Machine) replaceEtcdService() {
+	m.mu.Lock()
+	m.etcdFailed, m.etcdFailure = time.Time{}, ""
+	m.mu.Unlock()
+
+	m.sync()
+}
+
 // restorable checks an uploaded snapshot as Talos' recovery does and
-// returns what it holds.
-func (f *Fleet) restorable(data []byte, skipHash bool) (servedSnapshot, error) {
+// returns what it holds; wrote reports a failure that came after
+// etcdutl's restore wrote the database into the data directory.
+func (f *Fleet) restorable(data []byte, skipHash bool) (s servedSnapshot, wrote bool, err error) {
 	const prefix = "error recovering from the snapshot: "
 
 	if data == nil {
-		return servedSnapshot{}, fmt.Errorf("failed to get snapshot status: open %s: no such file or directory", recoverySnapshotPath)
+		return servedSnapshot{}, false, fmt.Errorf("error verifying snapshot: open %s: no such file or directory", recoverySnapshotPath)
 	}
 
 	db := data
@@ -136,22 +165,28 @@ func (f *Fleet) restorable(data []byte, skipHash bool) (servedSnapshot, error) {
 
 	if hasHash {
 		db = data[:len(data)-sha256.Size]
-		if sum := sha256.Sum256(db); !skipHash && !bytes.Equal(sum[:], data[len(db):]) {
-			return servedSnapshot{}, fmt.Errorf(prefix+"snapshot file integrity check failed: expected sha256 %x, got %x", data[len(db):], sum)
-		}
-	} else if !skipHash {
-		return servedSnapshot{}, errors.New(prefix + "snapshot missing hash but --skip-hash-check=false")
 	}
 
 	f.mu.Lock()
-	defer f.mu.Unlock()
-
 	s, ok := f.served[sha256.Sum256(db)]
-	if !ok {
-		return servedSnapshot{}, errors.New(prefix + "not a snapshot this simulated fleet streamed (the sim restores only its own)")
+	f.mu.Unlock()
+
+	if hasHash && !skipHash {
+		// etcdutl prints both as byte slices (fmt %v)
+		if sum := sha256.Sum256(db); !bytes.Equal(sum[:], data[len(db):]) {
+			return servedSnapshot{}, true, fmt.Errorf(prefix+"expected sha256 %v, got %v", data[len(db):], sum[:])
+		}
 	}
 
-	return s, nil
+	if !hasHash && !skipHash {
+		return servedSnapshot{}, true, errors.New(prefix + "snapshot missing hash but --skip-hash-check=false")
+	}
+
+	if !ok {
+		return servedSnapshot{}, false, errors.New("error verifying snapshot: not a snapshot this simulated fleet streamed (the sim restores only its own)")
+	}
+
+	return s, false, nil
 }
 
 // forgetDeadClusters drops the clusters no member holds data for any

@@ -73,7 +73,10 @@ func recoverFrom(t *testing.T, c *client.Client, snapshot []byte, skipHash bool)
 // Bootstrap, services/etcd.go recoverFromSnapshot): the snapshot uploaded
 // to one control plane, Bootstrap with recover_etcd, and a new cluster
 // holding the snapshot's key space, which the other control planes join.
-// A corrupt upload, or none, fails the etcd service and makes no cluster.
+// An upload that is missing fails the etcd service and writes nothing; a
+// corrupt or hashless one fails it after etcdutl wrote the data directory
+// (etcdutl v3.6.4 v3_snapshot.go copyAndVerifyDB): the node holds data,
+// and only a wipe of EPHEMERAL lets it recover.
 func TestEtcdRecover(t *testing.T) {
 	t.Parallel()
 
@@ -104,15 +107,26 @@ func TestEtcdRecover(t *testing.T) {
 
 	until(t, "etcd fails without a snapshot", func() (bool, error) { return serviceState(t, c1, "etcd") == "Failed", nil })
 
-	// a corrupt upload: the hash check refuses it
+	// nothing was written: the node can still be bootstrapped
+	if err := c1.Bootstrap(ctxTimeout(t, time.Second), &machine.BootstrapRequest{RecoverEtcd: true}); err != nil {
+		t.Fatalf("bootstrap after a recovery with no upload: %v, want it taken (the data directory is empty)", err)
+	}
+
+	until(t, "etcd fails again without a snapshot", func() (bool, error) { return serviceState(t, c1, "etcd") == "Failed", nil })
+
+	// a corrupt upload: etcdutl writes the database, then its hash check
+	// refuses it, and the data directory is no longer empty
 	bad := bytes.Clone(snapshot)
 	bad[len(bad)/2] ^= 0xff
-	recoverFrom(t, c1, bad, false)
-	until(t, "etcd fails on a corrupt snapshot", func() (bool, error) { return serviceState(t, c1, "etcd") == "Failed", nil })
+	leftBehind(t, f, c1, bad, "expected sha256")
 
-	if cs := f.EtcdClusters(); len(cs) != 0 {
-		t.Fatalf("etcd after failed recoveries: %+v, want none", cs)
-	}
+	// a snapshot without etcd's hash, the check not skipped: the same
+	wipeEphemeral(t, f, "cp-1")
+	c1 = admin(t, f.Machine("cp-1").Addr())
+	leftBehind(t, f, c1, snapshot[:len(snapshot)-32], "snapshot missing hash but --skip-hash-check=false")
+
+	wipeEphemeral(t, f, "cp-1")
+	c1 = admin(t, f.Machine("cp-1").Addr())
 
 	recoverFrom(t, c1, snapshot, false)
 	joined(t, f, 3)
@@ -141,4 +155,91 @@ func TestEtcdRecover(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "etcd data directory is not empty") {
 		t.Errorf("second recovery: %v", err)
 	}
+}
+
+// leftBehind recovers from a snapshot etcdutl's restore refuses after it
+// wrote the data directory (v3_snapshot.go copyAndVerifyDB): the etcd
+// service fails with why, a later Bootstrap answers AlreadyExists, and
+// after a reboot etcd fails again, restarting for ever, and Bootstrap
+// still answers AlreadyExists; no cluster is made.
+func leftBehind(t *testing.T, f *sim.Fleet, c *client.Client, snapshot []byte, why string) {
+	t.Helper()
+
+	recoverFrom(t, c, snapshot, false)
+	// the service may be Failed already, from an earlier recovery: wait
+	// for this one's event
+	until(t, "etcd fails on the snapshot", func() (bool, error) {
+		return serviceState(t, c, "etcd") == "Failed" && strings.Contains(lastEvent(t, c, "etcd"), why), nil
+	})
+
+	if ev := lastEvent(t, c, "etcd"); !strings.HasPrefix(ev, "Failed to run pre stage: error recovering from the snapshot: ") {
+		t.Errorf("etcd's event after the failed restore: %q, want the restore's error", ev)
+	}
+
+	err := c.Bootstrap(ctxTimeout(t, time.Second), &machine.BootstrapRequest{RecoverEtcd: true})
+	wantCode(t, "bootstrap after a failed restore", err, codes.AlreadyExists, "etcd data directory is not empty")
+
+	m := f.Machine("cp-1")
+	if err := c.Reboot(ctxTimeout(t, time.Second)); err != nil {
+		t.Fatalf("reboot: %v", err)
+	}
+
+	until(t, "cp-1 down for its reboot", func() (bool, error) { return m.Observe().Down, nil })
+	until(t, "cp-1 back", func() (bool, error) { return !m.Observe().Down, nil })
+
+	c = admin(t, m.Addr())
+	until(t, "etcd crash-loops after the reboot", func() (bool, error) {
+		return serviceState(t, c, "etcd") == "Failed" && strings.Contains(lastEvent(t, c, "etcd"), "going to restart forever"), nil
+	})
+
+	until(t, "bootstrap after the reboot is refused: data", func() (bool, error) {
+		err := c.Bootstrap(ctxTimeout(t, time.Second), &machine.BootstrapRequest{RecoverEtcd: true})
+		if client.StatusCode(err) == codes.FailedPrecondition {
+			return false, nil // CRI not up yet after the boot
+		}
+
+		wantCode(t, "bootstrap after the reboot", err, codes.AlreadyExists, "etcd data directory is not empty")
+
+		return true, nil
+	})
+
+	if cs := f.EtcdClusters(); len(cs) != 0 {
+		t.Fatalf("etcd after a failed restore: %+v, want none", cs)
+	}
+}
+
+// wipeEphemeral resets a machine as talosctl reset
+// --system-labels-to-wipe EPHEMERAL --reboot --graceful=false does, and
+// waits until it is back, configured.
+func wipeEphemeral(t *testing.T, f *sim.Fleet, name string) {
+	t.Helper()
+
+	m := f.Machine(name)
+	err := admin(t, m.Addr()).ResetGeneric(ctxTimeout(t, time.Second), &machine.ResetRequest{
+		Reboot:                 true,
+		Graceful:               false,
+		SystemPartitionsToWipe: []*machine.ResetPartitionSpec{{Label: "EPHEMERAL", Wipe: true}},
+	})
+	if err != nil {
+		t.Fatalf("reset %s: %v", name, err)
+	}
+
+	until(t, name+" down for its reset", func() (bool, error) { return m.Observe().Down, nil })
+	until(t, name+" back configured", func() (bool, error) { return !m.Observe().Down && m.Configured(), nil })
+}
+
+func lastEvent(t *testing.T, c *client.Client, id string) string {
+	t.Helper()
+
+	resp, err := c.ServiceInfo(ctxTimeout(t, time.Second), id)
+	if err != nil || len(resp) == 0 {
+		t.Fatalf("service %s: %v", id, err)
+	}
+
+	evs := resp[0].Service.GetEvents().GetEvents()
+	if len(evs) == 0 {
+		return ""
+	}
+
+	return evs[len(evs)-1].GetMsg()
 }

@@ -108,6 +108,12 @@ type Faults struct {
 	// database: a control plane that is hostile or broken in a way no hash
 	// catches (a crafted file with etcd's sha256 appended).
 	EtcdSnapshotData []byte
+	// EtcdRecoverCorrupt flips one bit of the database EtcdRecover writes
+	// to /var/lib/etcd.snapshot, as a failing disk or memory would: the
+	// upload a verified snapshot became no longer matches the sha256
+	// etcd appended, so the restore fails after it wrote the data
+	// directory (etcd_recover.go) and leaves data behind.
+	EtcdRecoverCorrupt bool
 
 	// CiliumAgentNotReady keeps the node's cilium agent pod Running but not
 	// Ready (ContainersNotReady).

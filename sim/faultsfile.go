@@ -37,6 +37,7 @@ type FaultSpec struct {
 	// etcd snapshot faults (see Faults)
 	EtcdSnapshotCorrupt bool `yaml:"etcdSnapshotCorrupt"`
 	EtcdSnapshotCutAt   int  `yaml:"etcdSnapshotCutAt"`
+	EtcdRecoverCorrupt  bool `yaml:"etcdRecoverCorrupt"`
 
 	// storage faults (see Faults); sizes take units, e.g. 50GiB
 	VolumeFilesystem    map[string]string   `yaml:"volumeFilesystem"`
@@ -79,7 +80,8 @@ func LoadFaultsFile(path string) (map[string]Faults, error) {
 			KubeletUnhealthy: s.KubeletUnhealthy, VolumeFailed: s.VolumeFailed, VolumeMissing: s.VolumeMissing,
 			RebootDuringApply: s.RebootDuringApply, InstallerPullDelay: s.InstallerPullDelay,
 			EtcdSnapshotCorrupt: s.EtcdSnapshotCorrupt, EtcdSnapshotCutAt: s.EtcdSnapshotCutAt,
-			VolumeFilesystem: s.VolumeFilesystem, DisksMissing: s.DisksMissing, DiskSignatures: s.DiskSignatures,
+			EtcdRecoverCorrupt: s.EtcdRecoverCorrupt,
+			VolumeFilesystem:   s.VolumeFilesystem, DisksMissing: s.DisksMissing, DiskSignatures: s.DiskSignatures,
 			MountMissing: s.MountMissing, PartitionMissing: s.PartitionMissing,
 			KubeletMountMissing: s.KubeletMountMissing, KubeletMountOptions: s.KubeletMountOptions,
 			CiliumAgentNotReady: s.CiliumAgentNotReady, CiliumStatusReply: s.CiliumStatusReply,

@@ -87,6 +87,21 @@ type Options struct {
 	// (NetworkPluginNotReady) and the agent pod not Ready (default 2s; on
 	// Talos tens of seconds). See cilium_pods.go agentRunning.
 	CNIStartDelay time.Duration
+	// EtcdJoinTimeout is how long a control plane without etcd data waits
+	// in the etcd service's PreFunc to be bootstrapped or to join before
+	// the service fails, not restarted (constants.EtcdJoinTimeout, default
+	// 30m as on Talos; etcd_join.go).
+	EtcdJoinTimeout time.Duration
+	// BootTimeout is how long the boot sequence waits for every service
+	// to be up before it fails and the machine reboots
+	// (constants.BootTimeout, default 70m as on Talos; etcd_join.go).
+	BootTimeout time.Duration
+	// EtcdPrepareDelay is how long a control plane that holds etcd data
+	// spends in the etcd service's PreFunc on every boot (the etcd image
+	// pull, skipped once pulled, and the PKI) before etcd starts: its
+	// service is Preparing "Running pre state" as on a node without data
+	// (default 200ms; on Talos seconds; etcd_join.go).
+	EtcdPrepareDelay time.Duration
 }
 
 // MachineSpec describes one simulated machine.
@@ -152,6 +167,9 @@ type Fleet struct {
 	restartDelay   time.Duration // see Options.RestartDelay
 	pullDelay      time.Duration // see Options.InstallerPullDelay
 	cniDelay       time.Duration // see Options.CNIStartDelay
+	joinTimeout    time.Duration // see Options.EtcdJoinTimeout
+	bootTimeout    time.Duration // see Options.BootTimeout
+	etcdPrepare    time.Duration // see Options.EtcdPrepareDelay
 	ca             *authority
 	grpc           *grpc.Server    // serves every machine's listeners
 	maintenanceTLS *tls.Config     // shared: one self-signed certificate
@@ -219,6 +237,17 @@ func Start(ctx context.Context, opts Options) (*Fleet, error) {
 	if opts.CNIStartDelay <= 0 {
 		opts.CNIStartDelay = 2 * time.Second
 	}
+	if opts.EtcdJoinTimeout <= 0 {
+		opts.EtcdJoinTimeout = 30 * time.Minute
+	}
+
+	if opts.BootTimeout <= 0 {
+		opts.BootTimeout = 70 * time.Minute
+	}
+
+	if opts.EtcdPrepareDelay <= 0 {
+		opts.EtcdPrepareDelay = 200 * time.Millisecond
+	}
 
 	log := opts.Logger
 	if log == nil {
@@ -247,6 +276,9 @@ func Start(ctx context.Context, opts Options) (*Fleet, error) {
 		restartDelay: opts.RestartDelay,
 		pullDelay:    opts.InstallerPullDelay,
 		cniDelay:     opts.CNIStartDelay,
+		joinTimeout:  opts.EtcdJoinTimeout,
+		bootTimeout:  opts.BootTimeout,
+		etcdPrepare:  opts.EtcdPrepareDelay,
 		ca:           ca,
 		meta:         meta,
 		byName:       map[string]*Machine{},
@@ -372,6 +404,10 @@ func (f *Fleet) add(spec MachineSpec, loaded map[[sha256.Size]byte]config.Provid
 	m.mu.Lock()
 	m.openLocked()
 	m.mu.Unlock()
+
+	if m.active != nil {
+		m.armBootTimers(0) // its boot began when the fleet started
+	}
 
 	go f.grpc.Serve(m.ln) //nolint:errcheck // Serve returns when the listener closes
 

@@ -79,6 +79,11 @@ type Machine struct {
 	recovery    []byte
 	etcdFailed  time.Time
 	etcdFailure string
+	// etcdDataLeft is why the etcd data directory holds what a failed
+	// restore wrote (etcd_recover.go), empty when it does not: Bootstrap
+	// answers AlreadyExists, etcd fails on every boot, and only a wipe of
+	// EPHEMERAL clears it.
+	etcdDataLeft string
 	// bootDone is set once every service of this boot was up: the end of
 	// machined's boot sequence (StartAllServices), when the stage turns
 	// running. A reboot clears it.
@@ -301,8 +306,11 @@ func (m *Machine) boot(gen int) {
 	m.node = nodeFacts{}
 	m.etcdStopped = time.Time{}
 	m.etcdFailed, m.etcdFailure = time.Time{}, ""
+	m.crashLoopLocked()
 	failing := m.bootFailing
 	m.mu.Unlock()
+
+	m.armBootTimers(gen)
 
 	for _, sess := range draining {
 		sess.stop()

@@ -83,7 +83,7 @@ func servicesOf(s snapshot) []service {
 				{msg: "Running pre state", state: "Preparing", ts: at(time.Second)},
 				{msg: s.etcdFailure, state: "Failed", ts: s.etcdFailed},
 			}
-		case id == "etcd" && s.etcdID == 0:
+		case id == "etcd" && (s.etcdID == 0 || s.etcdPreparing()):
 			// The PreFunc waits to join a cluster (services/etcd.go
 			// buildInitialCluster) until this node is bootstrapped or
 			// joins: the service stays Preparing, health unknown. Its

@@ -127,6 +127,9 @@ func (m *Machine) resetSequence(in *machine.ResetRequest) {
 		// the data directory goes; a member in etcd's list stays there,
 		// as it does on Talos after a reset that did not leave
 		m.etcdID, m.etcdCluster, m.etcdRemoved, m.etcdStopped = 0, nil, time.Time{}, time.Time{}
+		// so does what a failed restore left there, and the uploaded
+		// snapshot (/var/lib/etcd.snapshot)
+		m.etcdDataLeft, m.recovery = "", nil
 		m.joinGen++
 		// the CRI containerd's images were on it too
 		m.forgetImagesLocked(true)

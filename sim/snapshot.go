@@ -41,6 +41,8 @@ type snapshot struct {
 	// restarts, restartDelay: see restart.go
 	restarts     map[string]restart
 	restartDelay time.Duration
+	// etcdPrepare: see Options.EtcdPrepareDelay
+	etcdPrepare time.Duration
 	// boot: what the installer of the booted partition put there
 	boot bootImage
 }
@@ -75,6 +77,7 @@ func (m *Machine) snap() snapshot {
 
 		restarts:     maps.Clone(m.restarts),
 		restartDelay: m.fleet.restartDelay,
+		etcdPrepare:  m.fleet.etcdPrepare,
 		boot:         m.fleet.bootImageOf(m.installImage),
 	}
 
@@ -95,7 +98,13 @@ func (s snapshot) ephemeralDown() bool { return !s.stoppedAt.IsZero() || s.bootF
 // etcdRunning: the node holds etcd data and its etcd runs: not stopped by
 // EtcdLeaveCluster, not failing because its member was removed.
 func (s snapshot) etcdRunning() bool {
-	return s.etcdID != 0 && s.etcdStopped.IsZero() && s.etcdRemoved.IsZero() && !s.down && !s.ephemeralDown()
+	return s.etcdID != 0 && s.etcdStopped.IsZero() && s.etcdRemoved.IsZero() && !s.down && !s.ephemeralDown() && !s.etcdPreparing()
+}
+
+// etcdPreparing: the node holds etcd data and this boot's etcd service is
+// still in its PreFunc (etcd_join.go).
+func (s snapshot) etcdPreparing() bool {
+	return s.etcdID != 0 && time.Since(s.booted) < s.etcdPrepare
 }
 
 // cniNone reports a config that leaves the CNI to the operator

@@ -16,6 +16,7 @@ const (
 	etcdOurs                   // a cluster of exactly our control planes exists (maybe still forming)
 	etcdForeign                // refuse: data that is not a cluster of our control planes
 	etcdUnclear                // cannot decide: some control plane did not answer clearly
+	etcdBroken                 // refuse: a control plane's etcd failed on data it cannot start from
 )
 
 // etcdVerdict decides from every control plane's answer. It is "ours" only
@@ -44,6 +45,9 @@ func etcdVerdict(inv *inventory.Inventory, st *fleetState) (verdict, string) {
 		}
 	}
 	slices.Sort(withData)
+	if why := brokenVerdict(inv, st); why != "" {
+		return etcdBroken, why
+	}
 	if len(withData) == 0 {
 		if len(unclear) > 0 {
 			return etcdUnclear, "cannot tell whether these control planes hold etcd data, so nothing is bootstrapped: " + strings.Join(unclear, "; ")
@@ -52,11 +56,14 @@ func etcdVerdict(inv *inventory.Inventory, st *fleetState) (verdict, string) {
 	}
 	// the facts with members to compare: a control plane whose etcd has no
 	// leader holds data but cannot say whose cluster it is
-	var listed, leaderless []string
+	var listed, leaderless, starting []string
 	for _, name := range withData {
-		if st.etcd[name].NoLeader {
+		switch {
+		case st.etcd[name].NoLeader:
 			leaderless = append(leaderless, name)
-		} else {
+		case st.etcd[name].Starting:
+			starting = append(starting, name)
+		default:
 			listed = append(listed, name)
 		}
 	}
@@ -73,7 +80,7 @@ func etcdVerdict(inv *inventory.Inventory, st *fleetState) (verdict, string) {
 				"if it is this cluster's and %s %s reinstalled, that is a control-plane replacement, not a bootstrap (talosctl etcd remove-member, then talosctl apply-config --insecure)",
 				name, f.Seen, strings.Join(inMaintenance, ", "), isAre(len(inMaintenance)), name, inv.Machine(name).Address, strings.Join(inMaintenance, ", "), wasWere(len(inMaintenance)))
 		}
-		if f.NoLeader {
+		if f.NoLeader || f.Starting {
 			continue
 		}
 		for _, member := range f.Members {
@@ -81,9 +88,21 @@ func etcdVerdict(inv *inventory.Inventory, st *fleetState) (verdict, string) {
 				return etcdForeign, fmt.Sprintf("%s already has etcd data (%s): member %q is not a control plane of this inventory; refusing to bootstrap", name, f.Seen, member)
 			}
 		}
-		if !slices.Equal(f.Members, first.Members) {
+		// two views of one cluster taken a moment apart may differ while a
+		// member is added or removed (a wiped control plane rejoining
+		// removes its old member first); one cluster's views share member
+		// IDs, two clusters' never do (each member ID is random, and a
+		// bootstrap or a restore makes new ones)
+		if !slices.Equal(f.Members, first.Members) && !shareMember(f, first) {
 			return etcdForeign, fmt.Sprintf("%s and %s report different etcd clusters (%s; %s): refusing to bootstrap", listed[0], name, first.Seen, f.Seen)
 		}
+	}
+	if len(listed) == 0 && len(leaderless) == 0 {
+		why := fmt.Sprintf("etcd is starting on the data of %s (its service Preparing, its data directory not empty, as on every boot): nothing is bootstrapped over its data; waiting for it to run", strings.Join(starting, ", "))
+		if len(unclear) > 0 {
+			why += "; these did not answer clearly: " + strings.Join(unclear, "; ")
+		}
+		return etcdUnclear, why
 	}
 	if len(listed) == 0 {
 		why := fmt.Sprintf("etcd exists on %s but has no leader, so no quorum, and no member list answers: nothing is bootstrapped over its data; bring back the control planes that are down (etcd elects a leader once more than half of its members run), then run again", strings.Join(leaderless, ", "))
@@ -117,4 +136,15 @@ func bootstrapNode(inv *inventory.Inventory) *inventory.Machine {
 	cps := inv.ControlPlanes()
 	slices.SortFunc(cps, func(a, b *inventory.Machine) int { return strings.Compare(a.Name, b.Name) })
 	return cps[0]
+}
+
+// shareMember reports whether two member lists name a member with the same
+// ID: views of one etcd cluster.
+func shareMember(a, b etcdFact) bool {
+	for name, id := range a.IDs {
+		if other, ok := b.IDs[name]; ok && other == id && id != 0 {
+			return true
+		}
+	}
+	return false
 }

@@ -25,9 +25,28 @@ type etcdFact struct {
 	// could not be read (Members is empty).
 	NoLeader bool
 	// None: etcd is not running there and the node is configured (no data).
-	None    bool
+	None bool
+	// JoinFailed: with None, the etcd service gave up waiting to join
+	// (etcd_failed.go): its data directory was empty, and Talos does not
+	// start it again before the node reboots.
+	JoinFailed bool
+	// EmptyDir: with None, the node's etcd data directory was listed
+	// empty (dataDirFact).
+	EmptyDir bool
+	// Starting: with HasData, the etcd service is Preparing on a data
+	// directory that is not empty: etcd starts on its data, as on every
+	// boot, and has no members to read yet.
+	Starting bool
+	// Broken: the etcd service failed on data it cannot start from (what a
+	// failed restore left, or a member that exits on every start): the
+	// node holds data, of no cluster that runs there; Advice says how to
+	// clear it.
+	Broken  bool
+	Advice  string
 	Members []string
-	Leader  uint64
+	// IDs are the member IDs by name, as the member list gave them.
+	IDs    map[string]uint64
+	Leader uint64
 	// Seen is the evidence line; Err is set when the answer was inconclusive.
 	Seen string
 	Err  error
@@ -119,6 +138,9 @@ func observeFleet(ctx context.Context, inv *inventory.Inventory, d *machines.Dia
 		var fact etcdFact
 		if m.IsControlPlane() {
 			fact = etcdFactOf(o)
+			if fact.None && o.WaitingForEtcd() {
+				fact = dataDirFact(ctx, d, m, fact)
+			}
 		}
 		differ := sv.Differs()
 		dryErr := sv.DryErr
@@ -176,8 +198,10 @@ func etcdFactOf(o *machines.Observation) etcdFact {
 	case o.Etcd != nil:
 		members := slices.Clone(o.Etcd.Members)
 		slices.Sort(members)
-		return etcdFact{HasData: true, Members: members, Leader: o.Etcd.Leader,
+		return etcdFact{HasData: true, Members: members, IDs: o.Etcd.IDs, Leader: o.Etcd.Leader,
 			Seen: fmt.Sprintf("EtcdMemberList answers: members [%s]", strings.Join(members, " "))}
+	case o.EtcdService != nil && o.EtcdService.State == "Failed" && failedFact(o.EtcdService) != nil:
+		return *failedFact(o.EtcdService)
 	case o.WaitingForEtcd():
 		return etcdFact{None: true, Seen: fmt.Sprintf("service etcd Preparing (%q since %s): waiting to be bootstrapped or to join", o.EtcdService.Event, o.EtcdService.Since.UTC().Format(time.RFC3339))}
 	default:

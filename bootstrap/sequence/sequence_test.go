@@ -195,8 +195,8 @@ func TestNeverBootstrapsWhileAControlPlaneIsUnclear(t *testing.T) {
 
 // From maintenance mode: control planes come back at stage booting (machined's
 // boot sequence waits for etcd, v1alpha1_sequencer_tasks.go StartAllServices),
-// the sequence accepts that, watches every etcd wait for EtcdSettle, then
-// bootstraps cp-1 once and reaches a healthy three-member etcd; afterwards
+// the sequence accepts that, lists every etcd data directory empty and
+// watches every etcd wait for EtcdSettle, then bootstraps cp-1 once and reaches a healthy three-member etcd; afterwards
 // the control planes are running.
 func TestRunFromMaintenanceAcceptsBootingControlPlanes(t *testing.T) {
 	f := simtest.Start(t, simtest.Options{Maintenance: []string{"cp-1", "cp-2", "cp-3", "worker-1", "worker-2"}})
@@ -209,6 +209,7 @@ func TestRunFromMaintenanceAcceptsBootingControlPlanes(t *testing.T) {
 		"cp-1: answers on mTLS and runs its desired config, stage booting",
 		"worker-1: answers on mTLS and runs its desired config, stage running",
 		"watching it hold for 200ms",
+		"its data directory /var/lib/etcd is empty",
 		`service etcd Preparing ("Running pre state"`,
 		"bootstrapped etcd on cp-1",
 		"etcd healthy, members [cp-1 cp-2 cp-3]",

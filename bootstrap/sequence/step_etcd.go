@@ -14,8 +14,11 @@ import (
 )
 
 // bootstrapEtcd checks etcd on every control plane and bootstraps the first by
-// name only when none has any data: every control plane's etcd service has
-// been seen waiting in its PreFunc for EtcdSettle, on devata's own clock.
+// name only when none has any data: every control plane's etcd service
+// has been seen waiting in its PreFunc for EtcdSettle, on devata's own
+// clock, and its data directory listed empty where it can be listed
+// (dataDirFact: a control plane with data passes through that wait on
+// every boot, and its directory says so whatever the time).
 // AlreadyExists counts as done. Every heartbeat.Every it says what it waits
 // for: the control planes to be up, etcd's wait to hold, a clear answer, or
 // Talos to take the bootstrap.
@@ -34,7 +37,10 @@ func (s *Sequence) bootstrapEtcd(ctx context.Context) (string, error) {
 			if !s.st.configured(m.Name) {
 				notReady = append(notReady, m.Name)
 			}
-			if f := s.st.etcd[m.Name]; !f.None || s.st.maintenance(m.Name) {
+			if f := s.st.etcd[m.Name]; !f.None || f.JoinFailed || s.st.maintenance(m.Name) || !s.st.obs[m.Name].WaitingForEtcd() {
+				// only a service Preparing needs to be seen holding: a
+				// failed join or an unreadable snapshot is evidence of an
+				// empty data directory at once
 				delete(waitingSince, m.Name)
 				continue
 			}
@@ -57,7 +63,7 @@ func (s *Sequence) bootstrapEtcd(ctx context.Context) (string, error) {
 			beat.Saw("not held long enough yet: " + strings.Join(unsettled, ", "))
 		}
 		switch {
-		case v == etcdForeign:
+		case v == etcdForeign || v == etcdBroken:
 			return "", fmt.Errorf("%w: %s", ErrRefused, why)
 		case v == etcdOurs && s.opts.Recover != nil:
 			if old := s.snapshotMembersRunning(); len(old) > 0 {

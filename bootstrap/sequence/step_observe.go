@@ -53,7 +53,7 @@ func (s *Sequence) observe(ctx context.Context) (string, error) {
 			return "", s.foreignBundle(configured)
 		}
 	}
-	if v, why := etcdVerdict(s.inv, s.st); v == etcdForeign || v == etcdUnclear {
+	if v, why := etcdVerdict(s.inv, s.st); v == etcdForeign || v == etcdUnclear || v == etcdBroken {
 		return "", fmt.Errorf("%w: %s", ErrRefused, why)
 	}
 	created := ""

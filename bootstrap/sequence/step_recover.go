@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
@@ -84,11 +85,54 @@ func (s *Sequence) recoverFirst(ctx context.Context, m *inventory.Machine, why s
 	switch client.StatusCode(err) {
 	case codes.OK:
 	case codes.AlreadyExists:
-		return m.Name + " already holds etcd data (AlreadyExists): treated as recovered", nil
+		return s.alreadyRecovered(ctx, m)
 	default:
 		return "", fmt.Errorf("bootstrap %s with recover_etcd: %w", m.Name, err)
 	}
 	return s.waitRecovered(ctx, m)
+}
+
+// alreadyRecovered reads a Bootstrap that answered AlreadyExists: the
+// data directory is not empty, which a recovery that already happened
+// explains only when the evidence says so: etcd runs on m with m among
+// its members, every member a control plane of the inventory, and none
+// with a member ID the snapshot holds (a restore gives new ones). Anything
+// else (what a failed restore left, another cluster's data) is not a
+// recovery, and the way on is a wipe of m's EPHEMERAL partition.
+func (s *Sequence) alreadyRecovered(ctx context.Context, m *inventory.Machine) (string, error) {
+	octx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	o := machines.Observe(octx, s.dialer, m)
+	cancel()
+	old := map[uint64]bool{}
+	for _, mem := range s.opts.Recover.Members {
+		old[mem.ID] = true
+	}
+	var seen string
+	switch {
+	case o == nil || o.Err != nil:
+		seen = "it could not be observed afterwards"
+		if o != nil {
+			seen += ": " + o.Err.Error()
+		}
+	case o.Etcd != nil && slices.Contains(o.Etcd.Members, m.Name):
+		var foreign []string
+		for name, id := range o.Etcd.IDs {
+			if old[id] || s.inv.Machine(name) == nil || !s.inv.Machine(name).IsControlPlane() {
+				foreign = append(foreign, name)
+			}
+		}
+		if len(foreign) == 0 {
+			return fmt.Sprintf("%s already holds etcd data (AlreadyExists) and runs etcd with members [%s], all control planes of this inventory with new member IDs: recovered before", m.Name, strings.Join(o.Etcd.Members, " ")), nil
+		}
+		slices.Sort(foreign)
+		seen = fmt.Sprintf("its etcd runs with members [%s], but %s %s not a restored member of this inventory's cluster", strings.Join(o.Etcd.Members, " "), strings.Join(foreign, ", "), isAre(len(foreign)))
+	case o.EtcdService != nil:
+		seen = fmt.Sprintf("its etcd service is %s (%s)", o.EtcdService.State, o.EtcdService.Event)
+	default:
+		seen = "its etcd does not answer: " + fmt.Sprint(o.EtcdErr)
+	}
+	return "", fmt.Errorf("%s answered the recovery's Bootstrap with AlreadyExists: its etcd data directory is not empty, yet %s: that is not a recovery from %s (what a failed restore wrote, or another cluster's data). Wipe its EPHEMERAL partition, which keeps its config (devata has no command for this; devata remove would wipe the whole disk): %s; once it is back, run devata bootstrap --recover-from %s again",
+		m.Name, seen, s.opts.Recover.Path, wipeCommand(m), s.opts.Recover.Path)
 }
 
 // upload streams the snapshot file to m's EtcdRecover. The file is the
@@ -151,7 +195,7 @@ func (s *Sequence) waitRecovered(ctx context.Context, m *inventory.Machine) (str
 		case o != nil && o.Etcd != nil && slices.Contains(o.Etcd.Members, m.Name):
 			return fmt.Sprintf("recovered etcd on %s from %s", m.Name, s.opts.Recover.Path), nil
 		case o != nil && o.EtcdService != nil && o.EtcdService.State == "Failed":
-			return "", fmt.Errorf("%s: etcd did not restore %s: %s; the snapshot is left as it was: check it (devata backup etcd writes verified ones), then run bootstrap --recover-from again", m.Name, s.opts.Recover.Path, o.EtcdService.Event)
+			return "", s.recoveryFailed(m, o.EtcdService)
 		case o != nil && o.EtcdService != nil:
 			beat.Saw("etcd service " + o.EtcdService.State)
 		}
@@ -159,4 +203,20 @@ func (s *Sequence) waitRecovered(ctx context.Context, m *inventory.Machine) (str
 			return "", fmt.Errorf("etcd on %s did not start from the snapshot within %s", m.Name, s.opts.Wait)
 		}
 	}
+}
+
+// recoveryFailed is the error of a recovery whose etcd service failed: it
+// is never "recovered". What to do next depends on what the failure left
+// (failedFact): a snapshot Talos could not read wrote nothing, and a
+// rerun is enough; any other failure may have written the data
+// directory (etcdutl writes the database before it checks the hash), and
+// only a wipe of EPHEMERAL clears it.
+func (s *Sequence) recoveryFailed(m *inventory.Machine, svc *machines.EtcdService) error {
+	path := s.opts.Recover.Path
+	if f := failedFact(svc); f != nil && f.None {
+		return fmt.Errorf("%s: etcd did not restore %s: %s; nothing was written there, so run devata bootstrap --recover-from again once the snapshot is checked (devata backup etcd writes verified ones)", m.Name, path, svc.Event)
+	}
+	return fmt.Errorf("%s: etcd did not restore %s: %s. Talos' restore (etcdutl) writes etcd's data directory before it checks the snapshot's hash, so %s now holds data of no running cluster: a Bootstrap there answers AlreadyExists and etcd will not start from it after a reboot. "+
+		"The file here was verified before it was sent, so suspect what the node wrote (its disk or memory). Wipe its EPHEMERAL partition, which keeps its config (devata has no command for this; devata remove would wipe the whole disk): %s; once it is back, run devata bootstrap --recover-from %s again",
+		m.Name, path, svc.Event, m.Name, wipeCommand(m), path)
 }

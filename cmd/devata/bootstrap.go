@@ -47,7 +47,7 @@ func (f *sequenceFlags) register(cmd *cobra.Command, plan bool) {
 		cmd.Flags().StringVar(&f.kubeconfigOut, "kubeconfig-out", "", "where the admin kubeconfig is written (default: kubeconfig next to the inventory)")
 		cmd.Flags().BoolVar(&f.skipNodes, "skip-nodes", false, "do not wait for the Kubernetes Nodes (and leave the kubelet check out of the report)")
 		cmd.Flags().DurationVar(&f.wait, "wait", 10*time.Minute, "how long each wait lasts: a machine's return, etcd health, the Nodes")
-		cmd.Flags().DurationVar(&f.etcdSettle, "etcd-settle", 15*time.Second, "how long every control plane's etcd must be seen waiting for a bootstrap before one is bootstrapped (a control plane with etcd data passes through that state briefly after a boot)")
+		cmd.Flags().DurationVar(&f.etcdSettle, "etcd-settle", 15*time.Second, "how long every control plane's etcd must be seen waiting for a bootstrap before one is bootstrapped; a control plane with etcd data passes through that state on every boot, which its data directory (/var/lib/etcd, listed) tells whatever this says")
 	}
 	cmd.Flags().StringVar(&f.recoverFrom, "recover-from", "", "rebuild etcd from this snapshot (devata backup etcd writes one) instead of bootstrapping an empty one: it is verified, uploaded to the first control plane and restored there (talosctl bootstrap --recover-from); refused while etcd still runs the cluster it was taken of")
 	cmd.Flags().BoolVar(&f.foreignSnapshot, "foreign-snapshot", false, "with --recover-from: restore the snapshot although its sidecar names another cluster or its etcd members are not the inventory's control planes (control planes renamed since)")

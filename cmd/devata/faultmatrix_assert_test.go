@@ -2,9 +2,11 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -14,6 +16,7 @@ import (
 	"devata.dev/devata/internal/simtest"
 	"devata.dev/devata/reconcile"
 	"devata.dev/devata/sim"
+	"devata.dev/devata/snapshot"
 )
 
 // downSpan is a time a control plane was certainly down in a reboot: from
@@ -294,5 +297,43 @@ func checkNoSecrets(t *testing.T, sf *simFleet, what, text string) {
 			t.Errorf("%s holds a secret of the bundle (%.8s…)", what, s)
 			return
 		}
+	}
+}
+
+// runBackup runs devata backup etcd into dir at the given time.
+func runBackup(ctx context.Context, at time.Time, sf *simFleet, dir string) result {
+	time.Sleep(time.Until(at))
+	var out, errb lockedBuffer
+	code := run(ctx, []string{"backup", "etcd", "-o", dir + "/", "--timeout", "5s", "--config", sf.settings}, Streams{In: strings.NewReader(""), Out: &out, Err: &errb}, func(string) string { return "" })
+	return result{code, out.String(), errb.String()}
+}
+
+// checkBackup asserts invariant 6.
+func checkBackup(t *testing.T, sched *faultSchedule, r result, dir string) {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join(dir, "*.db"))
+	faulted := slices.ContainsFunc(sched.faults, func(f plannedFault) bool {
+		return f.kind == "no-quorum" || f.kind == "corrupt-snapshot" || f.kind == "unreachable" || f.kind == "latency"
+	})
+	switch r.code {
+	case exitOK:
+		if len(files) != 1 {
+			t.Fatalf("backup exited 0 but wrote %d snapshots: %v\n%s", len(files), files, r.err)
+		}
+		if _, err := snapshot.Verify(context.Background(), files[0]); err != nil {
+			t.Errorf("backup exited 0 with a snapshot that does not verify: %v\n%s", err, r.err)
+		}
+	case exitTrouble:
+		if len(files) != 0 {
+			t.Errorf("backup exited 2 but left %v", files)
+		}
+		if !faulted {
+			t.Errorf("backup exited 2 in a round without etcd faults:\n%s", r.err)
+		}
+		if strings.TrimSpace(r.err) == "" {
+			t.Error("backup exited 2 without saying why")
+		}
+	default:
+		t.Errorf("backup: exit %d is none of the documented 0 and 2\n%s", r.code, r.err)
 	}
 }

@@ -17,6 +17,9 @@ type faultSchedule struct {
 	drifts  []plannedDrift
 	faults  []plannedFault
 	writers []*faultWriter
+	// backupAt: when a devata backup etcd runs, from the writers' start
+	// (it takes no lock: it only reads)
+	backupAt time.Duration
 }
 
 type plannedDrift struct {
@@ -26,7 +29,8 @@ type plannedDrift struct {
 
 type plannedFault struct {
 	machine   string
-	kind      string // "unreachable", "latency", "reboot-during-apply"
+	kind      string // "unreachable", "latency", "reboot-during-apply", "no-quorum", "corrupt-snapshot"
+	second    string // no-quorum: the other control plane unreachable with machine
 	latency   time.Duration
 	at, until time.Duration // from the writers' start; until 0: until the round ends
 }
@@ -59,6 +63,18 @@ func planFaultRound(rng *rand.Rand) *faultSchedule {
 		at := randMillis(rng, 0, 600)
 		s.faults = append(s.faults, plannedFault{machine: pickOne(rng, homelabControlPlanes), kind: "latency", latency: randMillis(rng, 20, 250), at: at, until: at + randMillis(rng, 500, 3000)})
 	}
+	if rng.IntN(3) == 0 {
+		// two of three control planes gone at once: etcd has no quorum
+		at := randMillis(rng, 0, 800)
+		pair := slices.Clone(homelabControlPlanes)
+		rng.Shuffle(len(pair), func(i, j int) { pair[i], pair[j] = pair[j], pair[i] })
+		s.faults = append(s.faults, plannedFault{machine: pair[0], second: pair[1], kind: "no-quorum", at: at, until: at + randMillis(rng, 300, 2000)})
+	}
+	if rng.IntN(2) == 0 {
+		// one control plane streams a snapshot whose hash is wrong
+		s.faults = append(s.faults, plannedFault{machine: pickOne(rng, homelabControlPlanes), kind: "corrupt-snapshot"})
+	}
+	s.backupAt = randMillis(rng, 0, 1500)
 	for range rng.IntN(3) {
 		d := pickOne(rng, s.drifts)
 		if !slices.ContainsFunc(s.faults, func(f plannedFault) bool { return f.kind == "reboot-during-apply" && f.machine == d.machine }) {
@@ -96,14 +112,17 @@ func (s *faultSchedule) String() string {
 	}
 	for _, f := range s.faults {
 		switch f.kind {
-		case "reboot-during-apply":
-			fmt.Fprintf(&b, "  fault %s reboot-during-apply (armed from the start)\n", f.machine)
+		case "reboot-during-apply", "corrupt-snapshot":
+			fmt.Fprintf(&b, "  fault %s %s (armed from the start)\n", f.machine, f.kind)
+		case "no-quorum":
+			fmt.Fprintf(&b, "  fault %s and %s unreachable (no quorum) from %s to %s\n", f.machine, f.second, f.at, f.until)
 		case "latency":
 			fmt.Fprintf(&b, "  fault %s latency %s from %s to %s\n", f.machine, f.latency, f.at, f.until)
 		default:
 			fmt.Fprintf(&b, "  fault %s %s from %s to %s\n", f.machine, f.kind, f.at, f.until)
 		}
 	}
+	fmt.Fprintf(&b, "  backup etcd at %s\n", s.backupAt)
 	for _, w := range s.writers {
 		fmt.Fprintf(&b, "  writer %d at %s: %s", w.id, w.start, strings.Join(w.commandArgs(), " "))
 		if w.cancelAt > 0 {
@@ -132,10 +151,15 @@ func (in *injector) edit(machine string, f func(*sim.Faults)) {
 }
 
 func (in *injector) set(f plannedFault, on bool) {
+	if f.kind == "no-quorum" {
+		in.set(plannedFault{machine: f.second, kind: "unreachable"}, on)
+	}
 	in.edit(f.machine, func(faults *sim.Faults) {
 		switch f.kind {
-		case "unreachable":
+		case "unreachable", "no-quorum":
 			faults.Unreachable = on
+		case "corrupt-snapshot":
+			faults.EtcdSnapshotCorrupt = on
 		case "latency":
 			faults.Latency = 0
 			if on {
@@ -145,7 +169,7 @@ func (in *injector) set(f plannedFault, on bool) {
 			faults.RebootDuringApply = on
 		}
 	})
-	if on && f.kind != "reboot-during-apply" {
+	if on && f.kind != "reboot-during-apply" && f.kind != "corrupt-snapshot" {
 		in.mu.Lock()
 		in.netted[f.machine] = true
 		in.mu.Unlock()
@@ -173,6 +197,8 @@ func (in *injector) play(ctx context.Context, t0 time.Time, f plannedFault) {
 
 func (in *injector) liftAll() {
 	for _, m := range in.sf.Sim.Machines() {
-		in.edit(m.Name(), func(f *sim.Faults) { f.Unreachable, f.Latency, f.RebootDuringApply = false, 0, false })
+		in.edit(m.Name(), func(f *sim.Faults) {
+			f.Unreachable, f.Latency, f.RebootDuringApply, f.EtcdSnapshotCorrupt = false, 0, false, false
+		})
 	}
 }

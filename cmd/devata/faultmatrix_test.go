@@ -40,6 +40,10 @@ import (
 //  5. the audit log is complete: every started change has its one result,
 //     and every config write the machines received is one a writer
 //     announced (apply) or recorded (reconcile);
+//  6. a devata backup etcd taken during the round, among the faults "no
+//     quorum" (two control planes unreachable at once) and "corrupt
+//     snapshot" (one streams a snapshot whose hash is wrong), writes only
+//     a snapshot that verifies, or exits 2 saying why;
 //
 // and that, with the faults lifted, one apply converges and drift is clean.
 //
@@ -146,6 +150,9 @@ func faultRound(t *testing.T, seed int64) {
 	for _, w := range sched.writers {
 		writers.Go(func() { w.run(abort, t0) })
 	}
+	backupDir := t.TempDir()
+	var backup result
+	writers.Go(func() { backup = runBackup(abort, t0.Add(sched.backupAt), sf, backupDir) })
 	done := make(chan struct{})
 	go func() { writers.Wait(); close(done) }()
 	select {
@@ -230,6 +237,13 @@ func faultRound(t *testing.T, seed int64) {
 		}
 	}
 
+	// 6. The backup, taken among the faults (a control plane streaming a
+	// corrupt snapshot, two unreachable: no quorum), exits 0 with a
+	// snapshot that verifies, or 2 saying why, only when such a fault
+	// was scheduled; never a damaged file.
+	checkBackup(t, sched, backup, backupDir)
+	everything.WriteString(backup.stdout + backup.err)
+
 	// 4. No secret anywhere.
 	checkNoSecrets(t, sf, "the writers' output or audit logs", everything.String())
 
@@ -277,5 +291,12 @@ func faultRound(t *testing.T, seed int64) {
 		}
 		summary = append(summary, fmt.Sprintf("writer %d %s: %s in %s", w.id, w.kind, what, w.took.Round(time.Millisecond)))
 	}
+	var etcdFaults []string
+	for _, f := range sched.faults {
+		if f.kind == "no-quorum" || f.kind == "corrupt-snapshot" {
+			etcdFaults = append(etcdFaults, f.kind)
+		}
+	}
+	summary = append(summary, fmt.Sprintf("backup exit %d (etcd faults: %s)", backup.code, strings.Join(etcdFaults, ", ")))
 	t.Logf("writers ran %s: %d config writes, %d control-plane reboots, %d reboots mid-apply; %s; round %s", ran.Round(time.Millisecond), writes, cpReboots, midApply, strings.Join(summary, "; "), time.Since(start).Round(time.Millisecond))
 }

@@ -10,9 +10,12 @@ import (
 	"time"
 
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
+	"github.com/siderolabs/talos/pkg/machinery/client"
+	"google.golang.org/grpc/codes"
 
 	"devata.dev/devata/internal/simtest"
 	"devata.dev/devata/internal/snapshottest"
+	"devata.dev/devata/sim"
 )
 
 // The rebuild the tool is for: a snapshot taken with devata backup etcd,
@@ -139,5 +142,97 @@ func TestBootstrapRecoverFrom(t *testing.T) {
 	r = devata(t, nil, bootstrapArgs(sf, nil, "--recover-from", snap)...)
 	if r.code != 0 || !strings.Contains(r.stdout, "nothing to recover") {
 		t.Errorf("rerun: exit %d, want 0 and nothing to recover\n%s%s", r.code, r.stdout, r.err)
+	}
+}
+
+// A recovery that fails on the node (issue 32, item 3): the snapshot was
+// verified here, but what cp-1 wrote of it is damaged (the sim's
+// EtcdRecoverCorrupt fault), so Talos' restore fails after it wrote the
+// data directory (etcdutl v3_snapshot.go copyAndVerifyDB). The control
+// plane is left holding data: devata reports the failure, never
+// "recovered", with the exact reset that wipes EPHEMERAL; a rerun is
+// refused at once with the same advice; after that wipe (the sim's Reset
+// as talosctl reset --system-labels-to-wipe EPHEMERAL --graceful=false
+// --reboot sends it) the same good snapshot recovers.
+func TestBootstrapRecoverFromFailedRestore(t *testing.T) {
+	sf := startSim(t, simtest.Options{Bootstrap: true})
+	snap := filepath.Join(t.TempDir(), "etcd.snapshot")
+	if r := devata(t, nil, "backup", "etcd", "-o", snap, "--config", sf.settings); r.code != 0 {
+		t.Fatalf("backup: exit %d\n%s%s", r.code, r.stdout, r.err)
+	}
+	ctx := context.Background()
+	for _, name := range []string{"cp-1", "cp-2", "cp-3"} {
+		sf.Sim.Machine(name).Wipe()
+	}
+	for _, name := range []string{"cp-1", "cp-2", "cp-3"} {
+		m := sf.Sim.Machine(name)
+		for deadline := time.Now().Add(20 * time.Second); m.Configured() || m.Observe().Down; time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s not back in maintenance mode", name)
+			}
+		}
+	}
+	cp1 := sf.Sim.Machine("cp-1")
+	cp1.SetFaults(sim.Faults{EtcdRecoverCorrupt: true})
+
+	wipe := "talosctl -n " + sf.Inventory.Machine("cp-1").Address + " reset --system-labels-to-wipe EPHEMERAL --reboot --graceful=false"
+	r := devata(t, nil, bootstrapArgs(sf, nil, "--recover-from", snap)...)
+	show(t, r)
+	if r.code != 2 || strings.Contains(r.stdout, "recovered etcd") {
+		t.Fatalf("a restore that failed on the node: exit %d, want 2 and no recovery\n%s%s", r.code, r.stdout, r.err)
+	}
+	for _, want := range []string{"cp-1: etcd did not restore " + snap, "error recovering from the snapshot: expected sha256", "now holds data", wipe} {
+		if !strings.Contains(r.err, want) {
+			t.Errorf("the failed restore's report lacks %q:\n%s", want, r.err)
+		}
+	}
+
+	// the control plane holds data: Bootstrap answers AlreadyExists
+	c, err := sf.Dialer.Client(ctx, sf.Inventory.Machine("cp-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = c.Bootstrap(ctx, &machine.BootstrapRequest{RecoverEtcd: true})
+	c.Close()
+	if client.StatusCode(err) != codes.AlreadyExists {
+		t.Fatalf("bootstrap on cp-1 after the failed restore: %v, want AlreadyExists (the restore wrote its data directory)", err)
+	}
+	if cs := sf.Sim.EtcdClusters(); len(cs) != 0 {
+		t.Fatalf("etcd after the failed restore: %+v, want none", cs)
+	}
+
+	// a rerun is refused at once, naming cp-1 and the wipe
+	start := time.Now()
+	r = devata(t, nil, bootstrapArgs(sf, nil, "--recover-from", snap)...)
+	if r.code != 2 || !strings.Contains(r.err, "cp-1: service etcd Failed") || !strings.Contains(r.err, wipe) || strings.Contains(r.stdout, "recovered") {
+		t.Fatalf("rerun before the wipe: exit %d, want 2, cp-1 named with the wipe\n%s%s", r.code, r.stdout, r.err)
+	}
+	t.Logf("rerun refused after %s:\n%s", time.Since(start).Round(time.Millisecond), r.err)
+
+	// the wipe as talosctl sends it; the node's disk is fine again
+	cp1.SetFaults(sim.Faults{})
+	c, err = sf.Dialer.Client(ctx, sf.Inventory.Machine("cp-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = c.ResetGeneric(ctx, &machine.ResetRequest{Reboot: true, Graceful: false,
+		SystemPartitionsToWipe: []*machine.ResetPartitionSpec{{Label: "EPHEMERAL", Wipe: true}}})
+	c.Close()
+	if err != nil {
+		t.Fatalf("reset cp-1: %v", err)
+	}
+	for deadline := time.Now().Add(20 * time.Second); !cp1.Observe().Down; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("cp-1 did not go down for its reset")
+		}
+	}
+
+	r = devata(t, nil, bootstrapArgs(sf, nil, "--recover-from", snap)...)
+	show(t, r)
+	if r.code != 0 || !strings.Contains(r.stdout, "recovered etcd on cp-1 from "+snap) {
+		t.Fatalf("bootstrap --recover-from after the wipe: exit %d\n%s%s", r.code, r.stdout, r.err)
+	}
+	if cs := sf.Sim.EtcdClusters(); len(cs) != 1 || len(cs[0].Members) != 3 {
+		t.Errorf("etcd after the recovery: %+v, want one cluster of three", cs)
 	}
 }

@@ -78,6 +78,11 @@ type Options struct {
 	DesiredKubernetesVersion string
 	// RestartDelay is the sim's (sim.Options.RestartDelay; default its own).
 	RestartDelay time.Duration
+	// EtcdJoinTimeout and BootTimeout are the sim's (sim.Options; default
+	// Talos' 30 and 70 minutes).
+	EtcdJoinTimeout, BootTimeout time.Duration
+	// EtcdPrepareDelay is the sim's (sim.Options.EtcdPrepareDelay).
+	EtcdPrepareDelay time.Duration
 	// EditInventory, when set, rewrites the example inventory's text (in
 	// its file too) before the fleet starts from it.
 	EditInventory func(string) string
@@ -203,7 +208,7 @@ func Start(t testing.TB, opts Options) *Fleet {
 	if schematics == nil {
 		schematics = simfleet.Schematics(f.Inventory)
 	}
-	if f.Sim, err = sim.Start(ctx, sim.Options{Bundle: f.Bundle, Machines: specs, RebootDelay: 50 * time.Millisecond, EtcdJoinDelay: cmp.Or(opts.EtcdJoinDelay, 50*time.Millisecond), EtcdClientWait: 300 * time.Millisecond, EtcdNoLeaderWait: 300 * time.Millisecond, RestartDelay: opts.RestartDelay, Schematics: schematics}); err != nil {
+	if f.Sim, err = sim.Start(ctx, sim.Options{Bundle: f.Bundle, Machines: specs, RebootDelay: 50 * time.Millisecond, EtcdJoinDelay: cmp.Or(opts.EtcdJoinDelay, 50*time.Millisecond), EtcdClientWait: 300 * time.Millisecond, EtcdNoLeaderWait: 300 * time.Millisecond, RestartDelay: opts.RestartDelay, Schematics: schematics, EtcdJoinTimeout: opts.EtcdJoinTimeout, BootTimeout: opts.BootTimeout, EtcdPrepareDelay: opts.EtcdPrepareDelay}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { f.Sim.Close() })
