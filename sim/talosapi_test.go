@@ -7,10 +7,13 @@ import (
 	"time"
 
 	"github.com/cosi-project/runtime/pkg/safe"
+	"github.com/cosi-project/runtime/pkg/state"
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/siderolabs/talos/pkg/machinery/client"
 	"github.com/siderolabs/talos/pkg/machinery/constants"
 	"github.com/siderolabs/talos/pkg/machinery/resources/config"
+	"github.com/siderolabs/talos/pkg/machinery/resources/etcd"
+	"github.com/siderolabs/talos/pkg/machinery/resources/network"
 	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 	"google.golang.org/grpc/codes"
 
@@ -56,10 +59,12 @@ func TestVersionReportsTheGoOfTheRelease(t *testing.T) {
 	}
 }
 
-// SecurityState exists in the runtime namespace on every machine, in
-// maintenance mode too, as SecurityStateController writes it once machined
-// runs; base/api.go Capabilities waits for it.
-func TestSecurityState(t *testing.T) {
+// SecurityState exists in the runtime namespace on every machine, as
+// SecurityStateController writes it once machined runs (base/api.go
+// Capabilities waits for it); HostnameStatus names the node; a control
+// plane's etcd Member "local" holds its member ID once etcd runs healthy,
+// the ID and hostname EtcdMemberList reports (EtcdSuite/TestMembers).
+func TestLocalResources(t *testing.T) {
 	t.Parallel()
 
 	cp, _ := baseConfigs(t)
@@ -77,6 +82,34 @@ func TestSecurityState(t *testing.T) {
 	spec := st.TypedSpec()
 	if spec.SecureBoot || spec.BootedWithUKI || spec.SELinuxState != runtime.SELinuxStatePermissive || spec.FIPSState != runtime.FIPSStateDisabled {
 		t.Errorf("security state %+v: want a metal machine without Secure Boot, SELinux permissive, FIPS disabled", spec)
+	}
+
+	hs, err := safe.StateGetByID[*network.HostnameStatus](t.Context(), c.COSI, network.HostnameID)
+	if err != nil || hs.TypedSpec().Hostname != "cp-1" {
+		t.Errorf("hostname status: %v, %v; want cp-1", hs, err)
+	}
+
+	if _, err := safe.StateGetByID[*etcd.Member](t.Context(), c.COSI, etcd.LocalMemberID); !state.IsNotFoundError(err) {
+		t.Errorf("etcd member before bootstrap: %v, want not found", err)
+	}
+
+	if err := f.Machine("cp-1").Bootstrap(); err != nil {
+		t.Fatal(err)
+	}
+
+	mem, err := safe.StateWatchFor[*etcd.Member](ctxTimeout(t, 10*time.Second), c.COSI,
+		etcd.NewMember(etcd.NamespaceName, etcd.LocalMemberID).Metadata(), state.WithEventTypes(state.Created, state.Updated))
+	if err != nil {
+		t.Fatalf("etcd member after bootstrap: %v", err)
+	}
+
+	list, err := c.EtcdMemberList(t.Context(), &machine.EtcdMemberListRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if ms := list.Messages[0].Members; len(ms) != 1 || etcd.FormatMemberID(ms[0].Id) != mem.TypedSpec().MemberID || ms[0].Hostname != hs.TypedSpec().Hostname {
+		t.Errorf("member list %v, want the one member %s named %s", ms, mem.TypedSpec().MemberID, hs.TypedSpec().Hostname)
 	}
 }
 
