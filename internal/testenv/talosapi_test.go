@@ -50,6 +50,13 @@ var talosAPISuites = []apiSuite{
 	{name: "api.ResourcesSuite", pass: []string{"TestListResources", "TestForbiddenOperations"}, timeout: 3 * time.Minute},
 	{name: "api.MachineStatusSuite", pass: []string{"TestMachineStatusReady"}, timeout: 3 * time.Minute},
 	{name: "api.EtcdSuite", pass: []string{"TestMembers"}, timeout: 3 * time.Minute},
+	{
+		name: "api.ApplyConfigSuite", pass: []string{
+			"TestApplyWithoutReboot", "TestApplyNoReboot", "TestApplyDryRun", "TestApplyDryRunDocuments",
+			"TestApplyTry", "TestApplyRemovingV1Alpha1",
+		},
+		timeout: 5 * time.Minute,
+	},
 	{name: "api.NodeLabelsSuite", pass: []string{"TestUpdateControlPlane", "TestUpdateWorker"}, timeout: 5 * time.Minute},
 }
 
