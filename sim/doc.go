@@ -522,7 +522,10 @@
 // TestSameVersionCluster), ApidSuite (TestBigPayload, TestPKIMismatch),
 // ResourcesSuite (TestListResources, TestForbiddenOperations),
 // MachineStatusSuite (TestMachineStatusReady), EtcdSuite (TestMembers),
-// NodeLabelsSuite (TestUpdateControlPlane, TestUpdateWorker). Expected to
+// ApplyConfigSuite (TestApplyWithoutReboot, TestApplyNoReboot,
+// TestApplyDryRun, TestApplyDryRunDocuments, TestApplyTry,
+// TestApplyRemovingV1Alpha1), NodeLabelsSuite (TestUpdateControlPlane,
+// TestUpdateWorker). Expected to
 // skip, with Talos' own reason: ApidSuite TestControlPlaneRouting and
 // TestWorkerNoRouting ("information about routable endpoints is not
 // available": they need the provisioner's cluster state, -talos.provisioner,
@@ -532,11 +535,12 @@
 //   - EtcdSuite TestForfeitLeadership, TestLeaveCluster, TestRemoveMember,
 //     TestDowngrade: each needs the provisioner's cluster state (Talos skips
 //     them without it) and resets or reboots real machines.
-//   - ApplyConfigSuite: TestApply, TestApplyNoOpCRIPatch and
-//     TestApplyConfigRotateEncryptionSecrets reboot the node and wait for
-//     the cluster to be healthy again through the provisioner
-//     (AssertClusterHealthy skips without it); the others are not run yet
-//     (see the issue's report).
+//   - ApplyConfigSuite TestApply, TestApplyNoOpCRIPatch and
+//     TestApplyConfigRotateEncryptionSecrets: they reboot the node (REBOOT
+//     mode, or a change Talos applies by rebooting) and wait up to ten
+//     minutes for the boot ID of a real VM to change and the cluster to be
+//     healthy again through the provisioner (AssertClusterHealthy skips
+//     without it).
 //   - Every suite that needs hardware, a kernel, containers or images
 //     (Dmesg, Logs, Containers, Images, Hardware, Kernel, Mounts, Volumes,
 //     Storage, Watchdog, Udev, SELinux, TrustedBoot, UKI, Extensions*,

@@ -16,6 +16,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/resources/network"
 	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"devata.dev/devata/sim"
 )
@@ -157,5 +158,47 @@ func TestBigMachineConfig(t *testing.T) {
 	_, err := c.ApplyConfiguration(ctx, &machine.ApplyConfigurationRequest{Data: huge, Mode: machine.ApplyConfigurationRequest_NO_REBOOT})
 	if client.StatusCode(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "larger than max") {
 		t.Errorf("apply a %d-byte config: %v, want ResourceExhausted, larger than max", len(huge), err)
+	}
+}
+
+// A dry run does not keep a config applied in try mode on Talos 1.14 (it
+// is rolled back when its time is up), while up to 1.13 any apply but a
+// try, a dry run included, keeps it (v1alpha1_server.go
+// ApplyConfiguration of each release; ApplyConfigSuite/TestApplyTry).
+func TestDryRunAndATriedConfig(t *testing.T) {
+	t.Parallel()
+
+	cp, _ := baseConfigs(t)
+	f := start(t,
+		sim.MachineSpec{Name: "v114", Role: "controlplane", Config: cp, TalosVersion: "v1.14.1"},
+		sim.MachineSpec{Name: "v111", Role: "controlplane", Config: cp, TalosVersion: "v1.11.0"},
+	)
+	tried := patch(t, cp, "machine:\n  sysctls:\n    fs.file-max: \"500000\"\n")
+
+	for name, kept := range map[string]bool{"v114": false, "v111": true} {
+		c := admin(t, f.Machine(name).Addr())
+
+		if _, err := c.ApplyConfiguration(t.Context(), &machine.ApplyConfigurationRequest{
+			Data: tried, Mode: machine.ApplyConfigurationRequest_TRY, TryModeTimeout: durationpb.New(300 * time.Millisecond),
+		}); err != nil {
+			t.Fatalf("%s: try: %v", name, err)
+		}
+
+		if _, err := c.ApplyConfiguration(t.Context(), &machine.ApplyConfigurationRequest{
+			Data: cp, Mode: machine.ApplyConfigurationRequest_AUTO, DryRun: true,
+		}); err != nil {
+			t.Fatalf("%s: dry run: %v", name, err)
+		}
+
+		time.Sleep(time.Second) // past the try's timeout
+
+		mc, err := safe.StateGetByID[*config.MachineConfig](t.Context(), c.COSI, config.ActiveID)
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		if _, has := mc.Config().Machine().Sysctls()["fs.file-max"]; has != kept {
+			t.Errorf("%s: tried config still active after its timeout and a dry run: %v, want %v", name, has, kept)
+		}
 	}
 }
