@@ -57,7 +57,6 @@ var talosAPISuites = []apiSuite{
 		},
 		timeout: 5 * time.Minute,
 	},
-	{name: "api.NodeLabelsSuite", pass: []string{"TestUpdateControlPlane", "TestUpdateWorker"}, timeout: 5 * time.Minute},
 }
 
 // Talos v1.14.1's own API integration suites, the binary its CI runs
