@@ -53,6 +53,8 @@ func (a *machineAPI) Version(ctx context.Context, _ *emptypb.Empty) (*machine.Ve
 		Platform: &machine.PlatformInfo{Name: "metal", Mode: "metal"},
 	}
 	msg.Version.Tag = s.version
+	// the Go that built that release, not the sim's own (goversion.go)
+	msg.Version.GoVersion = goVersionOf(s.version)
 
 	if !s.configured() {
 		if !callFrom(ctx).roles.Includes(role.Admin) {

@@ -39,7 +39,13 @@ func (a *machineAPI) ApplyConfiguration(ctx context.Context, in *machine.ApplyCo
 		return a.applyMaintenance(ctx, t, s, in)
 	}
 
-	if in.Mode != machine.ApplyConfigurationRequest_TRY {
+	// A pending try is kept by any apply but a try: up to 1.13 before the
+	// request is even read, a dry run included (v1.11.0 and v1.13.9
+	// v1alpha1_server.go ApplyConfiguration); from 1.14 only by a valid
+	// apply that is not a dry run (v1.14.1, the same function:
+	// ApplyConfigSuite/TestApplyTry holds it).
+	minor, _ := talos.Minor(s.version)
+	if in.Mode != machine.ApplyConfigurationRequest_TRY && minor < 14 {
 		t.cancelTry()
 	}
 
@@ -55,6 +61,10 @@ func (a *machineAPI) ApplyConfiguration(ctx context.Context, in *machine.ApplyCo
 
 	if in.DryRun {
 		return dryRun(s.active, cfg, mode, details)
+	}
+
+	if in.Mode != machine.ApplyConfigurationRequest_TRY && minor >= 14 {
+		t.cancelTry()
 	}
 
 	if t.rebootDuringApply(cfg) {

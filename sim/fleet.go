@@ -20,6 +20,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/config"
 	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
+	"github.com/siderolabs/talos/pkg/machinery/constants"
 	"google.golang.org/grpc"
 	"k8s.io/client-go/kubernetes"
 )
@@ -290,6 +291,11 @@ func Start(ctx context.Context, opts Options) (*Fleet, error) {
 	f.configuredTLS = ca.configuredTLS()
 	f.grpc = grpc.NewServer(
 		grpc.Creds(fleetCreds{}),
+		// apid and machined accept messages up to 32 MiB, not gRPC's 4 MiB
+		// default (talos v1.14.1 internal/app/apid/service.go and
+		// system/services/machined.go; v1.11.0 apid/main.go): a big
+		// machine config must go through (ApidSuite/TestBigPayload).
+		grpc.MaxRecvMsgSize(constants.GRPCMaxMessageSize),
 		grpc.ChainUnaryInterceptor(f.unaryInterceptor()),
 		grpc.ChainStreamInterceptor(f.streamInterceptor()),
 	)

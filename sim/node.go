@@ -252,6 +252,7 @@ func desiredResources(s snapshot) []resource.Resource {
 	out = append(out, networkResources(s)...)
 	out = append(out, hardwareResources(s)...)
 	out = append(out, machineStatus(s), versionResource(s))
+	out = append(out, localResources(s)...)
 	out = append(out, extensionResources(s)...)
 
 	if s.active == nil {

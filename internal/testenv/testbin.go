@@ -34,6 +34,7 @@ type binary struct {
 	version  string
 	estimate string // shown while building, so a long wait is not a surprise
 	ldflags  []string
+	testTags string // set: a test binary of pkg (go test -c) with these build tags
 }
 
 var binaries = []binary{
@@ -218,6 +219,9 @@ func build(ctx context.Context, src, dir string, b binary, progress io.Writer) e
 	start := time.Now()
 
 	args := []string{"build", "-mod=readonly", "-o", filepath.Join(tmp, b.name)}
+	if b.testTags != "" {
+		args = []string{"test", "-c", "-mod=readonly", "-tags", b.testTags, "-o", filepath.Join(tmp, b.name)}
+	}
 	if len(b.ldflags) > 0 {
 		args = append(args, "-ldflags="+strings.Join(b.ldflags, " "))
 	}

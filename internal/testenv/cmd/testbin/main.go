@@ -4,9 +4,11 @@
 // this first keeps a cold build out of test timeouts. With -talosctl it also
 // builds the real talosctl releases the talosctl-tagged tests run
 // (testenv.TalosctlVersions: v1.11.0 and v1.14.1), or those that
-// -talosctl-versions lists.
+// -talosctl-versions lists. With -talosapi it builds Talos' own API
+// integration suites (testenv.TalosAPIVersions) that the talosapi-tagged
+// test runs against the sim.
 //
-//	go run ./internal/testenv/cmd/testbin [-dir DIR] [-talosctl] [-talosctl-versions v1.11.0,v1.14.1]
+//	go run ./internal/testenv/cmd/testbin [-dir DIR] [-talosctl] [-talosctl-versions v1.11.0,v1.14.1] [-talosapi]
 package main
 
 import (
@@ -35,6 +37,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	dir := fs.String("dir", "", "cache directory (default $"+testenv.DirEnv+", else the user cache directory)")
 	withTalosctl := fs.Bool("talosctl", false, "also build talosctl "+strings.Join(testenv.TalosctlVersions, ", ")+" (for go test -tags talosctl)")
+	withTalosAPI := fs.Bool("talosapi", false, "also build Talos' API integration suites "+strings.Join(testenv.TalosAPIVersions, ", ")+" (for go test -tags talosapi)")
 	talosctlVersions := fs.String("talosctl-versions", "", "comma-separated talosctl releases to build instead of all (implies -talosctl)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -79,6 +82,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		for _, v := range versions {
 			if _, err := testenv.TalosctlAt(ctx, v, stderr); err != nil {
+				fmt.Fprintln(stderr, err)
+				return 1
+			}
+		}
+	}
+	if *withTalosAPI {
+		if err := os.Setenv(testenv.DirEnv, *dir); err != nil {
+			fmt.Fprintln(stderr, err)
+			return 1
+		}
+		for _, v := range testenv.TalosAPIVersions {
+			if _, err := testenv.TalosAPISuites(ctx, v, stderr); err != nil {
 				fmt.Fprintln(stderr, err)
 				return 1
 			}

@@ -19,6 +19,14 @@ func TestRun(t *testing.T) {
 		}
 	}
 
+	// With the suites binary there too, -talosapi builds nothing either.
+	withAPI := t.TempDir()
+	for _, name := range []string{"etcd", "kube-apiserver", "talos-integration-v1.14.1"} {
+		if err := os.WriteFile(filepath.Join(withAPI, name), []byte("#!/bin/sh\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+
 	tests := []struct {
 		name       string
 		args       []string
@@ -29,6 +37,7 @@ func TestRun(t *testing.T) {
 	}{
 		{name: "dir flag", args: []string{"-dir", full}, wantStdout: full + "\n"},
 		{name: "env", env: full, wantStdout: full + "\n"},
+		{name: "talosapi cached", args: []string{"-dir", withAPI, "-talosapi"}, wantStdout: withAPI + "\n"},
 		{name: "extra argument", args: []string{"build"}, wantCode: 2, wantStderr: "unexpected arguments"},
 		{name: "unknown flag", args: []string{"-force"}, wantCode: 2, wantStderr: "flag provided but not defined"},
 		{name: "unknown talosctl", args: []string{"-dir", full, "-talosctl-versions", "v1.11.0,v1.9.0"}, wantCode: 2, wantStderr: `no talosctl "v1.9.0" to build`},
