@@ -566,7 +566,12 @@
 //   - gRPC messages up to constants.GRPCMaxMessageSize (32 MiB), as apid and
 //     machined accept (v1.14.1 apid/service.go and
 //     system/services/machined.go; v1.11.0 apid/main.go): an 11 MB config
-//     applies and reads back (ApidSuite/TestBigPayload);
+//     applies and reads back (ApidSuite/TestBigPayload); but below 1.13 a
+//     machine in maintenance mode keeps gRPC's 4 MiB default, since its
+//     maintenance server is a factory.NewServer without MaxRecvMsgSize
+//     (v1.11.0 controllers/runtime/maintenance_service.go Run), and a
+//     bigger request fails ResourceExhausted "grpc: received message
+//     larger than max" there (route.go maintenanceMessageSize);
 //   - Version's GoVersion is the Go that built the machine's release
 //     (machinery constants.GoVersion of each tag, goversion.go), not the
 //     sim's (VersionSuite/TestExpectedVersionMaster);

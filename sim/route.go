@@ -286,6 +286,10 @@ func (f *Fleet) enter(ctx context.Context, endpoint, target *Machine, roles role
 		if !maintenanceMethods[method] && !strings.HasPrefix(fullMethod, "/cosi.") {
 			return nil, status.Errorf(codes.Unimplemented, "method %s not implemented", method)
 		}
+
+		if err := maintenanceMessageSize(s.version, req); err != nil {
+			return nil, err
+		}
 	default:
 		if err := authorize(fullMethod, roles); err != nil {
 			return nil, err
@@ -763,4 +767,35 @@ func withMetadata(msg protoreflect.Message, edit func(*common.Metadata)) {
 	}
 
 	edit(md)
+}
+
+// grpcDefaultMaxRecv is gRPC's default limit on a received message
+// (grpc-go server.go defaultServerMaxReceiveMessageSize).
+const grpcDefaultMaxRecv = 4 << 20
+
+// maintenanceMessageSize refuses a request larger than gRPC's default to
+// a machine in maintenance mode below Talos 1.13, as its server does: up
+// to 1.12 maintenance mode is MaintenanceServiceController's own gRPC
+// server, made with factory.NewServer and no MaxRecvMsgSize (v1.11.0
+// internal/app/machined/pkg/controllers/runtime/maintenance_service.go
+// Run), so the 32 MiB that apid and machined accept
+// (constants.GRPCMaxMessageSize) do not apply there; from 1.13 machined
+// itself serves maintenance mode with the 32 MiB (v1.13.9
+// system/services/machined.go). The error is grpc-go's, raised before
+// any handler runs.
+func maintenanceMessageSize(version string, req any) error {
+	if lifecycleAPIs(version) {
+		return nil
+	}
+
+	msg, ok := req.(proto.Message)
+	if !ok {
+		return nil
+	}
+
+	if n := proto.Size(msg); n > grpcDefaultMaxRecv {
+		return status.Errorf(codes.ResourceExhausted, "grpc: received message larger than max (%d vs. %d)", n, grpcDefaultMaxRecv)
+	}
+
+	return nil
 }

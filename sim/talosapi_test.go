@@ -202,3 +202,32 @@ func TestDryRunAndATriedConfig(t *testing.T) {
 		}
 	}
 }
+
+// Below Talos 1.13 maintenance mode is a gRPC server of its own with
+// gRPC's 4 MiB default (v1.11.0 controllers/runtime/maintenance_service.go
+// Run, factory.NewServer without MaxRecvMsgSize); from 1.13 machined
+// serves it with constants.GRPCMaxMessageSize. A 5 MiB config sent to a
+// machine in maintenance mode is refused by the one and taken by the
+// other.
+func TestMaintenanceMessageLimitPerRelease(t *testing.T) {
+	t.Parallel()
+
+	_, w := baseConfigs(t)
+	f := start(t,
+		sim.MachineSpec{Name: "old", TalosVersion: "v1.11.0"},
+		sim.MachineSpec{Name: "new", TalosVersion: "v1.14.1"},
+	)
+
+	const line = "# a comment line that makes the config bigger, and bigger, and bigger, and bigger, all the way\n"
+	big := append(append([]byte{}, w...), bytes.Repeat([]byte(line), (5<<20)/len(line)+1)...)
+	req := &machine.ApplyConfigurationRequest{Data: big, Mode: machine.ApplyConfigurationRequest_AUTO, DryRun: true}
+
+	_, err := insecure(t, f.Machine("old").Addr()).ApplyConfiguration(t.Context(), req)
+	if client.StatusCode(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "larger than max") || !strings.Contains(err.Error(), "4194304") {
+		t.Errorf("v1.11.0 in maintenance mode, a %d-byte config: %v, want ResourceExhausted, larger than max (… vs. 4194304)", len(big), err)
+	}
+
+	if _, err := insecure(t, f.Machine("new").Addr()).ApplyConfiguration(t.Context(), req); client.StatusCode(err) == codes.ResourceExhausted {
+		t.Errorf("v1.14.1 in maintenance mode refused a %d-byte config: %v; its machined takes 32 MiB", len(big), err)
+	}
+}
