@@ -86,7 +86,7 @@ func planRender(inv *inventory.Inventory) Action {
 	return Action{Step: StepRender, Status: StatusDone, Summary: "render and validate every machine's config (metal mode)",
 		Reason:   "configs are rendered from the inventory and the bundle on every run",
 		Evidence: []Evidence{{drift.RungDeclaration, fmt.Sprintf("%d configs render and validate", len(inv.Machines))}},
-		Talosctl: []string{"devata gen config -o rendered/   # one file per machine and a talosconfig; export TALOSCONFIG=rendered/talosconfig"}}
+		Talosctl: []string{"devata gen config --dir rendered/   # one file per machine and a talosconfig; export TALOSCONFIG=rendered/talosconfig"}}
 }
 
 // planMachine is one machine's configure or apply action under the etcd verdict v.

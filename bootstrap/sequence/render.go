@@ -100,7 +100,7 @@ func writeMarkdown(w io.Writer, p *Plan, simulated bool) error {
 	fmt.Fprintf(&b, "Made by `devata plan -o markdown` from `%s` and what the machines reported. ", p.Inventory)
 	b.WriteString("`devata bootstrap` takes every pending step below, in this order, and stops at the first failure; ")
 	b.WriteString("rerunning it continues from what the machines report. To do it by hand, run each step's commands. ")
-	b.WriteString("Addresses are the inventory's; `rendered/` is what `devata gen config -o rendered/` writes, and `TALOSCONFIG` points at its talosconfig.\n\n")
+	b.WriteString("Addresses are the inventory's; `rendered/` is what `devata gen config --dir rendered/` writes, and `TALOSCONFIG` points at its talosconfig.\n\n")
 	if simulated {
 		b.WriteString("> SIMULATED: the machines observed are devata's simulated fleet, not real machines.\n\n")
 	}
