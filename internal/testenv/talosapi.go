@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 )
@@ -48,34 +46,5 @@ func TalosAPISuites(ctx context.Context, version string, progress io.Writer) (st
 		return "", err
 	}
 
-	dir, err := DefaultDir()
-	if err != nil {
-		return "", err
-	}
-
-	path := filepath.Join(dir, b.name)
-	if isExecutable(path) {
-		return path, nil
-	}
-
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
-	}
-
-	unlock, err := lock(ctx, filepath.Join(dir, ".lock"), progress)
-	if err != nil {
-		return "", err
-	}
-	defer unlock()
-
-	if isExecutable(path) {
-		return path, nil
-	}
-
-	src, err := sourceDir()
-	if err != nil {
-		return "", err
-	}
-
-	return path, build(ctx, src, dir, b, progress)
+	return buildOnce(ctx, b, progress)
 }

@@ -290,6 +290,13 @@ func TalosctlAt(ctx context.Context, version string, progress io.Writer) (string
 	if err != nil {
 		return "", err
 	}
+	return buildOnce(ctx, b, progress)
+}
+
+// buildOnce returns the path of b in the cache directory, building it
+// there first if it is not yet (under the cache's lock, so that
+// concurrent test processes build it once).
+func buildOnce(ctx context.Context, b binary, progress io.Writer) (string, error) {
 	dir, err := DefaultDir()
 	if err != nil {
 		return "", err
