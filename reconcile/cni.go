@@ -26,28 +26,32 @@ const ciliumDaemonSet = "cilium"
 // kubeconfig devata cannot tell (runs false, why says so); when the API
 // server does not answer it assumes a CNI runs and waits for the Node. A
 // CNI once seen running is remembered for the rest of the rollout.
-func (r *Rollout) cniRuns(ctx context.Context) (runs bool, why string) {
+//
+// unknown says the API server did not answer (runs is then true): a
+// caller whose change did not reboot the machine may go on, since nothing
+// it did touched the kubelet or its Node.
+func (r *Rollout) cniRuns(ctx context.Context) (runs bool, why string, unknown bool) {
 	r.mu.Lock()
 	seen := r.cniSeen
 	r.mu.Unlock()
 	if seen != "" {
-		return true, seen
+		return true, seen, false
 	}
 	if r.Kube == nil {
-		return false, "devata has no kubeconfig, so it cannot tell whether a CNI runs: pass --kubeconfig to have it wait for the Node"
+		return false, "devata has no kubeconfig, so it cannot tell whether a CNI runs: pass --kubeconfig to have it wait for the Node", false
 	}
 	cctx, cancel := context.WithTimeout(ctx, r.Timeout)
 	defer cancel()
 	runs, why, err := r.lookForCNI(cctx)
 	switch {
 	case err != nil:
-		return true, fmt.Sprintf("could not tell whether a CNI runs (%v), so it waits for the Node", err)
+		return true, fmt.Sprintf("could not tell whether a CNI runs (%v), so it waits for the Node", err), true
 	case runs:
 		r.mu.Lock()
 		r.cniSeen = why
 		r.mu.Unlock()
 	}
-	return runs, why
+	return runs, why, false
 }
 
 func (r *Rollout) lookForCNI(ctx context.Context) (bool, string, error) {

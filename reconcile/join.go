@@ -86,7 +86,7 @@ func (r *Rollout) join(ctx context.Context, a Action) error {
 		}
 		r.say("    %s: config applied; waiting for it to come back configured, then for %s", m.Name, waits)
 	}
-	o, err := r.waitConverged(ctx, m, desired, "to come back configured, running and ready")
+	o, err := r.waitConverged(ctx, m, desired, true, "to come back configured, running and ready")
 	if err != nil {
 		return err
 	}

@@ -410,7 +410,7 @@ func (r *Rollout) waitKubelet(ctx context.Context, m *inventory.Machine, version
 			return "kubelet " + version + ", not Ready (" + f.ReadyReason + ")"
 		case !f.Ready:
 			// NotReady for want of a CNI: expected only while none runs
-			if runs, why := r.cniRuns(ctx); runs {
+			if runs, why, _ := r.cniRuns(ctx); runs { // the kubelet restarted: an unknown waits
 				return "kubelet " + version + ", not Ready (" + f.ReadyReason + ") while a CNI runs in the cluster (" + why + ")"
 			}
 		}

@@ -362,7 +362,7 @@ func (r *Rollout) applyWait(ctx context.Context, m *inventory.Machine, cfg []byt
 	switch {
 	case lost:
 		r.say("    %s: connection lost during the apply (%v); waiting to see whether it rebooted into its config", m.Name, err)
-		if _, werr := r.waitConverged(ctx, m, cfg, "to come back on its desired config"); werr != nil {
+		if _, werr := r.waitConverged(ctx, m, cfg, true, "to come back on its desired config"); werr != nil {
 			return fmt.Errorf("%s: the connection was lost during the apply (%v), and it did not come back running its desired config: %w", m.Name, err, werr)
 		}
 		r.say("    %s: back, runs the desired config (%s)", m.Name, time.Since(start).Round(time.Millisecond))
@@ -379,7 +379,7 @@ func (r *Rollout) applyWait(ctx context.Context, m *inventory.Machine, cfg []byt
 		r.say("    %s: applied; rebooting, waiting for it to return", m.Name)
 		waitsFor = "to come back on its desired config"
 	}
-	if _, err := r.waitConverged(ctx, m, cfg, waitsFor); err != nil {
+	if _, err := r.waitConverged(ctx, m, cfg, reboots, waitsFor); err != nil {
 		return err
 	}
 	r.say("    %s: runs the desired config, stage running (%s)", m.Name, time.Since(start).Round(time.Millisecond))
@@ -394,7 +394,11 @@ func (r *Rollout) applyWait(ctx context.Context, m *inventory.Machine, cfg []byt
 // plane stays there until its etcd runs again. Every Heartbeat it says what it
 // waits for (the machine's name, then waitsFor) and what it last saw. It
 // returns the observation that ended the wait.
-func (r *Rollout) waitConverged(ctx context.Context, m *inventory.Machine, want []byte, waitsFor string) (*machines.Observation, error) {
+//
+// rebooted says the change rebooted the machine (or may have): when the
+// API server does not answer, a Node NotReady is waited for only then; a
+// change that did not reboot it left its kubelet and Node as they were.
+func (r *Rollout) waitConverged(ctx context.Context, m *inventory.Machine, want []byte, rebooted bool, waitsFor string) (*machines.Observation, error) {
 	// Each look runs to its own timeout, not the wait's, so that the error
 	// reported when the wait ends is a whole observation, not a cut-off one.
 	wctx, cancel := context.WithTimeout(ctx, r.Wait)
@@ -419,7 +423,10 @@ func (r *Rollout) waitConverged(ctx context.Context, m *inventory.Machine, want 
 			case !d.Equal:
 				last = "applied config still differs: " + d.Summary()
 			case o.Stage == "running" && o.NotReadyOnlyForNode():
-				runs, why := r.cniRuns(ctx)
+				runs, why, unknown := r.cniRuns(ctx)
+				if unknown && !rebooted {
+					runs, why = false, why+"; but this change did not reboot it, so its kubelet and Node are as they were before it"
+				}
 				if runs {
 					last = fmt.Sprintf("running, but its Node is not Ready (%s) while a CNI runs in the cluster (%s): waiting for the Node", strings.Join(o.Unmet, "; "), why)
 					break

@@ -431,7 +431,7 @@ func (r *Rollout) waitUpgraded(ctx context.Context, m *inventory.Machine, u *Upg
 		nodeWait := ""
 		if o.Err == nil && o.Stage == "running" && o.NotReadyOnlyForNode() {
 			// ready but for its Node: enough only while no CNI runs
-			runs, why := r.cniRuns(ctx)
+			runs, why, _ := r.cniRuns(ctx) // an upgrade reboots: an unknown waits
 			ready = !runs
 			if runs {
 				nodeWait = "; its Node is not Ready while a CNI runs in the cluster (" + why + "): waiting for the Node"
