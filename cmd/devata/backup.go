@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -12,6 +15,7 @@ import (
 	"golang.org/x/term"
 
 	"devata.dev/devata/backup"
+	"devata.dev/devata/backup/store"
 	"devata.dev/devata/inventory"
 	"devata.dev/devata/machines"
 
@@ -106,7 +110,11 @@ error.`,
 				return usageError(errors.New("backup etcd needs -o FILE: where to write the snapshot"))
 			}
 			keeps := flags.policy.p != (backup.Policy{})
+			url := backup.IsURL(flags.output)
 			switch {
+			case url && flags.prune && !strings.HasSuffix(strings.SplitN(flags.output, "?", 2)[0], "/"):
+				return usageError(fmt.Errorf("--prune needs -o URL/ (a prefix of snapshots, ending in a slash), not the object %s", flags.output))
+			case url:
 			case flags.prune && !backup.NamesDirectory(flags.output):
 				return usageError(fmt.Errorf("--prune needs -o DIR/ (a directory of snapshots), not the file %s", flags.output))
 			case flags.verify && writesThrough(flags.output):
@@ -133,6 +141,122 @@ error.`,
 	return cmd
 }
 
+// printSnapshotLine says what backup etcd wrote where.
+func printSnapshotLine(w io.Writer, s backup.Sidecar, where string) {
+	revision := "unknown"
+	if s.EtcdRevision > 0 {
+		revision = fmt.Sprint(s.EtcdRevision)
+	}
+	from := s.ControlPlane
+	if s.NoQuorum {
+		from += " (etcd has no quorum: this is " + s.ControlPlane + "'s local copy, taken without a leader)"
+	}
+	fmt.Fprintf(w, "etcd snapshot of %s from %s written to %s: %s (%d bytes), sha256 %s, etcd revision %s, members %s\n",
+		s.Cluster, from, where, humanize.IBytes(uint64(s.Size)), s.Size, s.SHA256, revision, strings.Join(s.Members, " ")) //nolint:gosec // a size is never negative
+}
+
+// backupEtcdURL is backup etcd -o URL (s3://bucket/prefix/[NAME],
+// file:///dir/[NAME]): the snapshot is written and verified into a private
+// temporary directory exactly as for -o FILE, then uploaded with its
+// sidecar (store.PutSnapshot: the snapshot first, the sidecar last, so the
+// pair counts only once both are there); the temporary copy is removed
+// whatever happens.
+func (a *app) backupEtcdURL(ctx context.Context, out string, force bool, after afterBackup) error {
+	dest, name := store.Split(out)
+	st, err := store.Open(ctx, dest, a.storeOptions())
+	if err != nil {
+		return exitWith(exitTrouble, err)
+	}
+	defer st.Close()
+	// reach the destination before any machine is asked: an endpoint that
+	// is down, wrong credentials and a missing bucket fail here
+	objs, err := st.List(ctx)
+	if err != nil {
+		return exitWith(exitTrouble, fmt.Errorf("%w; nothing was backed up", err))
+	}
+	taken := func(name string) error {
+		if force {
+			return nil
+		}
+		for _, o := range objs {
+			if o.Name == name || o.Name == backup.SidecarPath(name) {
+				return fmt.Errorf("%s already holds %s: name another, or give --force to replace it", st, o.Name)
+			}
+		}
+		return nil
+	}
+	if name != "" {
+		if name == "." || name == ".." || strings.HasPrefix(name, ".") || strings.HasSuffix(name, backup.SidecarPath("")) {
+			return exitWith(exitTrouble, fmt.Errorf("-o %s: %q is not a snapshot name (no leading dot, not ending in .json); end -o with a slash to have devata name it", out, name))
+		}
+		if err := taken(name); err != nil {
+			return exitWith(exitTrouble, err)
+		}
+	}
+	inv, err := inventory.LoadContext(ctx, a.settings.Inventory)
+	if err != nil {
+		fmt.Fprintln(a.streams.Err, err)
+		return exitWith(exitTrouble, fmt.Errorf("%s is invalid: nothing was backed up; run devata validate", a.settings.Inventory))
+	}
+	a.printWarnings(inv)
+	tc, err := machines.LoadTalosconfig(a.settings.Talosconfig)
+	if err != nil {
+		return exitWith(exitTrouble, err)
+	}
+	d, err := a.newDialer(tc)
+	if err != nil {
+		return exitWith(exitTrouble, err)
+	}
+	tmp, err := os.MkdirTemp("", "devata-backup-") // 0700
+	if err != nil {
+		return exitWith(exitTrouble, fmt.Errorf("a private directory for the snapshot before its upload: %w; set TMPDIR to a directory with room for it", err))
+	}
+	defer os.RemoveAll(tmp)
+	local := filepath.Join(tmp, name)
+	if name == "" {
+		local = backup.OutPath(tmp+string(filepath.Separator), inv.Cluster.Name, time.Now())
+		name = filepath.Base(local)
+		if err := taken(name); err != nil {
+			return exitWith(exitTrouble, err)
+		}
+	}
+	opts := backup.Options{
+		Inventory: inv, Dialer: d, Out: local, Timeout: a.settings.Timeout, Log: a.log,
+		Warn: func(format string, args ...any) { fmt.Fprintf(a.streams.Err, "warning: "+format+"\n", args...) },
+		Say:  func(format string, args ...any) { fmt.Fprintf(a.streams.Err, format+"\n", args...) },
+	}
+	if f, ok := termsafe.FileOf(a.streams.Err); ok && term.IsTerminal(int(f.Fd())) {
+		opts.Progress = f
+	}
+	if _, err := backup.Etcd(ctx, opts); err != nil {
+		return exitWith(exitTrouble, fmt.Errorf("%s; nothing was uploaded to %s", strings.ReplaceAll(err.Error(), local, name), st))
+	}
+	where, side, err := backup.Upload(ctx, st, local, name)
+	if err != nil {
+		return exitWith(exitTrouble, fmt.Errorf("%w; no snapshot named %s counts at %s (a snapshot counts only with its sidecar): run the backup again", err, name, st))
+	}
+	printSnapshotLine(a.streams.Out, *side, where)
+	fmt.Fprintf(a.streams.Out, "sidecar written to %s\n", backup.SidecarPath(where))
+	if after.verify {
+		if err := a.backupVerify(ctx, inv, where, false, "", "text"); err != nil {
+			if after.prune != nil {
+				fmt.Fprintln(a.streams.Err, "nothing was pruned: the new snapshot is not proven")
+			}
+			return err
+		}
+	}
+	if after.prune != nil {
+		return a.backupPrune(ctx, dest, *after.prune, true, "text")
+	}
+	return nil
+}
+
+// storeOptions are the settings file's s3 section as backup/store takes them.
+func (a *app) storeOptions() store.Options {
+	s := a.settings.S3
+	return store.Options{Region: s.Region, Endpoint: s.Endpoint, Profile: s.Profile, UsePathStyle: s.PathStyle}
+}
+
 // writesThrough says -o is a pipe or the process' output, not a file.
 func writesThrough(out string) bool {
 	kind, err := outfile.Check(out)
@@ -146,6 +270,9 @@ type afterBackup struct {
 }
 
 func (a *app) backupEtcd(ctx context.Context, out string, force bool, after afterBackup) error {
+	if backup.IsURL(out) {
+		return a.backupEtcdURL(ctx, out, force, after)
+	}
 	dir := out
 	if err := backup.PrepareOut(out); err != nil {
 		return exitWith(exitTrouble, err)
@@ -184,17 +311,7 @@ func (a *app) backupEtcd(ctx context.Context, out string, force bool, after afte
 		say = a.streams.Err // the snapshot went to a pipe or the output itself
 	}
 	if res != nil {
-		s := res.Sidecar
-		revision := "unknown"
-		if s.EtcdRevision > 0 {
-			revision = fmt.Sprint(s.EtcdRevision)
-		}
-		from := s.ControlPlane
-		if s.NoQuorum {
-			from += " (etcd has no quorum: this is " + s.ControlPlane + "'s local copy, taken without a leader)"
-		}
-		fmt.Fprintf(say, "etcd snapshot of %s from %s written to %s: %s (%d bytes), sha256 %s, etcd revision %s, members %s\n",
-			s.Cluster, from, res.Path, humanize.IBytes(uint64(s.Size)), s.Size, s.SHA256, revision, strings.Join(s.Members, " ")) //nolint:gosec // a size is never negative
+		printSnapshotLine(say, res.Sidecar, res.Path)
 	}
 	if err != nil {
 		return exitWith(exitTrouble, err)

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"devata.dev/devata/backup"
+	"devata.dev/devata/backup/store"
 	"devata.dev/devata/inventory"
 )
 
@@ -111,8 +112,15 @@ func (a *app) backupVerify(ctx context.Context, inv *inventory.Inventory, path s
 			return err
 		}
 	}
+	dest, name := "", "" // an object at a URL: its destination and name
+	if backup.IsURL(path) && !latest {
+		dest, name = store.Split(path)
+		if name == "" {
+			return usageError(fmt.Errorf("%s names a destination, not a snapshot: give the snapshot's URL, or --latest %s", path, path))
+		}
+	}
 	if latest {
-		cat, err := backup.List(ctx, path)
+		cat, err := backup.ListDest(ctx, path, a.storeOptions())
 		if err != nil {
 			return exitWith(exitTrouble, err)
 		}
@@ -120,9 +128,19 @@ func (a *app) backupVerify(ctx context.Context, inv *inventory.Inventory, path s
 		if e == nil {
 			return exitWith(exitTrouble, fmt.Errorf("%s holds no snapshot of %s that devata backup etcd wrote (devata backup list %s shows what is there): take one with devata backup etcd -o %s", path, inv.Cluster.Name, path, path))
 		}
-		path = strings.TrimSuffix(path, "/") + "/" + e.Name
+		if backup.IsURL(path) {
+			dest, name = path, e.Name
+		}
+		path = strings.TrimSuffix(cat.Store, "/") + "/" + e.Name
 	}
-	proof, err := backup.Verify(ctx, path, backup.VerifyOptions{Inventory: inv, WorkDir: workDir, Log: a.log})
+	vo := backup.VerifyOptions{Inventory: inv, WorkDir: workDir, Log: a.log}
+	var proof *backup.Proof
+	var err error
+	if name != "" {
+		proof, err = backup.VerifyDest(ctx, dest, name, a.storeOptions(), vo)
+	} else {
+		proof, err = backup.Verify(ctx, path, vo)
+	}
 	if proof == nil {
 		return exitWith(exitTrouble, err)
 	}
@@ -172,7 +190,7 @@ Exit 0 listed, 2 DIR could not be read, 64 for a usage error.`,
 			return checkFormat(output, "table", "json")
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cat, err := backup.List(cmd.Context(), args[0])
+			cat, err := backup.ListDest(cmd.Context(), args[0], a.storeOptions())
 			if err != nil {
 				return exitWith(exitTrouble, err)
 			}
@@ -329,7 +347,7 @@ snapshot could not be deleted, 64 for a usage error (no --keep-*).`,
 }
 
 func (a *app) backupPrune(ctx context.Context, dir string, p backup.Policy, yes bool, format string) error {
-	res, cat, err := backup.Prune(ctx, dir, p, yes)
+	res, cat, err := backup.PruneDest(ctx, dir, a.storeOptions(), p, yes)
 	if err != nil {
 		return exitWith(exitTrouble, err)
 	}
