@@ -163,7 +163,9 @@ func printSnapshotLine(w io.Writer, s backup.Sidecar, where string) {
 // whatever happens.
 func (a *app) backupEtcdURL(ctx context.Context, out string, force bool, after afterBackup) error {
 	dest, name := store.Split(out)
-	st, err := store.Open(ctx, dest, a.storeOptions())
+	so := a.storeOptions()
+	so.CreateDir = name == "" // file:///dir/: created (0700) as -o DIR/ is
+	st, err := store.Open(ctx, dest, so)
 	if err != nil {
 		return exitWith(exitTrouble, err)
 	}

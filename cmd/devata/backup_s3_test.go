@@ -167,6 +167,19 @@ func TestBackupS3(t *testing.T) {
 	}
 	noLeftovers("verify of a tampered object")
 
+	// file:///dir/ goes the same way, the directory created as for -o DIR/
+	fileDir := filepath.Join(t.TempDir(), "fresh")
+	fileURL := "file://" + fileDir + "/"
+	if r := run("backup", "etcd", "-o", fileURL); r.code != 0 || !strings.Contains(r.stdout, "written to "+fileURL+"etcd-homelab-") {
+		t.Fatalf("backup -o %s: exit %d\n%s%s", fileURL, r.code, r.stdout, r.err)
+	}
+	if l := listDir(t, sf, fileURL); len(l.Snapshots) != 1 {
+		t.Errorf("list %s: %+v, want the one snapshot", fileURL, l)
+	} else if fi, err := os.Stat(filepath.Join(fileDir, l.Snapshots[0].Name)); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("the snapshot in %s: %v, %v; want a 0600 file", fileDir, fi, err)
+	}
+	noLeftovers("backup etcd -o " + fileURL)
+
 	for _, secret := range []string{srv.SecretKey, kubeSecretValue} {
 		if strings.Contains(all.String(), secret) {
 			t.Errorf("a secret is in an output: %.6s…", secret)
