@@ -37,7 +37,11 @@ backup verify proves a snapshot restores (into a real etcd, on loopback);
 backup list shows the snapshots in a directory with their last proof;
 backup prune deletes those a grandfather-father-son policy does not keep.
 backup etcd -o DIR/ --verify --prune --keep-… does all three in one
-scheduled run. docs/backup.md tells the whole of it.`,
+scheduled run. Each takes a directory, or a URL: s3://BUCKET/PREFIX/ (any
+S3-compatible service, configured as the aws CLI is: AWS_ACCESS_KEY_ID,
+AWS_SECRET_ACCESS_KEY, AWS_REGION, AWS_ENDPOINT_URL_S3, AWS_PROFILE, or the
+settings file's s3 section) or file:///DIR/. docs/backup.md and
+docs/backup-storage.md tell the whole of it.`,
 	}
 	cmd.AddCommand(a.newBackupEtcdCommand(), a.newBackupVerifyCommand(), a.newBackupListCommand(), a.newBackupPruneCommand())
 	return cmd
@@ -52,7 +56,7 @@ func (a *app) newBackupEtcdCommand() *cobra.Command {
 		policy policyFlags
 	}
 	cmd := &cobra.Command{
-		Use:   "etcd -o FILE",
+		Use:   "etcd -o FILE|DIR/|URL",
 		Short: "Write a verified etcd snapshot from a healthy control plane (0600) and FILE.json; os:etcd:backup is enough",
 		Long: `backup etcd asks every control plane for its view of etcd, then streams a
 snapshot (Talos' EtcdSnapshot, what talosctl etcd snapshot saves) from a healthy
@@ -68,6 +72,20 @@ sha256 and, when the inventory is in a Git work tree, its commit and whether
 the file differs from it. Neither file is replaced without --force. -o DIR/
 names the file etcd-CLUSTER-TIME.db in DIR, so a schedule keeps every
 snapshot.
+
+-o s3://BUCKET/PREFIX/ (or file:///DIR/) writes off the machine: the
+snapshot is written and verified into a private temporary directory (0700,
+in $TMPDIR) exactly as above, then uploaded as PREFIX/etcd-CLUSTER-TIME.db
+(or the NAME given after the last slash) with its sidecar: the snapshot
+first, the sidecar last (with the size and sha256 of what was uploaded), so
+that list, verify --latest and prune see a snapshot only once both are
+there. The temporary copy is removed whatever happens. The destination is
+reached before any machine is asked: an endpoint that is down, wrong
+credentials or a missing bucket stop the run (exit 2) with nothing written.
+S3 is configured as the aws CLI is (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
+AWS_REGION, AWS_ENDPOINT_URL_S3, AWS_PROFILE, ~/.aws/config), or by the
+settings file's s3 section (region, endpoint, profile, path-style);
+credentials never go in the URL (docs/backup-storage.md).
 
 When etcd has no quorum (more than half of its members down, so no member
 has a leader and no member list answers), the snapshot is still taken from a
@@ -92,7 +110,7 @@ talosctl bootstrap --recover-from=FILE (docs/runbook.md).
 
 --verify then proves the new snapshot restores, as backup verify does
 (restored into a real etcd on loopback; the proof goes into FILE.json).
---prune with -o DIR/ then deletes, as backup prune --yes does, the snapshots
+--prune with -o DIR/ (or URL/) then deletes, as backup prune --yes does, the snapshots
 in DIR the --keep-* policy does not keep: only after the new snapshot was
 written and verified (and, with --verify, proven), so a failed run deletes
 nothing. See backup prune --help for the policy.
@@ -103,7 +121,8 @@ Exit 0 written and verified (and proven, and pruned, when asked), 2 not
 error.`,
 		Example: `  devata backup etcd -o backups/etcd-$(date +%F).db
   devata backup etcd -o /backups/      # /backups/etcd-homelab-20261204T040500Z.db
-  devata backup etcd -o /backups/ --verify --prune --keep-daily 7 --keep-weekly 4 --keep-monthly 6`,
+  devata backup etcd -o /backups/ --verify --prune --keep-daily 7 --keep-weekly 4 --keep-monthly 6
+  AWS_ENDPOINT_URL_S3=https://minio.example:9000 devata backup etcd -o s3://backups/homelab/ --verify --prune --keep-daily 7`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if flags.output == "" {
@@ -133,10 +152,10 @@ error.`,
 			return a.backupEtcd(cmd.Context(), flags.output, flags.force, after)
 		},
 	}
-	cmd.Flags().StringVarP(&flags.output, "output", "o", "", "snapshot file to write (FILE.json is written next to it); a directory (or a path ending in /, created 0700 when missing) gets etcd-CLUSTER-TIME.db")
+	cmd.Flags().StringVarP(&flags.output, "output", "o", "", "snapshot file to write (FILE.json is written next to it); a directory (or a path ending in /, created 0700 when missing) gets etcd-CLUSTER-TIME.db; s3://BUCKET/PREFIX/[NAME] or file:///DIR/[NAME] uploads it there")
 	cmd.Flags().BoolVar(&flags.force, "force", false, "replace FILE and FILE.json if they exist")
 	cmd.Flags().BoolVar(&flags.verify, "verify", false, "then prove the snapshot restores, as backup verify does")
-	cmd.Flags().BoolVar(&flags.prune, "prune", false, "then delete the snapshots in -o DIR/ that the --keep-* policy does not keep, as backup prune --yes does")
+	cmd.Flags().BoolVar(&flags.prune, "prune", false, "then delete the snapshots in -o DIR/ (or URL/) that the --keep-* policy does not keep, as backup prune --yes does")
 	flags.policy.register(cmd.Flags())
 	return cmd
 }
