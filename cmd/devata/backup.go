@@ -133,10 +133,9 @@ error.`,
 			switch {
 			case url && flags.prune && !strings.HasSuffix(strings.SplitN(flags.output, "?", 2)[0], "/"):
 				return usageError(fmt.Errorf("--prune needs -o URL/ (a prefix of snapshots, ending in a slash), not the object %s", flags.output))
-			case url:
-			case flags.prune && !backup.NamesDirectory(flags.output):
+			case !url && flags.prune && !backup.NamesDirectory(flags.output):
 				return usageError(fmt.Errorf("--prune needs -o DIR/ (a directory of snapshots), not the file %s", flags.output))
-			case flags.verify && writesThrough(flags.output):
+			case !url && flags.verify && writesThrough(flags.output):
 				return usageError(fmt.Errorf("--verify needs -o FILE or DIR/: a snapshot written through %s cannot be read back", flags.output))
 			case keeps && !flags.prune:
 				return usageError(errors.New("--keep-* say what --prune keeps: add --prune, or use devata backup prune"))

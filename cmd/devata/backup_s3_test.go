@@ -139,6 +139,18 @@ func TestBackupS3(t *testing.T) {
 			noLeftovers(what)
 		})
 	}
+	// usage errors, before anything is asked of S3 or a machine
+	for _, args := range [][]string{
+		{"backup", "etcd", "-o", url, "--keep-last", "1"}, {"backup", "etcd", "-o", url, "--prune"},
+		{"backup", "etcd", "-o", url + "x.db", "--prune", "--keep-last", "1"}, {"backup", "verify", url},
+	} {
+		if r := run(args...); r.code != 64 {
+			t.Errorf("devata %s: exit %d, want 64\n%s", strings.Join(args, " "), r.code, r.err)
+		}
+	}
+	if got := strings.Join(objects(), " "); got != before {
+		t.Errorf("after usage errors the bucket holds %s, held %s", got, before)
+	}
 	if _, err := os.Stat(filepath.Join(srv.Dir, "no-such-bucket")); err == nil {
 		t.Error("a backup to a missing bucket created it")
 	}
@@ -166,6 +178,22 @@ func TestBackupS3(t *testing.T) {
 		t.Errorf("verify of a tampered object: exit %d, want 2\n%s", r.code, r.err)
 	}
 	noLeftovers("verify of a tampered object")
+
+	// one scheduled run to S3: back up, prove, prune (the tampered object,
+	// recorded failed, and the older proven one go)
+	time.Sleep(1100 * time.Millisecond) // sidecar times have the second
+	r = run("backup", "etcd", "-o", url, "--verify", "--prune", "--keep-last", "1")
+	if r.code != 0 {
+		t.Fatalf("backup --verify --prune: exit %d\n%s%s", r.code, r.stdout, r.err)
+	}
+	lacks(t, "the scheduled run's stdout", r.stdout, "restores: etcd 3.7.1", "deleted "+newest, "deleted named.db", "deleted 2 of 3")
+	if l := listDir(t, sf, url); len(l.Snapshots) != 1 || l.Snapshots[0].Verified == nil || l.Snapshots[0].Verified.Result != "restored" {
+		t.Errorf("after the scheduled run: %+v; want the new snapshot alone, proven", l)
+	}
+	if got := objects(); len(got) != 2 {
+		t.Errorf("after the scheduled run the bucket holds %v, want one snapshot and its sidecar", got)
+	}
+	noLeftovers("the scheduled run")
 
 	// file:///dir/ goes the same way, the directory created as for -o DIR/
 	fileDir := filepath.Join(t.TempDir(), "fresh")
