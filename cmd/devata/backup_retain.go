@@ -137,7 +137,11 @@ func (a *app) backupVerify(ctx context.Context, inv *inventory.Inventory, path s
 		if backup.IsURL(path) {
 			dest, name = path, e.Name
 		}
-		path = strings.TrimSuffix(cat.Store, "/") + "/" + e.Name
+		base := cat.Store
+		if backup.IsURL(base) {
+			base, _, _ = strings.Cut(base, "?") // a URL's query is the destination's, not the object's
+		}
+		path = strings.TrimSuffix(base, "/") + "/" + e.Name
 	}
 	vo := backup.VerifyOptions{Inventory: inv, WorkDir: workDir, Log: a.log}
 	var proof *backup.Proof
