@@ -111,7 +111,7 @@ func verifyIn(ctx context.Context, st store, name string, o VerifyOptions) (*Pro
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	where := filepath.Join(st.String(), name)
+	where := objectURL(st, name)
 	raw, side, err := getSidecar(ctx, st, name)
 	if err != nil {
 		return nil, err
@@ -137,10 +137,10 @@ func verifyIn(ctx context.Context, st store, name string, o VerifyOptions) (*Pro
 
 // getSidecar reads name's sidecar from st, raw and decoded.
 func getSidecar(ctx context.Context, st store, name string) (json.RawMessage, *Sidecar, error) {
-	where := filepath.Join(st.String(), SidecarPath(name))
+	where := objectURL(st, SidecarPath(name))
 	rc, err := st.Get(ctx, SidecarPath(name))
 	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil, fmt.Errorf("%s has no sidecar %s: backup verify checks what devata backup etcd wrote (the snapshot and its sidecar); take one with devata backup etcd", filepath.Join(st.String(), name), where)
+		return nil, nil, fmt.Errorf("%s has no sidecar %s: backup verify checks what devata backup etcd wrote (the snapshot and its sidecar); take one with devata backup etcd", objectURL(st, name), where)
 	}
 	if err != nil {
 		return nil, nil, err

@@ -48,9 +48,28 @@ type Settings struct {
 	// owner may read (a Kubernetes Secret mounted with an fsGroup is
 	// group-readable), which are refused otherwise, as ssh refuses such keys.
 	AllowSharedAgeIdentity bool `mapstructure:"allow-shared-age-identity"`
+	// S3 are the settings of backup destinations on object storage
+	// (s3://bucket/prefix/), from the settings file's s3 section only.
+	S3 S3 `mapstructure:"s3"`
 
 	// File is the settings file that was read, if any.
 	File string `mapstructure:"-"`
+}
+
+// S3 are what an s3:// backup destination does not carry (backup/store's
+// Options). Each one set here wins over the URL's query (?region=,
+// ?endpoint=, ?profile=, ?use_path_style=); each one unset falls back to
+// the query, then the AWS SDK's standard environment and shared files
+// (AWS_REGION, AWS_ENDPOINT_URL_S3, AWS_PROFILE, ~/.aws/config), as the aws
+// CLI reads them. Credentials are never a setting: they come from the AWS
+// environment or shared credentials file alone.
+type S3 struct {
+	Region   string `mapstructure:"region"`
+	Endpoint string `mapstructure:"endpoint"`
+	Profile  string `mapstructure:"profile"`
+	// PathStyle addresses buckets as ENDPOINT/BUCKET; nil: path style
+	// when the endpoint is an IP address or localhost.
+	PathStyle *bool `mapstructure:"path-style"`
 }
 
 // Defaults for settings nobody set.
@@ -299,18 +318,22 @@ func fieldPtr(s *Settings, key string) *string {
 	}
 }
 
-var knownKeys = map[string]bool{"age-identity": true, "inventory": true, "talosconfig": true, "kubeconfig": true, "concurrency": true, "timeout": true, "output": true, "log-format": true, "verbose": true, "context": true, "endpoints": true, "dial": true, "simulated": true}
+var knownKeys = map[string]bool{"age-identity": true, "inventory": true, "talosconfig": true, "kubeconfig": true, "concurrency": true, "timeout": true, "output": true, "log-format": true, "verbose": true, "context": true, "endpoints": true, "dial": true, "simulated": true, "s3": true}
+var knownS3Keys = map[string]bool{"region": true, "endpoint": true, "profile": true, "path-style": true}
 
 func checkKeys(v *viper.Viper, file string) error {
 	var bad []string
 	for _, key := range v.AllKeys() {
-		top, _, _ := strings.Cut(key, ".")
+		top, sub, _ := strings.Cut(key, ".")
 		if !knownKeys[top] {
 			bad = append(bad, top)
 		}
+		if top == "s3" && !knownS3Keys[sub] {
+			return fmt.Errorf("settings file %s: unknown setting %q (known under s3: region, endpoint, profile, path-style; credentials come from the AWS environment or ~/.aws/credentials, never from this file)", file, key)
+		}
 	}
 	if len(bad) > 0 {
-		return fmt.Errorf("settings file %s: unknown setting %q (known: inventory, talosconfig, kubeconfig, context, endpoints, concurrency, timeout, output, log-format, verbose, dial, simulated, age-identity)", file, bad[0])
+		return fmt.Errorf("settings file %s: unknown setting %q (known: inventory, talosconfig, kubeconfig, context, endpoints, concurrency, timeout, output, log-format, verbose, dial, simulated, age-identity, s3)", file, bad[0])
 	}
 	return nil
 }
@@ -339,6 +362,9 @@ func (s Settings) Validate() error {
 		if strings.TrimSpace(p) == "" {
 			errs = append(errs, "age-identity: an empty path is not an identity file")
 		}
+	}
+	if ep := s.S3.Endpoint; ep != "" && !strings.HasPrefix(ep, "https://") && !strings.HasPrefix(ep, "http://") {
+		errs = append(errs, fmt.Sprintf("s3.endpoint: %q is not a URL: give https://HOST[:PORT]", ep))
 	}
 	for name, addr := range s.Dial {
 		if !strings.Contains(addr, ":") {

@@ -160,6 +160,8 @@ func TestInvalidSettings(t *testing.T) {
 		{"bad output", "output: xml\n", nil, nil, `output must be one of table, json, yaml, junit, prom, html, got "xml"`},
 		{"bad env duration", "", nil, map[string]string{"DEVATA_TIMEOUT": "soon"}, "timeout"},
 		{"bad dial", "dial: {cp-1: nowhere}\n", nil, nil, `dial.cp-1: "nowhere" is not host:port`},
+		{"s3 secret key", "s3: {secret-access-key: x}\n", nil, nil, `unknown setting "s3.secret-access-key"`},
+		{"s3 endpoint not a URL", "s3: {endpoint: minio:9000}\n", nil, nil, `s3.endpoint: "minio:9000" is not a URL`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -322,5 +324,30 @@ func TestAllowSharedAgeIdentity(t *testing.T) {
 		if err != nil || s.AllowSharedAgeIdentity != c.want {
 			t.Errorf("%v %v: %t, %v; want %t", c.args, c.env, s.AllowSharedAgeIdentity, err, c.want)
 		}
+	}
+}
+
+// The s3 section of the settings file fills backup destinations' options;
+// without it they are empty (the URL and the AWS environment decide).
+func TestS3Settings(t *testing.T) {
+	dir := t.TempDir()
+	file := writeFile(t, dir, "devata.yaml", "s3:\n  region: eu-central-1\n  endpoint: https://minio.example:9000\n  profile: backups\n  path-style: true\n")
+	s, err := config.Load(flags(t, "--config", file), envOf(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eq(t, "s3.region", s.S3.Region, "eu-central-1")
+	eq(t, "s3.endpoint", s.S3.Endpoint, "https://minio.example:9000")
+	eq(t, "s3.profile", s.S3.Profile, "backups")
+	if s.S3.PathStyle == nil || !*s.S3.PathStyle {
+		t.Errorf("s3.path-style = %v, want true", s.S3.PathStyle)
+	}
+	file = writeFile(t, dir, "devata.yaml", "timeout: 5s\n")
+	s, err = config.Load(flags(t, "--config", file), envOf(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.S3 != (config.S3{}) {
+		t.Errorf("without an s3 section, S3 = %+v, want it empty", s.S3)
 	}
 }

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -12,6 +15,7 @@ import (
 	"golang.org/x/term"
 
 	"devata.dev/devata/backup"
+	"devata.dev/devata/backup/store"
 	"devata.dev/devata/inventory"
 	"devata.dev/devata/machines"
 
@@ -33,7 +37,11 @@ backup verify proves a snapshot restores (into a real etcd, on loopback);
 backup list shows the snapshots in a directory with their last proof;
 backup prune deletes those a grandfather-father-son policy does not keep.
 backup etcd -o DIR/ --verify --prune --keep-… does all three in one
-scheduled run. docs/backup.md tells the whole of it.`,
+scheduled run. Each takes a directory, or a URL: s3://BUCKET/PREFIX/ (any
+S3-compatible service, configured as the aws CLI is: AWS_ACCESS_KEY_ID,
+AWS_SECRET_ACCESS_KEY, AWS_REGION, AWS_ENDPOINT_URL_S3, AWS_PROFILE, or the
+settings file's s3 section) or file:///DIR/. docs/backup.md and
+docs/backup-storage.md tell the whole of it.`,
 	}
 	cmd.AddCommand(a.newBackupEtcdCommand(), a.newBackupVerifyCommand(), a.newBackupListCommand(), a.newBackupPruneCommand())
 	return cmd
@@ -48,7 +56,7 @@ func (a *app) newBackupEtcdCommand() *cobra.Command {
 		policy policyFlags
 	}
 	cmd := &cobra.Command{
-		Use:   "etcd -o FILE",
+		Use:   "etcd -o FILE|DIR/|URL",
 		Short: "Write a verified etcd snapshot from a healthy control plane (0600) and FILE.json; os:etcd:backup is enough",
 		Long: `backup etcd asks every control plane for its view of etcd, then streams a
 snapshot (Talos' EtcdSnapshot, what talosctl etcd snapshot saves) from a healthy
@@ -64,6 +72,20 @@ sha256 and, when the inventory is in a Git work tree, its commit and whether
 the file differs from it. Neither file is replaced without --force. -o DIR/
 names the file etcd-CLUSTER-TIME.db in DIR, so a schedule keeps every
 snapshot.
+
+-o s3://BUCKET/PREFIX/ (or file:///DIR/) writes off the machine: the
+snapshot is written and verified into a private temporary directory (0700,
+in $TMPDIR) exactly as above, then uploaded as PREFIX/etcd-CLUSTER-TIME.db
+(or the NAME given after the last slash) with its sidecar: the snapshot
+first, the sidecar last (with the size and sha256 of what was uploaded), so
+that list, verify --latest and prune see a snapshot only once both are
+there. The temporary copy is removed whatever happens. The destination is
+reached before any machine is asked: an endpoint that is down, wrong
+credentials or a missing bucket stop the run (exit 2) with nothing written.
+S3 is configured as the aws CLI is (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
+AWS_REGION, AWS_ENDPOINT_URL_S3, AWS_PROFILE, ~/.aws/config), or by the
+settings file's s3 section (region, endpoint, profile, path-style);
+credentials never go in the URL (docs/backup-storage.md).
 
 When etcd has no quorum (more than half of its members down, so no member
 has a leader and no member list answers), the snapshot is still taken from a
@@ -88,7 +110,7 @@ talosctl bootstrap --recover-from=FILE (docs/runbook.md).
 
 --verify then proves the new snapshot restores, as backup verify does
 (restored into a real etcd on loopback; the proof goes into FILE.json).
---prune with -o DIR/ then deletes, as backup prune --yes does, the snapshots
+--prune with -o DIR/ (or URL/) then deletes, as backup prune --yes does, the snapshots
 in DIR the --keep-* policy does not keep: only after the new snapshot was
 written and verified (and, with --verify, proven), so a failed run deletes
 nothing. See backup prune --help for the policy.
@@ -99,17 +121,21 @@ Exit 0 written and verified (and proven, and pruned, when asked), 2 not
 error.`,
 		Example: `  devata backup etcd -o backups/etcd-$(date +%F).db
   devata backup etcd -o /backups/      # /backups/etcd-homelab-20261204T040500Z.db
-  devata backup etcd -o /backups/ --verify --prune --keep-daily 7 --keep-weekly 4 --keep-monthly 6`,
+  devata backup etcd -o /backups/ --verify --prune --keep-daily 7 --keep-weekly 4 --keep-monthly 6
+  AWS_ENDPOINT_URL_S3=https://minio.example:9000 devata backup etcd -o s3://backups/homelab/ --verify --prune --keep-daily 7`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if flags.output == "" {
 				return usageError(errors.New("backup etcd needs -o FILE: where to write the snapshot"))
 			}
 			keeps := flags.policy.p != (backup.Policy{})
+			url := backup.IsURL(flags.output)
 			switch {
-			case flags.prune && !backup.NamesDirectory(flags.output):
+			case url && flags.prune && !strings.HasSuffix(strings.SplitN(flags.output, "?", 2)[0], "/"):
+				return usageError(fmt.Errorf("--prune needs -o URL/ (a prefix of snapshots, ending in a slash), not the object %s", flags.output))
+			case !url && flags.prune && !backup.NamesDirectory(flags.output):
 				return usageError(fmt.Errorf("--prune needs -o DIR/ (a directory of snapshots), not the file %s", flags.output))
-			case flags.verify && writesThrough(flags.output):
+			case !url && flags.verify && writesThrough(flags.output):
 				return usageError(fmt.Errorf("--verify needs -o FILE or DIR/: a snapshot written through %s cannot be read back", flags.output))
 			case keeps && !flags.prune:
 				return usageError(errors.New("--keep-* say what --prune keeps: add --prune, or use devata backup prune"))
@@ -125,12 +151,130 @@ error.`,
 			return a.backupEtcd(cmd.Context(), flags.output, flags.force, after)
 		},
 	}
-	cmd.Flags().StringVarP(&flags.output, "output", "o", "", "snapshot file to write (FILE.json is written next to it); a directory (or a path ending in /, created 0700 when missing) gets etcd-CLUSTER-TIME.db")
+	cmd.Flags().StringVarP(&flags.output, "output", "o", "", "snapshot file to write (FILE.json is written next to it); a directory (or a path ending in /, created 0700 when missing) gets etcd-CLUSTER-TIME.db; s3://BUCKET/PREFIX/[NAME] or file:///DIR/[NAME] uploads it there")
 	cmd.Flags().BoolVar(&flags.force, "force", false, "replace FILE and FILE.json if they exist")
 	cmd.Flags().BoolVar(&flags.verify, "verify", false, "then prove the snapshot restores, as backup verify does")
-	cmd.Flags().BoolVar(&flags.prune, "prune", false, "then delete the snapshots in -o DIR/ that the --keep-* policy does not keep, as backup prune --yes does")
+	cmd.Flags().BoolVar(&flags.prune, "prune", false, "then delete the snapshots in -o DIR/ (or URL/) that the --keep-* policy does not keep, as backup prune --yes does")
 	flags.policy.register(cmd.Flags())
 	return cmd
+}
+
+// printSnapshotLine says what backup etcd wrote where.
+func printSnapshotLine(w io.Writer, s backup.Sidecar, where string) {
+	revision := "unknown"
+	if s.EtcdRevision > 0 {
+		revision = fmt.Sprint(s.EtcdRevision)
+	}
+	from := s.ControlPlane
+	if s.NoQuorum {
+		from += " (etcd has no quorum: this is " + s.ControlPlane + "'s local copy, taken without a leader)"
+	}
+	fmt.Fprintf(w, "etcd snapshot of %s from %s written to %s: %s (%d bytes), sha256 %s, etcd revision %s, members %s\n",
+		s.Cluster, from, where, humanize.IBytes(uint64(s.Size)), s.Size, s.SHA256, revision, strings.Join(s.Members, " ")) //nolint:gosec // a size is never negative
+}
+
+// backupEtcdURL is backup etcd -o URL (s3://bucket/prefix/[NAME],
+// file:///dir/[NAME]): the snapshot is written and verified into a private
+// temporary directory exactly as for -o FILE, then uploaded with its
+// sidecar (store.PutSnapshot: the snapshot first, the sidecar last, so the
+// pair counts only once both are there); the temporary copy is removed
+// whatever happens.
+func (a *app) backupEtcdURL(ctx context.Context, out string, force bool, after afterBackup) error {
+	dest, name := store.Split(out)
+	so := a.storeOptions()
+	so.CreateDir = name == "" // file:///dir/: created (0700) as -o DIR/ is
+	st, err := store.Open(ctx, dest, so)
+	if err != nil {
+		return exitWith(exitTrouble, err)
+	}
+	defer st.Close()
+	// reach the destination before any machine is asked: an endpoint that
+	// is down, wrong credentials and a missing bucket fail here
+	objs, err := st.List(ctx)
+	if err != nil {
+		return exitWith(exitTrouble, fmt.Errorf("%w; nothing was backed up", err))
+	}
+	taken := func(name string) error {
+		if force {
+			return nil
+		}
+		for _, o := range objs {
+			if o.Name == name || o.Name == backup.SidecarPath(name) {
+				return fmt.Errorf("%s already holds %s: name another, or give --force to replace it", st, o.Name)
+			}
+		}
+		return nil
+	}
+	if name != "" {
+		if name == "." || name == ".." || strings.HasPrefix(name, ".") || strings.HasSuffix(name, backup.SidecarPath("")) {
+			return exitWith(exitTrouble, fmt.Errorf("-o %s: %q is not a snapshot name (no leading dot, not ending in .json); end -o with a slash to have devata name it", out, name))
+		}
+		if err := taken(name); err != nil {
+			return exitWith(exitTrouble, err)
+		}
+	}
+	inv, err := inventory.LoadContext(ctx, a.settings.Inventory)
+	if err != nil {
+		fmt.Fprintln(a.streams.Err, err)
+		return exitWith(exitTrouble, fmt.Errorf("%s is invalid: nothing was backed up; run devata validate", a.settings.Inventory))
+	}
+	a.printWarnings(inv)
+	tc, err := machines.LoadTalosconfig(a.settings.Talosconfig)
+	if err != nil {
+		return exitWith(exitTrouble, err)
+	}
+	d, err := a.newDialer(tc)
+	if err != nil {
+		return exitWith(exitTrouble, err)
+	}
+	tmp, err := os.MkdirTemp("", "devata-backup-") // 0700
+	if err != nil {
+		return exitWith(exitTrouble, fmt.Errorf("a private directory for the snapshot before its upload: %w; set TMPDIR to a directory with room for it", err))
+	}
+	defer os.RemoveAll(tmp)
+	local := filepath.Join(tmp, name)
+	if name == "" {
+		local = backup.OutPath(tmp+string(filepath.Separator), inv.Cluster.Name, time.Now())
+		name = filepath.Base(local)
+		if err := taken(name); err != nil {
+			return exitWith(exitTrouble, err)
+		}
+	}
+	opts := backup.Options{
+		Inventory: inv, Dialer: d, Out: local, Timeout: a.settings.Timeout, Log: a.log,
+		Warn: func(format string, args ...any) { fmt.Fprintf(a.streams.Err, "warning: "+format+"\n", args...) },
+		Say:  func(format string, args ...any) { fmt.Fprintf(a.streams.Err, format+"\n", args...) },
+	}
+	if f, ok := termsafe.FileOf(a.streams.Err); ok && term.IsTerminal(int(f.Fd())) {
+		opts.Progress = f
+	}
+	if _, err := backup.Etcd(ctx, opts); err != nil {
+		return exitWith(exitTrouble, fmt.Errorf("%s; nothing was uploaded to %s", strings.ReplaceAll(err.Error(), local, name), st))
+	}
+	where, side, err := backup.Upload(ctx, st, local, name)
+	if err != nil {
+		return exitWith(exitTrouble, fmt.Errorf("%w; no snapshot named %s counts at %s (a snapshot counts only with its sidecar): run the backup again", err, name, st))
+	}
+	printSnapshotLine(a.streams.Out, *side, where)
+	fmt.Fprintf(a.streams.Out, "sidecar written to %s\n", backup.SidecarPath(where))
+	if after.verify {
+		if err := a.backupVerify(ctx, inv, where, false, "", "text"); err != nil {
+			if after.prune != nil {
+				fmt.Fprintln(a.streams.Err, "nothing was pruned: the new snapshot is not proven")
+			}
+			return err
+		}
+	}
+	if after.prune != nil {
+		return a.backupPrune(ctx, dest, *after.prune, true, "text")
+	}
+	return nil
+}
+
+// storeOptions are the settings file's s3 section as backup/store takes them.
+func (a *app) storeOptions() store.Options {
+	s := a.settings.S3
+	return store.Options{Region: s.Region, Endpoint: s.Endpoint, Profile: s.Profile, UsePathStyle: s.PathStyle}
 }
 
 // writesThrough says -o is a pipe or the process' output, not a file.
@@ -146,6 +290,9 @@ type afterBackup struct {
 }
 
 func (a *app) backupEtcd(ctx context.Context, out string, force bool, after afterBackup) error {
+	if backup.IsURL(out) {
+		return a.backupEtcdURL(ctx, out, force, after)
+	}
 	dir := out
 	if err := backup.PrepareOut(out); err != nil {
 		return exitWith(exitTrouble, err)
@@ -184,17 +331,7 @@ func (a *app) backupEtcd(ctx context.Context, out string, force bool, after afte
 		say = a.streams.Err // the snapshot went to a pipe or the output itself
 	}
 	if res != nil {
-		s := res.Sidecar
-		revision := "unknown"
-		if s.EtcdRevision > 0 {
-			revision = fmt.Sprint(s.EtcdRevision)
-		}
-		from := s.ControlPlane
-		if s.NoQuorum {
-			from += " (etcd has no quorum: this is " + s.ControlPlane + "'s local copy, taken without a leader)"
-		}
-		fmt.Fprintf(say, "etcd snapshot of %s from %s written to %s: %s (%d bytes), sha256 %s, etcd revision %s, members %s\n",
-			s.Cluster, from, res.Path, humanize.IBytes(uint64(s.Size)), s.Size, s.SHA256, revision, strings.Join(s.Members, " ")) //nolint:gosec // a size is never negative
+		printSnapshotLine(say, res.Sidecar, res.Path)
 	}
 	if err != nil {
 		return exitWith(exitTrouble, err)

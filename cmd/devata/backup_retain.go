@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"devata.dev/devata/backup"
+	"devata.dev/devata/backup/store"
 	"devata.dev/devata/inventory"
 )
 
@@ -25,11 +26,16 @@ func (a *app) newBackupVerifyCommand() *cobra.Command {
 		output  string
 	}
 	cmd := &cobra.Command{
-		Use:   "verify FILE | verify --latest DIR",
+		Use:   "verify FILE|URL | verify --latest DIR|URL",
 		Short: "Prove a snapshot restores: restore it into a real etcd on loopback and read it back; records the proof in FILE.json",
 		Long: `backup verify proves that an etcd snapshot devata backup etcd wrote restores,
 before the day it must. It reads FILE and FILE.json (or, with --latest DIR, the
 newest snapshot of the inventory's cluster in DIR) and:
+
+(FILE may be an object's URL, s3://BUCKET/PREFIX/NAME or file:///DIR/NAME,
+and DIR a destination's, s3://BUCKET/PREFIX/: the snapshot is then downloaded
+in step 1, and the proof recorded by rewriting the sidecar object.)
+
 
   1. copies FILE into a private temporary directory (0700, in --work-dir),
      checking its size and sha256 against FILE.json;
@@ -58,7 +64,8 @@ Exit 0 the snapshot restores, 2 it does not (why, and what to do, on stderr;
 recorded as failed) or it could not be checked (nothing recorded), 64 for a
 usage error.`,
 		Example: `  devata backup verify /backups/etcd-homelab-20261204T040500Z.db
-  devata backup verify --latest /backups/`,
+  devata backup verify --latest /backups/
+  devata backup verify --latest s3://backups/homelab/`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			switch {
 			case flags.latest == "" && len(args) != 1:
@@ -76,7 +83,7 @@ usage error.`,
 			return a.backupVerify(cmd.Context(), nil, path, flags.latest != "", flags.workDir, flags.output)
 		},
 	}
-	cmd.Flags().StringVar(&flags.latest, "latest", "", "verify the newest snapshot of the inventory's cluster in this directory")
+	cmd.Flags().StringVar(&flags.latest, "latest", "", "verify the newest snapshot of the inventory's cluster in this directory or at this URL (s3://BUCKET/PREFIX/)")
 	cmd.Flags().StringVar(&flags.workDir, "work-dir", "", "where the temporary copy and the restored etcd go (default: the system's temporary directory); needs about twice the snapshot's size")
 	cmd.Flags().StringVarP(&flags.output, "output", "o", "text", "text or json (the proof, as recorded in FILE.json's verified)")
 	return cmd
@@ -111,8 +118,15 @@ func (a *app) backupVerify(ctx context.Context, inv *inventory.Inventory, path s
 			return err
 		}
 	}
+	dest, name := "", "" // an object at a URL: its destination and name
+	if backup.IsURL(path) && !latest {
+		dest, name = store.Split(path)
+		if name == "" {
+			return usageError(fmt.Errorf("%s names a destination, not a snapshot: give the snapshot's URL, or --latest %s", path, path))
+		}
+	}
 	if latest {
-		cat, err := backup.List(ctx, path)
+		cat, err := backup.ListDest(ctx, path, a.storeOptions())
 		if err != nil {
 			return exitWith(exitTrouble, err)
 		}
@@ -120,9 +134,23 @@ func (a *app) backupVerify(ctx context.Context, inv *inventory.Inventory, path s
 		if e == nil {
 			return exitWith(exitTrouble, fmt.Errorf("%s holds no snapshot of %s that devata backup etcd wrote (devata backup list %s shows what is there): take one with devata backup etcd -o %s", path, inv.Cluster.Name, path, path))
 		}
-		path = strings.TrimSuffix(path, "/") + "/" + e.Name
+		if backup.IsURL(path) {
+			dest, name = path, e.Name
+		}
+		base := cat.Store
+		if backup.IsURL(base) {
+			base, _, _ = strings.Cut(base, "?") // a URL's query is the destination's, not the object's
+		}
+		path = strings.TrimSuffix(base, "/") + "/" + e.Name
 	}
-	proof, err := backup.Verify(ctx, path, backup.VerifyOptions{Inventory: inv, WorkDir: workDir, Log: a.log})
+	vo := backup.VerifyOptions{Inventory: inv, WorkDir: workDir, Log: a.log}
+	var proof *backup.Proof
+	var err error
+	if name != "" {
+		proof, err = backup.VerifyDest(ctx, dest, name, a.storeOptions(), vo)
+	} else {
+		proof, err = backup.Verify(ctx, path, vo)
+	}
 	if proof == nil {
 		return exitWith(exitTrouble, err)
 	}
@@ -150,21 +178,24 @@ func (a *app) backupVerify(ctx context.Context, inv *inventory.Inventory, path s
 func (a *app) newBackupListCommand() *cobra.Command {
 	var output string
 	cmd := &cobra.Command{
-		Use:   "list DIR",
-		Short: "List the snapshots in DIR, newest first: time, cluster, revision, size, and the last proof of restore",
+		Use:   "list DIR|URL",
+		Short: "List the snapshots in DIR or at s3://BUCKET/PREFIX/, newest first: time, cluster, revision, size, and the last proof of restore",
 		Long: `backup list shows the etcd snapshots devata backup etcd -o DIR/ wrote into
 DIR, newest first: the time, the cluster, etcd's revision, the size, and
 the last proof of restore (backup verify): restored or failed, when, and
 with which etcd. Only snapshot pairs are listed (a snapshot and its sidecar
 FILE.json that names it and gives its size); anything else in DIR, a link
 included, is named on stderr and left alone. Only sidecars are read.
+DIR may be a URL, s3://BUCKET/PREFIX/ or file:///DIR/ (backup etcd --help
+says how S3 is configured).
 
 -o json prints {"dir", "snapshots": [...], "skipped": [...]} (docs/backup.md
 has its schema).
 
 Exit 0 listed, 2 DIR could not be read, 64 for a usage error.`,
 		Example: `  devata backup list /backups/
-  devata backup list /backups/ -o json | jq -r '.snapshots[0].name'`,
+  devata backup list /backups/ -o json | jq -r '.snapshots[0].name'
+  devata backup list s3://backups/homelab/`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) != 1 {
 				return usageError(errors.New("backup list needs the directory DIR"))
@@ -172,7 +203,7 @@ Exit 0 listed, 2 DIR could not be read, 64 for a usage error.`,
 			return checkFormat(output, "table", "json")
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cat, err := backup.List(cmd.Context(), args[0])
+			cat, err := backup.ListDest(cmd.Context(), args[0], a.storeOptions())
 			if err != nil {
 				return exitWith(exitTrouble, err)
 			}
@@ -296,10 +327,12 @@ func (a *app) newBackupPruneCommand() *cobra.Command {
 		output string
 	}
 	cmd := &cobra.Command{
-		Use:   "prune DIR --keep-last N --keep-daily N --keep-weekly N --keep-monthly N [--yes]",
+		Use:   "prune DIR|URL --keep-last N --keep-daily N --keep-weekly N --keep-monthly N [--yes]",
 		Short: "Delete the snapshots in DIR that a grandfather-father-son policy does not keep; a dry run without --yes",
 		Long: `backup prune decides, for each etcd snapshot in DIR (those backup list shows),
-whether the policy keeps it and why, and prints it. Without --yes that is
+whether the policy keeps it and why, and prints it. DIR may be a URL,
+s3://BUCKET/PREFIX/ or file:///DIR/; on S3 each snapshot is deleted with
+its sidecar object. Without --yes that is
 all (a dry run); with --yes it deletes each snapshot no rule keeps, with its
 sidecar, and goes on past one it could not delete.
 
@@ -329,7 +362,7 @@ snapshot could not be deleted, 64 for a usage error (no --keep-*).`,
 }
 
 func (a *app) backupPrune(ctx context.Context, dir string, p backup.Policy, yes bool, format string) error {
-	res, cat, err := backup.Prune(ctx, dir, p, yes)
+	res, cat, err := backup.PruneDest(ctx, dir, a.storeOptions(), p, yes)
 	if err != nil {
 		return exitWith(exitTrouble, err)
 	}
