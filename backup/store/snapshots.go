@@ -102,7 +102,7 @@ func Latest(ctx context.Context, s Store) (Snapshot, error) {
 		return Snapshot{}, err
 	}
 	if len(snaps) == 0 {
-		return Snapshot{}, fmt.Errorf("%s: %w: write one with devata backup etcd -o %s", s, ErrNoSnapshot, s)
+		return Snapshot{}, fmt.Errorf("%s: %w: write one with devata backup etcd --to %s", s, ErrNoSnapshot, s)
 	}
 	return snaps[len(snaps)-1], nil
 }

@@ -36,7 +36,7 @@ one. It backs up when etcd has no quorum too, from a member that still runs.
 backup verify proves a snapshot restores (into a real etcd, on loopback);
 backup list shows the snapshots in a directory with their last proof;
 backup prune deletes those a grandfather-father-son policy does not keep.
-backup etcd -o DIR/ --verify --prune --keep-… does all three in one
+backup etcd --to DIR/ --verify --prune --keep-… does all three in one
 scheduled run. Each takes a directory, or a URL: s3://BUCKET/PREFIX/ (any
 S3-compatible service, configured as the aws CLI is: AWS_ACCESS_KEY_ID,
 AWS_SECRET_ACCESS_KEY, AWS_REGION, AWS_ENDPOINT_URL_S3, AWS_PROFILE, or the
@@ -56,7 +56,7 @@ func (a *app) newBackupEtcdCommand() *cobra.Command {
 		policy policyFlags
 	}
 	cmd := &cobra.Command{
-		Use:   "etcd -o FILE|DIR/|URL",
+		Use:   "etcd --to FILE|DIR/|URL",
 		Short: "Write a verified etcd snapshot from a healthy control plane (0600) and FILE.json; os:etcd:backup is enough",
 		Long: `backup etcd asks every control plane for its view of etcd, then streams a
 snapshot (Talos' EtcdSnapshot, what talosctl etcd snapshot saves) from a healthy
@@ -69,11 +69,11 @@ the control plane, etcd's revision and members, FILE's size and sha256, the
 Talos version (as that control plane reports it, when the role may ask), the
 Kubernetes version (as the inventory declares it), the inventory's path and
 sha256 and, when the inventory is in a Git work tree, its commit and whether
-the file differs from it. Neither file is replaced without --force. -o DIR/
+the file differs from it. Neither file is replaced without --force. --to DIR/
 names the file etcd-CLUSTER-TIME.db in DIR, so a schedule keeps every
 snapshot.
 
--o s3://BUCKET/PREFIX/ (or file:///DIR/) writes off the machine: the
+--to s3://BUCKET/PREFIX/ (or file:///DIR/) writes off the machine: the
 snapshot is written and verified into a private temporary directory (0700,
 in $TMPDIR) exactly as above, then uploaded as PREFIX/etcd-CLUSTER-TIME.db
 (or the NAME given after the last slash) with its sidecar: the snapshot
@@ -110,7 +110,7 @@ talosctl bootstrap --recover-from=FILE (docs/runbook.md).
 
 --verify then proves the new snapshot restores, as backup verify does
 (restored into a real etcd on loopback; the proof goes into FILE.json).
---prune with -o DIR/ (or URL/) then deletes, as backup prune --yes does, the snapshots
+--prune with --to DIR/ (or URL/) then deletes, as backup prune --yes does, the snapshots
 in DIR the --keep-* policy does not keep: only after the new snapshot was
 written and verified (and, with --verify, proven), so a failed run deletes
 nothing. See backup prune --help for the policy.
@@ -119,24 +119,24 @@ Exit 0 written and verified (and proven, and pruned, when asked), 2 not
 (nothing is left at FILE when the write failed; a snapshot that fails
 --verify stays, recorded as failed, and nothing is pruned), 64 for a usage
 error.`,
-		Example: `  devata backup etcd -o backups/etcd-$(date +%F).db
-  devata backup etcd -o /backups/      # /backups/etcd-homelab-20261204T040500Z.db
-  devata backup etcd -o /backups/ --verify --prune --keep-daily 7 --keep-weekly 4 --keep-monthly 6
-  AWS_ENDPOINT_URL_S3=https://minio.example:9000 devata backup etcd -o s3://backups/homelab/ --verify --prune --keep-daily 7`,
+		Example: `  devata backup etcd --to backups/etcd-$(date +%F).db
+  devata backup etcd --to /backups/      # /backups/etcd-homelab-20261204T040500Z.db
+  devata backup etcd --to /backups/ --verify --prune --keep-daily 7 --keep-weekly 4 --keep-monthly 6
+  AWS_ENDPOINT_URL_S3=https://minio.example:9000 devata backup etcd --to s3://backups/homelab/ --verify --prune --keep-daily 7`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if flags.output == "" {
-				return usageError(errors.New("backup etcd needs -o FILE: where to write the snapshot"))
+				return usageError(errors.New("backup etcd needs --to FILE|DIR/|URL: where to write the snapshot"))
 			}
 			keeps := flags.policy.p != (backup.Policy{})
 			url := backup.IsURL(flags.output)
 			switch {
 			case url && flags.prune && !strings.HasSuffix(strings.SplitN(flags.output, "?", 2)[0], "/"):
-				return usageError(fmt.Errorf("--prune needs -o URL/ (a prefix of snapshots, ending in a slash), not the object %s", flags.output))
+				return usageError(fmt.Errorf("--prune needs --to URL/ (a prefix of snapshots, ending in a slash), not the object %s", flags.output))
 			case !url && flags.prune && !backup.NamesDirectory(flags.output):
-				return usageError(fmt.Errorf("--prune needs -o DIR/ (a directory of snapshots), not the file %s", flags.output))
+				return usageError(fmt.Errorf("--prune needs --to DIR/ (a directory of snapshots), not the file %s", flags.output))
 			case !url && flags.verify && writesThrough(flags.output):
-				return usageError(fmt.Errorf("--verify needs -o FILE or DIR/: a snapshot written through %s cannot be read back", flags.output))
+				return usageError(fmt.Errorf("--verify needs --to FILE or DIR/: a snapshot written through %s cannot be read back", flags.output))
 			case keeps && !flags.prune:
 				return usageError(errors.New("--keep-* say what --prune keeps: add --prune, or use devata backup prune"))
 			case flags.prune:
@@ -151,10 +151,11 @@ error.`,
 			return a.backupEtcd(cmd.Context(), flags.output, flags.force, after)
 		},
 	}
-	cmd.Flags().StringVarP(&flags.output, "output", "o", "", "snapshot file to write (FILE.json is written next to it); a directory (or a path ending in /, created 0700 when missing) gets etcd-CLUSTER-TIME.db; s3://BUCKET/PREFIX/[NAME] or file:///DIR/[NAME] uploads it there")
+	cmd.Flags().StringVar(&flags.output, "to", "", "snapshot file to write (FILE.json is written next to it); a directory (or a path ending in /, created 0700 when missing) gets etcd-CLUSTER-TIME.db; s3://BUCKET/PREFIX/[NAME] or file:///DIR/[NAME] uploads it there")
+	deprecatedPathOutput(cmd, a.streams.Err, &flags.output, "--to")
 	cmd.Flags().BoolVar(&flags.force, "force", false, "replace FILE and FILE.json if they exist")
 	cmd.Flags().BoolVar(&flags.verify, "verify", false, "then prove the snapshot restores, as backup verify does")
-	cmd.Flags().BoolVar(&flags.prune, "prune", false, "then delete the snapshots in -o DIR/ (or URL/) that the --keep-* policy does not keep, as backup prune --yes does")
+	cmd.Flags().BoolVar(&flags.prune, "prune", false, "then delete the snapshots in --to DIR/ (or URL/) that the --keep-* policy does not keep, as backup prune --yes does")
 	flags.policy.register(cmd.Flags())
 	return cmd
 }
@@ -173,16 +174,16 @@ func printSnapshotLine(w io.Writer, s backup.Sidecar, where string) {
 		s.Cluster, from, where, humanize.IBytes(uint64(s.Size)), s.Size, s.SHA256, revision, strings.Join(s.Members, " ")) //nolint:gosec // a size is never negative
 }
 
-// backupEtcdURL is backup etcd -o URL (s3://bucket/prefix/[NAME],
+// backupEtcdURL is backup etcd --to URL (s3://bucket/prefix/[NAME],
 // file:///dir/[NAME]): the snapshot is written and verified into a private
-// temporary directory exactly as for -o FILE, then uploaded with its
+// temporary directory exactly as for --to FILE, then uploaded with its
 // sidecar (store.PutSnapshot: the snapshot first, the sidecar last, so the
 // pair counts only once both are there); the temporary copy is removed
 // whatever happens.
 func (a *app) backupEtcdURL(ctx context.Context, out string, force bool, after afterBackup) error {
 	dest, name := store.Split(out)
 	so := a.storeOptions()
-	so.CreateDir = name == "" // file:///dir/: created (0700) as -o DIR/ is
+	so.CreateDir = name == "" // file:///dir/: created (0700) as --to DIR/ is
 	st, err := store.Open(ctx, dest, so)
 	if err != nil {
 		return exitWith(exitTrouble, err)
@@ -207,7 +208,7 @@ func (a *app) backupEtcdURL(ctx context.Context, out string, force bool, after a
 	}
 	if name != "" {
 		if name == "." || name == ".." || strings.HasPrefix(name, ".") || strings.HasSuffix(name, backup.SidecarPath("")) {
-			return exitWith(exitTrouble, fmt.Errorf("-o %s: %q is not a snapshot name (no leading dot, not ending in .json); end -o with a slash to have devata name it", out, name))
+			return exitWith(exitTrouble, fmt.Errorf("--to %s: %q is not a snapshot name (no leading dot, not ending in .json); end --to with a slash to have devata name it", out, name))
 		}
 		if err := taken(name); err != nil {
 			return exitWith(exitTrouble, err)
@@ -277,7 +278,7 @@ func (a *app) storeOptions() store.Options {
 	return store.Options{Region: s.Region, Endpoint: s.Endpoint, Profile: s.Profile, UsePathStyle: s.PathStyle}
 }
 
-// writesThrough says -o is a pipe or the process' output, not a file.
+// writesThrough says --to is a pipe or the process' output, not a file.
 func writesThrough(out string) bool {
 	kind, err := outfile.Check(out)
 	return err == nil && kind == outfile.Through

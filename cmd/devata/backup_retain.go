@@ -132,7 +132,7 @@ func (a *app) backupVerify(ctx context.Context, inv *inventory.Inventory, path s
 		}
 		e := cat.Latest(inv.Cluster.Name)
 		if e == nil {
-			return exitWith(exitTrouble, fmt.Errorf("%s holds no snapshot of %s that devata backup etcd wrote (devata backup list %s shows what is there): take one with devata backup etcd -o %s", path, inv.Cluster.Name, path, path))
+			return exitWith(exitTrouble, fmt.Errorf("%s holds no snapshot of %s that devata backup etcd wrote (devata backup list %s shows what is there): take one with devata backup etcd --to %s", path, inv.Cluster.Name, path, path))
 		}
 		if backup.IsURL(path) {
 			dest, name = path, e.Name
@@ -180,7 +180,7 @@ func (a *app) newBackupListCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "list DIR|URL",
 		Short: "List the snapshots in DIR or at s3://BUCKET/PREFIX/, newest first: time, cluster, revision, size, and the last proof of restore",
-		Long: `backup list shows the etcd snapshots devata backup etcd -o DIR/ wrote into
+		Long: `backup list shows the etcd snapshots devata backup etcd --to DIR/ wrote into
 DIR, newest first: the time, the cluster, etcd's revision, the size, and
 the last proof of restore (backup verify): restored or failed, when, and
 with which etcd. Only snapshot pairs are listed (a snapshot and its sidecar

@@ -95,7 +95,7 @@ func TestBackupEtcdWithEachRole(t *testing.T) {
 			dir := t.TempDir()
 			out := filepath.Join(dir, "etcd.db")
 			before := others()
-			r := devata(t, nil, "backup", "etcd", "--config", sf.settings, "--talosconfig", roleTalosconfig(t, sf, role.MakeSet(tc.role)), "-o", out)
+			r := devata(t, nil, "backup", "etcd", "--config", sf.settings, "--talosconfig", roleTalosconfig(t, sf, role.MakeSet(tc.role)), "--to", out)
 			show(t, r)
 			if tc.role == role.Reader {
 				for _, w := range []string{"etcd snapshot from cp-1", "the talosconfig's role may not take etcd snapshots", "the certificate's roles: os:reader", "os:etcd:backup", "talosctl config new --roles os:etcd:backup", "nothing was written to " + out} {
@@ -143,7 +143,7 @@ func TestBackupEtcdWithoutQuorum(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			out := filepath.Join(t.TempDir(), "etcd.db")
-			r := devata(t, nil, append([]string{"backup", "etcd", "--config", sf.settings, "-o", out}, tcArgs...)...)
+			r := devata(t, nil, append([]string{"backup", "etcd", "--config", sf.settings, "--to", out}, tcArgs...)...)
 			show(t, r)
 			if r.code != 0 {
 				t.Fatalf("exit %d\n%s%s", r.code, r.stdout, r.err)

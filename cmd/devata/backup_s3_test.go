@@ -74,7 +74,7 @@ func TestBackupS3(t *testing.T) {
 	}
 
 	for i := range 2 {
-		r := run("backup", "etcd", "-o", url)
+		r := run("backup", "etcd", "--to", url)
 		if r.code != 0 {
 			t.Fatalf("backup %d: exit %d\n%s%s", i, r.code, r.stdout, r.err)
 		}
@@ -126,7 +126,7 @@ func TestBackupS3(t *testing.T) {
 			if c.env[0] != "" {
 				t.Setenv(c.env[0], c.env[1])
 			}
-			r := run("backup", "etcd", "-o", c.out)
+			r := run("backup", "etcd", "--to", c.out)
 			if r.code != 2 || !strings.Contains(r.err, c.want) || !strings.Contains(r.err, "nothing was backed up") {
 				t.Errorf("exit %d, want 2 with %q and nothing was backed up\n%s", r.code, c.want, r.err)
 			}
@@ -141,8 +141,8 @@ func TestBackupS3(t *testing.T) {
 	}
 	// usage errors, before anything is asked of S3 or a machine
 	for _, args := range [][]string{
-		{"backup", "etcd", "-o", url, "--keep-last", "1"}, {"backup", "etcd", "-o", url, "--prune"},
-		{"backup", "etcd", "-o", url + "x.db", "--prune", "--keep-last", "1"}, {"backup", "verify", url},
+		{"backup", "etcd", "--to", url, "--keep-last", "1"}, {"backup", "etcd", "--to", url, "--prune"},
+		{"backup", "etcd", "--to", url + "x.db", "--prune", "--keep-last", "1"}, {"backup", "verify", url},
 	} {
 		if r := run(args...); r.code != 64 {
 			t.Errorf("devata %s: exit %d, want 64\n%s", strings.Join(args, " "), r.code, r.err)
@@ -157,11 +157,11 @@ func TestBackupS3(t *testing.T) {
 
 	// an object named in -o, then tampered with after its upload: same
 	// size, one byte changed behind the store's back
-	r = run("backup", "etcd", "-o", url+"named.db")
+	r = run("backup", "etcd", "--to", url+"named.db")
 	if r.code != 0 {
 		t.Fatalf("backup -o %snamed.db: exit %d\n%s", url, r.code, r.err)
 	}
-	if r := run("backup", "etcd", "-o", url+"named.db"); r.code != 2 || !strings.Contains(r.err, "--force") {
+	if r := run("backup", "etcd", "--to", url+"named.db"); r.code != 2 || !strings.Contains(r.err, "--force") {
 		t.Errorf("a second backup to the same object: exit %d, want 2 and --force\n%s", r.code, r.err)
 	}
 	obj := filepath.Join(prefix, "named.db")
@@ -182,7 +182,7 @@ func TestBackupS3(t *testing.T) {
 	// one scheduled run to S3: back up, prove, prune (the tampered object,
 	// recorded failed, and the older proven one go)
 	time.Sleep(1100 * time.Millisecond) // sidecar times have the second
-	r = run("backup", "etcd", "-o", url, "--verify", "--prune", "--keep-last", "1")
+	r = run("backup", "etcd", "--to", url, "--verify", "--prune", "--keep-last", "1")
 	if r.code != 0 {
 		t.Fatalf("backup --verify --prune: exit %d\n%s%s", r.code, r.stdout, r.err)
 	}
@@ -198,7 +198,7 @@ func TestBackupS3(t *testing.T) {
 	// file:///dir/ goes the same way, the directory created as for -o DIR/
 	fileDir := filepath.Join(t.TempDir(), "fresh")
 	fileURL := "file://" + fileDir + "/"
-	if r := run("backup", "etcd", "-o", fileURL); r.code != 0 || !strings.Contains(r.stdout, "written to "+fileURL+"etcd-homelab-") {
+	if r := run("backup", "etcd", "--to", fileURL); r.code != 0 || !strings.Contains(r.stdout, "written to "+fileURL+"etcd-homelab-") {
 		t.Fatalf("backup -o %s: exit %d\n%s%s", fileURL, r.code, r.stdout, r.err)
 	}
 	if l := listDir(t, sf, fileURL); len(l.Snapshots) != 1 {

@@ -25,7 +25,7 @@ import (
 func TestBackupEtcd(t *testing.T) {
 	sf := startSim(t, simtest.Options{Bootstrap: true})
 	out := filepath.Join(t.TempDir(), "etcd.db")
-	r := devata(t, nil, "backup", "etcd", "--config", sf.settings, "-o", out)
+	r := devata(t, nil, "backup", "etcd", "--config", sf.settings, "--to", out)
 	show(t, r)
 	if r.code != 0 {
 		t.Fatalf("exit %d\n%s%s", r.code, r.stdout, r.err)
@@ -87,18 +87,18 @@ func TestBackupEtcd(t *testing.T) {
 		}
 	}
 
-	again := devata(t, nil, "backup", "etcd", "--config", sf.settings, "-o", out)
+	again := devata(t, nil, "backup", "etcd", "--config", sf.settings, "--to", out)
 	if again.code != 2 || !strings.Contains(again.err, out+" exists") {
 		t.Errorf("second run without --force: exit %d\n%s", again.code, again.err)
 	}
 	if got, _ := os.ReadFile(out); !bytes.Equal(got, data) {
 		t.Error("FILE changed without --force")
 	}
-	if forced := devata(t, nil, "backup", "etcd", "--config", sf.settings, "-o", out, "--force"); forced.code != 0 {
+	if forced := devata(t, nil, "backup", "etcd", "--config", sf.settings, "--to", out, "--force"); forced.code != 0 {
 		t.Errorf("--force: exit %d\n%s", forced.code, forced.err)
 	}
 
-	for _, args := range [][]string{{"backup", "etcd"}, {"backup", "etcd", "-o", out, "extra"}, {"backup", "nope"}} {
+	for _, args := range [][]string{{"backup", "etcd"}, {"backup", "etcd", "--to", out, "extra"}, {"backup", "nope"}} {
 		if r := devata(t, nil, append(args, "--config", sf.settings)...); r.code != 64 {
 			t.Errorf("devata %s: exit %d, want 64\n%s", strings.Join(args, " "), r.code, r.err)
 		}
@@ -114,7 +114,7 @@ func TestBackupEtcdRefusesCorruptAndCutSnapshots(t *testing.T) {
 	sf.Sim.Machine("cp-3").SetFaults(sim.Faults{EtcdSnapshotCorrupt: true})
 	dir := t.TempDir()
 	out := filepath.Join(dir, "etcd.db")
-	r := devata(t, nil, "backup", "etcd", "--config", sf.settings, "-o", out)
+	r := devata(t, nil, "backup", "etcd", "--config", sf.settings, "--to", out)
 	show(t, r)
 	if r.code != 2 {
 		t.Fatalf("exit %d, want 2\n%s%s", r.code, r.stdout, r.err)
@@ -145,7 +145,7 @@ func TestBackupEtcdPassesOverAHostileStream(t *testing.T) {
 	sf := startSim(t, simtest.Options{Bootstrap: true})
 	sf.Sim.Machine("cp-1").SetFaults(sim.Faults{EtcdSnapshotData: snapshottest.Fanout(63)})
 	out := filepath.Join(t.TempDir(), "etcd.db")
-	r := devata(t, nil, "backup", "etcd", "--config", sf.settings, "-o", out)
+	r := devata(t, nil, "backup", "etcd", "--config", sf.settings, "--to", out)
 	show(t, r)
 	if r.code != 0 {
 		t.Fatalf("exit %d\n%s%s", r.code, r.stdout, r.err)
@@ -170,7 +170,7 @@ func TestBackupEtcdPicksAnotherControlPlane(t *testing.T) {
 	sf.Sim.Machine("cp-1").SetFaults(sim.Faults{Unreachable: true})
 	sf.Sim.Machine("cp-2").SetFaults(sim.Faults{EtcdSnapshotCutAt: 1024})
 	out := filepath.Join(t.TempDir(), "etcd.db")
-	r := devata(t, nil, "backup", "etcd", "--config", sf.settings, "-o", out)
+	r := devata(t, nil, "backup", "etcd", "--config", sf.settings, "--to", out)
 	show(t, r)
 	if r.code != 0 {
 		t.Fatalf("exit %d\n%s%s", r.code, r.stdout, r.err)
@@ -190,7 +190,7 @@ func TestBackupEtcdPicksAnotherControlPlane(t *testing.T) {
 	}
 
 	fresh := startSim(t, simtest.Options{})
-	r = devata(t, nil, "backup", "etcd", "--config", fresh.settings, "-o", filepath.Join(t.TempDir(), "etcd.db"))
+	r = devata(t, nil, "backup", "etcd", "--config", fresh.settings, "--to", filepath.Join(t.TempDir(), "etcd.db"))
 	if r.code != 2 || !strings.Contains(r.err, "run devata bootstrap") {
 		t.Errorf("before bootstrap: exit %d, want 2 naming devata bootstrap\n%s", r.code, r.err)
 	}
@@ -210,7 +210,7 @@ func TestBackupEtcdIntoADirectory(t *testing.T) {
 		before[m.Name()] = calls(m)
 	}
 	missing := filepath.Join(t.TempDir(), "nowhere", "etcd.db")
-	if r := devata(t, nil, "backup", "etcd", "--config", sf.settings, "-o", missing); r.code != 2 || !strings.Contains(r.err, "does not exist: create it") {
+	if r := devata(t, nil, "backup", "etcd", "--config", sf.settings, "--to", missing); r.code != 2 || !strings.Contains(r.err, "does not exist: create it") {
 		t.Errorf("-o in a missing directory: exit %d\n%s%s", r.code, r.stdout, r.err)
 	}
 	for _, m := range sf.Sim.Machines() {
@@ -220,7 +220,7 @@ func TestBackupEtcdIntoADirectory(t *testing.T) {
 	}
 	dir := filepath.Join(t.TempDir(), "backups", "etcd") + "/"
 	for range 2 {
-		if r := devata(t, nil, "backup", "etcd", "--config", sf.settings, "-o", dir); r.code != 0 {
+		if r := devata(t, nil, "backup", "etcd", "--config", sf.settings, "--to", dir); r.code != 0 {
 			t.Fatalf("exit %d\n%s%s", r.code, r.stdout, r.err)
 		}
 		time.Sleep(1100 * time.Millisecond) // the name has the second

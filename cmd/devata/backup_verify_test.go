@@ -139,7 +139,7 @@ func TestBackupVerifyListPrune(t *testing.T) {
 		return r
 	}
 	for i := range 2 {
-		if r := run("backup", "etcd", "-o", dir); r.code != 0 {
+		if r := run("backup", "etcd", "--to", dir); r.code != 0 {
 			t.Fatalf("backup %d: exit %d\n%s%s", i, r.code, r.stdout, r.err)
 		}
 		time.Sleep(1100 * time.Millisecond) // the name has the second
@@ -168,7 +168,7 @@ func TestBackupVerifyListPrune(t *testing.T) {
 	// snapshot makes the middle one go
 	r = run("backup", "prune", dir, "--keep-last", "1")
 	lacks(t, "prune's dry run", r.stdout, "keep   "+newest, "(last)", "keep   "+oldest, "(newest proven restore)", "nothing to delete")
-	if r := run("backup", "etcd", "-o", dir); r.code != 0 {
+	if r := run("backup", "etcd", "--to", dir); r.code != 0 {
 		t.Fatalf("third backup: exit %d\n%s", r.code, r.err)
 	}
 	l = listDir(t, sf, dir)
@@ -191,7 +191,7 @@ func TestBackupVerifyListPrune(t *testing.T) {
 
 	// one scheduled run: backup, prove, prune
 	time.Sleep(1100 * time.Millisecond)
-	r = run("backup", "etcd", "-o", dir, "--verify", "--prune", "--keep-last", "1")
+	r = run("backup", "etcd", "--to", dir, "--verify", "--prune", "--keep-last", "1")
 	if r.code != 0 {
 		t.Fatalf("backup --verify --prune: exit %d\n%s%s", r.code, r.stdout, r.err)
 	}
@@ -224,11 +224,11 @@ func TestBackupVerifyListPrune(t *testing.T) {
 func TestBackupVerifyFails(t *testing.T) {
 	sf := startSim(t, simtest.Options{Bootstrap: true})
 	dir := filepath.Join(t.TempDir(), "backups") + "/"
-	if r := devata(t, nil, "backup", "etcd", "--config", sf.settings, "-o", dir); r.code != 0 {
+	if r := devata(t, nil, "backup", "etcd", "--config", sf.settings, "--to", dir); r.code != 0 {
 		t.Fatalf("backup: exit %d\n%s", r.code, r.err)
 	}
 	time.Sleep(1100 * time.Millisecond)
-	r := devata(t, nil, "backup", "etcd", "--config", sf.settings, "-o", dir, "--verify", "--prune", "--keep-last", "1")
+	r := devata(t, nil, "backup", "etcd", "--config", sf.settings, "--to", dir, "--verify", "--prune", "--keep-last", "1")
 	show(t, r)
 	if r.code != 2 {
 		t.Fatalf("exit %d, want 2\n%s%s", r.code, r.stdout, r.err)
@@ -263,8 +263,8 @@ func TestBackupVerifyFails(t *testing.T) {
 	}
 	for _, args := range [][]string{
 		{"backup", "verify"}, {"backup", "verify", "a", "--latest", dir}, {"backup", "list"}, {"backup", "prune", dir},
-		{"backup", "prune", dir, "--keep-last", "-1"}, {"backup", "etcd", "-o", dir, "--keep-last", "1"},
-		{"backup", "etcd", "-o", dir + "x.db", "--prune", "--keep-last", "1"}, {"backup", "list", dir, "-o", "yaml"}, {"backup", "etcd", "-o", "/dev/stdout", "--verify"},
+		{"backup", "prune", dir, "--keep-last", "-1"}, {"backup", "etcd", "--to", dir, "--keep-last", "1"},
+		{"backup", "etcd", "--to", dir + "x.db", "--prune", "--keep-last", "1"}, {"backup", "list", dir, "--to", "yaml"}, {"backup", "etcd", "--to", "/dev/stdout", "--verify"},
 	} {
 		if r := devata(t, nil, append(args, "--config", sf.settings)...); r.code != 64 {
 			t.Errorf("devata %s: exit %d, want 64\n%s", strings.Join(args, " "), r.code, r.err)

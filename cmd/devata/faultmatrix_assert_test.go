@@ -304,7 +304,7 @@ func checkNoSecrets(t *testing.T, sf *simFleet, what, text string) {
 func runBackup(ctx context.Context, at time.Time, sf *simFleet, dir string) result {
 	time.Sleep(time.Until(at))
 	var out, errb lockedBuffer
-	code := run(ctx, []string{"backup", "etcd", "-o", dir + "/", "--timeout", "5s", "--config", sf.settings}, Streams{In: strings.NewReader(""), Out: &out, Err: &errb}, func(string) string { return "" })
+	code := run(ctx, []string{"backup", "etcd", "--to", dir + "/", "--timeout", "5s", "--config", sf.settings}, Streams{In: strings.NewReader(""), Out: &out, Err: &errb}, func(string) string { return "" })
 	return result{code, out.String(), errb.String()}
 }
 

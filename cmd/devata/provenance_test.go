@@ -64,9 +64,13 @@ func TestDriftReportNamesTheInventoryCommit(t *testing.T) {
 	sidecar := func(name string) backup.Sidecar {
 		t.Helper()
 		out := filepath.Join(t.TempDir(), name)
+		// -o, the spelling before --to, still works with a notice (issue 33)
 		r := devata(t, nil, "backup", "etcd", "--config", sf.settings, "-o", out)
 		if r.code != 0 {
 			t.Fatalf("backup etcd: exit %d\n%s%s", r.code, r.stdout, r.err)
+		}
+		if !strings.Contains(r.err, "Flag --output has been deprecated, use --to") {
+			t.Errorf("backup etcd -o: no deprecation notice naming --to:\n%s", r.err)
 		}
 		raw, err := os.ReadFile(out + ".json")
 		if err != nil {

@@ -28,7 +28,7 @@ func TestBootstrapRecoverFrom(t *testing.T) {
 	sf := startSim(t, simtest.Options{Bootstrap: true})
 	dir := t.TempDir()
 	snap := filepath.Join(dir, "etcd.snapshot")
-	if r := devata(t, nil, "backup", "etcd", "-o", snap, "--config", sf.settings); r.code != 0 {
+	if r := devata(t, nil, "backup", "etcd", "--to", snap, "--config", sf.settings); r.code != 0 {
 		t.Fatalf("backup: exit %d\n%s%s", r.code, r.stdout, r.err)
 	}
 	before := sf.Sim.EtcdClusters()[0].Revision
@@ -157,7 +157,7 @@ func TestBootstrapRecoverFrom(t *testing.T) {
 func TestBootstrapRecoverFromFailedRestore(t *testing.T) {
 	sf := startSim(t, simtest.Options{Bootstrap: true})
 	snap := filepath.Join(t.TempDir(), "etcd.snapshot")
-	if r := devata(t, nil, "backup", "etcd", "-o", snap, "--config", sf.settings); r.code != 0 {
+	if r := devata(t, nil, "backup", "etcd", "--to", snap, "--config", sf.settings); r.code != 0 {
 		t.Fatalf("backup: exit %d\n%s%s", r.code, r.stdout, r.err)
 	}
 	ctx := context.Background()

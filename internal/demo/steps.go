@@ -240,7 +240,7 @@ func (s *scenario) recovery(ctx context.Context) error {
 	// Meanwhile worker-2 came back.
 	s.sim.Machine("worker-2").SetFaults(sim.Faults{})
 	snapshot := filepath.Join(s.dir, "etcd.snapshot")
-	if code := s.devata(ctx, "backup", "etcd", "-o", snapshot); code != 0 {
+	if code := s.devata(ctx, "backup", "etcd", "--to", snapshot); code != 0 {
 		return fmt.Errorf("backup etcd exited %d", code)
 	}
 	cps := s.inv.ControlPlanes()
