@@ -35,7 +35,30 @@ func TestApplyLeavesAHeldMachineAlone(t *testing.T) {
 	sf.Drift(t, "worker-2", "time.cloudflare.com", "pool.ntp.org")
 	holdInInventory(t, sf, "worker-1", "disk replacement, OPS-123")
 
-	r := devata(t, nil, "apply", "--config", sf.settings, "--dry-run", "-o", "json")
+	// drift observes it as any other and says it is held, advising
+	// nothing that apply would not do
+	r := devata(t, nil, "drift", "--config", sf.settings, machineChecks, "-o", "json")
+	var rep struct {
+		Machines []struct{ Name, Held string }
+		Results  []struct{ Machine, Check, Status, Next string }
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil || r.code != 1 {
+		t.Fatalf("drift -o json: exit %d, %v\n%s%s", r.code, err, r.stdout, r.err)
+	}
+	for _, m := range rep.Machines {
+		if want := map[string]string{"worker-1": "disk replacement, OPS-123"}[m.Name]; m.Held != want {
+			t.Errorf("drift: %s held %q, want %q", m.Name, m.Held, want)
+		}
+	}
+	for _, res := range rep.Results {
+		if res.Machine == "worker-1" && res.Check == "config" && !strings.HasPrefix(res.Next, "held by the inventory (disk replacement, OPS-123)") {
+			t.Errorf("drift: worker-1's config next %q does not say it is held", res.Next)
+		}
+	}
+	table := devata(t, nil, "drift", "--config", sf.settings, machineChecks)
+	lacks(t, "drift table", table.stdout, "held by the inventory: disk replacement, OPS-123", ", held")
+
+	r = devata(t, nil, "apply", "--config", sf.settings, "--dry-run", "-o", "json")
 	var plan struct {
 		Actions []struct{ Machine, Action, Held string }
 		Summary struct{ Pending, Skipped, Held, ExitCode int }
