@@ -116,6 +116,15 @@ in DIR the --keep-* policy does not keep: only after the new snapshot was
 written and verified (and, with --verify, proven), so a failed run deletes
 nothing. See backup prune --help for the policy.
 
+--prom-file FILE records the run in a Prometheus textfile (node_exporter's
+textfile collector): devata_backup_last_success_timestamp_seconds and
+devata_backup_size_bytes, and with --verify
+devata_backup_last_verified_timestamp_seconds and
+devata_backup_verified_revision, labelled cluster and destination. The file
+is shared with backup verify --prom-file: each run rewrites only what it
+tried and keeps the rest, so a failed run keeps the last success's time
+(docs/runbook.md#in-the-cluster-the-backup-and-verify-cronjobs-metrics-and-alerts).
+
 Exit 0 written and verified (and proven, and pruned, when asked), 2 not
 (nothing is left at FILE when the write failed; a snapshot that fails
 --verify stays, recorded as failed, and nothing is pruned), 64 for a usage

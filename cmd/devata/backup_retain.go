@@ -61,6 +61,10 @@ the snapshot.
 No machine is asked anything: it needs the inventory (for the cluster's
 name and control planes), not a talosconfig or the secrets bundle.
 
+--prom-file FILE records the proof in the Prometheus textfile backup etcd
+--prom-file writes (devata_backup_last_verified_timestamp_seconds and
+devata_backup_verified_revision), keeping the series it did not touch.
+
 Exit 0 the snapshot restores, 2 it does not (why, and what to do, on stderr;
 recorded as failed) or it could not be checked (nothing recorded), 64 for a
 usage error.`,
