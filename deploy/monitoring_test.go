@@ -277,14 +277,24 @@ func exportedMetrics(t *testing.T) map[string]bool {
 	t.Helper()
 	f := simtest.Start(t, simtest.Options{Bootstrap: true})
 	f.Drift(t, "worker-1", "time.cloudflare.com", "pool.ntp.org")
+	// worker-2 is held by the inventory, so its held series exists too
+	f.Drift(t, "worker-2", "time.cloudflare.com", "pool.ntp.org")
+	inv, err := os.ReadFile(f.Inventory.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := strings.Replace(string(inv), "  - name: worker-2\n", "  - name: worker-2\n    hold: {reason: test}\n", 1)
+	if err := os.WriteFile(f.Inventory.Path, []byte(held), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	loop := &reconcile.Loop{
 		Source: reconcile.FileSource(f.Inventory.Path), Dialer: f.Dialer, Checks: []string{machines.CheckConfig, machines.CheckTalosVersion},
 		Mode: machines.ModeAuto, MaxUnavailable: 1, Concurrency: 4,
 		Timeout: 5 * time.Second, Wait: 5 * time.Second, Poll: 20 * time.Millisecond, Grace: 5 * time.Second,
 		Metrics: reconcile.NewMetrics(),
 	}
-	if res := loop.Once(t.Context()); res.Outcomes["worker-1"] != reconcile.OutcomeConverged {
-		t.Fatalf("the pass did not converge worker-1 (%v): the per-machine series would be missing", res.Outcomes)
+	if res := loop.Once(t.Context()); res.Outcomes["worker-1"] != reconcile.OutcomeConverged || res.Outcomes["worker-2"] != reconcile.OutcomeHeld {
+		t.Fatalf("the pass did not converge worker-1 and hold worker-2 (%v): the per-machine series would be missing", res.Outcomes)
 	}
 	families, err := loop.Metrics.Registry.Gather()
 	if err != nil {
@@ -343,7 +353,7 @@ func exportedMetrics(t *testing.T) map[string]bool {
 	for _, want := range []string{
 		"devata_drift_status", "devata_reconcile_passes_total", "devata_reconcile_errors_total", "devata_reconcile_actions_total",
 		"devata_reconcile_machine_failures", "devata_reconcile_machine_backoff_seconds", "devata_reconcile_last_pass_timestamp_seconds",
-		"devata_reconcile_inventory_valid", "devata_inventory_info", "devata_reconcile_gate_blocked", "devata_reconcile_leader",
+		"devata_reconcile_inventory_valid", "devata_inventory_info", "devata_reconcile_gate_blocked", "devata_reconcile_leader", "devata_reconcile_machine_held",
 		"workqueue_depth", "workqueue_retries_total", "devata_drift_exit_code", "devata_drift_last_run_timestamp_seconds",
 		backup.MetricLastSuccess, backup.MetricLastVerified, backup.MetricVerifiedRevision, backup.MetricSize,
 	} {
