@@ -63,7 +63,7 @@ name and control planes), not a talosconfig or the secrets bundle.
 Exit 0 the snapshot restores, 2 it does not (why, and what to do, on stderr;
 recorded as failed) or it could not be checked (nothing recorded), 64 for a
 usage error.`,
-		Example: `  devata backup verify /backups/etcd-homelab-20261204T040500Z.db
+		Example: `  devata backup verify /backups/etcd-homelab-20261204T040500.123456789Z.db
   devata backup verify --latest /backups/
   devata backup verify --latest s3://backups/homelab/`,
 		Args: func(cmd *cobra.Command, args []string) error {
