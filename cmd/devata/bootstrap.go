@@ -34,12 +34,15 @@ type sequenceFlags struct {
 	// foreignSnapshot restores a snapshot whose members or sidecar name
 	// another cluster (backup.CheckSnapshotOf)
 	foreignSnapshot bool
+	// plan: --recover-from URL reads only the sidecar
+	plan bool
 }
 
 // register adds the sequence's flags; plan, which waits for nothing and
 // writes no kubeconfig, gets only those it reads (issue 33: plan --help
 // offered --wait and --etcd-settle).
 func (f *sequenceFlags) register(cmd *cobra.Command, plan bool) {
+	f.plan = plan
 	if plan {
 		cmd.Flags().StringVar(&f.kubeconfigOut, "kubeconfig-out", "", "the kubeconfig bootstrap wrote (its --kubeconfig-out), read for the Nodes' step (default: kubeconfig next to the inventory)")
 		cmd.Flags().BoolVar(&f.skipNodes, "skip-nodes", false, "plan without the Nodes' step, as bootstrap --skip-nodes runs")
@@ -113,7 +116,8 @@ Exit 0 ready and in sync, 1 ready but the drift report is not clean, 2 error or 
 // bootstrap runs the sequence under the cluster's lock, then the drift
 // report that closes it.
 func (a *app) bootstrap(ctx context.Context, flags bootstrapFlags) error {
-	opts, err := a.sequenceOptions(ctx, flags.sequenceFlags)
+	opts, _, cleanup, err := a.sequenceOptions(ctx, flags.sequenceFlags)
+	defer cleanup()
 	if err != nil {
 		return err
 	}
@@ -200,8 +204,11 @@ func nodesReady(ctx context.Context, kube kubernetes.Interface) (ready, known bo
 	return true, true
 }
 
-// sequenceOptions resolves what bootstrap and plan share from the settings.
-func (a *app) sequenceOptions(ctx context.Context, f sequenceFlags) (sequence.Options, error) {
+// sequenceOptions resolves what bootstrap and plan share from the
+// settings; with --recover-from URL also the snapshot's source, and
+// cleanup, which removes a fetched copy: call it whatever happens, once
+// the sequence is done.
+func (a *app) sequenceOptions(ctx context.Context, f sequenceFlags) (sequence.Options, *sequence.RecoverSource, func(), error) {
 	opts := sequence.Options{
 		InventoryPath: a.settings.Inventory,
 		AgeIdentities: new(a.ageIdentities()),
@@ -215,26 +222,67 @@ func (a *app) sequenceOptions(ctx context.Context, f sequenceFlags) (sequence.Op
 		Wait:          f.wait,
 		EtcdSettle:    f.etcdSettle,
 	}
-	if f.recoverFrom != "" {
-		snap, err := snapshot.Verify(ctx, f.recoverFrom)
-		if err != nil {
-			return opts, exitWith(exitTrouble, fmt.Errorf("--recover-from: %w; nothing was sent to any machine", err))
-		}
-		if err := a.checkSnapshotOf(snap, f.foreignSnapshot); err != nil {
-			return opts, exitWith(exitTrouble, fmt.Errorf("--recover-from %s: %w; nothing was sent to any machine", f.recoverFrom, err))
-		}
-		opts.Recover = snap
+	src, cleanup, err := a.recoverFrom(ctx, f, &opts)
+	if err != nil {
+		return opts, nil, cleanup, err
 	}
 	tc, err := machines.LoadTalosconfig(a.settings.Talosconfig)
 	switch {
 	case errors.Is(err, machines.ErrNoTalosconfig):
 		// Without a talosconfig anywhere, the sequence derives one from the bundle.
 	case err != nil:
-		return opts, exitWith(exitTrouble, err)
+		cleanup()
+		return opts, nil, func() {}, exitWith(exitTrouble, err)
 	default:
 		opts.Talosconfig = tc
 	}
-	return opts, nil
+	return opts, src, cleanup, nil
+}
+
+// recoverFrom resolves --recover-from into opts.Recover before any machine
+// is asked: a FILE is verified in place (recoverSnapshot); a URL
+// (s3://…/latest|NAME, file:///dir/latest|NAME) is, for plan, described by
+// its sidecar alone, and for bootstrap fetched into a private copy and
+// verified there, which cleanup removes (called whatever happens).
+func (a *app) recoverFrom(ctx context.Context, f sequenceFlags, opts *sequence.Options) (*sequence.RecoverSource, func(), error) {
+	none := func() {}
+	if f.recoverFrom == "" {
+		return nil, none, nil
+	}
+	refused := func(err error) (*sequence.RecoverSource, func(), error) {
+		var ee *exitError
+		if errors.As(err, &ee) && ee.code == exitUsage {
+			return nil, none, err
+		}
+		return nil, none, exitWith(exitTrouble, fmt.Errorf("--recover-from: %w; nothing was sent to any machine", err))
+	}
+	if !backup.IsURL(f.recoverFrom) {
+		snap, err := a.recoverSnapshot(ctx, f.recoverFrom, f.foreignSnapshot)
+		if err != nil {
+			return refused(err)
+		}
+		opts.Recover = snap
+		return nil, none, nil
+	}
+	inv, err := inventory.LoadContext(ctx, a.settings.Inventory)
+	if err != nil {
+		fmt.Fprintln(a.streams.Err, err)
+		return refused(fmt.Errorf("%s is invalid: run devata validate", a.settings.Inventory))
+	}
+	if f.plan {
+		snap, src, err := a.planRecoverURL(ctx, inv, f.recoverFrom, f.foreignSnapshot)
+		if err != nil {
+			return refused(err)
+		}
+		opts.Recover = snap
+		return src, none, nil
+	}
+	snap, src, cleanup, err := a.fetchRecoverURL(ctx, inv, f.recoverFrom, f.foreignSnapshot)
+	if err != nil {
+		return refused(err)
+	}
+	opts.Recover = snap
+	return src, cleanup, nil
 }
 
 // driftReport renders the closing drift report and returns its exit code.

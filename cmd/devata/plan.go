@@ -47,7 +47,8 @@ Exit 0 nothing to do, 1 actions pending, 2 error or a blocked action.`,
 			default:
 				return usageError(fmt.Errorf("unknown output %q: use text, markdown or json", flags.output))
 			}
-			opts, err := a.sequenceOptions(cmd.Context(), flags.sequenceFlags)
+			opts, src, cleanup, err := a.sequenceOptions(cmd.Context(), flags.sequenceFlags)
+			defer cleanup()
 			if err != nil {
 				return err
 			}
@@ -58,6 +59,7 @@ Exit 0 nothing to do, 1 actions pending, 2 error or a blocked action.`,
 				return exitWith(exitTrouble, err)
 			}
 			plan.Provenance = a.inventoryProvenance(cmd.Context(), a.settings.Inventory)
+			plan.RecoverFrom = src
 			var kube kubernetes.Interface
 			if inv := seq.Inventory(); inv != nil {
 				if kube, _, err = a.sessionKubeClients(inv); err != nil {
