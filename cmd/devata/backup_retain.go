@@ -352,6 +352,12 @@ sidecar, and goes on past one it could not delete.
 
 ` + pruneRules + `
 
+A snapshot without its sidecar (what a backup interrupted between its two
+uploads leaves; list and latest never pick it) is deleted too, with --yes,
+once it is older than --orphan-grace (default 24h: a younger one may be an
+upload in progress), and only when devata named it (etcd-CLUSTER-TIME.db);
+the dry run shows each. Anything else without a sidecar is left alone.
+
 Exit 0 decided (and, with --yes, deleted), 2 DIR could not be read or a
 snapshot could not be deleted, 64 for a usage error (no --keep-*).`,
 		Example: `  devata backup prune /backups/ --keep-last 3 --keep-daily 7 --keep-weekly 4 --keep-monthly 6

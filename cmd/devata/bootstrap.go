@@ -52,7 +52,7 @@ func (f *sequenceFlags) register(cmd *cobra.Command, plan bool) {
 		cmd.Flags().DurationVar(&f.wait, "wait", 10*time.Minute, "how long each wait lasts: a machine's return, etcd health, the Nodes")
 		cmd.Flags().DurationVar(&f.etcdSettle, "etcd-settle", 15*time.Second, "how long every control plane's etcd must be seen waiting for a bootstrap before one is bootstrapped; a control plane with etcd data passes through that state on every boot, which its data directory (/var/lib/etcd, listed) tells whatever this says")
 	}
-	cmd.Flags().StringVar(&f.recoverFrom, "recover-from", "", "rebuild etcd from this snapshot (devata backup etcd writes one) instead of bootstrapping an empty one: it is verified, uploaded to the first control plane and restored there (talosctl bootstrap --recover-from); refused while etcd still runs the cluster it was taken of")
+	cmd.Flags().StringVar(&f.recoverFrom, "recover-from", "", "rebuild etcd from this snapshot (devata backup etcd writes one) instead of bootstrapping an empty one: it is verified, uploaded to the first control plane and restored there (talosctl bootstrap --recover-from); refused while etcd still runs the cluster it was taken of. A FILE, or s3://BUCKET/PREFIX/latest|NAME (file:///DIR/latest|NAME): latest is the newest snapshot of the inventory's cluster there; plan reads only its sidecar, bootstrap fetches it into a private copy first")
 	cmd.Flags().BoolVar(&f.foreignSnapshot, "foreign-snapshot", false, "with --recover-from: restore the snapshot although its sidecar names another cluster or its etcd members are not the inventory's control planes (control planes renamed since)")
 }
 
@@ -96,6 +96,17 @@ first control plane (EtcdRecover) and etcd bootstrapped with recover_etcd;
 the others join the restored cluster. It is refused while etcd still runs
 the cluster the snapshot was taken of; a rerun after a recovery finds the
 restored cluster (its members have new IDs) and goes on.
+
+--recover-from s3://BUCKET/PREFIX/latest (or …/NAME, or file:///DIR/latest
+or …/NAME) restores from where backup etcd --to URL wrote: latest is the
+newest snapshot of the inventory's cluster there (as backup verify --latest
+picks it; only a snapshot with its sidecar counts). The snapshot and its
+sidecar are fetched into a private temporary directory (0700, in $TMPDIR),
+the snapshot held to its sidecar (size, sha256: an object changed since its
+upload is refused) and then checked as a FILE is, all before any machine is
+asked; an endpoint that is down, wrong credentials or a missing bucket stop
+it there too (exit 2, nothing sent). The copy is removed when bootstrap
+ends, whatever happens. S3 is configured as for backup etcd.
 
 --kubeconfig (or KUBECONFIG) is used to watch the Nodes; by default the
 fetched kubeconfig is.
@@ -281,7 +292,7 @@ func (a *app) recoverFrom(ctx context.Context, f sequenceFlags, opts *sequence.O
 	if err != nil {
 		return refused(err)
 	}
-	opts.Recover = snap
+	opts.Recover, opts.RecoverName = snap, src.URL
 	return src, cleanup, nil
 }
 

@@ -81,11 +81,34 @@ func TestBootstrapRecoverFromS3(t *testing.T) {
 		if err != nil {
 			t.Fatalf("reset %s: %v", cp, err)
 		}
-	}
-	for deadline := time.Now().Add(20 * time.Second); len(sf.Sim.EtcdClusters()) != 0; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("etcd after wiping every control plane's EPHEMERAL: %+v", sf.Sim.EtcdClusters())
+		m := sf.Sim.Machine(cp)
+		for deadline := time.Now().Add(20 * time.Second); !m.Observe().Down; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s did not go down for its reset", cp)
+			}
 		}
+	}
+	for _, cp := range []string{"cp-1", "cp-2", "cp-3"} {
+		m := sf.Sim.Machine(cp)
+		answers := func() bool {
+			vctx, cancel := context.WithTimeout(ctx, time.Second)
+			defer cancel()
+			c, err := sf.Dialer.Client(vctx, sf.Inventory.Machine(cp))
+			if err != nil {
+				return false
+			}
+			defer c.Close()
+			_, err = c.Version(vctx)
+			return err == nil
+		}
+		for deadline := time.Now().Add(20 * time.Second); m.Observe().Down || !m.Configured() || !answers(); time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s not back, configured and answering, after its reset", cp)
+			}
+		}
+	}
+	if cs := sf.Sim.EtcdClusters(); len(cs) != 0 {
+		t.Fatalf("etcd after wiping every control plane's EPHEMERAL: %+v", cs)
 	}
 	sent := func() (n int) {
 		for _, m := range sf.Sim.Machines() {
@@ -173,7 +196,7 @@ func TestBootstrapRecoverFromS3(t *testing.T) {
 		t.Fatalf("bootstrap --recover-from %slatest: exit %d\n%s%s", url, r.code, r.stdout, r.err)
 	}
 	lacks(t, "bootstrap's stderr", r.err, "fetched "+url+name+" (", "last proof of restore: restored ")
-	lacks(t, "bootstrap's stdout", r.stdout, "recovered etcd on cp-1 from ")
+	lacks(t, "bootstrap's stdout", r.stdout, "recovering etcd on cp-1, the first control plane by name, from "+url+name+" (revision "+itoa(rev), "recovered etcd on cp-1 from "+url+name)
 	cs := sf.Sim.EtcdClusters()
 	if len(cs) != 1 || len(cs[0].Members) != 3 || cs[0].Revision < rev {
 		t.Errorf("etcd after the recovery: %+v, want one cluster of three at revision %d or later", cs, rev)
