@@ -210,3 +210,46 @@ func TestBootstrapRecoverFromS3(t *testing.T) {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// bootstrap --recover-from file:///DIR/NAME and plan --recover-from
+// file:///DIR/latest: the same path as s3:// through a directory, with the
+// sim's own snapshot; the plan's hand commands copy and check it.
+func TestBootstrapRecoverFromFileURL(t *testing.T) {
+	sf := startSim(t, simtest.Options{Bootstrap: true})
+	dir := t.TempDir()
+	url := "file://" + dir + "/"
+	if r := devata(t, nil, "backup", "etcd", "--config", sf.settings, "--to", url); r.code != 0 {
+		t.Fatalf("backup: exit %d\n%s%s", r.code, r.stdout, r.err)
+	}
+	l := listDir(t, sf, url)
+	if len(l.Snapshots) != 1 {
+		t.Fatalf("list: %+v", l)
+	}
+	name := l.Snapshots[0].Name
+	before := sf.Sim.EtcdClusters()[0].Revision
+	for _, cp := range []string{"cp-1", "cp-2", "cp-3"} {
+		sf.Sim.Machine(cp).Wipe()
+	}
+	for _, cp := range []string{"cp-1", "cp-2", "cp-3"} {
+		m := sf.Sim.Machine(cp)
+		for deadline := time.Now().Add(20 * time.Second); m.Configured() || m.Observe().Down; time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s not back in maintenance mode", cp)
+			}
+		}
+	}
+	r := devata(t, nil, "plan", "-o", "markdown", "--config", sf.settings, "--skip-nodes", "--recover-from", url+"latest")
+	show(t, r)
+	lacks(t, "the plan", r.stdout, "- Object: `"+url+name+"`", "- Last proof of restore: never", "cp "+dir+"/"+name+" "+dir+"/"+name+".json .", "--recover-from=./"+name)
+	r = devata(t, nil, bootstrapArgs(sf, nil, "--recover-from", url+name)...)
+	show(t, r)
+	if r.code != 0 || !strings.Contains(r.stdout, "recovered etcd on cp-1 from "+url+name) {
+		t.Fatalf("bootstrap --recover-from %s%s: exit %d\n%s%s", url, name, r.code, r.stdout, r.err)
+	}
+	if cs := sf.Sim.EtcdClusters(); len(cs) != 1 || len(cs[0].Members) != 3 || cs[0].Revision < before {
+		t.Errorf("etcd after the recovery: %+v, want one cluster of three at revision %d or later", cs, before)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 2 {
+		t.Errorf("%s holds %v after the recovery, want the snapshot and its sidecar as they were", dir, entries)
+	}
+}
