@@ -4,9 +4,15 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	"devata.dev/devata/backup/store"
 	"devata.dev/devata/internal/testenv"
@@ -67,4 +73,60 @@ func TestFetchS3(t *testing.T) {
 	srv := testenv.StartS3(t)
 	useEnv(t, srv, srv.Endpoint)
 	fetchContract(t, openS3(t, "s3://"+srv.Bucket+"/fetch/", store.Options{}))
+}
+
+// BenchmarkFetch fetches one object of DEVATA_BENCH_BYTES (default 256
+// MiB; generated, never held) from the real S3 server and from a
+// directory into a private file, as bootstrap --recover-from URL does, and
+// prints the throughput beside a plain file copy of the same bytes. No
+// figure is asserted.
+//
+//	go test ./backup/store/ -run '^$' -bench Fetch -benchtime 1x
+func BenchmarkFetch(b *testing.B) {
+	size := int64(256 << 20)
+	if v := os.Getenv("DEVATA_BENCH_BYTES"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			b.Fatal(err)
+		}
+		size = n
+	}
+	srv := testenv.StartS3(b)
+	b.Setenv("AWS_ACCESS_KEY_ID", srv.AccessKey)
+	b.Setenv("AWS_SECRET_ACCESS_KEY", srv.SecretKey)
+	b.Setenv("AWS_ENDPOINT_URL_S3", srv.Endpoint)
+	b.Setenv("AWS_EC2_METADATA_DISABLED", "true")
+	src := b.TempDir()
+	for range b.N {
+		for _, dest := range []string{"s3://" + srv.Bucket + "/bench/", "file://" + src + "/"} {
+			s, err := store.Open(b.Context(), dest, store.Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := s.Put(b.Context(), "big.db", io.LimitReader(rand.NewChaCha8([32]byte{}), size)); err != nil {
+				b.Fatal(err)
+			}
+			dir := b.TempDir()
+			start := time.Now()
+			path, w, err := store.Fetch(b.Context(), s, "big.db", dir, 0)
+			if err != nil {
+				b.Fatal(err)
+			}
+			d := time.Since(start)
+			fmt.Printf("fetch %s: %d MiB in %s, %.0f MiB/s, sha256 %.12s\n", strings.SplitN(dest, ":", 2)[0], w.Size>>20, d.Round(time.Millisecond), float64(w.Size)/(1<<20)/d.Seconds(), w.SHA256)
+			if strings.HasPrefix(dest, "file:") {
+				start = time.Now()
+				in, _ := os.Open(path)
+				out, _ := os.Create(path + ".copy")
+				n, _ := io.Copy(out, in)
+				out.Sync()
+				in.Close()
+				out.Close()
+				d = time.Since(start)
+				fmt.Printf("plain copy: %d MiB in %s, %.0f MiB/s\n", n>>20, d.Round(time.Millisecond), float64(n)/(1<<20)/d.Seconds())
+			}
+			os.RemoveAll(dir)
+			s.Close()
+		}
+	}
 }
