@@ -61,13 +61,44 @@ type Sidecar struct {
 
 // OutPath is where a snapshot goes: out itself, or, when out names a
 // directory (it ends in a slash or is one), a file in it named after the
-// cluster and the time, etcd-CLUSTER-20261204T040500Z.db, so that a
-// schedule keeps every snapshot (the CronJob in deploy/).
+// cluster and the time to the nanosecond,
+// etcd-CLUSTER-20261204T040500.123456789Z.db, so that a schedule keeps
+// every snapshot and two runs in the same second get two names (issue 34).
+// The width is fixed (trailing zeros kept), so that the names sort as the
+// times do.
 func OutPath(out, cluster string, t time.Time) string {
 	if NamesDirectory(out) {
-		return filepath.Join(out, "etcd-"+cluster+"-"+t.UTC().Format("20060102T150405Z")+".db")
+		return filepath.Join(out, "etcd-"+cluster+"-"+t.UTC().Format(NameTimeLayout)+".db")
 	}
 	return out
+}
+
+// NameTimeLayout is the time in the names OutPath gives (time.Format's
+// layout): UTC to the nanosecond, fixed width. Names of devata before
+// issue 34 end at the second (20060102T150405Z); both are devata's
+// (SnapshotName).
+const NameTimeLayout = "20060102T150405.000000000Z"
+
+// SnapshotName says whether name is one OutPath gives
+// (etcd-CLUSTER-TIME.db, in the layout of today or the one before it), and
+// the cluster and time it carries.
+func SnapshotName(name string) (cluster string, t time.Time, ok bool) {
+	rest, ok := strings.CutPrefix(name, "etcd-")
+	if !ok {
+		return "", time.Time{}, false
+	}
+	rest, ok = strings.CutSuffix(rest, ".db")
+	i := strings.LastIndex(rest, "-")
+	if !ok || i < 1 {
+		return "", time.Time{}, false
+	}
+	cluster, stamp := rest[:i], rest[i+1:]
+	for _, layout := range []string{NameTimeLayout, "20060102T150405Z"} {
+		if t, err := time.Parse(layout, stamp); err == nil && len(stamp) == len(layout) {
+			return cluster, t, true
+		}
+	}
+	return "", time.Time{}, false
 }
 
 // PrepareOut makes sure -o out can be written before anything is asked of

@@ -187,7 +187,10 @@
 //     read from etcd fails; EtcdSnapshotData streams given bytes instead
 //     (a control plane broken or hostile past what the hash shows; machined
 //     copies whatever its etcd client reads, v1alpha1_server.go
-//     EtcdSnapshot). devata reads the sim's database back with
+//     EtcdSnapshot); bytes given that way that bbolt reads are remembered
+//     as streamed, so a recovery from them restores their revision (the
+//     newest key of the key bucket, as etcdutl's Status reads it) with the
+//     sim's own key space (etcd_snapshot_data.go). devata reads the sim's database back with
 //     go.etcd.io/bbolt itself (machines/backup_test.go), so the hand-made
 //     file is proven a bbolt file.
 //   - EtcdRecover (etcd_recover.go; v1alpha1_server.go EtcdRecover,

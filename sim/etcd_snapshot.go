@@ -99,6 +99,7 @@ func (a *machineAPI) EtcdSnapshot(_ *machine.EtcdSnapshotRequest, srv grpc.Serve
 
 	if s.faults.EtcdSnapshotData != nil {
 		file = slices.Clone(s.faults.EtcdSnapshotData)
+		a.fleet.rememberGiven(file)
 	}
 
 	if n := s.faults.EtcdSnapshotCutAt; n > 0 && n < len(file) {

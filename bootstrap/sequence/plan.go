@@ -94,6 +94,9 @@ type Plan struct {
 	// (set by the caller when configured machines' configs move a
 	// component's version).
 	Kubernetes *KubernetesChange `json:"kubernetes,omitempty"`
+	// RecoverFrom is the snapshot --recover-from names by URL, as its
+	// sidecar describes it (set by the caller).
+	RecoverFrom *RecoverSource `json:"recoverFrom,omitempty"`
 }
 
 // KubernetesChange is a Kubernetes version change, one component at a time

@@ -173,7 +173,16 @@ func planEtcd(in planInput, first *inventory.Machine, v verdict, why string) (bo
 	if r := in.recover; r != nil {
 		boot.Summary = fmt.Sprintf("rebuild etcd on %s (the first control plane by name) from the snapshot %s (etcd revision %d, %d members when taken): upload it with EtcdRecover, then bootstrap with recover_etcd; every other control plane joins the restored cluster", first.Name, r.Path, r.Revision, len(r.Members))
 		boot.Talosctl = []string{check, fmt.Sprintf("talosctl bootstrap --nodes %s --endpoints %s --recover-from=%s", first.Address, first.Address, r.Path)}
+		if isURL(r.Path) { // talosctl reads a local file: fetch and check it first
+			fetch, local := fetchCommands(r.Path, r.SHA256)
+			boot.Talosctl = append(append([]string{check}, fetch...), fmt.Sprintf("talosctl bootstrap --nodes %s --endpoints %s --recover-from=./%s", first.Address, first.Address, local))
+		}
 		switch {
+		case v == etcdOurs && isURL(r.Path):
+			// the sidecar names members, not their IDs: whether the etcd
+			// that runs is the snapshot's own cluster is unknown here
+			boot.Status, boot.Reason = StatusBlocked, fmt.Sprintf("unknown: %s, but plan read only the snapshot's sidecar, which does not hold etcd's member IDs, so it cannot tell a cluster restored before from the one the snapshot was taken of; devata bootstrap --recover-from reads the snapshot and decides (it refuses while the snapshot's cluster runs)", why)
+			decided = true
 		case v == etcdOurs && len(in.recoverRunning) > 0:
 			boot.Status, boot.Reason = StatusBlocked, fmt.Sprintf("refused: %s; etcd still runs the cluster the snapshot was taken of (%s keep its member IDs): recovering now would make a second cluster", why, strings.Join(in.recoverRunning, ", "))
 			decided = true

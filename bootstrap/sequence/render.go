@@ -57,6 +57,9 @@ func writeText(w io.Writer, p *Plan, simulated bool) error {
 	for _, n := range p.Notes {
 		fmt.Fprintf(&b, "note: %s\n", n)
 	}
+	if r := p.RecoverFrom; r != nil {
+		fmt.Fprintf(&b, "recover from %s\n", r.Line())
+	}
 	for i, a := range p.Actions {
 		reboot := ""
 		if a.Reboots {
@@ -113,6 +116,9 @@ func writeMarkdown(w io.Writer, p *Plan, simulated bool) error {
 	}
 	if len(p.Notes) > 0 {
 		b.WriteString("\n")
+	}
+	if r := p.RecoverFrom; r != nil {
+		writeRecoverSource(&b, r)
 	}
 	for i, a := range p.Actions {
 		fmt.Fprintf(&b, "## %d. %s — %s\n\n", i+1, title(a), a.Status)

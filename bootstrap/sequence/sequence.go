@@ -69,6 +69,9 @@ type Options struct {
 	// plane (EtcdRecover) and Bootstrap asked with recover_etcd. Refused
 	// while etcd still runs the cluster the snapshot was taken of.
 	Recover *snapshot.File
+	// RecoverName is how messages name Recover when it is a private copy
+	// of a snapshot fetched from a URL (the URL); empty: Recover.Path.
+	RecoverName string
 	// Out receives one line per step and per thing done; nil discards.
 	Out io.Writer
 }

@@ -68,7 +68,7 @@ devata_backup_verified_revision), keeping the series it did not touch.
 Exit 0 the snapshot restores, 2 it does not (why, and what to do, on stderr;
 recorded as failed) or it could not be checked (nothing recorded), 64 for a
 usage error.`,
-		Example: `  devata backup verify /backups/etcd-homelab-20261204T040500Z.db
+		Example: `  devata backup verify /backups/etcd-homelab-20261204T040500.123456789Z.db
   devata backup verify --latest /backups/
   devata backup verify --latest s3://backups/homelab/`,
 		Args: func(cmd *cobra.Command, args []string) error {
@@ -263,9 +263,19 @@ func verifiedText(p *backup.Proof) string {
 	return fmt.Sprintf("%s %s (etcd %s)", p.Result, p.Time.UTC().Format(time.RFC3339), p.EtcdVersion)
 }
 
-func (a *app) printSkipped(cat *backup.Catalog) {
+// printSkipped names what is not a snapshot pair; orphans that prune
+// decided on are printed with its decisions instead.
+func (a *app) printSkipped(cat *backup.Catalog, orphans ...[]prunedOrphan) {
+	decided := map[string]bool{}
+	for _, list := range orphans {
+		for _, o := range list {
+			decided[o.Name] = true
+		}
+	}
 	for _, s := range cat.Skipped {
-		fmt.Fprintf(a.streams.Err, "note: %s: %s; left alone\n", s.Name, s.Why)
+		if !decided[s.Name] {
+			fmt.Fprintf(a.streams.Err, "note: %s: %s; left alone\n", s.Name, s.Why)
+		}
 	}
 }
 
@@ -298,6 +308,9 @@ type listed struct {
 	Dir       string           `json:"dir"`
 	Snapshots []listedSnapshot `json:"snapshots"`
 	Skipped   []backup.Skipped `json:"skipped"`
+	// Orphans are prune's decisions on snapshots without a sidecar (prune
+	// -o json only).
+	Orphans []prunedOrphan `json:"orphans,omitempty"`
 }
 
 func listJSON(cat *backup.Catalog, decisions []backup.Decision) listed {
@@ -341,9 +354,10 @@ policy that keeps nothing is refused.`
 
 func (a *app) newBackupPruneCommand() *cobra.Command {
 	var flags struct {
-		policy policyFlags
-		yes    bool
-		output string
+		policy      policyFlags
+		yes         bool
+		output      string
+		orphanGrace time.Duration
 	}
 	cmd := &cobra.Command{
 		Use:   "prune DIR|URL --keep-last N --keep-daily N --keep-weekly N --keep-monthly N [--yes]",
@@ -356,6 +370,12 @@ all (a dry run); with --yes it deletes each snapshot no rule keeps, with its
 sidecar, and goes on past one it could not delete.
 
 ` + pruneRules + `
+
+A snapshot without its sidecar (what a backup interrupted between its two
+uploads leaves; list and latest never pick it) is deleted too, with --yes,
+once it is older than --orphan-grace (default 24h: a younger one may be an
+upload in progress), and only when devata named it (etcd-CLUSTER-TIME.db);
+the dry run shows each. Anything else without a sidecar is left alone.
 
 Exit 0 decided (and, with --yes, deleted), 2 DIR could not be read or a
 snapshot could not be deleted, 64 for a usage error (no --keep-*).`,
@@ -371,36 +391,58 @@ snapshot could not be deleted, 64 for a usage error (no --keep-*).`,
 			return checkFormat(flags.output, "text", "json")
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.backupPrune(cmd.Context(), args[0], flags.policy.p, flags.yes, flags.output)
+			if flags.orphanGrace < 0 {
+				return usageError(fmt.Errorf("--orphan-grace %s: give a duration of zero or more", flags.orphanGrace))
+			}
+			return a.backupPruneGrace(cmd.Context(), args[0], flags.policy.p, flags.yes, flags.output, flags.orphanGrace)
 		},
 	}
 	flags.policy.register(cmd.Flags())
+	cmd.Flags().DurationVar(&flags.orphanGrace, "orphan-grace", defaultOrphanGrace, "also delete a snapshot devata named (etcd-CLUSTER-TIME.db) that has no sidecar once it is older than this: what an interrupted backup leaves; a younger one may be an upload in progress")
 	cmd.Flags().BoolVar(&flags.yes, "yes", false, "delete; without it prune only says what it would delete")
 	cmd.Flags().StringVarP(&flags.output, "output", "o", "text", "text or json (backup list's JSON with each snapshot's keep and why)")
 	return cmd
 }
 
 func (a *app) backupPrune(ctx context.Context, dir string, p backup.Policy, yes bool, format string) error {
+	return a.backupPruneGrace(ctx, dir, p, yes, format, defaultOrphanGrace)
+}
+
+// backupPruneGrace is backup prune with the grace an orphan (a snapshot
+// without its sidecar) is given before it is deleted too.
+func (a *app) backupPruneGrace(ctx context.Context, dir string, p backup.Policy, yes bool, format string, grace time.Duration) error {
 	res, cat, err := backup.PruneDest(ctx, dir, a.storeOptions(), p, yes)
 	if err != nil {
 		return exitWith(exitTrouble, err)
 	}
+	orphans, oerr := a.pruneOrphans(ctx, dir, grace, yes)
 	if format == "json" {
-		if err := a.printJSON(listJSON(cat, res.Decisions)); err != nil {
+		out := listJSON(cat, res.Decisions)
+		out.Orphans = orphans
+		if err := a.printJSON(out); err != nil {
 			return err
 		}
 	} else {
-		a.printSkipped(cat)
+		a.printSkipped(cat, orphans)
 		a.printDecisions(a.streams.Out, dir, p, res, yes)
+		printOrphans(a.streams.Out, orphans, grace, yes)
 	}
-	if len(res.Failed) > 0 {
-		var why []string
-		for _, d := range res.Decisions {
-			if err, ok := res.Failed[d.Name]; ok {
-				why = append(why, fmt.Sprintf("%s: %v", d.Name, err))
-			}
+	var why []string
+	for _, d := range res.Decisions {
+		if err, ok := res.Failed[d.Name]; ok {
+			why = append(why, fmt.Sprintf("%s: %v", d.Name, err))
 		}
-		return exitWith(exitTrouble, fmt.Errorf("%d %s could not be deleted (the others were): %s", len(res.Failed), plural(len(res.Failed), "snapshot", "snapshots"), strings.Join(why, "; ")))
+	}
+	for _, o := range orphans {
+		if o.Error != "" {
+			why = append(why, fmt.Sprintf("%s: %s", o.Name, o.Error))
+		}
+	}
+	if oerr != nil {
+		why = append(why, "orphans: "+oerr.Error())
+	}
+	if len(why) > 0 {
+		return exitWith(exitTrouble, fmt.Errorf("%d %s could not be deleted or listed (the others were deleted): %s", len(why), plural(len(why), "object", "objects"), strings.Join(why, "; ")))
 	}
 	return nil
 }

@@ -34,12 +34,15 @@ type sequenceFlags struct {
 	// foreignSnapshot restores a snapshot whose members or sidecar name
 	// another cluster (backup.CheckSnapshotOf)
 	foreignSnapshot bool
+	// plan: --recover-from URL reads only the sidecar
+	plan bool
 }
 
 // register adds the sequence's flags; plan, which waits for nothing and
 // writes no kubeconfig, gets only those it reads (issue 33: plan --help
 // offered --wait and --etcd-settle).
 func (f *sequenceFlags) register(cmd *cobra.Command, plan bool) {
+	f.plan = plan
 	if plan {
 		cmd.Flags().StringVar(&f.kubeconfigOut, "kubeconfig-out", "", "the kubeconfig bootstrap wrote (its --kubeconfig-out), read for the Nodes' step (default: kubeconfig next to the inventory)")
 		cmd.Flags().BoolVar(&f.skipNodes, "skip-nodes", false, "plan without the Nodes' step, as bootstrap --skip-nodes runs")
@@ -49,7 +52,7 @@ func (f *sequenceFlags) register(cmd *cobra.Command, plan bool) {
 		cmd.Flags().DurationVar(&f.wait, "wait", 10*time.Minute, "how long each wait lasts: a machine's return, etcd health, the Nodes")
 		cmd.Flags().DurationVar(&f.etcdSettle, "etcd-settle", 15*time.Second, "how long every control plane's etcd must be seen waiting for a bootstrap before one is bootstrapped; a control plane with etcd data passes through that state on every boot, which its data directory (/var/lib/etcd, listed) tells whatever this says")
 	}
-	cmd.Flags().StringVar(&f.recoverFrom, "recover-from", "", "rebuild etcd from this snapshot (devata backup etcd writes one) instead of bootstrapping an empty one: it is verified, uploaded to the first control plane and restored there (talosctl bootstrap --recover-from); refused while etcd still runs the cluster it was taken of")
+	cmd.Flags().StringVar(&f.recoverFrom, "recover-from", "", "rebuild etcd from this snapshot (devata backup etcd writes one) instead of bootstrapping an empty one: it is verified, uploaded to the first control plane and restored there (talosctl bootstrap --recover-from); refused while etcd still runs the cluster it was taken of. A FILE, or s3://BUCKET/PREFIX/latest|NAME (file:///DIR/latest|NAME): latest is the newest snapshot of the inventory's cluster there; plan reads only its sidecar, bootstrap fetches it into a private copy first")
 	cmd.Flags().BoolVar(&f.foreignSnapshot, "foreign-snapshot", false, "with --recover-from: restore the snapshot although its sidecar names another cluster or its etcd members are not the inventory's control planes (control planes renamed since)")
 }
 
@@ -94,6 +97,17 @@ the others join the restored cluster. It is refused while etcd still runs
 the cluster the snapshot was taken of; a rerun after a recovery finds the
 restored cluster (its members have new IDs) and goes on.
 
+--recover-from s3://BUCKET/PREFIX/latest (or …/NAME, or file:///DIR/latest
+or …/NAME) restores from where backup etcd --to URL wrote: latest is the
+newest snapshot of the inventory's cluster there (as backup verify --latest
+picks it; only a snapshot with its sidecar counts). The snapshot and its
+sidecar are fetched into a private temporary directory (0700, in $TMPDIR),
+the snapshot held to its sidecar (size, sha256: an object changed since its
+upload is refused) and then checked as a FILE is, all before any machine is
+asked; an endpoint that is down, wrong credentials or a missing bucket stop
+it there too (exit 2, nothing sent). The copy is removed when bootstrap
+ends, whatever happens. S3 is configured as for backup etcd.
+
 --kubeconfig (or KUBECONFIG) is used to watch the Nodes; by default the
 fetched kubeconfig is.
 
@@ -113,7 +127,8 @@ Exit 0 ready and in sync, 1 ready but the drift report is not clean, 2 error or 
 // bootstrap runs the sequence under the cluster's lock, then the drift
 // report that closes it.
 func (a *app) bootstrap(ctx context.Context, flags bootstrapFlags) error {
-	opts, err := a.sequenceOptions(ctx, flags.sequenceFlags)
+	opts, _, cleanup, err := a.sequenceOptions(ctx, flags.sequenceFlags)
+	defer cleanup()
 	if err != nil {
 		return err
 	}
@@ -200,8 +215,11 @@ func nodesReady(ctx context.Context, kube kubernetes.Interface) (ready, known bo
 	return true, true
 }
 
-// sequenceOptions resolves what bootstrap and plan share from the settings.
-func (a *app) sequenceOptions(ctx context.Context, f sequenceFlags) (sequence.Options, error) {
+// sequenceOptions resolves what bootstrap and plan share from the
+// settings; with --recover-from URL also the snapshot's source, and
+// cleanup, which removes a fetched copy: call it whatever happens, once
+// the sequence is done.
+func (a *app) sequenceOptions(ctx context.Context, f sequenceFlags) (sequence.Options, *sequence.RecoverSource, func(), error) {
 	opts := sequence.Options{
 		InventoryPath: a.settings.Inventory,
 		AgeIdentities: new(a.ageIdentities()),
@@ -215,26 +233,67 @@ func (a *app) sequenceOptions(ctx context.Context, f sequenceFlags) (sequence.Op
 		Wait:          f.wait,
 		EtcdSettle:    f.etcdSettle,
 	}
-	if f.recoverFrom != "" {
-		snap, err := snapshot.Verify(ctx, f.recoverFrom)
-		if err != nil {
-			return opts, exitWith(exitTrouble, fmt.Errorf("--recover-from: %w; nothing was sent to any machine", err))
-		}
-		if err := a.checkSnapshotOf(snap, f.foreignSnapshot); err != nil {
-			return opts, exitWith(exitTrouble, fmt.Errorf("--recover-from %s: %w; nothing was sent to any machine", f.recoverFrom, err))
-		}
-		opts.Recover = snap
+	src, cleanup, err := a.recoverFrom(ctx, f, &opts)
+	if err != nil {
+		return opts, nil, cleanup, err
 	}
 	tc, err := machines.LoadTalosconfig(a.settings.Talosconfig)
 	switch {
 	case errors.Is(err, machines.ErrNoTalosconfig):
 		// Without a talosconfig anywhere, the sequence derives one from the bundle.
 	case err != nil:
-		return opts, exitWith(exitTrouble, err)
+		cleanup()
+		return opts, nil, func() {}, exitWith(exitTrouble, err)
 	default:
 		opts.Talosconfig = tc
 	}
-	return opts, nil
+	return opts, src, cleanup, nil
+}
+
+// recoverFrom resolves --recover-from into opts.Recover before any machine
+// is asked: a FILE is verified in place (recoverSnapshot); a URL
+// (s3://…/latest|NAME, file:///dir/latest|NAME) is, for plan, described by
+// its sidecar alone, and for bootstrap fetched into a private copy and
+// verified there, which cleanup removes (called whatever happens).
+func (a *app) recoverFrom(ctx context.Context, f sequenceFlags, opts *sequence.Options) (*sequence.RecoverSource, func(), error) {
+	none := func() {}
+	if f.recoverFrom == "" {
+		return nil, none, nil
+	}
+	refused := func(err error) (*sequence.RecoverSource, func(), error) {
+		var ee *exitError
+		if errors.As(err, &ee) && ee.code == exitUsage {
+			return nil, none, err
+		}
+		return nil, none, exitWith(exitTrouble, fmt.Errorf("--recover-from: %w; nothing was sent to any machine", err))
+	}
+	if !backup.IsURL(f.recoverFrom) {
+		snap, err := a.recoverSnapshot(ctx, f.recoverFrom, f.foreignSnapshot)
+		if err != nil {
+			return refused(err)
+		}
+		opts.Recover = snap
+		return nil, none, nil
+	}
+	inv, err := inventory.LoadContext(ctx, a.settings.Inventory)
+	if err != nil {
+		fmt.Fprintln(a.streams.Err, err)
+		return refused(fmt.Errorf("%s is invalid: run devata validate", a.settings.Inventory))
+	}
+	if f.plan {
+		snap, src, err := a.planRecoverURL(ctx, inv, f.recoverFrom, f.foreignSnapshot)
+		if err != nil {
+			return refused(err)
+		}
+		opts.Recover = snap
+		return src, none, nil
+	}
+	snap, src, cleanup, err := a.fetchRecoverURL(ctx, inv, f.recoverFrom, f.foreignSnapshot)
+	if err != nil {
+		return refused(err)
+	}
+	opts.Recover, opts.RecoverName = snap, src.URL
+	return src, cleanup, nil
 }
 
 // driftReport renders the closing drift report and returns its exit code.

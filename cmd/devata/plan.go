@@ -35,6 +35,14 @@ same by hand. Nothing is written anywhere; configs are only dry-run.
   -o markdown   a reconstruction runbook to follow by hand
   -o json       for tools
 
+With --recover-from s3://BUCKET/PREFIX/latest (or …/NAME, or a file://
+URL) plan names the exact snapshot from its sidecar alone (its URL without
+credentials or query, time, etcd revision, members, size, sha256 and last
+proof of restore) and, for the rebuild by hand, the commands that fetch and
+check it before talosctl bootstrap --recover-from reads it. The sidecar
+holds no etcd member IDs, so once etcd runs, whether it is the snapshot's
+own cluster is left to bootstrap (the step is blocked, saying so).
+
 Once the cluster answers, plan also lists orphans: etcd members and Nodes
 that no machine of the inventory has (a machine deleted from it). Nothing
 touches them; devata remove NAME takes each out.
@@ -47,7 +55,8 @@ Exit 0 nothing to do, 1 actions pending, 2 error or a blocked action.`,
 			default:
 				return usageError(fmt.Errorf("unknown output %q: use text, markdown or json", flags.output))
 			}
-			opts, err := a.sequenceOptions(cmd.Context(), flags.sequenceFlags)
+			opts, src, cleanup, err := a.sequenceOptions(cmd.Context(), flags.sequenceFlags)
+			defer cleanup()
 			if err != nil {
 				return err
 			}
@@ -58,6 +67,7 @@ Exit 0 nothing to do, 1 actions pending, 2 error or a blocked action.`,
 				return exitWith(exitTrouble, err)
 			}
 			plan.Provenance = a.inventoryProvenance(cmd.Context(), a.settings.Inventory)
+			plan.RecoverFrom = src
 			var kube kubernetes.Interface
 			if inv := seq.Inventory(); inv != nil {
 				if kube, _, err = a.sessionKubeClients(inv); err != nil {
