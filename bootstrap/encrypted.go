@@ -234,6 +234,18 @@ func (a AgeIdentities) load() (identitySet, error) {
 	return set, nil
 }
 
+// Load reads the configured identities for an age file other than the
+// bundle (an encrypted etcd snapshot: package backup's Keys): the
+// identities and where they came from, for messages. None configured is
+// no error; a source that does not read or parse is.
+func (a AgeIdentities) Load() ([]age.Identity, string, error) {
+	set, err := a.load()
+	if err != nil {
+		return nil, "", err
+	}
+	return set.ids, set.describe(), nil
+}
+
 // readProblem is why inventory.ReadFile failed, without the path it names
 // already.
 func readProblem(err error) string {

@@ -171,8 +171,17 @@ func planEtcd(in planInput, first *inventory.Machine, v verdict, why string) (bo
 		Talosctl: []string{check, fmt.Sprintf("talosctl bootstrap --nodes %s --endpoints %s", first.Address, first.Address)}}
 	decided := false
 	if r := in.recover; r != nil {
-		boot.Summary = fmt.Sprintf("rebuild etcd on %s (the first control plane by name) from the snapshot %s (etcd revision %d, %d members when taken): upload it with EtcdRecover, then bootstrap with recover_etcd; every other control plane joins the restored cluster", first.Name, r.Path, r.Revision, len(r.Members))
-		boot.Talosctl = []string{check, fmt.Sprintf("talosctl bootstrap --nodes %s --endpoints %s --recover-from=%s", first.Address, first.Address, r.Path)}
+		if in.recoverFrom == "" {
+			in.recoverFrom = r.Path
+		}
+		boot.Summary = fmt.Sprintf("rebuild etcd on %s (the first control plane by name) from the snapshot %s (etcd revision %d, %d members when taken): upload it with EtcdRecover, then bootstrap with recover_etcd; every other control plane joins the restored cluster", first.Name, in.recoverFrom, r.Revision, len(r.Members))
+		boot.Talosctl = []string{check, fmt.Sprintf("talosctl bootstrap --nodes %s --endpoints %s --recover-from=%s", first.Address, first.Address, in.recoverFrom)}
+		if in.recoverEncrypted {
+			// talosctl sends the file as it is: decrypt it first, into a private place
+			clear := "snapshot.db"
+			boot.Talosctl = []string{check, fmt.Sprintf("age -d -i IDENTITY_FILE -o %s %s   # the clear text holds every Secret: keep it private, remove it after", clear, in.recoverFrom),
+				fmt.Sprintf("talosctl bootstrap --nodes %s --endpoints %s --recover-from=%s", first.Address, first.Address, clear)}
+		}
 		switch {
 		case v == etcdOurs && len(in.recoverRunning) > 0:
 			boot.Status, boot.Reason = StatusBlocked, fmt.Sprintf("refused: %s; etcd still runs the cluster the snapshot was taken of (%s keep its member IDs): recovering now would make a second cluster", why, strings.Join(in.recoverRunning, ", "))

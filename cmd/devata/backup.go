@@ -10,12 +10,14 @@ import (
 	"strings"
 	"time"
 
+	"filippo.io/age"
 	"github.com/dustin/go-humanize"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
 	"devata.dev/devata/backup"
 	"devata.dev/devata/backup/store"
+	"devata.dev/devata/bootstrap"
 	"devata.dev/devata/inventory"
 	"devata.dev/devata/machines"
 
@@ -54,6 +56,8 @@ func (a *app) newBackupEtcdCommand() *cobra.Command {
 		verify bool
 		prune  bool
 		policy policyFlags
+		// encryptTo are age recipients (age1…) the snapshot is encrypted to
+		encryptTo []string
 	}
 	cmd := &cobra.Command{
 		Use:   "etcd --to FILE|DIR/|URL",
@@ -148,12 +152,20 @@ error.`,
 			if flags.prune {
 				after.prune = &flags.policy.p
 			}
+			if cmd.Flags().Changed("encrypt-to") {
+				rs, err := bootstrap.ParseAgeRecipients(flags.encryptTo)
+				if err != nil {
+					return usageError(fmt.Errorf("--encrypt-to: %w", err))
+				}
+				after.encryptTo = rs
+			}
 			return a.backupEtcd(cmd.Context(), flags.output, flags.force, after)
 		},
 	}
 	cmd.Flags().StringVar(&flags.output, "to", "", "snapshot file to write (FILE.json is written next to it); a directory (or a path ending in /, created 0700 when missing) gets etcd-CLUSTER-TIME.db; s3://BUCKET/PREFIX/[NAME] or file:///DIR/[NAME] uploads it there")
 	deprecatedPathOutput(cmd, a.streams.Err, &flags.output, "--to")
 	cmd.Flags().BoolVar(&flags.force, "force", false, "replace FILE and FILE.json if they exist")
+	cmd.Flags().StringArrayVar(&flags.encryptTo, "encrypt-to", nil, "encrypt the snapshot to this age recipient (age1…, what age-keygen -y prints; repeatable): verified in clear in a private temporary directory, stored encrypted; FILE.json stays in clear and names the recipients")
 	cmd.Flags().BoolVar(&flags.verify, "verify", false, "then prove the snapshot restores, as backup verify does")
 	cmd.Flags().BoolVar(&flags.prune, "prune", false, "then delete the snapshots in --to DIR/ (or URL/) that the --keep-* policy does not keep, as backup prune --yes does")
 	flags.policy.register(cmd.Flags())
@@ -170,8 +182,12 @@ func printSnapshotLine(w io.Writer, s backup.Sidecar, where string) {
 	if s.NoQuorum {
 		from += " (etcd has no quorum: this is " + s.ControlPlane + "'s local copy, taken without a leader)"
 	}
-	fmt.Fprintf(w, "etcd snapshot of %s from %s written to %s: %s (%d bytes), sha256 %s, etcd revision %s, members %s\n",
-		s.Cluster, from, where, humanize.IBytes(uint64(s.Size)), s.Size, s.SHA256, revision, strings.Join(s.Members, " ")) //nolint:gosec // a size is never negative
+	enc := ""
+	if e := s.Encryption; e != nil {
+		enc = fmt.Sprintf(", age-encrypted to %s (in clear %d bytes, sha256 %s)", strings.Join(e.Recipients, ", "), e.PlaintextSize, e.PlaintextSHA256)
+	}
+	fmt.Fprintf(w, "etcd snapshot of %s from %s written to %s: %s (%d bytes), sha256 %s%s, etcd revision %s, members %s\n",
+		s.Cluster, from, where, humanize.IBytes(uint64(s.Size)), s.Size, s.SHA256, enc, revision, strings.Join(s.Members, " ")) //nolint:gosec // a size is never negative
 }
 
 // backupEtcdURL is backup etcd --to URL (s3://bucket/prefix/[NAME],
@@ -243,8 +259,9 @@ func (a *app) backupEtcdURL(ctx context.Context, out string, force bool, after a
 	}
 	opts := backup.Options{
 		Inventory: inv, Dialer: d, Out: local, Timeout: a.settings.Timeout, Log: a.log,
-		Warn: func(format string, args ...any) { fmt.Fprintf(a.streams.Err, "warning: "+format+"\n", args...) },
-		Say:  func(format string, args ...any) { fmt.Fprintf(a.streams.Err, format+"\n", args...) },
+		Warn:      func(format string, args ...any) { fmt.Fprintf(a.streams.Err, "warning: "+format+"\n", args...) },
+		Say:       func(format string, args ...any) { fmt.Fprintf(a.streams.Err, format+"\n", args...) },
+		EncryptTo: after.encryptTo,
 	}
 	if f, ok := termsafe.FileOf(a.streams.Err); ok && term.IsTerminal(int(f.Fd())) {
 		opts.Progress = f
@@ -284,10 +301,13 @@ func writesThrough(out string) bool {
 	return err == nil && kind == outfile.Through
 }
 
-// afterBackup is what backup etcd does once its snapshot is written.
+// afterBackup is how backup etcd writes its snapshot (encryptTo) and
+// what it does once it is written.
 type afterBackup struct {
 	verify bool
 	prune  *backup.Policy
+	// encryptTo encrypts the snapshot at rest (--encrypt-to)
+	encryptTo []age.Recipient
 }
 
 func (a *app) backupEtcd(ctx context.Context, out string, force bool, after afterBackup) error {
@@ -320,8 +340,9 @@ func (a *app) backupEtcd(ctx context.Context, out string, force bool, after afte
 	}
 	opts := backup.Options{
 		Inventory: inv, Dialer: d, Out: out, Force: force, Timeout: a.settings.Timeout, Log: a.log,
-		Warn: func(format string, args ...any) { fmt.Fprintf(a.streams.Err, "warning: "+format+"\n", args...) },
-		Say:  func(format string, args ...any) { fmt.Fprintf(a.streams.Err, format+"\n", args...) },
+		Warn:      func(format string, args ...any) { fmt.Fprintf(a.streams.Err, "warning: "+format+"\n", args...) },
+		Say:       func(format string, args ...any) { fmt.Fprintf(a.streams.Err, format+"\n", args...) },
+		EncryptTo: after.encryptTo,
 	}
 	if f, ok := termsafe.FileOf(a.streams.Err); ok && term.IsTerminal(int(f.Fd())) {
 		opts.Progress = f // progress on a terminal only

@@ -16,12 +16,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"devata.dev/devata/backup"
 	"devata.dev/devata/bootstrap/sequence"
 	"devata.dev/devata/drift"
-	"devata.dev/devata/inventory"
 	"devata.dev/devata/machines"
-	"devata.dev/devata/snapshot"
 )
 
 // sequenceFlags are the flags bootstrap and plan share.
@@ -113,10 +110,11 @@ Exit 0 ready and in sync, 1 ready but the drift report is not clean, 2 error or 
 // bootstrap runs the sequence under the cluster's lock, then the drift
 // report that closes it.
 func (a *app) bootstrap(ctx context.Context, flags bootstrapFlags) error {
-	opts, err := a.sequenceOptions(ctx, flags.sequenceFlags)
+	opts, cleanup, err := a.sequenceOptions(ctx, flags.sequenceFlags)
 	if err != nil {
 		return err
 	}
+	defer cleanup()
 	out := a.streams.Out
 	opts.Out, opts.Yes, opts.Force = out, flags.yes, flags.force
 	opts.Confirm = a.confirmBootstrapReboots
@@ -200,9 +198,11 @@ func nodesReady(ctx context.Context, kube kubernetes.Interface) (ready, known bo
 	return true, true
 }
 
-// sequenceOptions resolves what bootstrap and plan share from the settings.
-func (a *app) sequenceOptions(ctx context.Context, f sequenceFlags) (sequence.Options, error) {
-	opts := sequence.Options{
+// sequenceOptions resolves what bootstrap and plan share from the
+// settings; cleanup removes what --recover-from decrypted, once the
+// sequence is done.
+func (a *app) sequenceOptions(ctx context.Context, f sequenceFlags) (opts sequence.Options, cleanup func(), err error) {
+	opts = sequence.Options{
 		InventoryPath: a.settings.Inventory,
 		AgeIdentities: new(a.ageIdentities()),
 		Overrides:     a.settings.Dial,
@@ -215,26 +215,24 @@ func (a *app) sequenceOptions(ctx context.Context, f sequenceFlags) (sequence.Op
 		Wait:          f.wait,
 		EtcdSettle:    f.etcdSettle,
 	}
+	cleanup = func() {}
 	if f.recoverFrom != "" {
-		snap, err := snapshot.Verify(ctx, f.recoverFrom)
-		if err != nil {
-			return opts, exitWith(exitTrouble, fmt.Errorf("--recover-from: %w; nothing was sent to any machine", err))
+		var err error
+		if cleanup, err = a.recoverSnapshot(ctx, &opts, f.recoverFrom, nil, f.foreignSnapshot); err != nil {
+			return opts, cleanup, err
 		}
-		if err := a.checkSnapshotOf(snap, f.foreignSnapshot); err != nil {
-			return opts, exitWith(exitTrouble, fmt.Errorf("--recover-from %s: %w; nothing was sent to any machine", f.recoverFrom, err))
-		}
-		opts.Recover = snap
 	}
 	tc, err := machines.LoadTalosconfig(a.settings.Talosconfig)
 	switch {
 	case errors.Is(err, machines.ErrNoTalosconfig):
 		// Without a talosconfig anywhere, the sequence derives one from the bundle.
 	case err != nil:
-		return opts, exitWith(exitTrouble, err)
+		cleanup()
+		return opts, func() {}, exitWith(exitTrouble, err)
 	default:
 		opts.Talosconfig = tc
 	}
-	return opts, nil
+	return opts, cleanup, nil
 }
 
 // driftReport renders the closing drift report and returns its exit code.
@@ -265,27 +263,4 @@ func (a *app) confirmBootstrapReboots(rebooting []string) error {
 		return errors.New("not confirmed: nothing was applied")
 	}
 	return nil
-}
-
-// checkSnapshotOf refuses a snapshot of another cluster (its sidecar, its
-// members), unless foreign; a refused or missing sidecar never stops a
-// snapshot talosctl took, which has none.
-func (a *app) checkSnapshotOf(snap *snapshot.File, foreign bool) error {
-	inv, err := inventory.Load(a.settings.Inventory)
-	if err != nil {
-		return nil //nolint:nilerr // the sequence reports the inventory's own errors
-	}
-	side, err := backup.ReadSidecar(snap.Path)
-	if err != nil {
-		return err
-	}
-	if side == nil {
-		fmt.Fprintf(a.streams.Err, "note: %s has no sidecar (%s): its cluster is judged by its etcd members only\n", snap.Path, backup.SidecarPath(snap.Path))
-	}
-	err = backup.CheckSnapshotOf(inv, snap, side)
-	if err != nil && foreign {
-		fmt.Fprintf(a.streams.Err, "warning: --foreign-snapshot: %v\n", err)
-		return nil
-	}
-	return err
 }

@@ -47,10 +47,11 @@ Exit 0 nothing to do, 1 actions pending, 2 error or a blocked action.`,
 			default:
 				return usageError(fmt.Errorf("unknown output %q: use text, markdown or json", flags.output))
 			}
-			opts, err := a.sequenceOptions(cmd.Context(), flags.sequenceFlags)
+			opts, cleanup, err := a.sequenceOptions(cmd.Context(), flags.sequenceFlags)
 			if err != nil {
 				return err
 			}
+			defer cleanup()
 			opts.Out = a.streams.Err // warnings only
 			seq := sequence.New(opts)
 			plan, err := seq.Plan(cmd.Context())
