@@ -112,6 +112,19 @@ the secretbox key from the secrets bundle): keep it as carefully as the
 bundle, and keep the bundle, which a restore needs. Restore with
 talosctl bootstrap --recover-from=FILE (docs/runbook.md).
 
+--encrypt-to RECIPIENT (an age public key, age1…; repeatable) encrypts the
+snapshot at rest: it streams into a private temporary directory (0700, in
+$TMPDIR), is verified there in clear exactly as above, then is encrypted
+with age as it is read into FILE.tmp (renamed to FILE, or uploaded), and the
+clear copy is removed whatever happens. FILE is what age -e writes (age -d
+-i IDENTITY_FILE opens it). FILE.json stays in clear, readable without the
+key: its size and sha256 are FILE's (the ciphertext), and "encryption" names
+the format (age), the recipients' public keys and the clear text's size and
+sha256. Every read (backup verify, bootstrap --recover-from) decrypts with
+--age-identity FILE (DEVATA_AGE_IDENTITY, age-identity in the settings file,
+else SOPS_AGE_KEY_FILE, as the encrypted secrets bundle is read), and a
+missing or wrong identity is refused naming the recipients.
+
 --verify then proves the new snapshot restores, as backup verify does
 (restored into a real etcd on loopback; the proof goes into FILE.json).
 --prune with --to DIR/ (or URL/) then deletes, as backup prune --yes does, the snapshots
@@ -126,6 +139,7 @@ error.`,
 		Example: `  devata backup etcd --to backups/etcd-$(date +%F).db
   devata backup etcd --to /backups/      # /backups/etcd-homelab-20261204T040500Z.db
   devata backup etcd --to /backups/ --verify --prune --keep-daily 7 --keep-weekly 4 --keep-monthly 6
+  devata backup etcd --to /backups/ --encrypt-to age1… --verify --age-identity ~/.config/devata/age.txt
   AWS_ENDPOINT_URL_S3=https://minio.example:9000 devata backup etcd --to s3://backups/homelab/ --verify --prune --keep-daily 7`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

@@ -51,6 +51,14 @@ in step 1, and the proof recorded by rewriting the sidecar object.)
      among them, nodes, and kube-system objects). Only key counts are read:
      no value, no Secret, leaves the restored etcd.
 
+An encrypted snapshot (backup etcd --encrypt-to) is decrypted in step 1 with
+--age-identity FILE (DEVATA_AGE_IDENTITY, age-identity in the settings file,
+else SOPS_AGE_KEY_FILE): what is read must be FILE.json's size and sha256
+and its clear text the sidecar's plaintextSize and plaintextSha256; a
+ciphertext that does not decrypt is recorded as failed. Without an identity
+that opens it, it is refused (exit 2, naming its recipients; nothing is
+recorded).
+
 The etcd is stopped and the directory removed afterwards, on failure and on
 Ctrl-C too. The result is recorded in FILE.json as "verified" (time, result,
 how, etcd version, revision, counts, duration, and why it failed); no other
@@ -190,8 +198,9 @@ func (a *app) newBackupListCommand() *cobra.Command {
 		Short: "List the snapshots in DIR or at s3://BUCKET/PREFIX/, newest first: time, cluster, revision, size, and the last proof of restore",
 		Long: `backup list shows the etcd snapshots devata backup etcd --to DIR/ wrote into
 DIR, newest first: the time, the cluster, etcd's revision, the size, and
-the last proof of restore (backup verify): restored or failed, when, and
-with which etcd. Only snapshot pairs are listed (a snapshot and its sidecar
+whether it is encrypted at rest (age, and to how many recipients), and the
+last proof of restore (backup verify): restored or failed, when, and with
+which etcd. Only snapshot pairs are listed (a snapshot and its sidecar
 FILE.json that names it and gives its size); anything else in DIR, a link
 included, is named on stderr and left alone. Only sidecars are read.
 DIR may be a URL, s3://BUCKET/PREFIX/ or file:///DIR/ (backup etcd --help

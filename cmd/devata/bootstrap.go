@@ -89,7 +89,12 @@ above, then instead of an empty bootstrap the snapshot is uploaded to the
 first control plane (EtcdRecover) and etcd bootstrapped with recover_etcd;
 the others join the restored cluster. It is refused while etcd still runs
 the cluster the snapshot was taken of; a rerun after a recovery finds the
-restored cluster (its members have new IDs) and goes on.
+restored cluster (its members have new IDs) and goes on. A snapshot
+backup etcd --encrypt-to wrote is decrypted first, with --age-identity, into
+a private temporary directory (0700, in $TMPDIR) removed when the run ends;
+what is read and its clear text must be those its sidecar names, and a
+missing or wrong identity is refused, naming the recipients, before any
+machine is asked anything.
 
 --kubeconfig (or KUBECONFIG) is used to watch the Nodes; by default the
 fetched kubeconfig is.
