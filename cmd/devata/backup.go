@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -58,6 +59,8 @@ func (a *app) newBackupEtcdCommand() *cobra.Command {
 		policy policyFlags
 		// encryptTo are age recipients (age1…) the snapshot is encrypted to
 		encryptTo []string
+		// bundleRecipients adds the recipients of the sops-encrypted bundle
+		bundleRecipients bool
 	}
 	cmd := &cobra.Command{
 		Use:   "etcd --to FILE|DIR/|URL",
@@ -124,6 +127,8 @@ sha256. Every read (backup verify, bootstrap --recover-from) decrypts with
 --age-identity FILE (DEVATA_AGE_IDENTITY, age-identity in the settings file,
 else SOPS_AGE_KEY_FILE, as the encrypted secrets bundle is read), and a
 missing or wrong identity is refused naming the recipients.
+--encrypt-to-bundle-recipients adds the recipients the inventory's
+sops-encrypted secrets bundle lists (an age-encrypted bundle records none).
 
 --verify then proves the new snapshot restores, as backup verify does
 (restored into a real etcd on loopback; the proof goes into FILE.json).
@@ -173,6 +178,7 @@ error.`,
 				}
 				after.encryptTo = rs
 			}
+			after.bundleRecipients = flags.bundleRecipients
 			return a.backupEtcd(cmd.Context(), flags.output, flags.force, after)
 		},
 	}
@@ -180,6 +186,7 @@ error.`,
 	deprecatedPathOutput(cmd, a.streams.Err, &flags.output, "--to")
 	cmd.Flags().BoolVar(&flags.force, "force", false, "replace FILE and FILE.json if they exist")
 	cmd.Flags().StringArrayVar(&flags.encryptTo, "encrypt-to", nil, "encrypt the snapshot to this age recipient (age1…, what age-keygen -y prints; repeatable): verified in clear in a private temporary directory, stored encrypted; FILE.json stays in clear and names the recipients")
+	cmd.Flags().BoolVar(&flags.bundleRecipients, "encrypt-to-bundle-recipients", false, "encrypt the snapshot to the age recipients the inventory's sops-encrypted secrets bundle lists too (an age-encrypted bundle records none: use --encrypt-to)")
 	cmd.Flags().BoolVar(&flags.verify, "verify", false, "then prove the snapshot restores, as backup verify does")
 	cmd.Flags().BoolVar(&flags.prune, "prune", false, "then delete the snapshots in --to DIR/ (or URL/) that the --keep-* policy does not keep, as backup prune --yes does")
 	flags.policy.register(cmd.Flags())
@@ -250,6 +257,9 @@ func (a *app) backupEtcdURL(ctx context.Context, out string, force bool, after a
 		return exitWith(exitTrouble, fmt.Errorf("%s is invalid: nothing was backed up; run devata validate", a.settings.Inventory))
 	}
 	a.printWarnings(inv)
+	if after.encryptTo, err = recipientsFor(inv, after); err != nil {
+		return exitWith(exitTrouble, err)
+	}
 	tc, err := machines.LoadTalosconfig(a.settings.Talosconfig)
 	if err != nil {
 		return exitWith(exitTrouble, err)
@@ -320,8 +330,28 @@ func writesThrough(out string) bool {
 type afterBackup struct {
 	verify bool
 	prune  *backup.Policy
-	// encryptTo encrypts the snapshot at rest (--encrypt-to)
-	encryptTo []age.Recipient
+	// encryptTo encrypts the snapshot at rest (--encrypt-to);
+	// bundleRecipients adds the sops bundle's (recipientsFor)
+	encryptTo        []age.Recipient
+	bundleRecipients bool
+}
+
+// recipientsFor are the recipients backup etcd encrypts to: --encrypt-to's
+// and, with --encrypt-to-bundle-recipients, those inv's sops-encrypted
+// bundle lists (bootstrap.BundleRecipients; the bundle is not decrypted).
+func recipientsFor(inv *inventory.Inventory, after afterBackup) ([]age.Recipient, error) {
+	if !after.bundleRecipients {
+		return after.encryptTo, nil
+	}
+	names, err := bootstrap.BundleRecipients(inv.SecretsPath())
+	if err != nil {
+		return nil, fmt.Errorf("--encrypt-to-bundle-recipients: %w; nothing was backed up", err)
+	}
+	rs, err := bootstrap.ParseAgeRecipients(names)
+	if err != nil {
+		return nil, fmt.Errorf("--encrypt-to-bundle-recipients: %s: %w; nothing was backed up", inv.SecretsPath(), err)
+	}
+	return append(slices.Clone(after.encryptTo), rs...), nil
 }
 
 func (a *app) backupEtcd(ctx context.Context, out string, force bool, after afterBackup) error {
@@ -344,6 +374,9 @@ func (a *app) backupEtcd(ctx context.Context, out string, force bool, after afte
 	}
 	out = backup.OutPath(out, inv.Cluster.Name, time.Now())
 	a.printWarnings(inv)
+	if after.encryptTo, err = recipientsFor(inv, after); err != nil {
+		return exitWith(exitTrouble, err)
+	}
 	tc, err := machines.LoadTalosconfig(a.settings.Talosconfig)
 	if err != nil {
 		return exitWith(exitTrouble, err)

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"filippo.io/age"
+
 	"devata.dev/devata/backup"
 	"devata.dev/devata/bootstrap"
 	"devata.dev/devata/internal/simtest"
@@ -365,5 +367,68 @@ func TestBootstrapRecoverFromEncrypted(t *testing.T) {
 		if strings.Contains(all.String(), id) {
 			t.Errorf("an identity is in an output: %.12s…", id)
 		}
+	}
+}
+
+// --encrypt-to-bundle-recipients takes the recipients a sops-encrypted
+// bundle lists (the test-only fixture sops 3.13.3 wrote), beside
+// --encrypt-to's, and the snapshot opens with that bundle's identity; an
+// age-encrypted bundle records none, so the backup is refused (exit 2)
+// before anything is written.
+func TestBackupEncryptToBundleRecipients(t *testing.T) {
+	sf := startSim(t, simtest.Options{Bootstrap: true})
+	const fixtures = "../../bootstrap/testdata/encrypted/"
+	bundle := filepath.Join(sf.Dir, "secrets.yaml")
+	copyFile := func(from string) {
+		t.Helper()
+		data, err := os.ReadFile(fixtures + from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(bundle, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	copyFile("talosctl-secrets.sops.yaml")
+	idData, err := os.ReadFile(fixtures + "TEST-ONLY-age-identity.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := age.ParseIdentities(bytes.NewReader(idData))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bundleRecipient := ids[0].(*age.X25519Identity).Recipient().String()
+	own, _ := ageKeyFile(t, t.TempDir(), "own.txt")
+	noLeftovers := privateTmp(t)
+	dir := t.TempDir()
+	snap := filepath.Join(dir, "etcd.db")
+	r := devata(t, nil, "backup", "etcd", "--config", sf.settings, "--to", snap, "--encrypt-to", own.Recipient().String(), "--encrypt-to-bundle-recipients")
+	show(t, r)
+	if r.code != 0 {
+		t.Fatalf("backup --encrypt-to-bundle-recipients: exit %d\n%s%s", r.code, r.stdout, r.err)
+	}
+	noLeftovers("backup etcd")
+	side := readSidecar(t, snap+".json")
+	if side.Encryption == nil || strings.Join(side.Encryption.Recipients, " ") != own.Recipient().String()+" "+bundleRecipient {
+		t.Fatalf("the sidecar's encryption: %+v, want [%s %s]", side.Encryption, own.Recipient(), bundleRecipient)
+	}
+	keys := func() ([]age.Identity, string, error) { return ids, "the test-only identity", nil }
+	clear, err := backup.DecryptSnapshot(t.Context(), snap, &side, keys, t.TempDir())
+	if err != nil {
+		t.Fatalf("the bundle's identity does not open the snapshot: %v", err)
+	}
+	if data, _ := os.ReadFile(clear); int64(len(data)) != side.Encryption.PlaintextSize {
+		t.Errorf("the clear text is %d bytes, the sidecar says %d", len(data), side.Encryption.PlaintextSize)
+	}
+
+	copyFile("talosctl-secrets.yaml.age")
+	other := filepath.Join(dir, "other.db")
+	r = devata(t, nil, "backup", "etcd", "--config", sf.settings, "--to", other, "--encrypt-to-bundle-recipients")
+	if r.code != 2 || !strings.Contains(r.err, "does not record its recipients") || !strings.Contains(r.err, "--encrypt-to age1") {
+		t.Errorf("with an age-encrypted bundle: exit %d, want 2 and --encrypt-to\n%s", r.code, r.err)
+	}
+	if _, err := os.Lstat(other); err == nil {
+		t.Errorf("%s was written", other)
 	}
 }
