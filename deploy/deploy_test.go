@@ -47,7 +47,7 @@ func TestKustomizeNamespaces(t *testing.T) {
 			}
 		}
 	}
-	for _, want := range []string{"Role/devata-netcheck-exec", "RoleBinding/devata-netcheck-exec", "ClusterRole/devata-netcheck", "Deployment/devata-reconcile", "CronJob/devata-etcd-backup", "PersistentVolumeClaim/devata-etcd-backups"} {
+	for _, want := range []string{"Role/devata-netcheck-exec", "RoleBinding/devata-netcheck-exec", "ClusterRole/devata-netcheck", "Deployment/devata-reconcile", "CronJob/devata-etcd-backup", "CronJob/devata-etcd-verify"} {
 		if !seen[want] {
 			t.Errorf("build lacks %s; has %v", want, seen)
 		}
@@ -95,7 +95,7 @@ func TestKustomizeAgeIdentity(t *testing.T) {
 	if err != nil {
 		t.Fatalf("kustomize build deploy/: %v", err)
 	}
-	want := map[string]bool{"Deployment/devata-reconcile": true, "CronJob/devata-drift": true, "CronJob/devata-etcd-backup": false}
+	want := map[string]bool{"Deployment/devata-reconcile": true, "CronJob/devata-drift": true, "CronJob/devata-etcd-backup": false, "CronJob/devata-etcd-verify": false}
 	for _, r := range res.Resources() {
 		id := r.GetKind() + "/" + r.GetName()
 		mounts, ok := want[id]

@@ -4,7 +4,9 @@ package deploy_test
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"os"
@@ -17,7 +19,12 @@ import (
 
 	stdx509 "crypto/x509"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	clientconfig "github.com/siderolabs/talos/pkg/machinery/client/config"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	etcdsnapshot "go.etcd.io/etcd/etcdutl/v3/snapshot"
+	"go.uber.org/zap"
 	authv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -30,45 +37,247 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	"devata.dev/devata/internal/testenv"
 	"devata.dev/devata/netcheck"
+	"devata.dev/devata/sim"
 )
 
-// The etcd backup CronJob: no Kubernetes token, no secrets bundle, and the
-// os:etcd:backup identity Talos wrote for its talos.dev ServiceAccount is
-// enough for a verified snapshot and its sidecar.
+// The etcd backup and verify CronJobs against a real S3 server
+// (versitygw): no Kubernetes token, no secrets bundle, the os:etcd:backup
+// identity Talos wrote for the backup's talos.dev ServiceAccount (none for
+// verify), and the S3 credentials of the Secret devata-backup-s3 as the
+// kubelet hands them over. The backup's one scheduled run uploads a
+// snapshot and its sidecar to deploy/'s bucket and prefix, proves it
+// restores and prunes; the verify job proves the newest again; both
+// record their metrics in the one textfile, the verify keeping the
+// backup's last success.
 func testBackupCronJob(t *testing.T, b *podBed) {
-	backups := t.TempDir()
+	srv := testenv.StartS3(t)
+	kube := kubernetes.NewForConfigOrDie(b.admin)
+	if _, err := kube.CoreV1().Secrets("devata").Create(t.Context(), &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "devata-backup-s3"},
+		// no AWS_REGION: an optional key the Secret may leave out
+		StringData: map[string]string{"AWS_ACCESS_KEY_ID": srv.AccessKey, "AWS_SECRET_ACCESS_KEY": srv.SecretKey, "AWS_ENDPOINT_URL_S3": srv.Endpoint},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// What a real control plane streams: the database of an etcd that a
+	// kube-apiserver wrote (the sim's own etcd holds no Kubernetes keys,
+	// which backup verify looks for).
+	snap := kubeEtcdSnapshot(t)
+	for _, m := range b.fleet.Machines() {
+		if strings.HasPrefix(m.Name(), "cp-") {
+			m.SetFaults(sim.Faults{EtcdSnapshotData: snap})
+			t.Cleanup(func() { m.SetFaults(sim.Faults{}) })
+		}
+	}
+
+	reports, backupWork, verifyWork := t.TempDir(), t.TempDir(), t.TempDir()
 	w := b.workloadOf(t, "CronJob", "devata-etcd-backup", "devata-etcd-backup-29000000-q8z4m", map[string]string{
 		podInventoryDir: b.invDir,
 		podTalosDir:     b.talosDirs["devata-etcd-backup"],
-		"/backups":      backups,
+		podReportsDir:   reports,
+		"/work":         backupWork,
 	})
 	if !w.noToken {
 		t.Errorf("the backup pod mounts a Kubernetes token: it calls no Kubernetes API")
 	}
-	cmd, stdout, stderr := b.command(t, w, "")
-	err := cmd.Run()
-	out := fmt.Sprintf("exit %d (%v)\n--- stdout\n%s--- stderr\n%s", cmd.ProcessState.ExitCode(), err, stdout.String(), stderr.String())
-	if err != nil {
-		t.Fatalf("the backup CronJob with its own identity failed:\n%s", out)
+	dest := ""
+	for _, a := range w.args {
+		if v, ok := strings.CutPrefix(a, "--to="); ok {
+			dest = v
+		}
 	}
-	entries, err := os.ReadDir(backups)
+	bucket, prefix, _ := strings.Cut(strings.TrimPrefix(dest, "s3://"), "/")
+	if err := srv.CreateBucket(t.Context(), bucket); err != nil {
+		t.Fatal(err)
+	}
+	objects := func() []string {
+		entries, _ := os.ReadDir(filepath.Join(srv.Dir, bucket, prefix))
+		var names []string
+		for _, e := range entries {
+			if !strings.HasPrefix(e.Name(), ".") {
+				names = append(names, e.Name())
+			}
+		}
+		return names
+	}
+	run := func(w workload) string {
+		t.Helper()
+		cmd, stdout, stderr := b.command(t, w, "")
+		err := cmd.Run()
+		out := fmt.Sprintf("exit %d (%v)\n--- stdout\n%s--- stderr\n%s", cmd.ProcessState.ExitCode(), err, stdout.String(), stderr.String())
+		if strings.Contains(out, srv.SecretKey) {
+			t.Errorf("the S3 secret key is in the job's output")
+		}
+		if err != nil {
+			t.Fatalf("the %s CronJob with its own identity failed:\n%s", w.serviceAccount, out)
+		}
+		return out
+	}
+	prom := filepath.Join(reports, "devata_backup.prom")
+	metrics := func() map[string]float64 {
+		t.Helper()
+		f, err := os.Open(prom)
+		if err != nil {
+			t.Fatalf("the jobs' --prom-file: %v", err)
+		}
+		defer f.Close()
+		parser := expfmt.NewTextParser(model.LegacyValidation)
+		fams, err := parser.TextToMetricFamilies(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]float64{}
+		for name, fam := range fams {
+			for _, m := range fam.GetMetric() {
+				labels := map[string]string{}
+				for _, l := range m.GetLabel() {
+					labels[l.GetName()] = l.GetValue()
+				}
+				if labels["cluster"] != b.inv.Cluster.Name || labels["destination"] != dest || len(fam.GetMetric()) != 1 {
+					t.Errorf("%s: %s%v, want one series labelled cluster %s, destination %s", prom, name, labels, b.inv.Cluster.Name, dest)
+				}
+				out[name] = m.GetGauge().GetValue()
+			}
+		}
+		return out
+	}
+	type sidecar struct {
+		Time     time.Time `json:"time"`
+		Size     int64     `json:"size"`
+		Revision int64     `json:"etcdRevision"`
+		Verified *struct {
+			Time     time.Time `json:"time"`
+			Result   string    `json:"result"`
+			Revision int64     `json:"revision"`
+		} `json:"verified"`
+	}
+	readSidecar := func(name string) sidecar {
+		t.Helper()
+		data, err := os.ReadFile(filepath.Join(srv.Dir, bucket, prefix, name+".json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var s sidecar
+		if err := json.Unmarshal(data, &s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+
+	out := run(w)
+	got := objects()
+	if len(got) != 2 || !strings.HasSuffix(got[0], ".db") || got[1] != got[0]+".json" {
+		t.Fatalf("the backup left %v at %s, want one snapshot and its sidecar\n%s", got, dest, out)
+	}
+	s := readSidecar(got[0])
+	if s.Verified == nil || s.Verified.Result != "restored" || s.Verified.Revision != s.Revision || s.Revision == 0 {
+		t.Errorf("the backup's sidecar %+v: want it proven (restored at its revision) by the same run\n%s", s, out)
+	}
+	if entries, _ := os.ReadDir(backupWork); len(entries) != 0 {
+		t.Errorf("the backup left %v in its TMPDIR", entries)
+	}
+	m := metrics()
+	for name, want := range map[string]float64{
+		"devata_backup_last_success_timestamp_seconds":  float64(s.Time.UnixNano()) / 1e9,
+		"devata_backup_size_bytes":                      float64(s.Size),
+		"devata_backup_last_verified_timestamp_seconds": float64(s.Verified.Time.UnixNano()) / 1e9,
+		"devata_backup_verified_revision":               float64(s.Revision),
+	} {
+		if m[name] != want {
+			t.Errorf("after the backup job: %s = %v, want %v (the sidecar's)", name, m[name], want)
+		}
+	}
+
+	time.Sleep(1100 * time.Millisecond) // the next proof's time is a later second
+	w = b.workloadOf(t, "CronJob", "devata-etcd-verify", "devata-etcd-verify-29000000-h4v9c", map[string]string{
+		podInventoryDir: b.invDir,
+		podReportsDir:   reports,
+		"/work":         verifyWork,
+	})
+	if !w.noToken {
+		t.Errorf("the verify pod mounts a Kubernetes token: it calls no Kubernetes API")
+	}
+	out = run(w)
+	if !strings.Contains(out, "restores: etcd") {
+		t.Errorf("the verify job did not prove the newest snapshot:\n%s", out)
+	}
+	s2 := readSidecar(got[0])
+	if s2.Verified == nil || !s2.Verified.Time.After(s.Verified.Time) {
+		t.Errorf("the verify job's proof %+v is not recorded in the sidecar after the backup's %v", s2.Verified, s.Verified.Time)
+	}
+	m2 := metrics()
+	if m2["devata_backup_last_verified_timestamp_seconds"] != float64(s2.Verified.Time.UnixNano())/1e9 {
+		t.Errorf("after the verify job: last_verified %v, want its proof's time %v", m2["devata_backup_last_verified_timestamp_seconds"], s2.Verified.Time)
+	}
+	if m2["devata_backup_last_success_timestamp_seconds"] != m["devata_backup_last_success_timestamp_seconds"] || m2["devata_backup_size_bytes"] != m["devata_backup_size_bytes"] {
+		t.Errorf("the verify job changed the backup's series: %v, was %v", m2, m)
+	}
+	if entries, _ := os.ReadDir(verifyWork); len(entries) != 0 {
+		t.Errorf("the verify job left %v in its --work-dir", entries)
+	}
+}
+
+// kubeEtcdSnapshot is an etcd snapshot of a real kube-apiserver's etcd
+// (Nodes cp-1, cp-2, cp-3 created in it), restored as the homelab's three
+// control planes' members, as a Talos control plane would stream it:
+// the bbolt file followed by its sha256.
+func kubeEtcdSnapshot(t *testing.T) []byte {
+	t.Helper()
+	ctx := t.Context()
+	bin, err := testenv.BinDir(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var db, sidecar int
-	for _, e := range entries {
-		switch {
-		case strings.HasSuffix(e.Name(), ".db"):
-			db++
-		case strings.HasSuffix(e.Name(), ".json"):
-			sidecar++
+	env := &envtest.Environment{ControlPlaneStartTimeout: 90 * time.Second, ControlPlaneStopTimeout: 30 * time.Second}
+	env.ControlPlane.APIServer = &envtest.APIServer{Path: filepath.Join(bin, "kube-apiserver")}
+	env.ControlPlane.Etcd = &envtest.Etcd{Path: filepath.Join(bin, "etcd")}
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer env.Stop() //nolint:errcheck // a test's temporary control plane
+	kc := kubernetes.NewForConfigOrDie(cfg)
+	for _, n := range []string{"cp-1", "cp-2", "cp-3"} {
+		if _, err := kc.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
 		}
 	}
-	if db != 1 || sidecar != 1 {
-		t.Errorf("the backup wrote %v, want one snapshot and its sidecar\n%s", entries, out)
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{env.ControlPlane.Etcd.URL.Host}, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
 	}
+	defer cli.Close()
+	rc, err := cli.Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	dir := t.TempDir()
+	raw := filepath.Join(dir, "raw.db")
+	var buf bytes.Buffer
+	if _, err := buf.ReadFrom(rc); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(raw, buf.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := etcdsnapshot.NewV3(zap.NewNop()).Restore(etcdsnapshot.RestoreConfig{
+		SnapshotPath: raw, Name: "cp-1", OutputDataDir: filepath.Join(dir, "cp-1"),
+		PeerURLs:       []string{"https://10.5.0.2:2380"},
+		InitialCluster: "cp-1=https://10.5.0.2:2380,cp-2=https://10.5.0.3:2380,cp-3=https://10.5.0.4:2380",
+	}); err != nil {
+		t.Fatal(err)
+	}
+	db, err := os.ReadFile(filepath.Join(dir, "cp-1", "member", "snap", "db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(db)
+	return append(db, sum[:]...)
 }
 
 // What each account may do, asked of the API server as `kubectl auth can-i`
@@ -160,6 +369,10 @@ func testLeastPrivilege(t *testing.T, b *podBed) {
 		{"devata-etcd-backup", authorizationv1.ResourceAttributes{Verb: "list", Resource: "nodes"}, false},
 		{"devata-etcd-backup", lease("get", "devata-reconcile"), false},
 		{"devata-etcd-backup", exec("kube-system", "kube-apiserver-cp-1"), false},
+		{"devata-etcd-backup", authorizationv1.ResourceAttributes{Namespace: "devata", Verb: "get", Resource: "secrets", Name: "devata-backup-s3"}, false},
+		{"devata-etcd-verify", authorizationv1.ResourceAttributes{Verb: "list", Resource: "nodes"}, false},
+		{"devata-etcd-verify", authorizationv1.ResourceAttributes{Namespace: "devata", Verb: "get", Resource: "secrets", Name: "devata-backup-s3"}, false},
+		{"devata-etcd-verify", exec("kube-system", "kube-apiserver-cp-1"), false},
 	}
 	for _, a := range asks {
 		attrs := a.attrs

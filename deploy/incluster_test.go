@@ -82,6 +82,7 @@ type podBed struct {
 	inv       *inventory.Inventory
 	admin     *rest.Config
 	built     resmap.ResMap
+	fleet     *simfleet.Fleet
 }
 
 // devata runs in-cluster as deploy/'s drift CronJob and reconcile
@@ -155,7 +156,7 @@ func newPodBed(t *testing.T) *podBed {
 		t.Fatalf("simulated fleet with kube-apiserver and Cilium: %v", err)
 	}
 	t.Cleanup(func() { fleet.Close() }) //nolint:errcheck // the test is over
-	b.admin = fleet.Kubernetes.Config
+	b.admin, b.fleet = fleet.Kubernetes.Config, fleet
 	// What machined runs on a control plane whose config enables
 	// kubernetesTalosAPIAccess: the talos.dev CRD and its controller.
 	kubeAccessCtx, stopKubeAccess := context.WithCancel(context.Background())
@@ -262,7 +263,26 @@ func (b *podBed) workloadOf(t *testing.T, kind, name, podName string, dirs map[s
 		e := e.(map[string]any)
 		n := e["name"].(string)
 		if v, ok := e["value"].(string); ok {
+			if here, ok := dirs[v]; ok { // a directory of the pod's (TMPDIR)
+				v = here
+			}
 			w.env = append(w.env, n+"="+v)
+			continue
+		}
+		if ref, ok := e["valueFrom"].(map[string]any)["secretKeyRef"].(map[string]any); ok {
+			// as the kubelet does: the key of the Secret in the pod's
+			// namespace; a missing optional key leaves the variable out
+			sec, err := kubernetes.NewForConfigOrDie(b.admin).CoreV1().Secrets(w.namespace).Get(t.Context(), ref["name"].(string), metav1.GetOptions{})
+			if err != nil {
+				t.Fatalf("%s %s: env %s from Secret %v: %v", kind, name, n, ref["name"], err)
+			}
+			v, ok := sec.Data[ref["key"].(string)]
+			switch {
+			case ok:
+				w.env = append(w.env, n+"="+string(v))
+			case ref["optional"] != true:
+				t.Fatalf("%s %s: env %s: Secret %v has no key %v and it is not optional: the pod would not start", kind, name, n, ref["name"], ref["key"])
+			}
 			continue
 		}
 		ref, _ := e["valueFrom"].(map[string]any)["fieldRef"].(map[string]any)
@@ -275,7 +295,14 @@ func (b *podBed) workloadOf(t *testing.T, kind, name, podName string, dirs map[s
 			t.Fatalf("%s %s: env %s comes from %v, which this test does not fill in: add it", kind, name, n, e["valueFrom"])
 		}
 	}
-	t.Logf("%s %s's container as run here: args %q, env %q", kind, name, w.args, w.env)
+	shown := make([]string, len(w.env))
+	for i, e := range w.env {
+		shown[i] = e
+		if strings.HasPrefix(e, "AWS_SECRET_ACCESS_KEY=") {
+			shown[i] = "AWS_SECRET_ACCESS_KEY=(redacted)"
+		}
+	}
+	t.Logf("%s %s's container as run here: args %q, env %q", kind, name, w.args, shown)
 	return w
 }
 

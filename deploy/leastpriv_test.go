@@ -31,8 +31,11 @@ var jobCalls = map[string][]grant{
 		grant{"", "", "nodes", "", "get"},
 	),
 	"devata-drift": checkCalls,
-	// devata backup etcd talks to Talos only (cmd/devata/backup.go, backup/)
+	// devata backup etcd talks to Talos and the object store only
+	// (cmd/devata/backup.go, backup/)
 	"devata-etcd-backup": nil,
+	// devata backup verify talks to the object store only (backup/verify.go)
+	"devata-etcd-verify": nil,
 }
 
 // checkCalls are the drift checks' reads, shared by reconcile and drift.
@@ -174,6 +177,8 @@ func TestKustomizeLeastPrivilegeWorkloads(t *testing.T) {
 		// os:admin: the config check reads MachineConfig (Sensitive)
 		{"CronJob", "devata-drift", "devata-drift", "os:admin", true, true},
 		{"CronJob", "devata-etcd-backup", "devata-etcd-backup", "os:etcd:backup", false, false},
+		// no Talos role: backup verify asks no machine anything
+		{"CronJob", "devata-etcd-verify", "devata-etcd-verify", "", false, false},
 	}
 	var cp struct {
 		Machine struct {
@@ -224,6 +229,23 @@ func TestKustomizeLeastPrivilegeWorkloads(t *testing.T) {
 		}
 		// the Talos identity
 		talosSA := findTalosSA(res, j.account)
+		if j.talosRole == "" {
+			if talosSA != nil {
+				t.Errorf("deploy/ asks Talos for an identity for %s, whose job asks no machine anything", j.account)
+			}
+			c := asSlice(pod["containers"])[0].(map[string]any)
+			for _, a := range asSlice(c["args"]) {
+				if strings.HasPrefix(a.(string), "--talosconfig") {
+					t.Errorf("%s %s passes %s: it needs no Talos identity", j.kind, j.name, a)
+				}
+			}
+			for _, v := range asSlice(pod["volumes"]) {
+				if _, ok := v.(map[string]any)["secret"]; ok {
+					t.Errorf("%s %s mounts the Secret volume %v: it needs none", j.kind, j.name, v)
+				}
+			}
+			continue
+		}
 		if talosSA == nil {
 			t.Errorf("deploy/ has no talos.dev ServiceAccount %s", j.account)
 			continue

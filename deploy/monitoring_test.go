@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -20,6 +21,7 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/resid"
 	"sigs.k8s.io/yaml"
 
+	"devata.dev/devata/backup"
 	"devata.dev/devata/drift"
 	"devata.dev/devata/internal/simtest"
 	"devata.dev/devata/machines"
@@ -67,6 +69,7 @@ func TestMonitoringQueriesOnlyExportedMetrics(t *testing.T) {
 		"devata_drift_status", "devata_reconcile_pass_duration_seconds_bucket", "devata_reconcile_actions_total",
 		"devata_reconcile_machine_backoff_seconds", "devata_reconcile_leader", "devata_reconcile_gate_blocked",
 		"devata_reconcile_errors_total",
+		backup.MetricLastSuccess, backup.MetricLastVerified, backup.MetricVerifiedRevision, backup.MetricSize,
 	} {
 		if !used[want] {
 			t.Errorf("neither the dashboard nor the alerts query %s", want)
@@ -302,6 +305,26 @@ func exportedMetrics(t *testing.T) map[string]bool {
 	for _, mf := range textfile {
 		families = append(families, mf)
 	}
+	// the backup textfile (backup etcd --verify and backup verify
+	// --prom-file), as a run that backed up and proved writes it
+	backupProm := filepath.Join(t.TempDir(), "devata_backup.prom")
+	if err := backup.WriteMetrics(backupProm, backup.Outcome{
+		Cluster: "c", Destination: "s3://b/p/", BackupTried: true, BackupAt: time.Unix(1, 0), Size: 1, VerifyTried: true, VerifiedAt: time.Unix(2, 0), Revision: 3,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	bf, err := os.Open(backupProm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bf.Close()
+	backupFamilies, err := parser.TextToMetricFamilies(bf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range backupFamilies {
+		families = append(families, mf)
+	}
 
 	names := map[string]bool{}
 	for _, mf := range families {
@@ -322,6 +345,7 @@ func exportedMetrics(t *testing.T) map[string]bool {
 		"devata_reconcile_machine_failures", "devata_reconcile_machine_backoff_seconds", "devata_reconcile_last_pass_timestamp_seconds",
 		"devata_reconcile_inventory_valid", "devata_inventory_info", "devata_reconcile_gate_blocked", "devata_reconcile_leader",
 		"workqueue_depth", "workqueue_retries_total", "devata_drift_exit_code", "devata_drift_last_run_timestamp_seconds",
+		backup.MetricLastSuccess, backup.MetricLastVerified, backup.MetricVerifiedRevision, backup.MetricSize,
 	} {
 		if !names[want] {
 			t.Errorf("the exported series lack %s: the pass or the report does not produce it", want)
@@ -484,7 +508,7 @@ func TestAlertsSayWhatToDo(t *testing.T) {
 			}
 		}
 	}
-	for _, want := range []string{"DevataDriftPresent", "DevataReconcilePassFailing", "DevataReconcileGateBlocked", "DevataReconcileLeaderMissing"} {
+	for _, want := range []string{"DevataDriftPresent", "DevataReconcilePassFailing", "DevataReconcileGateBlocked", "DevataReconcileLeaderMissing", "DevataEtcdBackupMissing", "DevataEtcdRestoreUnproven"} {
 		if !slices.Contains(alerts, want) {
 			t.Errorf("%s lacks the alert %s (has %v)", rulesFile, want, alerts)
 		}

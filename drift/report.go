@@ -27,6 +27,9 @@ type Machine struct {
 	Name    string `json:"name"`
 	Role    string `json:"role,omitempty"`
 	Address string `json:"address,omitempty"`
+	// Held is why the inventory holds the machine (machines[].hold):
+	// apply, upgrade and reconcile observe it and leave it alone.
+	Held string `json:"held,omitempty"`
 }
 
 // Counts counts results or machines by status.
@@ -268,6 +271,9 @@ func (t *tally) declare(m Machine) {
 	}
 	if m.Address != "" {
 		e.Address = m.Address
+	}
+	if m.Held != "" {
+		e.Held = m.Held
 	}
 }
 

@@ -80,10 +80,11 @@ func WriteTable(w io.Writer, r *Report, opts TableOptions) error {
 			hidden++
 			continue
 		}
-		rows = append(rows, []string{
-			clean(m.Name), clean(m.Role), clean(m.Address), string(m.Status),
-			fmt.Sprintf("%d/%d in sync", m.Counts.InSync, m.Counts.Total()),
-		})
+		checks := fmt.Sprintf("%d/%d in sync", m.Counts.InSync, m.Counts.Total())
+		if m.Held != "" {
+			checks += ", held"
+		}
+		rows = append(rows, []string{clean(m.Name), clean(m.Role), clean(m.Address), string(m.Status), checks})
 	}
 	widths := make([]int, len(rows[0]))
 	for _, row := range rows {
@@ -127,6 +128,9 @@ func WriteTable(w io.Writer, r *Report, opts TableOptions) error {
 			about = " (" + about + ")"
 		}
 		p("\n%s%s: %s, %d/%d in sync\n", clean(name), about, paint(m.Status, string(m.Status)), m.Counts.InSync, m.Counts.Total())
+		if m.Held != "" {
+			p("  held by the inventory: %s\n", clean(m.Held))
+		}
 	}
 	for _, g := range sameSaying(r.Results) {
 		res := g.Result

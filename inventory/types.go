@@ -37,20 +37,21 @@ type Inventory struct {
 
 // Cluster holds the settings shared by every machine.
 type Cluster struct {
-	Name              string      `required:"true" yaml:"name" json:"name" doc:"Cluster name (DNS-1123 label)."`
-	Endpoint          string      `required:"true" yaml:"endpoint" json:"endpoint" doc:"Kubernetes API endpoint, an https URL with a port."`
-	TalosVersion      string      `yaml:"talosVersion" json:"talosVersion" doc:"Talos version vX.Y.Z the machines should run (1.11 to 1.14; a 1.15 pre-release with a warning); selects the default install image and, until every machine runs it, the configs are written for the oldest version a machine runs. Default v1.11.0."`
-	KubernetesVersion string      `yaml:"kubernetesVersion" json:"kubernetesVersion" doc:"Kubernetes version vX.Y.Z. Default v1.34.1."`
-	InstallImage      string      `yaml:"installImage" json:"installImage" doc:"Installer image for every machine; wins over schematics. Default: a machine's schematic's Image Factory installer, else ghcr.io/siderolabs/installer:<talosVersion> up to Talos 1.13, factory.talos.dev/metal-installer/<empty schematic>:<talosVersion> from 1.14."`
-	ImageFactory      string      `yaml:"imageFactory" json:"imageFactory" doc:"Image Factory host that serves the installers of schematics (a private factory). Default factory.talos.dev."`
-	Schematic         *Schematic  `yaml:"schematic" json:"schematic" doc:"Image Factory schematic of every machine's boot image (system extensions, extra kernel arguments, an overlay), unless its role or the machine has its own."`
-	Secrets           string      `yaml:"secrets" json:"secrets" doc:"Path of the secrets bundle (talosctl gen secrets format), relative to the inventory. Default secrets.yaml."`
-	Network           Network     `yaml:"network" json:"network" doc:"Cluster networking."`
-	Cilium            Cilium      `yaml:"cilium" json:"cilium" doc:"What Cilium is expected to run with."`
-	Patches           []string    `yaml:"patches" json:"patches" doc:"Config patch files applied to every machine, in order."`
-	ReadableDirs      []string    `yaml:"readableDirs" json:"readableDirs" doc:"Absolute directories besides the inventory's own that patches and the secrets bundle may be read from (e.g. a mounted Secret); any other path outside the inventory's directory is refused."`
-	ControlPlane      RoleOptions `yaml:"controlPlane" json:"controlPlane" doc:"Settings for control-plane machines."`
-	Workers           RoleOptions `yaml:"workers" json:"workers" doc:"Settings for worker machines."`
+	Name               string              `required:"true" yaml:"name" json:"name" doc:"Cluster name (DNS-1123 label)."`
+	Endpoint           string              `required:"true" yaml:"endpoint" json:"endpoint" doc:"Kubernetes API endpoint, an https URL with a port."`
+	TalosVersion       string              `yaml:"talosVersion" json:"talosVersion" doc:"Talos version vX.Y.Z the machines should run (1.11 to 1.14; a 1.15 pre-release with a warning); selects the default install image and, until every machine runs it, the configs are written for the oldest version a machine runs. Default v1.11.0."`
+	KubernetesVersion  string              `yaml:"kubernetesVersion" json:"kubernetesVersion" doc:"Kubernetes version vX.Y.Z. Default v1.34.1."`
+	InstallImage       string              `yaml:"installImage" json:"installImage" doc:"Installer image for every machine; wins over schematics. Default: a machine's schematic's Image Factory installer, else ghcr.io/siderolabs/installer:<talosVersion> up to Talos 1.13, factory.talos.dev/metal-installer/<empty schematic>:<talosVersion> from 1.14."`
+	ImageFactory       string              `yaml:"imageFactory" json:"imageFactory" doc:"Image Factory host that serves the installers of schematics (a private factory). Default factory.talos.dev."`
+	Schematic          *Schematic          `yaml:"schematic" json:"schematic" doc:"Image Factory schematic of every machine's boot image (system extensions, extra kernel arguments, an overlay), unless its role or the machine has its own."`
+	Secrets            string              `yaml:"secrets" json:"secrets" doc:"Path of the secrets bundle (talosctl gen secrets format), relative to the inventory. Default secrets.yaml."`
+	Network            Network             `yaml:"network" json:"network" doc:"Cluster networking."`
+	Cilium             Cilium              `yaml:"cilium" json:"cilium" doc:"What Cilium is expected to run with."`
+	Patches            []string            `yaml:"patches" json:"patches" doc:"Config patch files applied to every machine, in order."`
+	ReadableDirs       []string            `yaml:"readableDirs" json:"readableDirs" doc:"Absolute directories besides the inventory's own that patches and the secrets bundle may be read from (e.g. a mounted Secret); any other path outside the inventory's directory is refused."`
+	ControlPlane       RoleOptions         `yaml:"controlPlane" json:"controlPlane" doc:"Settings for control-plane machines."`
+	Workers            RoleOptions         `yaml:"workers" json:"workers" doc:"Settings for worker machines."`
+	MaintenanceWindows []MaintenanceWindow `yaml:"maintenanceWindows" json:"maintenanceWindows" doc:"Weekly windows in which devata reconcile may make disruptive changes (a change that reboots a machine, an upgrade); outside them it reports what waits for which window. None: at any time. apply and upgrade at the console are not limited."`
 
 	// installImageGiven: InstallImage was written, not defaulted (Default).
 	installImageGiven bool
@@ -118,6 +119,8 @@ type Machine struct {
 	Mounts              []Mount              `yaml:"mounts" json:"mounts" doc:"Further mounts the machine must have (from a patch: machine.disks, an ExistingVolumeConfig, …); checked, never rendered."`
 	RawDisks            []RawDisk            `yaml:"rawDisks" json:"rawDisks" doc:"Disks that must stay blank (no partitions, no filesystem signature), e.g. for Rook-Ceph OSDs; checked, never rendered."`
 	Schematic           *Schematic           `yaml:"schematic" json:"schematic" doc:"Image Factory schematic of this machine's boot image, in place of its role's or the cluster's."`
+	Hold                *Hold                `yaml:"hold" json:"hold" doc:"Hold the machine: apply, upgrade and reconcile observe and report it but never change it (apply --machines NAME --ignore-hold at the console does)."`
+	MaintenanceWindows  []string             `yaml:"maintenanceWindows" json:"maintenanceWindows" doc:"Names of the cluster.maintenanceWindows that apply to this machine. Default: all of them."`
 }
 
 // InstallDiskSelector mirrors Talos' machine.install.diskSelector.

@@ -154,6 +154,7 @@ func (v *validator) validateCluster(c *Cluster) {
 	v.patches("cluster.patches", c.Patches)
 	v.patches("cluster.controlPlane.patches", c.ControlPlane.Patches)
 	v.patches("cluster.workers.patches", c.Workers.Patches)
+	v.validateWindows(c)
 }
 
 func (v *validator) validateMachines() {
@@ -211,6 +212,7 @@ func (v *validator) validateMachines() {
 		v.validateMounts(p, m)
 		v.validateRawDisks(p, m.RawDisks)
 		v.validateSchematic(p+".schematic", m.Schematic)
+		v.validateHold(p, m)
 	}
 	switch {
 	case controlPlanes == 0:

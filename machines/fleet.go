@@ -116,7 +116,11 @@ func (f *FleetCheck) Report(ctx context.Context, h drift.Header) (*drift.Report,
 func (f *FleetCheck) Header(h drift.Header, ms []*inventory.Machine) drift.Header {
 	h.Machines = make([]drift.Machine, 0, len(ms))
 	for _, m := range ms {
-		h.Machines = append(h.Machines, drift.Machine{Name: m.Name, Role: m.Role, Address: f.Dialer.Endpoint(m)})
+		dm := drift.Machine{Name: m.Name, Role: m.Role, Address: f.Dialer.Endpoint(m)}
+		if m.Hold != nil {
+			dm.Held = m.Hold.Reason
+		}
+		h.Machines = append(h.Machines, dm)
 	}
 	return h
 }
@@ -196,6 +200,7 @@ func (f *FleetCheck) run(ctx context.Context, out drift.Collector, ms []*invento
 				results = append(results, e.Run(ctx, c, t, want)...)
 			}
 		}
+		heldNext(results, m)
 		mu.Lock()
 		out.Add(results...)
 		if f.Done != nil {
@@ -208,6 +213,20 @@ func (f *FleetCheck) run(ctx context.Context, out drift.Collector, ms []*invento
 		mu.Lock()
 		out.AddError(ferr)
 		mu.Unlock()
+	}
+}
+
+// heldNext says, on the results of a machine the inventory holds, that
+// apply, upgrade and reconcile leave it alone: the command a result
+// advises changes it only once the hold is released, or with --ignore-hold.
+func heldNext(results []drift.Result, m *inventory.Machine) {
+	if m.Hold == nil {
+		return
+	}
+	for i, r := range results {
+		if strings.Contains(r.Next, "devata apply") || strings.Contains(r.Next, "devata upgrade") {
+			results[i].Next = fmt.Sprintf("held by the inventory (%s), so apply, upgrade and reconcile leave it: release the hold, or add --ignore-hold to: %s", m.Hold.Reason, r.Next)
+		}
 	}
 }
 

@@ -71,6 +71,9 @@ type Loop struct {
 	// DrainTimeout (Rollout.Drain, Rollout.DrainTimeout).
 	Drain        bool
 	DrainTimeout time.Duration
+	// Now is the clock the maintenance windows are read with (nil:
+	// time.Now); a change that reboots or upgrades waits for one.
+	Now func() time.Time
 	// Grace bounds how long a stop waits for in-flight changes.
 	Grace time.Duration
 	Shard Shard
@@ -180,6 +183,9 @@ func (l *Loop) Once(ctx context.Context) *PassResult {
 			res.Outcomes[name] = o
 			if e, ok := l.errs[name]; ok {
 				res.Errors[name] = e
+			}
+			if h, ok := l.held[name]; ok {
+				res.Held[name] = h
 			}
 		} else if res.Outcomes[name] == "" {
 			res.Outcomes[name] = OutcomeInterrupted

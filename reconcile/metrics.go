@@ -28,6 +28,7 @@ import (
 //	devata_inventory_info{cluster,commit,dirty,sha256}         1, naming the inventory in force, as the drift textfile has it
 //	devata_reconcile_gate_blocked                              1 while a failed gate stops every change
 //	devata_reconcile_leader                                    1 while this instance acts
+//	devata_reconcile_machine_held{machine,by}                  1 while the inventory holds a machine's change back: by hold, or window
 //	workqueue_{depth,adds_total,queue_duration_seconds,work_duration_seconds,
 //	  unfinished_work_seconds,longest_running_processor_seconds,retries_total}{name}
 //	                                                            client-go's work queue metrics
@@ -46,6 +47,7 @@ type Metrics struct {
 	inventory      *inventoryInfo
 	gateBlocked    prometheus.Gauge
 	leader         prometheus.Gauge
+	held           *prometheus.GaugeVec
 	queue          *queueMetrics
 }
 
@@ -86,6 +88,7 @@ func NewMetrics() *Metrics {
 		inventoryValid: prometheus.NewGauge(prometheus.GaugeOpts{Name: "devata_reconcile_inventory_valid", Help: "1 when the inventory read last is valid; 0 when it is not and the last valid one stays in force."}),
 		inventory: &inventoryInfo{desc: prometheus.NewDesc(drift.InventoryInfo, drift.InventoryInfoHelp,
 			append([]string{"cluster"}, drift.InventoryInfoLabels()...), nil)},
+		held:        prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "devata_reconcile_machine_held", Help: "1 while the inventory holds a machine's pending change back: by hold (machines[].hold) or window (it waits for a maintenance window)."}, []string{"machine", "by"}),
 		gateBlocked: prometheus.NewGauge(prometheus.GaugeOpts{Name: "devata_reconcile_gate_blocked", Help: "1 while a failed gate (etcd quorum and health) stops every change."}),
 		leader:      prometheus.NewGauge(prometheus.GaugeOpts{Name: "devata_reconcile_leader", Help: "1 while this instance is the one that acts."}),
 		queue:       newQueueMetrics(),
@@ -108,7 +111,7 @@ func NewMetrics() *Metrics {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.drift, m.passDuration, m.passes, m.lastPass, m.actions, m.errors,
-		m.failures, m.backoff, m.inventoryValid, m.inventory, m.gateBlocked, m.leader,
+		m.failures, m.backoff, m.inventoryValid, m.inventory, m.gateBlocked, m.leader, m.held,
 	)
 	m.queue.register(r)
 	return m
@@ -261,4 +264,16 @@ func (q *queueMetrics) NewLongestRunningProcessorSecondsMetric(name string) work
 }
 func (q *queueMetrics) NewRetriesMetric(name string) workqueue.CounterMetric {
 	return q.retries.WithLabelValues(name)
+}
+
+// setHeld records whether machine's pending change is held back, and by
+// what (Action.HeldBy; "" when it is not).
+func (m *Metrics) setHeld(machine, by string) {
+	for _, b := range []string{HeldByHold, HeldByWindow} {
+		if b == by {
+			m.held.WithLabelValues(machine, b).Set(1)
+		} else {
+			m.held.DeleteLabelValues(machine, b)
+		}
+	}
 }

@@ -31,6 +31,10 @@ type PassResult struct {
 	Outcomes map[string]string
 	// Errors says why a queued machine's sync failed, by machine.
 	Errors map[string]string
+	// Held says why a queued machine was left alone on purpose (its
+	// outcome is held): the inventory holds it, a change waits for a
+	// maintenance window and which, or a pending config; by machine.
+	Held map[string]string
 	// BackingOff machines failed before and wait for their retry.
 	BackingOff []string
 	// Blocked says why every change is stopped (a failed gate), if it is.
@@ -91,6 +95,7 @@ type passBook struct {
 	awaited  map[string]bool
 	outcomes map[string]string
 	errs     map[string]string
+	held     map[string]string
 	passDone chan struct{}
 	// cpsAwaited are the pass's queued control planes not yet finished;
 	// cpsDone is closed when there are none: a worker's change waits for it,
@@ -101,7 +106,7 @@ type passBook struct {
 
 // pass is one level-triggered pass.
 func (l *Loop) pass(ctx context.Context, t *term) *PassResult {
-	res := &PassResult{Started: time.Now(), Outcomes: map[string]string{}, Errors: map[string]string{}}
+	res := &PassResult{Started: time.Now(), Outcomes: map[string]string{}, Errors: map[string]string{}, Held: map[string]string{}}
 	defer func() {
 		res.Duration = time.Since(res.Started)
 		l.Metrics.passDuration.Observe(res.Duration.Seconds())
@@ -148,7 +153,7 @@ func (l *Loop) pass(ctx context.Context, t *term) *PassResult {
 		return compareBool(b.IsControlPlane(), a.IsControlPlane())
 	})
 	l.mu.Lock()
-	l.awaited, l.outcomes, l.errs, l.passDone = map[string]bool{}, res.Outcomes, res.Errors, make(chan struct{})
+	l.awaited, l.outcomes, l.errs, l.held, l.passDone = map[string]bool{}, res.Outcomes, res.Errors, res.Held, make(chan struct{})
 	l.cpsAwaited, l.cpsDone = map[string]bool{}, make(chan struct{})
 	var queue []string
 	for _, m := range owned {
@@ -183,7 +188,7 @@ func (l *Loop) pass(ctx context.Context, t *term) *PassResult {
 	case <-ctx.Done():
 	}
 	l.mu.Lock()
-	res.Outcomes, res.Errors = maps.Clone(l.outcomes), maps.Clone(l.errs)
+	res.Outcomes, res.Errors, res.Held = maps.Clone(l.outcomes), maps.Clone(l.errs), maps.Clone(l.held)
 	if !t.once {
 		l.awaited = nil // Once collects what finishes during the grace period
 	}

@@ -87,6 +87,11 @@ type Action struct {
 	// UpgradeNext marks a config apply to a machine that also needs an
 	// upgrade, planned once the config is applied (Plan.UpgradesNext).
 	UpgradeNext bool
+	// HeldBy says why a Held skip is held when the inventory holds it:
+	// HeldByHold (machines[].hold) or HeldByWindow (outside its
+	// maintenance windows; Window says which opens next).
+	HeldBy string
+	Window inventory.WindowState
 
 	seen *seen
 }
@@ -145,8 +150,12 @@ func (p *Plan) Refusal() error {
 	return fmt.Errorf("%w: nothing was written to any machine: %s: %s", ErrForeignBundle, strings.Join(names, ", "), strings.TrimPrefix(first, "refused: "))
 }
 
-// Skipped returns the machines that could not be planned.
-func (p *Plan) Skipped() []Action { return p.ofKind(KindSkip) }
+// Skipped returns the machines that could not be planned, and those left
+// alone for what they wait for (Action.Held); not those the inventory
+// holds (Plan.Held), which were planned and are left on purpose.
+func (p *Plan) Skipped() []Action {
+	return slices.DeleteFunc(p.ofKind(KindSkip), func(a Action) bool { return a.HeldBy != "" })
+}
 
 func (p *Plan) ofKind(k Kind) []Action {
 	var out []Action
@@ -191,6 +200,16 @@ type Planner struct {
 	// change that reboots its machine (Rollout.Drain); without Kube, that
 	// it cannot.
 	Drain bool
+	// IgnoreHold names held machines (machines[].hold) this plan may
+	// change anyway (apply --machines NAME --ignore-hold); every other
+	// held machine is observed and reported, never changed.
+	IgnoreHold map[string]bool
+	// Windows limits disruptive changes (a change that reboots its
+	// machine, an upgrade) to the inventory's maintenance windows, as
+	// reconcile does; apply and upgrade at the console are not limited.
+	Windows bool
+	// Now is the clock the windows are read with (nil: time.Now).
+	Now func() time.Time
 }
 
 // Plan observes the given machines (all when nil) and returns the plan.
@@ -249,8 +268,10 @@ func (p *Planner) planOne(ctx context.Context, m *inventory.Machine) Action {
 	if p.Upgrades != nil {
 		reads = append(reads, machines.ReadBootImage) // an upgrade keeps or changes its extensions
 	}
-	s := machines.SurveyMachine(ctx, p.Dialer, p.Inventory, m, desired, p.Mode, p.Upgrades == nil || !p.Upgrades.Only, reads...)
-	a := p.decide(m, s)
+	// a held machine is not even dry-run: it is observed, never written to
+	held := m.Hold != nil && !p.IgnoreHold[m.Name]
+	s := machines.SurveyMachine(ctx, p.Dialer, p.Inventory, m, desired, p.Mode, (p.Upgrades == nil || !p.Upgrades.Only) && !held, reads...)
+	a := p.restrain(m, p.decide(m, s))
 	a.Config = s.Config
 	if s.Obs != nil {
 		a.Contract = contractNote(s.Obs.Version, p.Inventory.Cluster.TalosVersion)

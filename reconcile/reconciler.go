@@ -65,18 +65,25 @@ func diffSummary(a Action) string {
 // nothing to apply (in sync, held, failed to plan, interrupted).
 func (r *machineReconciler) planOne(ctx context.Context, d *Desired, desired map[string][]byte, m *inventory.Machine) (Action, string, error) {
 	l := r.loop
-	p := &Planner{Inventory: d.Inventory, Desired: desired, DesiredFor: d.Configs.For, Dialer: l.Dialer, Mode: l.Mode, Concurrency: 1, Timeout: l.Timeout, Upgrades: l.Upgrades, Kube: l.Kube, Joins: l.Joins, Drain: l.Drain}
+	p := &Planner{Inventory: d.Inventory, Desired: desired, DesiredFor: d.Configs.For, Dialer: l.Dialer, Mode: l.Mode, Concurrency: 1, Timeout: l.Timeout, Upgrades: l.Upgrades, Kube: l.Kube, Joins: l.Joins, Drain: l.Drain,
+		Windows: true, Now: l.Now}
 	plan, err := p.Plan(ctx, []*inventory.Machine{m})
 	if err != nil {
 		return Action{}, OutcomeInterrupted, nil
 	}
 	a := plan.Actions[0]
+	l.Metrics.setHeld(m.Name, a.HeldBy)
 	switch a.Kind {
 	case KindNone:
 		return a, OutcomeInSync, nil
 	case KindSkip:
 		if a.Held {
 			l.Log.Warn("not changed", "machine", m.Name, "reason", a.Reason)
+			l.mu.Lock()
+			if l.held != nil {
+				l.held[m.Name] = a.Reason
+			}
+			l.mu.Unlock()
 			return a, OutcomeHeld, nil
 		}
 		l.Metrics.errors.WithLabelValues(stagePlan).Inc()

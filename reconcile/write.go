@@ -107,6 +107,12 @@ func (p *Plan) Write(w io.Writer) {
 			if !countInSync {
 				fmt.Fprintf(w, "  %-20s in sync\n", who)
 			}
+		case KindSkip:
+			if act.HeldBy != "" {
+				fmt.Fprintf(w, "  %-20s held: %s\n", who, act.Reason)
+				break
+			}
+			fmt.Fprintf(w, "  %-20s skipped: %s\n", who, act.Reason)
 		default:
 			fmt.Fprintf(w, "  %-20s skipped: %s\n", who, act.Reason)
 		}

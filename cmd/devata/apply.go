@@ -41,6 +41,37 @@ type applyFlags struct {
 	drainTimeout time.Duration
 	// output: -o, text or json (the plan as JSON, with --dry-run)
 	output string
+	// ignoreHold: --ignore-hold, the held machines --machines names may be changed
+	ignoreHold bool
+}
+
+// addIgnoreHoldFlag adds --ignore-hold to apply and upgrade.
+func addIgnoreHoldFlag(cmd *cobra.Command, p *bool) {
+	cmd.Flags().BoolVar(p, "ignore-hold", false, "change the machines --machines names even when the inventory holds them (machines[].hold); other held machines stay untouched")
+}
+
+// ignoredHolds is the held machines --ignore-hold lets this run change:
+// those --machines names, which it must name.
+func ignoredHolds(ignore bool, only []*inventory.Machine) (map[string]bool, error) {
+	if !ignore {
+		return nil, nil
+	}
+	if len(only) == 0 {
+		return nil, usageError(errors.New("--ignore-hold goes with --machines NAME: name each held machine to change (the others stay held)"))
+	}
+	out := map[string]bool{}
+	var notHeld []string
+	for _, m := range only {
+		if m.Hold == nil {
+			notHeld = append(notHeld, m.Name)
+			continue
+		}
+		out[m.Name] = true
+	}
+	if len(out) == 0 {
+		return nil, usageError(fmt.Errorf("--ignore-hold: %s %s not held by the inventory (machines[].hold): drop --ignore-hold", strings.Join(notHeld, ", "), plural(len(notHeld), "is", "are")))
+	}
+	return out, nil
 }
 
 // addDrainFlags adds --drain and --drain-timeout.
@@ -151,6 +182,7 @@ Exit 0 done (or nothing to do), 1 some machines not converged, 2 error.`,
 	cmd.Flags().BoolVar(&flags.dropExtensions, "drop-extensions", false, dropExtensionsUsage)
 	addPullTimeoutFlag(cmd, &flags.pullTimeout, true)
 	addDrainFlags(cmd, &flags.drain, &flags.drainTimeout)
+	addIgnoreHoldFlag(cmd, &flags.ignoreHold)
 	flags.lock.register(cmd, true)
 	return cmd
 }
@@ -257,6 +289,10 @@ func (a *app) apply(ctx context.Context, flags applyFlags) error {
 	if err != nil {
 		return exitWith(exitTrouble, err)
 	}
+	ignoreHold, err := ignoredHolds(flags.ignoreHold, only)
+	if err != nil {
+		return err
+	}
 	var held *clusterLock
 	if !flags.dryRun {
 		// plan under the lock: a plan made before it may be stale
@@ -270,7 +306,7 @@ func (a *app) apply(ctx context.Context, flags applyFlags) error {
 	if a.settings.Simulated && flags.output != "json" {
 		fmt.Fprintln(out, "SIMULATED: the machines are devata's simulated fleet.")
 	}
-	planner := &reconcile.Planner{Inventory: s.inv, Desired: s.desired.Held(), DesiredFor: s.desired.For, Dialer: s.dialer, Mode: mode, Concurrency: a.settings.Concurrency, Timeout: a.settings.Timeout, Upgrades: flags.upgrades, Kube: s.kube, Joins: true, Drain: flags.drain}
+	planner := &reconcile.Planner{Inventory: s.inv, Desired: s.desired.Held(), DesiredFor: s.desired.For, Dialer: s.dialer, Mode: mode, Concurrency: a.settings.Concurrency, Timeout: a.settings.Timeout, Upgrades: flags.upgrades, Kube: s.kube, Joins: true, Drain: flags.drain, IgnoreHold: ignoreHold}
 	if flags.output == "json" {
 		plan, err := planner.Plan(ctx, only)
 		if err != nil {

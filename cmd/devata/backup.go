@@ -52,11 +52,12 @@ docs/backup-storage.md tell the whole of it.`,
 
 func (a *app) newBackupEtcdCommand() *cobra.Command {
 	var flags struct {
-		output string
-		force  bool
-		verify bool
-		prune  bool
-		policy policyFlags
+		output   string
+		force    bool
+		verify   bool
+		prune    bool
+		policy   policyFlags
+		promFile string
 		// encryptTo are age recipients (age1…) the snapshot is encrypted to
 		encryptTo []string
 		// bundleRecipients adds the recipients of the sops-encrypted bundle
@@ -137,6 +138,15 @@ in DIR the --keep-* policy does not keep: only after the new snapshot was
 written and verified (and, with --verify, proven), so a failed run deletes
 nothing. See backup prune --help for the policy.
 
+--prom-file FILE records the run in a Prometheus textfile (node_exporter's
+textfile collector): devata_backup_last_success_timestamp_seconds and
+devata_backup_size_bytes, and with --verify
+devata_backup_last_verified_timestamp_seconds and
+devata_backup_verified_revision, labelled cluster and destination. The file
+is shared with backup verify --prom-file: each run rewrites only what it
+tried and keeps the rest, so a failed run keeps the last success's time
+(docs/runbook.md#in-the-cluster-the-backup-and-verify-cronjobs-metrics-and-alerts).
+
 Exit 0 written and verified (and proven, and pruned, when asked), 2 not
 (nothing is left at FILE when the write failed; a snapshot that fails
 --verify stays, recorded as failed, and nothing is pruned), 64 for a usage
@@ -167,7 +177,7 @@ error.`,
 					return usageError(err)
 				}
 			}
-			after := afterBackup{verify: flags.verify}
+			after := afterBackup{verify: flags.verify, outcome: &backup.Outcome{BackupTried: true, VerifyTried: flags.verify}}
 			if flags.prune {
 				after.prune = &flags.policy.p
 			}
@@ -179,7 +189,8 @@ error.`,
 				after.encryptTo = rs
 			}
 			after.bundleRecipients = flags.bundleRecipients
-			return a.backupEtcd(cmd.Context(), flags.output, flags.force, after)
+			err := a.backupEtcd(cmd.Context(), flags.output, flags.force, after)
+			return a.writeBackupMetrics(cmd.Context(), flags.promFile, flags.output, after.outcome, err)
 		},
 	}
 	cmd.Flags().StringVar(&flags.output, "to", "", "snapshot file to write (FILE.json is written next to it); a directory (or a path ending in /, created 0700 when missing) gets etcd-CLUSTER-TIME.db; s3://BUCKET/PREFIX/[NAME] or file:///DIR/[NAME] uploads it there")
@@ -190,7 +201,41 @@ error.`,
 	cmd.Flags().BoolVar(&flags.verify, "verify", false, "then prove the snapshot restores, as backup verify does")
 	cmd.Flags().BoolVar(&flags.prune, "prune", false, "then delete the snapshots in --to DIR/ (or URL/) that the --keep-* policy does not keep, as backup prune --yes does")
 	flags.policy.register(cmd.Flags())
+	cmd.Flags().StringVar(&flags.promFile, "prom-file", "", promFileUsage)
 	return cmd
+}
+
+// promFileUsage is --prom-file's help on backup etcd and backup verify.
+const promFileUsage = "also record the outcome in this Prometheus textfile (atomically; shared by backup etcd and backup verify, each updating only what it tried): devata_backup_last_success_timestamp_seconds, _size_bytes, _last_verified_timestamp_seconds, _verified_revision"
+
+// writeBackupMetrics records o in promFile (when given) after a run of
+// backup etcd or backup verify whose result is runErr, for the destination
+// dest (--to, a snapshot, or --latest). A run that failed before it knew
+// the inventory's cluster reads the inventory for its name. The run's own
+// error comes first; a textfile that could not be written fails a run
+// that succeeded (exit 2: the alerts would measure a stale timestamp).
+func (a *app) writeBackupMetrics(ctx context.Context, promFile, dest string, o *backup.Outcome, runErr error) error {
+	if promFile == "" || o == nil {
+		return runErr
+	}
+	if o.Cluster == "" {
+		inv, err := inventory.LoadContext(ctx, a.settings.Inventory)
+		if err != nil {
+			fmt.Fprintf(a.streams.Err, "--prom-file %s not written: the cluster's name comes from %s, which is invalid; run devata validate\n", promFile, a.settings.Inventory)
+			return runErr
+		}
+		o.Cluster = inv.Cluster.Name
+	}
+	o.Destination = backup.MetricsDestination(dest)
+	err := backup.WriteMetrics(promFile, *o)
+	switch {
+	case err == nil:
+		return runErr
+	case runErr != nil:
+		fmt.Fprintf(a.streams.Err, "%v\n", err)
+		return runErr
+	}
+	return exitWith(exitTrouble, fmt.Errorf("%w; the run itself succeeded", err))
 }
 
 // printSnapshotLine says what backup etcd wrote where.
@@ -257,6 +302,9 @@ func (a *app) backupEtcdURL(ctx context.Context, out string, force bool, after a
 		return exitWith(exitTrouble, fmt.Errorf("%s is invalid: nothing was backed up; run devata validate", a.settings.Inventory))
 	}
 	a.printWarnings(inv)
+	if after.outcome != nil {
+		after.outcome.Cluster = inv.Cluster.Name
+	}
 	if after.encryptTo, err = recipientsFor(inv, after); err != nil {
 		return exitWith(exitTrouble, err)
 	}
@@ -299,8 +347,9 @@ func (a *app) backupEtcdURL(ctx context.Context, out string, force bool, after a
 	}
 	printSnapshotLine(a.streams.Out, *side, where)
 	fmt.Fprintf(a.streams.Out, "sidecar written to %s\n", backup.SidecarPath(where))
+	after.succeeded(*side)
 	if after.verify {
-		if err := a.backupVerify(ctx, inv, where, false, "", "text"); err != nil {
+		if err := a.backupVerify(ctx, inv, where, false, "", "text", after.outcome); err != nil {
 			if after.prune != nil {
 				fmt.Fprintln(a.streams.Err, "nothing was pruned: the new snapshot is not proven")
 			}
@@ -325,15 +374,24 @@ func writesThrough(out string) bool {
 	return err == nil && kind == outfile.Through
 }
 
-// afterBackup is how backup etcd writes its snapshot (encryptTo) and
-// what it does once it is written.
+// afterBackup is how backup etcd writes its snapshot (encryptTo), what it
+// does once it is written, and what the run's --prom-file records
+// (outcome, nil without).
 type afterBackup struct {
-	verify bool
-	prune  *backup.Policy
+	verify  bool
+	prune   *backup.Policy
+	outcome *backup.Outcome
 	// encryptTo encrypts the snapshot at rest (--encrypt-to);
 	// bundleRecipients adds the sops bundle's (recipientsFor)
 	encryptTo        []age.Recipient
 	bundleRecipients bool
+}
+
+// succeeded records the snapshot backup etcd wrote.
+func (a afterBackup) succeeded(s backup.Sidecar) {
+	if a.outcome != nil {
+		a.outcome.BackupAt, a.outcome.Size = s.Time, s.Size
+	}
 }
 
 // recipientsFor are the recipients backup etcd encrypts to: --encrypt-to's
@@ -374,6 +432,9 @@ func (a *app) backupEtcd(ctx context.Context, out string, force bool, after afte
 	}
 	out = backup.OutPath(out, inv.Cluster.Name, time.Now())
 	a.printWarnings(inv)
+	if after.outcome != nil {
+		after.outcome.Cluster = inv.Cluster.Name
+	}
 	if after.encryptTo, err = recipientsFor(inv, after); err != nil {
 		return exitWith(exitTrouble, err)
 	}
@@ -410,8 +471,9 @@ func (a *app) backupEtcd(ctx context.Context, out string, force bool, after afte
 		return nil
 	}
 	fmt.Fprintf(say, "sidecar written to %s\n", res.SidecarPath)
+	after.succeeded(res.Sidecar)
 	if after.verify {
-		if err := a.backupVerify(ctx, inv, res.Path, false, "", "text"); err != nil {
+		if err := a.backupVerify(ctx, inv, res.Path, false, "", "text", after.outcome); err != nil {
 			if after.prune != nil {
 				fmt.Fprintln(a.streams.Err, "nothing was pruned: the new snapshot is not proven")
 			}

@@ -21,9 +21,10 @@ import (
 
 func (a *app) newBackupVerifyCommand() *cobra.Command {
 	var flags struct {
-		latest  string
-		workDir string
-		output  string
+		latest   string
+		workDir  string
+		output   string
+		promFile string
 	}
 	cmd := &cobra.Command{
 		Use:   "verify FILE|URL | verify --latest DIR|URL",
@@ -68,6 +69,10 @@ the snapshot.
 No machine is asked anything: it needs the inventory (for the cluster's
 name and control planes), not a talosconfig or the secrets bundle.
 
+--prom-file FILE records the proof in the Prometheus textfile backup etcd
+--prom-file writes (devata_backup_last_verified_timestamp_seconds and
+devata_backup_verified_revision), keeping the series it did not touch.
+
 Exit 0 the snapshot restores, 2 it does not (why, and what to do, on stderr;
 recorded as failed) or it could not be checked (nothing recorded), 64 for a
 usage error.`,
@@ -88,12 +93,18 @@ usage error.`,
 			if len(args) == 1 {
 				path = args[0]
 			}
-			return a.backupVerify(cmd.Context(), nil, path, flags.latest != "", flags.workDir, flags.output)
+			o := &backup.Outcome{}
+			err := a.backupVerify(cmd.Context(), nil, path, flags.latest != "", flags.workDir, flags.output, o)
+			if !o.VerifyTried {
+				o = nil // nothing was tried: the inventory did not load
+			}
+			return a.writeBackupMetrics(cmd.Context(), flags.promFile, path, o, err)
 		},
 	}
 	cmd.Flags().StringVar(&flags.latest, "latest", "", "verify the newest snapshot of the inventory's cluster in this directory or at this URL (s3://BUCKET/PREFIX/)")
 	cmd.Flags().StringVar(&flags.workDir, "work-dir", "", "where the temporary copy and the restored etcd go (default: the system's temporary directory); needs about twice the snapshot's size")
 	cmd.Flags().StringVarP(&flags.output, "output", "o", "text", "text or json (the proof, as recorded in FILE.json's verified)")
+	cmd.Flags().StringVar(&flags.promFile, "prom-file", "", promFileUsage)
 	return cmd
 }
 
@@ -118,13 +129,18 @@ func (a *app) loadInventoryFor(ctx context.Context, what string) (*inventory.Inv
 }
 
 // backupVerify verifies path (with latest: the newest snapshot of inv's
-// cluster in the directory path) against inv, loaded when nil.
-func (a *app) backupVerify(ctx context.Context, inv *inventory.Inventory, path string, latest bool, workDir, format string) error {
+// cluster in the directory path) against inv, loaded when nil, and records
+// in o (when not nil) that it tried and, when the snapshot restores, when
+// and what revision.
+func (a *app) backupVerify(ctx context.Context, inv *inventory.Inventory, path string, latest bool, workDir, format string, o *backup.Outcome) error {
 	if inv == nil {
 		var err error
 		if inv, err = a.loadInventoryFor(ctx, "nothing was verified"); err != nil {
 			return err
 		}
+	}
+	if o != nil {
+		o.Cluster, o.VerifyTried = inv.Cluster.Name, true
 	}
 	dest, name := "", "" // an object at a URL: its destination and name
 	if backup.IsURL(path) && !latest {
@@ -174,6 +190,9 @@ func (a *app) backupVerify(ctx context.Context, inv *inventory.Inventory, path s
 			err = fmt.Errorf("%w\ndo not rely on %s: take a new snapshot with devata backup etcd and verify it; keep the older snapshots until one is proven (devata backup list shows which are)", err, path)
 		}
 		return exitWith(exitTrouble, err)
+	}
+	if o != nil {
+		o.VerifiedAt, o.Revision = proof.Time, proof.Revision
 	}
 	if format == "text" {
 		fmt.Fprintf(a.streams.Out, "%s restores: etcd %s served revision %d (the sidecar's), its restored member, %d keys: %d namespaces (kube-system among them), %d nodes, %d kube-system objects; the snapshot holds %d %s; %.1fs\n",

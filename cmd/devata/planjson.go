@@ -49,6 +49,9 @@ type planActionJSON struct {
 	Upgrade        *planUpgradeJSON `json:"upgrade,omitempty"`
 	Evidence       string           `json:"evidence,omitempty"`
 	Warnings       []string         `json:"warnings,omitempty"`
+	// Held says why the inventory holds the action back: hold
+	// (machines[].hold) or window (outside its maintenance windows).
+	Held string `json:"held,omitempty"`
 }
 
 type planUpgradeJSON struct {
@@ -63,6 +66,7 @@ type planUpgradeJSON struct {
 type planSummaryJSON struct {
 	Pending  int `json:"pending"`
 	Skipped  int `json:"skipped"`
+	Held     int `json:"held"`
 	Machines int `json:"machines"`
 	ExitCode int `json:"exitCode"`
 }
@@ -76,9 +80,9 @@ func writePlanJSON(w io.Writer, verb, invPath, cluster string, prov provenance.I
 	for _, act := range plan.Actions {
 		j := planActionJSON{
 			Machine: act.Machine.Name, Role: act.Machine.Role, Action: string(act.Kind),
-			Reboots: act.Reboots, Reason: act.Reason, Evidence: act.Evidence, Warnings: act.Warnings,
+			Reboots: act.Reboots, Reason: act.Reason, Evidence: act.Evidence, Warnings: act.Warnings, Held: act.HeldBy,
 		}
-		if act.Kind == reconcile.KindApply || act.Kind == reconcile.KindJoin {
+		if act.Kind == reconcile.KindApply || act.Kind == reconcile.KindJoin || act.HeldBy != "" {
 			j.Mode = string(act.Mode)
 			j.Changes, j.SecretsChanged, j.Diff = act.Diff.Changes, act.Diff.ChangedSecrets, act.Diff.Text
 		}
@@ -88,7 +92,7 @@ func writePlanJSON(w io.Writer, verb, invPath, cluster string, prov provenance.I
 		doc.Actions = append(doc.Actions, j)
 	}
 	pending, skipped := plan.Pending(), plan.Skipped()
-	doc.Summary = planSummaryJSON{Pending: len(pending), Skipped: len(skipped), Machines: len(plan.Actions), ExitCode: exitOK}
+	doc.Summary = planSummaryJSON{Pending: len(pending), Skipped: len(skipped), Held: len(plan.Held()), Machines: len(plan.Actions), ExitCode: exitOK}
 	if err := plan.Refusal(); err != nil {
 		doc.Refused = err.Error()
 	}

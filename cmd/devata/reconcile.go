@@ -366,6 +366,9 @@ func printPass(w io.Writer, res *reconcile.PassResult) {
 		if e := res.Errors[name]; e != "" {
 			fmt.Fprintf(w, "    %s\n", e)
 		}
+		if h := res.Held[name]; h != "" {
+			fmt.Fprintf(w, "    %s\n", h)
+		}
 	}
 	for _, name := range res.BackingOff {
 		fmt.Fprintf(w, "%-20s backing off\n", name)

@@ -86,6 +86,7 @@ Exit 0 done (or nothing to do), 1 some machines not upgraded, 2 error.`,
 	cmd.Flags().BoolVar(&flags.upgrades.DropExtensions, "drop-extensions", false, dropExtensionsUsage)
 	addPullTimeoutFlag(cmd, &flags.pullTimeout, false)
 	addDrainFlags(cmd, &flags.drain, &flags.drainTimeout)
+	addIgnoreHoldFlag(cmd, &flags.ignoreHold)
 	cmd.Flags().BoolVar(&flags.upgrades.Stage, "stage", false, "stage the upgrade: Talos reboots and installs it during that boot, before anything holds the files (talosctl upgrade --stage)")
 	flags.lock.register(cmd, true)
 	return cmd
