@@ -19,6 +19,8 @@ import (
 	"strings"
 	"time"
 
+	"filippo.io/age"
+
 	"devata.dev/devata/gate"
 	"devata.dev/devata/internal/outfile"
 	"devata.dev/devata/inventory"
@@ -48,6 +50,12 @@ type Options struct {
 	Progress io.Writer
 	// Log takes what is worth a log line only (nil: nowhere).
 	Log *slog.Logger
+	// EncryptTo, when not empty, encrypts the snapshot to these age
+	// recipients: it streams into a private directory (0700, in $TMPDIR),
+	// is verified there in clear, then is encrypted into Out.tmp as it is
+	// read and the clear copy removed; the sidecar records the recipients
+	// and both sizes and hashes (Encryption).
+	EncryptTo []age.Recipient
 }
 
 // Result is a snapshot written and verified at Path.
@@ -145,7 +153,7 @@ func Etcd(ctx context.Context, o Options) (*Result, error) {
 		if m == nil {
 			continue // a member the inventory does not list: ObserveEtcd warned
 		}
-		info, file, err := o.snapshotTo(ctx, m, view.Members)
+		info, file, stored, err := o.snapshotTo(ctx, m, view.Members)
 		var local *localError
 		switch {
 		case err == nil:
@@ -176,6 +184,10 @@ func Etcd(ctx context.Context, o Options) (*Result, error) {
 			Inventory: abs, InventorySHA256: prov.InventorySHA256,
 			InventoryCommit: prov.Commit, InventoryModified: prov.InventoryModified, WorkTreeModified: prov.Dirty,
 		}}
+		if len(o.EncryptTo) > 0 {
+			res.Sidecar.Size, res.Sidecar.SHA256 = stored.size, stored.sha256
+			res.Sidecar.Encryption = &Encryption{Format: EncryptionAge, Recipients: recipientNames(o.EncryptTo), PlaintextSize: info.Size, PlaintextSHA256: info.SHA256}
+		}
 		if outKind == outfile.Through {
 			res.SidecarPath = "" // a pipe or the process' output has no file beside it
 			return res, nil
@@ -214,25 +226,39 @@ func sourcesOf(v gate.EtcdView) ([]string, error) {
 // revision and members and renames it to Out. The snapshot's voting
 // members must be those etcd reports (members); without a member list (no
 // quorum: none answers), m must be one of them and each a control plane of
-// the inventory. Failures that are this side's are localErrors; on any
-// failure Out.tmp is gone.
-func (o *Options) snapshotTo(ctx context.Context, m *inventory.Machine, members []string) (machines.SnapshotInfo, *snapshot.File, error) {
+// the inventory. With EncryptTo, the snapshot streams into a private
+// directory instead, is verified there in clear, and is encrypted into
+// Out.tmp (stored is what that holds); the clear copy is removed whatever
+// happens. Failures that are this side's are localErrors; on any failure
+// Out.tmp is gone.
+func (o *Options) snapshotTo(ctx context.Context, m *inventory.Machine, members []string) (machines.SnapshotInfo, *snapshot.File, written, error) {
+	var none written
 	out := o.Out
 	tmp := out + ".tmp"
 	_ = os.Remove(tmp) // left by an interrupted run: devata's by its name
-	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	plain := tmp
+	if len(o.EncryptTo) > 0 {
+		dir, err := os.MkdirTemp("", "devata-backup-clear-") // 0700: the clear copy holds every Secret
+		if err != nil {
+			return machines.SnapshotInfo{}, nil, none, &localError{fmt.Errorf("a private directory for the snapshot before its encryption: %w; set TMPDIR to a directory with room for it", err)}
+		}
+		defer os.RemoveAll(dir)
+		plain = filepath.Join(dir, "snapshot.db")
+	}
+	f, err := os.OpenFile(plain, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
-		return machines.SnapshotInfo{}, nil, &localError{err}
+		return machines.SnapshotInfo{}, nil, none, &localError{err}
 	}
 	done := false
 	defer func() {
 		if !done {
 			f.Close()
+			os.Remove(plain)
 			os.Remove(tmp)
 		}
 	}()
 	if err := f.Chmod(0o600); err != nil { // whatever the umask
-		return machines.SnapshotInfo{}, nil, &localError{err}
+		return machines.SnapshotInfo{}, nil, none, &localError{err}
 	}
 	sctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -243,45 +269,55 @@ func (o *Options) snapshotTo(ctx context.Context, m *inventory.Machine, members 
 	var local *streamWriteError
 	switch {
 	case errors.As(err, &local):
-		return info, nil, &localError{fmt.Errorf("write %s: %w", tmp, local.err)}
+		return info, nil, none, &localError{fmt.Errorf("write %s: %w", plain, local.err)}
 	case err != nil && (errors.Is(context.Cause(sctx), errStalled) || errors.Is(context.Cause(sctx), errTooLarge)):
-		return info, nil, fmt.Errorf("etcd snapshot from %s: %w after %d bytes", m.Name, context.Cause(sctx), w.n)
+		return info, nil, none, fmt.Errorf("etcd snapshot from %s: %w after %d bytes", m.Name, context.Cause(sctx), w.n)
 	case err != nil:
-		return info, nil, err
+		return info, nil, none, err
 	}
 	if err := f.Sync(); err != nil {
-		return info, nil, &localError{fmt.Errorf("sync %s: %w", tmp, err)}
+		return info, nil, none, &localError{fmt.Errorf("sync %s: %w", plain, err)}
 	}
 	// read back from the disk, as a restore will: the shape, and through
 	// bbolt the revision and the members, within snapshot's budget; a
 	// stream that is no etcd database is passed over, not a stop
-	file, err := snapshot.Verify(ctx, tmp)
+	file, err := snapshot.Verify(ctx, plain)
 	if err != nil {
-		return info, nil, fmt.Errorf("etcd snapshot from %s: %w", m.Name, err)
+		return info, nil, none, fmt.Errorf("etcd snapshot from %s: %w", m.Name, err)
 	}
 	check := func() error { return sameMembers(file, members) }
 	if members == nil {
 		check = func() error { return ownCopy(file, m.Name, o.Inventory) }
 	}
 	if err := check(); err != nil {
-		return info, nil, fmt.Errorf("etcd snapshot from %s: %w", m.Name, err)
+		return info, nil, none, fmt.Errorf("etcd snapshot from %s: %w", m.Name, err)
+	}
+	if err := f.Close(); err != nil {
+		return info, nil, none, &localError{fmt.Errorf("close %s: %w", plain, err)}
+	}
+	var stored written
+	if plain != tmp {
+		// encrypted as it is read, after it was verified in clear
+		n, sum, err := encryptFile(ctx, plain, tmp, o.EncryptTo)
+		if err != nil {
+			return info, nil, none, &localError{err}
+		}
+		stored = written{n, sum}
+		file.Path = out
+		os.Remove(plain)
 	}
 	done = true
-	if err := f.Close(); err != nil {
-		os.Remove(tmp)
-		return info, nil, &localError{fmt.Errorf("close %s: %w", tmp, err)}
-	}
 	if !o.Force {
 		if _, err := os.Lstat(out); err == nil {
 			os.Remove(tmp)
-			return info, nil, &localError{fmt.Errorf("%s appeared while the snapshot streamed: not replacing it; pass --force, or write to another -o", out)}
+			return info, nil, none, &localError{fmt.Errorf("%s appeared while the snapshot streamed: not replacing it; pass --force, or write to another -o", out)}
 		}
 	}
 	if err := placeSnapshot(tmp, out); err != nil {
 		os.Remove(tmp)
-		return info, nil, &localError{err}
+		return info, nil, none, &localError{err}
 	}
-	return info, file, nil
+	return info, file, stored, nil
 }
 
 func (o *Options) warn(format string, args ...any) {

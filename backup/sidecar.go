@@ -32,10 +32,15 @@ type Sidecar struct {
 	EtcdRevision int64    `json:"etcdRevision,omitempty"`
 	Members      []string `json:"members"`
 	// Snapshot is FILE's name; Size and SHA256 are FILE's own, what
-	// sha256sum prints (etcd's hash of the database is FILE's last 32 bytes).
+	// sha256sum prints (etcd's hash of the database is FILE's last 32 bytes;
+	// of an encrypted FILE, Encryption has the clear text's).
 	Snapshot string `json:"snapshot"`
 	Size     int64  `json:"size"`
 	SHA256   string `json:"sha256"`
+	// Encryption says how FILE is encrypted at rest (age, the recipients'
+	// public keys, the clear text's size and sha256); absent when FILE is
+	// in clear.
+	Encryption *Encryption `json:"encryption,omitempty"`
 	// TalosVersion is what ControlPlane reports; absent when the
 	// talosconfig's role may not ask (os:etcd:backup alone).
 	TalosVersion string `json:"talosVersion,omitempty"`

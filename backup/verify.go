@@ -81,6 +81,9 @@ type VerifyOptions struct {
 	WorkDir string
 	// Log takes what is worth a log line only (nil: nowhere).
 	Log *slog.Logger
+	// Keys open an encrypted snapshot (its sidecar's encryption); nil
+	// refuses one, naming its recipients.
+	Keys Keys
 }
 
 // howEtcd is the How of a proof: the restore etcdutl does (and Talos'
@@ -178,19 +181,33 @@ func prove(ctx context.Context, st store, name string, side *Sidecar, o VerifyOp
 
 	// the copy: the sidecar's size and sha256, then the checks backup
 	// etcd made, on a file no one else can swap under etcd's restore
+	// (an encrypted one is decrypted on the way, its stored bytes and its
+	// clear text each held to the sidecar)
 	cp := filepath.Join(work, "snapshot.db")
-	size, sum, err := copyOut(ctx, st, name, cp)
+	if side.Encryption != nil {
+		if err := checkEncryption(objectURL(st, name), side.Encryption); err != nil {
+			return nil, err
+		}
+	}
+	stored, plain, err := copyOut(ctx, st, name, cp, side.Encryption, o.Keys)
 	var local *localError
 	var get *getError
+	var key *decryptError
 	switch {
 	case errors.As(err, &get):
 		return nil, get.err
+	case errors.As(err, &key):
+		return nil, key // the key is missing, not the snapshot: nothing to record
 	case errors.As(err, &local):
 		return nil, fmt.Errorf("copy %s into %s: %w; give a work directory with room (--work-dir)", name, work, local.err)
 	case err != nil:
 		return failed(err)
-	case size != side.Size || sum != side.SHA256:
-		return failed(fmt.Errorf("it is not the snapshot its sidecar describes (%d bytes, sha256 %s; the sidecar says %d bytes, sha256 %s): it changed since backup etcd wrote it; use another copy", size, sum, side.Size, side.SHA256))
+	case side.Encryption != nil:
+		if err := checkDecrypted(side, stored, plain); err != nil {
+			return failed(err)
+		}
+	case stored.size != side.Size || stored.sha256 != side.SHA256:
+		return failed(fmt.Errorf("it is not the snapshot its sidecar describes (%d bytes, sha256 %s; the sidecar says %d bytes, sha256 %s): it changed since backup etcd wrote it; use another copy", stored.size, stored.sha256, side.Size, side.SHA256))
 	}
 	f, err := snapshot.Verify(ctx, cp)
 	if err != nil {
@@ -237,31 +254,40 @@ func present(ok bool) string {
 }
 
 // copyOut copies name from st to path (0600), returning its size and
-// sha256; failures writing path are localErrors.
-func copyOut(ctx context.Context, st store, name, path string) (int64, string, error) {
+// sha256 (stored and plain are the same); with enc, it decrypts on the
+// way (decryptCopy) and returns the size and sha256 of what was read and
+// of the clear text written. Failures writing path are localErrors.
+func copyOut(ctx context.Context, st store, name, path string, enc *Encryption, keys Keys) (stored, plain written, err error) {
 	rc, err := st.Get(ctx, name)
 	if err != nil {
-		return 0, "", &getError{err}
+		return stored, plain, &getError{err}
 	}
 	defer rc.Close()
 	out, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
-		return 0, "", &localError{err}
+		return stored, plain, &localError{err}
 	}
 	defer out.Close()
-	h := sha256.New()
-	n, err := io.Copy(io.MultiWriter(&errWriter{out}, h), &ctxReader{ctx: ctx, r: io.LimitReader(rc, snapshot.MaxSize+1)})
+	if enc != nil {
+		stored, plain, err = decryptCopy(ctx, rc, out, objectURL(st, name), enc, keys)
+	} else {
+		h := sha256.New()
+		var n int64
+		n, err = io.Copy(io.MultiWriter(&errWriter{out}, h), &ctxReader{ctx: ctx, r: io.LimitReader(rc, snapshot.MaxSize+1)})
+		stored = written{n, hex.EncodeToString(h.Sum(nil))}
+		plain = stored
+	}
 	if err != nil {
 		var we *writeErr
 		if errors.As(err, &we) {
-			return 0, "", &localError{we.err}
+			return stored, plain, &localError{we.err}
 		}
-		return 0, "", err
+		return stored, plain, err
 	}
 	if err := out.Close(); err != nil {
-		return 0, "", &localError{err}
+		return stored, plain, &localError{err}
 	}
-	return n, hex.EncodeToString(h.Sum(nil)), nil
+	return stored, plain, nil
 }
 
 // getError is a snapshot that could not be opened (gone, a link): not

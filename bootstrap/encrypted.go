@@ -234,6 +234,54 @@ func (a AgeIdentities) load() (identitySet, error) {
 	return set, nil
 }
 
+// Load reads the configured identities for an age file other than the
+// bundle (an encrypted etcd snapshot: package backup's Keys): the
+// identities and where they came from, for messages. None configured is
+// no error; a source that does not read or parse is.
+func (a AgeIdentities) Load() ([]age.Identity, string, error) {
+	set, err := a.load()
+	if err != nil {
+		return nil, "", err
+	}
+	return set.ids, set.describe(), nil
+}
+
+// BundleRecipients are the age recipients (age1…) the encrypted bundle at
+// path is wrapped for, as the file records them: a sops file lists them in
+// its metadata (one key group). An age file records none (its header holds
+// only the wrapped file keys), and a bundle in clear has none: both are
+// errors saying to pass the recipients instead. Nothing secret is read.
+func BundleRecipients(path string) ([]string, error) {
+	data, err := inventory.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	defer clear(data)
+	format, doc, err := detectFormat(data)
+	switch {
+	case err != nil:
+		return nil, &DecryptError{Path: path, Reason: err.Error()}
+	case format == FormatAge:
+		return nil, fmt.Errorf("%s is age-encrypted, and an age file does not record its recipients (its header holds only wrapped keys): pass them with --encrypt-to age1… (age-keygen -y IDENTITY_FILE prints one)", path)
+	case format == FormatPlain:
+		return nil, fmt.Errorf("%s is in clear: it has no recipients to take; pass --encrypt-to age1…", path)
+	}
+	_, metaNode := sopsMetadataNode(doc)
+	var meta sopsMeta
+	if err := metaNode.Decode(&meta); err != nil {
+		return nil, &DecryptError{Path: path, Format: FormatSOPS, Reason: fmt.Sprintf("its sops metadata (line %d) does not decode: restore the file from Git, or re-encrypt it with sops", metaNode.Line)}
+	}
+	keys, err := meta.ageKeys()
+	if err != nil {
+		return nil, &DecryptError{Path: path, Format: FormatSOPS, Reason: err.Error()}
+	}
+	out := make([]string, 0, len(keys))
+	for _, k := range keys {
+		out = append(out, strings.TrimSpace(k.Recipient))
+	}
+	return out, nil
+}
+
 // readProblem is why inventory.ReadFile failed, without the path it names
 // already.
 func readProblem(err error) string {

@@ -474,3 +474,31 @@ func TestSharedIdentityFileIsRefused(t *testing.T) {
 		t.Errorf("with --allow-shared-age-identity: %v", err)
 	}
 }
+
+// BundleRecipients reads a sops bundle's age recipients from its metadata
+// (what sops was given), and refuses an age file (which records none) and
+// a bundle in clear, saying to pass --encrypt-to.
+func TestBundleRecipients(t *testing.T) {
+	id, err := os.ReadFile("testdata/encrypted/TEST-ONLY-age-identity.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := age.ParseIdentities(bytes.NewReader(id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := ids[0].(*age.X25519Identity).Recipient().String()
+	got, err := bootstrap.BundleRecipients("testdata/encrypted/talosctl-secrets.sops.yaml")
+	if err != nil || len(got) != 1 || got[0] != want {
+		t.Errorf("sops bundle: %v, %v; want [%s]", got, err, want)
+	}
+	for file, msg := range map[string]string{
+		"testdata/encrypted/talosctl-secrets.yaml.age":         "does not record its recipients",
+		"testdata/talosctl-secrets.yaml":                       "is in clear",
+		"testdata/encrypted/talosctl-secrets.shamir.sops.yaml": "key groups",
+	} {
+		if _, err := bootstrap.BundleRecipients(file); err == nil || !strings.Contains(err.Error(), msg) {
+			t.Errorf("%s: %v, want %q", file, err, msg)
+		}
+	}
+}

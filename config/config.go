@@ -107,7 +107,7 @@ func RegisterFlags(flags *pflag.FlagSet) {
 	flags.String("log-format", DefaultLogFormat, "log encoding on stderr: text or json (env DEVATA_LOG_FORMAT)")
 	flags.String("config", "", "devata settings file (env DEVATA_CONFIG; default <user config dir>/devata/config.yaml if present)")
 	flags.Bool("allow-shared-age-identity", false, "take age identity files that others than their owner may read (a Kubernetes Secret mounted with an fsGroup is group-readable); refused otherwise, as ssh refuses such keys (env DEVATA_ALLOW_SHARED_AGE_IDENTITY)")
-	flags.StringArray("age-identity", nil, "age identity file that opens an encrypted secrets bundle; repeat for several; replaces SOPS_AGE_KEY, SOPS_AGE_KEY_FILE and sops' keys.txt (env DEVATA_AGE_IDENTITY, a list as PATH takes it)")
+	flags.StringArray("age-identity", nil, "age identity file that opens an encrypted secrets bundle or etcd snapshot (backup etcd --encrypt-to); repeat for several; replaces SOPS_AGE_KEY, SOPS_AGE_KEY_FILE and sops' keys.txt (env DEVATA_AGE_IDENTITY, a list as PATH takes it)")
 }
 
 // outputAnnotation marks the -o flag that selects a report format, so that

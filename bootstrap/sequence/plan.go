@@ -174,6 +174,7 @@ func (s *Sequence) Plan(ctx context.Context) (*Plan, error) {
 	}
 	in := planInput{inv: s.inv, secretsPath: s.secretsPath, secretsMissing: s.secretsMissing, st: s.st, skipNodes: s.opts.SkipNodes, recover: s.opts.Recover}
 	if in.recover != nil {
+		in.recoverFrom, in.recoverEncrypted = s.recoverFrom(), s.opts.RecoverEncrypted
 		in.recoverRunning = s.snapshotMembersRunning()
 	}
 	if v, _ := etcdVerdict(s.inv, s.st); v == etcdOurs {
@@ -216,4 +217,8 @@ type planInput struct {
 	// cluster it was taken of.
 	recover        *snapshot.File
 	recoverRunning []string
+	// recoverFrom names it as the user did; recoverEncrypted says it is
+	// age-encrypted, so talosctl needs it decrypted first
+	recoverFrom      string
+	recoverEncrypted bool
 }

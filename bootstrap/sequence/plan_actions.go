@@ -171,12 +171,21 @@ func planEtcd(in planInput, first *inventory.Machine, v verdict, why string) (bo
 		Talosctl: []string{check, fmt.Sprintf("talosctl bootstrap --nodes %s --endpoints %s", first.Address, first.Address)}}
 	decided := false
 	if r := in.recover; r != nil {
-		boot.Summary = fmt.Sprintf("rebuild etcd on %s (the first control plane by name) from the snapshot %s (etcd revision %d, %d members when taken): upload it with EtcdRecover, then bootstrap with recover_etcd; every other control plane joins the restored cluster", first.Name, r.Path, r.Revision, len(r.Members))
-		boot.Talosctl = []string{check, fmt.Sprintf("talosctl bootstrap --nodes %s --endpoints %s --recover-from=%s", first.Address, first.Address, r.Path)}
-		if isURL(r.Path) { // talosctl reads a local file: fetch and check it first
-			fetch, local := fetchCommands(r.Path, r.SHA256)
-			boot.Talosctl = append(append([]string{check}, fetch...), fmt.Sprintf("talosctl bootstrap --nodes %s --endpoints %s --recover-from=./%s", first.Address, first.Address, local))
+		if in.recoverFrom == "" {
+			in.recoverFrom = r.Path
 		}
+		boot.Summary = fmt.Sprintf("rebuild etcd on %s (the first control plane by name) from the snapshot %s (etcd revision %d, %d members when taken): upload it with EtcdRecover, then bootstrap with recover_etcd; every other control plane joins the restored cluster", first.Name, in.recoverFrom, r.Revision, len(r.Members))
+		cmds, read := []string{check}, in.recoverFrom
+		if isURL(in.recoverFrom) { // talosctl reads a local file: fetch and check it first
+			fetch, local := fetchCommands(in.recoverFrom, r.SHA256)
+			cmds, read = append(cmds, fetch...), "./"+local
+		}
+		if in.recoverEncrypted {
+			// talosctl sends the file as it is: decrypt it first, into a private place
+			clear := "snapshot.db"
+			cmds, read = append(cmds, fmt.Sprintf("age -d -i IDENTITY_FILE -o %s %s   # the clear text holds every Secret: keep it private, remove it after", clear, read)), clear
+		}
+		boot.Talosctl = append(cmds, fmt.Sprintf("talosctl bootstrap --nodes %s --endpoints %s --recover-from=%s", first.Address, first.Address, read))
 		switch {
 		case v == etcdOurs && isURL(r.Path):
 			// the sidecar names members, not their IDs: whether the etcd

@@ -69,9 +69,12 @@ type Options struct {
 	// plane (EtcdRecover) and Bootstrap asked with recover_etcd. Refused
 	// while etcd still runs the cluster the snapshot was taken of.
 	Recover *snapshot.File
-	// RecoverName is how messages name Recover when it is a private copy
-	// of a snapshot fetched from a URL (the URL); empty: Recover.Path.
-	RecoverName string
+	// RecoverFrom is the snapshot as the user named it, which messages and
+	// the runbook name; "" is Recover.Path. It differs when what is read
+	// is a copy: the clear text of an encrypted snapshot (RecoverEncrypted),
+	// decrypted into a private directory that lives as long as the run.
+	RecoverFrom      string
+	RecoverEncrypted bool
 	// Out receives one line per step and per thing done; nil discards.
 	Out io.Writer
 }

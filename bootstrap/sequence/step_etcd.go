@@ -68,7 +68,7 @@ func (s *Sequence) bootstrapEtcd(ctx context.Context) (string, error) {
 		case v == etcdOurs && s.opts.Recover != nil:
 			if old := s.snapshotMembersRunning(); len(old) > 0 {
 				return "", fmt.Errorf("%w: %s; etcd still runs the cluster %s was taken of (members %s keep their IDs): --recover-from rebuilds an etcd that is gone, and recovering now would make a second cluster. Inspect it with talosctl -n %s etcd members; to rebuild from the snapshot anyway, wipe every control plane's etcd first (talosctl reset --system-labels-to-wipe EPHEMERAL)",
-					ErrRefused, why, s.recoverShown(), strings.Join(old, ", "), bootstrapNode(s.inv).Address)
+					ErrRefused, why, s.recoverFrom(), strings.Join(old, ", "), bootstrapNode(s.inv).Address)
 			}
 			return why + " with new member IDs, restored from a snapshot: nothing to recover", nil
 		case v == etcdOurs:

@@ -59,7 +59,7 @@ func (s *Sequence) snapshotMembersRunning() []string {
 // etcd runs on m, or its service failed (a snapshot etcd refused).
 func (s *Sequence) recoverFirst(ctx context.Context, m *inventory.Machine, why string) (string, error) {
 	snap := s.opts.Recover
-	s.say("    %s: recovering etcd on %s, the first control plane by name, from %s (revision %d, %d members when taken)", why, m.Name, s.recoverShown(), snap.Revision, len(snap.Members))
+	s.say("    %s: recovering etcd on %s, the first control plane by name, from %s (revision %d, %d members when taken)", why, m.Name, s.recoverFrom(), snap.Revision, len(snap.Members))
 	deadline := time.Now().Add(s.opts.Wait)
 	for {
 		err := s.upload(ctx, m)
@@ -67,7 +67,7 @@ func (s *Sequence) recoverFirst(ctx context.Context, m *inventory.Machine, why s
 			break
 		}
 		if client.StatusCode(err) != codes.FailedPrecondition || time.Now().After(deadline) {
-			return "", fmt.Errorf("upload %s to %s: %w", s.recoverShown(), m.Name, err)
+			return "", fmt.Errorf("upload %s to %s: %w", s.recoverFrom(), m.Name, err)
 		}
 		s.say("    %s: %v: not ready for it yet, trying again", m.Name, err)
 		if err := sleep(ctx, s.opts.Poll); err != nil {
@@ -132,7 +132,7 @@ func (s *Sequence) alreadyRecovered(ctx context.Context, m *inventory.Machine) (
 		seen = "its etcd does not answer: " + fmt.Sprint(o.EtcdErr)
 	}
 	return "", fmt.Errorf("%s answered the recovery's Bootstrap with AlreadyExists: its etcd data directory is not empty, yet %s: that is not a recovery from %s (what a failed restore wrote, or another cluster's data). Wipe its EPHEMERAL partition, which keeps its config (devata has no command for this; devata remove would wipe the whole disk): %s; once it is back, run devata bootstrap --recover-from %s again",
-		m.Name, seen, s.recoverShown(), wipeCommand(m), s.recoverShown())
+		m.Name, seen, s.recoverFrom(), wipeCommand(m), s.recoverFrom())
 }
 
 // upload streams the snapshot file to m's EtcdRecover. The file is the
@@ -159,9 +159,17 @@ func (s *Sequence) upload(ctx context.Context, m *inventory.Machine) error {
 		return err
 	}
 	if tail.n != snap.Size || hex.EncodeToString(tail.buf) != snap.SHA256 {
-		return fmt.Errorf("%s changed after it was verified (%d bytes now, %d then): not restoring it; run the command again to verify it anew", s.recoverShown(), tail.n, snap.Size)
+		return fmt.Errorf("%s changed after it was verified (%d bytes now, %d then): not restoring it; run the command again to verify it anew", s.recoverFrom(), tail.n, snap.Size)
 	}
 	return nil
+}
+
+// recoverFrom names the snapshot as the user did (Options.RecoverFrom).
+func (s *Sequence) recoverFrom() string {
+	if s.opts.RecoverFrom != "" {
+		return s.opts.RecoverFrom
+	}
+	return s.opts.Recover.Path
 }
 
 // lastBytes keeps the last keep bytes written to it, and counts them all.
@@ -193,7 +201,7 @@ func (s *Sequence) waitRecovered(ctx context.Context, m *inventory.Machine) (str
 		ocancel()
 		switch {
 		case o != nil && o.Etcd != nil && slices.Contains(o.Etcd.Members, m.Name):
-			return fmt.Sprintf("recovered etcd on %s from %s", m.Name, s.recoverShown()), nil
+			return fmt.Sprintf("recovered etcd on %s from %s", m.Name, s.recoverFrom()), nil
 		case o != nil && o.EtcdService != nil && o.EtcdService.State == "Failed":
 			return "", s.recoveryFailed(m, o.EtcdService)
 		case o != nil && o.EtcdService != nil:
@@ -212,20 +220,11 @@ func (s *Sequence) waitRecovered(ctx context.Context, m *inventory.Machine) (str
 // directory (etcdutl writes the database before it checks the hash), and
 // only a wipe of EPHEMERAL clears it.
 func (s *Sequence) recoveryFailed(m *inventory.Machine, svc *machines.EtcdService) error {
-	path := s.recoverShown()
+	path := s.recoverFrom()
 	if f := failedFact(svc); f != nil && f.None {
 		return fmt.Errorf("%s: etcd did not restore %s: %s; nothing was written there, so run devata bootstrap --recover-from again once the snapshot is checked (devata backup etcd writes verified ones)", m.Name, path, svc.Event)
 	}
 	return fmt.Errorf("%s: etcd did not restore %s: %s. Talos' restore (etcdutl) writes etcd's data directory before it checks the snapshot's hash, so %s now holds data of no running cluster: a Bootstrap there answers AlreadyExists and etcd will not start from it after a reboot. "+
 		"The file here was verified before it was sent, so suspect what the node wrote (its disk or memory). Wipe its EPHEMERAL partition, which keeps its config (devata has no command for this; devata remove would wipe the whole disk): %s; once it is back, run devata bootstrap --recover-from %s again",
 		m.Name, path, svc.Event, m.Name, wipeCommand(m), path)
-}
-
-// recoverShown names the snapshot in what the recovery says: its URL when
-// it was fetched from one (RecoverName), else its file.
-func (s *Sequence) recoverShown() string {
-	if s.opts.RecoverName != "" {
-		return s.opts.RecoverName
-	}
-	return s.opts.Recover.Path
 }

@@ -7,15 +7,18 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
+	"filippo.io/age"
 	"github.com/dustin/go-humanize"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
 	"devata.dev/devata/backup"
 	"devata.dev/devata/backup/store"
+	"devata.dev/devata/bootstrap"
 	"devata.dev/devata/inventory"
 	"devata.dev/devata/machines"
 
@@ -55,6 +58,10 @@ func (a *app) newBackupEtcdCommand() *cobra.Command {
 		prune    bool
 		policy   policyFlags
 		promFile string
+		// encryptTo are age recipients (age1…) the snapshot is encrypted to
+		encryptTo []string
+		// bundleRecipients adds the recipients of the sops-encrypted bundle
+		bundleRecipients bool
 	}
 	cmd := &cobra.Command{
 		Use:   "etcd --to FILE|DIR/|URL",
@@ -109,6 +116,21 @@ the secretbox key from the secrets bundle): keep it as carefully as the
 bundle, and keep the bundle, which a restore needs. Restore with
 talosctl bootstrap --recover-from=FILE (docs/runbook.md).
 
+--encrypt-to RECIPIENT (an age public key, age1…; repeatable) encrypts the
+snapshot at rest: it streams into a private temporary directory (0700, in
+$TMPDIR), is verified there in clear exactly as above, then is encrypted
+with age as it is read into FILE.tmp (renamed to FILE, or uploaded), and the
+clear copy is removed whatever happens. FILE is what age -e writes (age -d
+-i IDENTITY_FILE opens it). FILE.json stays in clear, readable without the
+key: its size and sha256 are FILE's (the ciphertext), and "encryption" names
+the format (age), the recipients' public keys and the clear text's size and
+sha256. Every read (backup verify, bootstrap --recover-from) decrypts with
+--age-identity FILE (DEVATA_AGE_IDENTITY, age-identity in the settings file,
+else SOPS_AGE_KEY_FILE, as the encrypted secrets bundle is read), and a
+missing or wrong identity is refused naming the recipients.
+--encrypt-to-bundle-recipients adds the recipients the inventory's
+sops-encrypted secrets bundle lists (an age-encrypted bundle records none).
+
 --verify then proves the new snapshot restores, as backup verify does
 (restored into a real etcd on loopback; the proof goes into FILE.json).
 --prune with --to DIR/ (or URL/) then deletes, as backup prune --yes does, the snapshots
@@ -132,6 +154,7 @@ error.`,
 		Example: `  devata backup etcd --to backups/etcd-$(date +%F).db
   devata backup etcd --to /backups/      # /backups/etcd-homelab-20261204T040500Z.db
   devata backup etcd --to /backups/ --verify --prune --keep-daily 7 --keep-weekly 4 --keep-monthly 6
+  devata backup etcd --to /backups/ --encrypt-to age1… --verify --age-identity ~/.config/devata/age.txt
   AWS_ENDPOINT_URL_S3=https://minio.example:9000 devata backup etcd --to s3://backups/homelab/ --verify --prune --keep-daily 7`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -158,6 +181,14 @@ error.`,
 			if flags.prune {
 				after.prune = &flags.policy.p
 			}
+			if cmd.Flags().Changed("encrypt-to") {
+				rs, err := bootstrap.ParseAgeRecipients(flags.encryptTo)
+				if err != nil {
+					return usageError(fmt.Errorf("--encrypt-to: %w", err))
+				}
+				after.encryptTo = rs
+			}
+			after.bundleRecipients = flags.bundleRecipients
 			err := a.backupEtcd(cmd.Context(), flags.output, flags.force, after)
 			return a.writeBackupMetrics(cmd.Context(), flags.promFile, flags.output, after.outcome, err)
 		},
@@ -165,6 +196,8 @@ error.`,
 	cmd.Flags().StringVar(&flags.output, "to", "", "snapshot file to write (FILE.json is written next to it); a directory (or a path ending in /, created 0700 when missing) gets etcd-CLUSTER-TIME.db; s3://BUCKET/PREFIX/[NAME] or file:///DIR/[NAME] uploads it there")
 	deprecatedPathOutput(cmd, a.streams.Err, &flags.output, "--to")
 	cmd.Flags().BoolVar(&flags.force, "force", false, "replace FILE and FILE.json if they exist")
+	cmd.Flags().StringArrayVar(&flags.encryptTo, "encrypt-to", nil, "encrypt the snapshot to this age recipient (age1…, what age-keygen -y prints; repeatable): verified in clear in a private temporary directory, stored encrypted; FILE.json stays in clear and names the recipients")
+	cmd.Flags().BoolVar(&flags.bundleRecipients, "encrypt-to-bundle-recipients", false, "encrypt the snapshot to the age recipients the inventory's sops-encrypted secrets bundle lists too (an age-encrypted bundle records none: use --encrypt-to)")
 	cmd.Flags().BoolVar(&flags.verify, "verify", false, "then prove the snapshot restores, as backup verify does")
 	cmd.Flags().BoolVar(&flags.prune, "prune", false, "then delete the snapshots in --to DIR/ (or URL/) that the --keep-* policy does not keep, as backup prune --yes does")
 	flags.policy.register(cmd.Flags())
@@ -215,8 +248,12 @@ func printSnapshotLine(w io.Writer, s backup.Sidecar, where string) {
 	if s.NoQuorum {
 		from += " (etcd has no quorum: this is " + s.ControlPlane + "'s local copy, taken without a leader)"
 	}
-	fmt.Fprintf(w, "etcd snapshot of %s from %s written to %s: %s (%d bytes), sha256 %s, etcd revision %s, members %s\n",
-		s.Cluster, from, where, humanize.IBytes(uint64(s.Size)), s.Size, s.SHA256, revision, strings.Join(s.Members, " ")) //nolint:gosec // a size is never negative
+	enc := ""
+	if e := s.Encryption; e != nil {
+		enc = fmt.Sprintf(", age-encrypted to %s (in clear %d bytes, sha256 %s)", strings.Join(e.Recipients, ", "), e.PlaintextSize, e.PlaintextSHA256)
+	}
+	fmt.Fprintf(w, "etcd snapshot of %s from %s written to %s: %s (%d bytes), sha256 %s%s, etcd revision %s, members %s\n",
+		s.Cluster, from, where, humanize.IBytes(uint64(s.Size)), s.Size, s.SHA256, enc, revision, strings.Join(s.Members, " ")) //nolint:gosec // a size is never negative
 }
 
 // backupEtcdURL is backup etcd --to URL (s3://bucket/prefix/[NAME],
@@ -268,6 +305,9 @@ func (a *app) backupEtcdURL(ctx context.Context, out string, force bool, after a
 	if after.outcome != nil {
 		after.outcome.Cluster = inv.Cluster.Name
 	}
+	if after.encryptTo, err = recipientsFor(inv, after); err != nil {
+		return exitWith(exitTrouble, err)
+	}
 	tc, err := machines.LoadTalosconfig(a.settings.Talosconfig)
 	if err != nil {
 		return exitWith(exitTrouble, err)
@@ -291,8 +331,9 @@ func (a *app) backupEtcdURL(ctx context.Context, out string, force bool, after a
 	}
 	opts := backup.Options{
 		Inventory: inv, Dialer: d, Out: local, Timeout: a.settings.Timeout, Log: a.log,
-		Warn: func(format string, args ...any) { fmt.Fprintf(a.streams.Err, "warning: "+format+"\n", args...) },
-		Say:  func(format string, args ...any) { fmt.Fprintf(a.streams.Err, format+"\n", args...) },
+		Warn:      func(format string, args ...any) { fmt.Fprintf(a.streams.Err, "warning: "+format+"\n", args...) },
+		Say:       func(format string, args ...any) { fmt.Fprintf(a.streams.Err, format+"\n", args...) },
+		EncryptTo: after.encryptTo,
 	}
 	if f, ok := termsafe.FileOf(a.streams.Err); ok && term.IsTerminal(int(f.Fd())) {
 		opts.Progress = f
@@ -333,12 +374,17 @@ func writesThrough(out string) bool {
 	return err == nil && kind == outfile.Through
 }
 
-// afterBackup is what backup etcd does once its snapshot is written, and
-// what the run's --prom-file records (outcome, nil without).
+// afterBackup is how backup etcd writes its snapshot (encryptTo), what it
+// does once it is written, and what the run's --prom-file records
+// (outcome, nil without).
 type afterBackup struct {
 	verify  bool
 	prune   *backup.Policy
 	outcome *backup.Outcome
+	// encryptTo encrypts the snapshot at rest (--encrypt-to);
+	// bundleRecipients adds the sops bundle's (recipientsFor)
+	encryptTo        []age.Recipient
+	bundleRecipients bool
 }
 
 // succeeded records the snapshot backup etcd wrote.
@@ -346,6 +392,24 @@ func (a afterBackup) succeeded(s backup.Sidecar) {
 	if a.outcome != nil {
 		a.outcome.BackupAt, a.outcome.Size = s.Time, s.Size
 	}
+}
+
+// recipientsFor are the recipients backup etcd encrypts to: --encrypt-to's
+// and, with --encrypt-to-bundle-recipients, those inv's sops-encrypted
+// bundle lists (bootstrap.BundleRecipients; the bundle is not decrypted).
+func recipientsFor(inv *inventory.Inventory, after afterBackup) ([]age.Recipient, error) {
+	if !after.bundleRecipients {
+		return after.encryptTo, nil
+	}
+	names, err := bootstrap.BundleRecipients(inv.SecretsPath())
+	if err != nil {
+		return nil, fmt.Errorf("--encrypt-to-bundle-recipients: %w; nothing was backed up", err)
+	}
+	rs, err := bootstrap.ParseAgeRecipients(names)
+	if err != nil {
+		return nil, fmt.Errorf("--encrypt-to-bundle-recipients: %s: %w; nothing was backed up", inv.SecretsPath(), err)
+	}
+	return append(slices.Clone(after.encryptTo), rs...), nil
 }
 
 func (a *app) backupEtcd(ctx context.Context, out string, force bool, after afterBackup) error {
@@ -371,6 +435,9 @@ func (a *app) backupEtcd(ctx context.Context, out string, force bool, after afte
 	if after.outcome != nil {
 		after.outcome.Cluster = inv.Cluster.Name
 	}
+	if after.encryptTo, err = recipientsFor(inv, after); err != nil {
+		return exitWith(exitTrouble, err)
+	}
 	tc, err := machines.LoadTalosconfig(a.settings.Talosconfig)
 	if err != nil {
 		return exitWith(exitTrouble, err)
@@ -381,8 +448,9 @@ func (a *app) backupEtcd(ctx context.Context, out string, force bool, after afte
 	}
 	opts := backup.Options{
 		Inventory: inv, Dialer: d, Out: out, Force: force, Timeout: a.settings.Timeout, Log: a.log,
-		Warn: func(format string, args ...any) { fmt.Fprintf(a.streams.Err, "warning: "+format+"\n", args...) },
-		Say:  func(format string, args ...any) { fmt.Fprintf(a.streams.Err, format+"\n", args...) },
+		Warn:      func(format string, args ...any) { fmt.Fprintf(a.streams.Err, "warning: "+format+"\n", args...) },
+		Say:       func(format string, args ...any) { fmt.Fprintf(a.streams.Err, format+"\n", args...) },
+		EncryptTo: after.encryptTo,
 	}
 	if f, ok := termsafe.FileOf(a.streams.Err); ok && term.IsTerminal(int(f.Fd())) {
 		opts.Progress = f // progress on a terminal only

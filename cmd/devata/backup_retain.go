@@ -52,6 +52,14 @@ in step 1, and the proof recorded by rewriting the sidecar object.)
      among them, nodes, and kube-system objects). Only key counts are read:
      no value, no Secret, leaves the restored etcd.
 
+An encrypted snapshot (backup etcd --encrypt-to) is decrypted in step 1 with
+--age-identity FILE (DEVATA_AGE_IDENTITY, age-identity in the settings file,
+else SOPS_AGE_KEY_FILE): what is read must be FILE.json's size and sha256
+and its clear text the sidecar's plaintextSize and plaintextSha256; a
+ciphertext that does not decrypt is recorded as failed. Without an identity
+that opens it, it is refused (exit 2, naming its recipients; nothing is
+recorded).
+
 The etcd is stopped and the directory removed afterwards, on failure and on
 Ctrl-C too. The result is recorded in FILE.json as "verified" (time, result,
 how, etcd version, revision, counts, duration, and why it failed); no other
@@ -159,7 +167,7 @@ func (a *app) backupVerify(ctx context.Context, inv *inventory.Inventory, path s
 		}
 		path = strings.TrimSuffix(base, "/") + "/" + e.Name
 	}
-	vo := backup.VerifyOptions{Inventory: inv, WorkDir: workDir, Log: a.log}
+	vo := backup.VerifyOptions{Inventory: inv, WorkDir: workDir, Log: a.log, Keys: a.snapshotKeys()}
 	var proof *backup.Proof
 	var err error
 	if name != "" {
@@ -194,6 +202,14 @@ func (a *app) backupVerify(ctx context.Context, inv *inventory.Inventory, path s
 	return nil
 }
 
+// snapshotKeys open encrypted snapshots with the identities every command
+// reads (ageIdentities: --age-identity, DEVATA_AGE_IDENTITY, the settings
+// file's age-identity, else sops' SOPS_AGE_KEY, SOPS_AGE_KEY_FILE and
+// keys.txt), read only when a snapshot is encrypted.
+func (a *app) snapshotKeys() backup.Keys {
+	return a.ageIdentities().Load
+}
+
 func (a *app) newBackupListCommand() *cobra.Command {
 	var output string
 	cmd := &cobra.Command{
@@ -201,8 +217,9 @@ func (a *app) newBackupListCommand() *cobra.Command {
 		Short: "List the snapshots in DIR or at s3://BUCKET/PREFIX/, newest first: time, cluster, revision, size, and the last proof of restore",
 		Long: `backup list shows the etcd snapshots devata backup etcd --to DIR/ wrote into
 DIR, newest first: the time, the cluster, etcd's revision, the size, and
-the last proof of restore (backup verify): restored or failed, when, and
-with which etcd. Only snapshot pairs are listed (a snapshot and its sidecar
+whether it is encrypted at rest (age, and to how many recipients), and the
+last proof of restore (backup verify): restored or failed, when, and with
+which etcd. Only snapshot pairs are listed (a snapshot and its sidecar
 FILE.json that names it and gives its size); anything else in DIR, a link
 included, is named on stderr and left alone. Only sidecars are read.
 DIR may be a URL, s3://BUCKET/PREFIX/ or file:///DIR/ (backup etcd --help
@@ -231,10 +248,10 @@ Exit 0 listed, 2 DIR could not be read, 64 for a usage error.`,
 			}
 			a.printSkipped(cat)
 			w := tabwriter.NewWriter(a.streams.Out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "TIME\tCLUSTER\tREVISION\tSIZE\tVERIFIED\tSNAPSHOT")
+			fmt.Fprintln(w, "TIME\tCLUSTER\tREVISION\tSIZE\tENCRYPTED\tVERIFIED\tSNAPSHOT")
 			for _, e := range cat.Entries {
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", e.Sidecar.Time.UTC().Format(time.RFC3339), e.Sidecar.Cluster, revision(e.Sidecar.EtcdRevision),
-					humanize.IBytes(uint64(e.Sidecar.Size)), verifiedText(e.Sidecar.Verified), e.Name) //nolint:gosec // sizes are not negative
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Sidecar.Time.UTC().Format(time.RFC3339), e.Sidecar.Cluster, revision(e.Sidecar.EtcdRevision),
+					humanize.IBytes(uint64(e.Sidecar.Size)), encryptedText(e.Sidecar.Encryption), verifiedText(e.Sidecar.Verified), e.Name) //nolint:gosec // sizes are not negative
 			}
 			if err := w.Flush(); err != nil {
 				return exitWith(exitTrouble, err)
@@ -254,6 +271,14 @@ func revision(r int64) string {
 		return "unknown"
 	}
 	return fmt.Sprint(r)
+}
+
+// encryptedText is list's ENCRYPTED column: "age (N)", N recipients, or "no".
+func encryptedText(e *backup.Encryption) string {
+	if e == nil {
+		return "no"
+	}
+	return fmt.Sprintf("%s (%d %s)", e.Format, len(e.Recipients), plural(len(e.Recipients), "recipient", "recipients"))
 }
 
 func verifiedText(p *backup.Proof) string {
@@ -290,15 +315,19 @@ func (a *app) printJSON(v any) error {
 
 // listedSnapshot is one snapshot of backup list -o json (docs/backup.md).
 type listedSnapshot struct {
-	Name     string        `json:"name"`
-	Time     time.Time     `json:"time"`
-	Cluster  string        `json:"cluster"`
-	Revision int64         `json:"revision,omitempty"`
-	Size     int64         `json:"size"`
-	SHA256   string        `json:"sha256"`
-	Members  []string      `json:"members"`
-	NoQuorum bool          `json:"noQuorum,omitempty"`
-	Verified *backup.Proof `json:"verified"`
+	Name     string    `json:"name"`
+	Time     time.Time `json:"time"`
+	Cluster  string    `json:"cluster"`
+	Revision int64     `json:"revision,omitempty"`
+	Size     int64     `json:"size"`
+	SHA256   string    `json:"sha256"`
+	Members  []string  `json:"members"`
+	NoQuorum bool      `json:"noQuorum,omitempty"`
+	// Encrypted says the snapshot is encrypted at rest; Encryption how
+	// (the sidecar's: age, the recipients, the clear text's size and sha256).
+	Encrypted  bool               `json:"encrypted"`
+	Encryption *backup.Encryption `json:"encryption,omitempty"`
+	Verified   *backup.Proof      `json:"verified"`
 	// Keep and Why are prune's decision (prune -o json only).
 	Keep *bool    `json:"keep,omitempty"`
 	Why  []string `json:"why,omitempty"`
@@ -321,7 +350,7 @@ func listJSON(cat *backup.Catalog, decisions []backup.Decision) listed {
 	for i, e := range cat.Entries {
 		s := e.Sidecar
 		l := listedSnapshot{Name: e.Name, Time: s.Time, Cluster: s.Cluster, Revision: s.EtcdRevision, Size: s.Size, SHA256: s.SHA256,
-			Members: s.Members, NoQuorum: s.NoQuorum, Verified: s.Verified}
+			Members: s.Members, NoQuorum: s.NoQuorum, Encrypted: s.Encryption != nil, Encryption: s.Encryption, Verified: s.Verified}
 		if decisions != nil {
 			keep := decisions[i].Keep
 			l.Keep, l.Why = &keep, decisions[i].Why

@@ -21,7 +21,6 @@ import (
 	"devata.dev/devata/drift"
 	"devata.dev/devata/inventory"
 	"devata.dev/devata/machines"
-	"devata.dev/devata/snapshot"
 )
 
 // sequenceFlags are the flags bootstrap and plan share.
@@ -95,7 +94,12 @@ above, then instead of an empty bootstrap the snapshot is uploaded to the
 first control plane (EtcdRecover) and etcd bootstrapped with recover_etcd;
 the others join the restored cluster. It is refused while etcd still runs
 the cluster the snapshot was taken of; a rerun after a recovery finds the
-restored cluster (its members have new IDs) and goes on.
+restored cluster (its members have new IDs) and goes on. A snapshot
+backup etcd --encrypt-to wrote is decrypted first, with --age-identity, into
+a private temporary directory (0700, in $TMPDIR) removed when the run ends;
+what is read and its clear text must be those its sidecar names, and a
+missing or wrong identity is refused, naming the recipients, before any
+machine is asked anything.
 
 --recover-from s3://BUCKET/PREFIX/latest (or …/NAME, or file:///DIR/latest
 or …/NAME) restores from where backup etcd --to URL wrote: latest is the
@@ -132,6 +136,7 @@ func (a *app) bootstrap(ctx context.Context, flags bootstrapFlags) error {
 	if err != nil {
 		return err
 	}
+	defer cleanup()
 	out := a.streams.Out
 	opts.Out, opts.Yes, opts.Force = out, flags.yes, flags.force
 	opts.Confirm = a.confirmBootstrapReboots
@@ -262,18 +267,19 @@ func (a *app) recoverFrom(ctx context.Context, f sequenceFlags, opts *sequence.O
 	}
 	refused := func(err error) (*sequence.RecoverSource, func(), error) {
 		var ee *exitError
-		if errors.As(err, &ee) && ee.code == exitUsage {
+		if errors.As(err, &ee) { // a usage error, or recoverSnapshot's, which says nothing was sent
 			return nil, none, err
 		}
 		return nil, none, exitWith(exitTrouble, fmt.Errorf("--recover-from: %w; nothing was sent to any machine", err))
 	}
 	if !backup.IsURL(f.recoverFrom) {
-		snap, err := a.recoverSnapshot(ctx, f.recoverFrom, f.foreignSnapshot)
+		// the one local path: decrypts an encrypted snapshot, verifies it
+		// and sets opts.Recover (its errors say nothing was sent)
+		cleanup, err := a.recoverSnapshot(ctx, opts, f.recoverFrom, nil, f.foreignSnapshot)
 		if err != nil {
-			return refused(err)
+			return nil, none, err
 		}
-		opts.Recover = snap
-		return nil, none, nil
+		return nil, cleanup, nil
 	}
 	inv, err := inventory.LoadContext(ctx, a.settings.Inventory)
 	if err != nil {
@@ -288,11 +294,10 @@ func (a *app) recoverFrom(ctx context.Context, f sequenceFlags, opts *sequence.O
 		opts.Recover = snap
 		return src, none, nil
 	}
-	snap, src, cleanup, err := a.fetchRecoverURL(ctx, inv, f.recoverFrom, f.foreignSnapshot)
+	src, cleanup, err := a.fetchRecoverURL(ctx, opts, inv, f.recoverFrom, f.foreignSnapshot)
 	if err != nil {
 		return refused(err)
 	}
-	opts.Recover, opts.RecoverName = snap, src.URL
 	return src, cleanup, nil
 }
 
@@ -324,27 +329,4 @@ func (a *app) confirmBootstrapReboots(rebooting []string) error {
 		return errors.New("not confirmed: nothing was applied")
 	}
 	return nil
-}
-
-// checkSnapshotOf refuses a snapshot of another cluster (its sidecar, its
-// members), unless foreign; a refused or missing sidecar never stops a
-// snapshot talosctl took, which has none.
-func (a *app) checkSnapshotOf(snap *snapshot.File, foreign bool) error {
-	inv, err := inventory.Load(a.settings.Inventory)
-	if err != nil {
-		return nil //nolint:nilerr // the sequence reports the inventory's own errors
-	}
-	side, err := backup.ReadSidecar(snap.Path)
-	if err != nil {
-		return err
-	}
-	if side == nil {
-		fmt.Fprintf(a.streams.Err, "note: %s has no sidecar (%s): its cluster is judged by its etcd members only\n", snap.Path, backup.SidecarPath(snap.Path))
-	}
-	err = backup.CheckSnapshotOf(inv, snap, side)
-	if err != nil && foreign {
-		fmt.Fprintf(a.streams.Err, "warning: --foreign-snapshot: %v\n", err)
-		return nil
-	}
-	return err
 }

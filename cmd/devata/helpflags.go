@@ -43,7 +43,7 @@ var globalFlagsUsed = map[string][]string{
 	"remove":          clusterFlags,
 	"backup":          slices.Concat(bundleFlags, talosFlags),
 	"backup etcd":     slices.Concat(bundleFlags, talosFlags),
-	"backup verify":   {"inventory"},
+	"backup verify":   bundleFlags, // --age-identity opens an encrypted snapshot
 	"backup list":     nil,
 	"backup prune":    nil,
 	"completion bash": nil, "completion zsh": nil, "completion fish": nil, "completion powershell": nil,

@@ -60,6 +60,7 @@ Exit 0 nothing to do, 1 actions pending, 2 error or a blocked action.`,
 			if err != nil {
 				return err
 			}
+			defer cleanup()
 			opts.Out = a.streams.Err // warnings only
 			seq := sequence.New(opts)
 			plan, err := seq.Plan(cmd.Context())

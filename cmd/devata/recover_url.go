@@ -124,25 +124,33 @@ func (a *app) foreignCheck(err error, foreign bool) error {
 // to the local path (recoverSnapshot) as NAME and NAME.json, which checks
 // it as it checks a file. cleanup removes the copy; the caller calls it
 // whatever happens, once the sequence is done with the file.
-func (a *app) fetchRecoverURL(ctx context.Context, inv *inventory.Inventory, raw string, foreign bool) (*snapshot.File, *sequence.RecoverSource, func(), error) {
+func (a *app) fetchRecoverURL(ctx context.Context, opts *sequence.Options, inv *inventory.Inventory, raw string, foreign bool) (*sequence.RecoverSource, func(), error) {
 	none := func() {}
 	r, err := a.resolveRecoverURL(ctx, inv, raw)
 	if err != nil {
-		return nil, nil, none, err
+		return nil, none, err
 	}
 	st, err := store.Open(ctx, r.dest, a.storeOptions())
 	if err != nil {
-		return nil, nil, none, err
+		return nil, none, err
 	}
 	defer st.Close()
 	tmp, err := os.MkdirTemp("", "devata-recover-") // 0700: the copy holds every Secret
 	if err != nil {
-		return nil, nil, none, fmt.Errorf("a private directory for the snapshot: %w; set TMPDIR to a directory with room for it", err)
+		return nil, none, fmt.Errorf("a private directory for the snapshot: %w; set TMPDIR to a directory with room for it", err)
 	}
 	cleanup := func() { os.RemoveAll(tmp) }
-	fail := func(err error) (*snapshot.File, *sequence.RecoverSource, func(), error) {
+	// messages name the URL, not the private copy
+	named := func(err error) error {
+		return errors.New(strings.ReplaceAll(err.Error(), tmp+string(os.PathSeparator), r.source.URL[:len(r.source.URL)-len(r.entry.Name)]))
+	}
+	fail := func(err error) (*sequence.RecoverSource, func(), error) {
 		cleanup()
-		return nil, nil, none, errors.New(strings.ReplaceAll(err.Error(), tmp+string(os.PathSeparator), r.source.URL[:len(r.source.URL)-len(r.entry.Name)]))
+		var ee *exitError
+		if errors.As(err, &ee) {
+			return nil, none, exitWith(ee.code, named(err))
+		}
+		return nil, none, named(err)
 	}
 	name := r.entry.Name
 	sidePath, _, err := store.Fetch(ctx, st, backup.SidecarPath(name), tmp, maxRecoverSidecar)
@@ -166,28 +174,15 @@ func (a *app) fetchRecoverURL(ctx context.Context, inv *inventory.Inventory, raw
 		return fail(fmt.Errorf("%s is not the snapshot its sidecar describes (%d bytes, sha256 %s; the sidecar says %d bytes, sha256 %s): it changed since backup etcd wrote it; restore another (devata backup list %s)",
 			r.source.URL, got.Size, got.SHA256, side.Size, side.SHA256, st))
 	}
-	snap, err := a.recoverSnapshot(ctx, local, foreign)
+	// the local path, as for a FILE: decrypts (an encrypted snapshot),
+	// verifies and sets opts.Recover
+	decrypted, err := a.recoverSnapshot(ctx, opts, local, &side, foreign)
 	if err != nil {
 		return fail(err)
 	}
+	opts.RecoverFrom = r.source.URL
 	src := recoverSourceOf(r.source.URL, side)
 	fmt.Fprintf(a.streams.Err, "fetched %s (%d bytes, size and sha256 as its sidecar says) into a private copy, removed when bootstrap ends; last proof of restore: %s\n",
 		src.URL, got.Size, verifiedText(side.Verified))
-	return snap, src, cleanup, nil
-}
-
-// recoverSnapshot is the local path of --recover-from: the snapshot file
-// at path (its sidecar, when there is one, at path.json) verified
-// (snapshot.Verify: etcd's shape and hash, its revision and members) and
-// held to the inventory (checkSnapshotOf). A snapshot fetched from a URL
-// comes this way too, from its private copy.
-func (a *app) recoverSnapshot(ctx context.Context, path string, foreign bool) (*snapshot.File, error) {
-	snap, err := snapshot.Verify(ctx, path)
-	if err != nil {
-		return nil, err
-	}
-	if err := a.checkSnapshotOf(snap, foreign); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return snap, nil
+	return src, func() { decrypted(); cleanup() }, nil
 }

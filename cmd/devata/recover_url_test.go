@@ -124,10 +124,10 @@ func TestBootstrapRecoverFromS3(t *testing.T) {
 		t.Errorf("plan -o markdown: exit %d, want 1 (pending)\n%s%s", r.code, r.stdout, r.err)
 	}
 	lacks(t, "the markdown plan", r.stdout, "## The snapshot", "- Object: `"+url+name+"`", "- Cluster: homelab; taken ",
-		"etcd revision: "+itoa(rev)+"; members: cp-1, cp-2, cp-3", "- Last proof of restore: restored ",
+		"etcd revision: "+itoa64(rev)+"; members: cp-1, cp-2, cp-3", "- Last proof of restore: restored ",
 		"from the snapshot "+url+name, "aws s3 cp "+url+name+" ./"+name, "sha256sum -c", "--recover-from=./"+name, "— pending")
 	r = run("plan", "-o", "text", "--config", sf.settings, "--skip-nodes", "--recover-from", url+"latest")
-	lacks(t, "the text plan", r.stdout, "recover from "+url+name+": cluster homelab, taken ", "etcd revision "+itoa(rev), "last proof of restore: restored ")
+	lacks(t, "the text plan", r.stdout, "recover from "+url+name+": cluster homelab, taken ", "etcd revision "+itoa64(rev), "last proof of restore: restored ")
 	r = run("plan", "-o", "json", "--config", sf.settings, "--skip-nodes", "--recover-from", url+name)
 	var pj struct {
 		RecoverFrom *struct {
@@ -196,7 +196,7 @@ func TestBootstrapRecoverFromS3(t *testing.T) {
 		t.Fatalf("bootstrap --recover-from %slatest: exit %d\n%s%s", url, r.code, r.stdout, r.err)
 	}
 	lacks(t, "bootstrap's stderr", r.err, "fetched "+url+name+" (", "last proof of restore: restored ")
-	lacks(t, "bootstrap's stdout", r.stdout, "recovering etcd on cp-1, the first control plane by name, from "+url+name+" (revision "+itoa(rev), "recovered etcd on cp-1 from "+url+name)
+	lacks(t, "bootstrap's stdout", r.stdout, "recovering etcd on cp-1, the first control plane by name, from "+url+name+" (revision "+itoa64(rev), "recovered etcd on cp-1 from "+url+name)
 	cs := sf.Sim.EtcdClusters()
 	if len(cs) != 1 || len(cs[0].Members) != 3 || cs[0].Revision < rev {
 		t.Errorf("etcd after the recovery: %+v, want one cluster of three at revision %d or later", cs, rev)
@@ -209,7 +209,7 @@ func TestBootstrapRecoverFromS3(t *testing.T) {
 	}
 }
 
-func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+func itoa64(n int64) string { return strconv.FormatInt(n, 10) }
 
 // bootstrap --recover-from file:///DIR/NAME and plan --recover-from
 // file:///DIR/latest: the same path as s3:// through a directory, with the
