@@ -289,7 +289,8 @@ func clientURLs(mem memberView) []string {
 // passes on etcd's Maintenance.Status (v1alpha1_server.go EtcdStatus;
 // etcd server/etcdserver/api/v3rpc/maintenance.go Status): it needs no
 // leader, so a member without quorum answers too, with Leader 0 and
-// "etcdserver: no leader" in Errors.
+// "etcdserver: no leader" in Errors. Its versions are the etcd the
+// machine's Talos runs and its cluster's storage version (etcdversion.go).
 func (a *machineAPI) EtcdStatus(ctx context.Context, _ *emptypb.Empty) (*machine.EtcdStatusResponse, error) {
 	t, s := target(ctx)
 
@@ -302,10 +303,11 @@ func (a *machineAPI) EtcdStatus(ctx context.Context, _ *emptypb.Empty) (*machine
 		return nil, a.fleet.etcdNotRunning(ctx, s)
 	}
 
+	server, storage := a.fleet.etcdVersionsOf(t)
 	st := &machine.EtcdMemberStatus{
 		MemberId:         s.etcdID,
-		ProtocolVersion:  "3.6.4",
-		StorageVersion:   "3.6.0",
+		ProtocolVersion:  server,
+		StorageVersion:   storage,
 		DbSize:           24 * mib,
 		DbSizeInUse:      12 * mib,
 		Leader:           leader,
