@@ -82,6 +82,9 @@ type Sequence struct {
 	secretsMissing bool
 	bundle         *secrets.Bundle
 	desired        map[string][]byte
+	// desiredFor is a machine's desired config for the Talos it runs: an
+	// older release's contract while it runs one (bootstrap Desired.For).
+	desiredFor machines.DesiredFunc
 	dialer         *machines.Dialer
 	st             *fleetState
 
