@@ -85,8 +85,8 @@ type Sequence struct {
 	// desiredFor is a machine's desired config for the Talos it runs: an
 	// older release's contract while it runs one (bootstrap Desired.For).
 	desiredFor machines.DesiredFunc
-	dialer         *machines.Dialer
-	st             *fleetState
+	dialer     *machines.Dialer
+	st         *fleetState
 
 	mu sync.Mutex // serialises Out
 }
