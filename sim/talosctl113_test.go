@@ -70,6 +70,12 @@ func TestRealTalosctl113(t *testing.T) {
 		t.Errorf("extensions:\n%s", out)
 	}
 
+	// 1.13 registers no ImageFactorySchematic (rdversions.go): talosctl
+	// finds no definition of the kind (ResolveResourceKind).
+	if out, err := run("get", "imagefactoryschematic"); err == nil || !strings.Contains(out, "not registered") {
+		t.Errorf("get imagefactoryschematic on 1.13: %v\n%s", err, out)
+	}
+
 	// etcd: the three control planes are voting members.
 	out = talosctl("etcd", "members")
 	for _, n := range names[:3] {
