@@ -57,7 +57,7 @@ func TestRealTalosctl113(t *testing.T) {
 	// document (1.12), the Kubernetes settings still v1alpha1 fields (no
 	// KubeletConfig document before 1.14).
 	out := talosctl("get", "machineconfig", "v1alpha1", "-o", "yaml")
-	expect(out, "id: v1alpha1", "kind: HostnameConfig", "hostname: cp-1", "image: ghcr.io/siderolabs/kubelet:v1.36.3")
+	expect(out, "id: v1alpha1", "kind: HostnameConfig", "hostname: cp-1", "kind: ResolverConfig", "kind: LinkConfig", "kind: TimeSyncConfig", "image: ghcr.io/siderolabs/kubelet:v1.36.3")
 	if strings.Contains(out, "kind: KubeletConfig") {
 		t.Errorf("a 1.13 machine runs a 1.14 KubeletConfig document:\n%s", out)
 	}
