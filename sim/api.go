@@ -289,7 +289,8 @@ func clientURLs(mem memberView) []string {
 // passes on etcd's Maintenance.Status (v1alpha1_server.go EtcdStatus;
 // etcd server/etcdserver/api/v3rpc/maintenance.go Status): it needs no
 // leader, so a member without quorum answers too, with Leader 0 and
-// "etcdserver: no leader" in Errors.
+// "etcdserver: no leader" in Errors. Its versions are the etcd the
+// machine's Talos runs and its cluster's storage version (etcdversion.go).
 func (a *machineAPI) EtcdStatus(ctx context.Context, _ *emptypb.Empty) (*machine.EtcdStatusResponse, error) {
 	t, s := target(ctx)
 
@@ -302,10 +303,11 @@ func (a *machineAPI) EtcdStatus(ctx context.Context, _ *emptypb.Empty) (*machine
 		return nil, a.fleet.etcdNotRunning(ctx, s)
 	}
 
+	server, storage := a.fleet.etcdVersionsOf(t)
 	st := &machine.EtcdMemberStatus{
 		MemberId:         s.etcdID,
-		ProtocolVersion:  "3.6.4",
-		StorageVersion:   "3.6.0",
+		ProtocolVersion:  server,
+		StorageVersion:   storage,
 		DbSize:           24 * mib,
 		DbSizeInUse:      12 * mib,
 		Leader:           leader,
@@ -354,4 +356,32 @@ func actorID() string {
 	h := hex.EncodeToString(b)
 
 	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+}
+
+// EtcdAlarmList lists the local member's etcd alarms, as Talos passes on
+// etcd's AlarmList (v1.11.0, v1.13.9 and v1.14.1 v1alpha1_server.go
+// EtcdAlarmList, mapAlarms): Unimplemented "etcd alarm list is only
+// available on control plane nodes" on a worker (CheckControlplane), and
+// on a control plane whose etcd does not run NewLocalClient's failure
+// "failed to create etcd client: …" or the wait "failed to list etcd
+// alarms: …". The sim's etcd raises no alarm (its database never fills:
+// NOSPACE, nor is found corrupt: CORRUPT), so a member answers one message
+// with none, as etcd does with no alarm raised.
+func (a *machineAPI) EtcdAlarmList(ctx context.Context, _ *emptypb.Empty) (*machine.EtcdAlarmListResponse, error) {
+	t, s := target(ctx)
+
+	if err := onlyControlPlane(s, "etcd alarm list"); err != nil {
+		return nil, err
+	}
+
+	if members, _ := a.fleet.etcdMembersOf(t); members == nil {
+		st := status.Convert(a.fleet.etcdNotRunning(ctx, s))
+		if st.Code() == codes.Unknown {
+			return nil, status.Error(codes.Unknown, "failed to create etcd client: "+st.Message())
+		}
+
+		return nil, status.Error(st.Code(), "failed to list etcd alarms: "+st.Message())
+	}
+
+	return &machine.EtcdAlarmListResponse{Messages: []*machine.EtcdAlarm{{}}}, nil
 }

@@ -258,6 +258,10 @@ func (d *cosiDispatcher) Get(ctx context.Context, req *cosiv1alpha1.GetRequest) 
 		return nil, err
 	}
 
+	if v := callFrom(ctx).target.snap().version; !typeRegistered(v, req.GetType()) {
+		return nil, unregistered(req.GetType())
+	}
+
 	return s.Get(ctx, req)
 }
 
@@ -267,7 +271,12 @@ func (d *cosiDispatcher) List(req *cosiv1alpha1.ListRequest, srv grpc.ServerStre
 		return err
 	}
 
-	return s.List(req, srv)
+	v := callFrom(srv.Context()).target.snap().version
+	if !typeRegistered(v, req.GetType()) {
+		return unregistered(req.GetType())
+	}
+
+	return s.List(req, rdFilter{ServerStreamingServer: srv, version: v})
 }
 
 func (d *cosiDispatcher) Create(ctx context.Context, req *cosiv1alpha1.CreateRequest) (*cosiv1alpha1.CreateResponse, error) {
@@ -301,6 +310,10 @@ func (d *cosiDispatcher) Watch(req *cosiv1alpha1.WatchRequest, srv grpc.ServerSt
 	s, err := cosiFor(srv.Context(), req.GetType())
 	if err != nil {
 		return err
+	}
+
+	if v := callFrom(srv.Context()).target.snap().version; !typeRegistered(v, req.GetType()) {
+		return unregistered(req.GetType())
 	}
 
 	return s.Watch(req, srv)

@@ -549,11 +549,56 @@
 // ResourceDefinitions), service, mounts, etcd members, bootstrap,
 // kubeconfig, apply-config --dry-run, and upgrade through ImageService.Pull
 // and LifecycleService.Upgrade, then Reboot (with --drain=false
-// --wait=false). Not served, each Unimplemented: image list
-// (ImageService.List and the legacy MachineService.ImageList: the sim's
-// containerd holds only the installers its pulls leave), containers, time
-// (TimeService), and MachineService.Events and Read, which upgrade and
-// reboot need to --wait.
+// --wait=false), time and etcd alarm list. Not served, each
+// Unimplemented: image list (ImageService.List and the legacy
+// MachineService.ImageList: the sim's containerd holds only the installers
+// its pulls leave), containers, and MachineService.Events and Read, which
+// upgrade and reboot need to --wait.
+//
+// The real talosctl v1.13.9 (built with go-kubernetes v0.2.36,
+// containerd/v2 v2.2.3 and the go.etcd.io/etcd modules at v3.6.6 in place
+// of Talos' unserved pins, internal/testenv/build/talosctl-v1.13.9) works
+// against a fleet on Talos v1.13.9 (talosctl113_test.go): version through
+// apid's fan-out, get machineconfig (1.13's contract: HostnameConfig, no
+// KubeletConfig), get extensions, etcd members, apply-config --dry-run and
+// upgrade through ImageService.Pull and LifecycleService.Upgrade, then
+// Reboot.
+//
+// # TimeService, etcd alarms and etcd versions
+//
+//   - TimeService (timeapi.go; v1.11.0, v1.13.9 and v1.14.1
+//     v1alpha1_time.go TimeServer.Time and TimeCheck, unchanged across
+//     them): Time asks the first server of the config's
+//     NetworkTimeSyncConfig, else constants.DefaultNTPServer
+//     (time.cloudflare.com); TimeCheck the one given, InvalidArgument "ntp
+//     server is required" without; any role (services/machined.go rules).
+//     The sim asks no NTP server: the remote time is the machine's own
+//     (its clocks are in sync; a server that does not answer, "error
+//     querying NTP server", is not modelled). In maintenance mode below
+//     1.13 the service does not exist (v1.11.0 maintenance_service.go Run
+//     registers only the maintenance MachineService and COSI: "unknown
+//     service time.TimeService"); from 1.13 maintenance mode is machined's
+//     own API (v1.13.9 v1alpha1_server.go Register; internal/app/maintenance
+//     is gone) and Time answers os:reader with the default server.
+//   - EtcdAlarmList (api.go; v1alpha1_server.go EtcdAlarmList and
+//     mapAlarms, unchanged from v1.11.0 to v1.14.1): Unimplemented "etcd
+//     alarm list is only available on control plane nodes" on a worker;
+//     "failed to create etcd client: …" or "failed to list etcd alarms: …"
+//     where etcd does not run; otherwise one message with the member's
+//     alarms, which the sim never raises (no NOSPACE quota, no CORRUPT
+//     check): talosctl prints nothing, not even its header.
+//   - EtcdStatus's versions (etcdversion.go): ProtocolVersion is the etcd
+//     the machine's release runs, constants.DefaultEtcdVersion of each tag
+//     (3.6.4 in v1.11.0, 3.6.7 in v1.12.x, 3.6.9 in v1.13.0, 3.6.12 in
+//     v1.13.9, 3.7.1 in v1.14.1; the image moved from
+//     gcr.io/etcd-development/etcd to registry.k8s.io/etcd in 1.12), or the
+//     tag of the config's cluster.etcd.image; StorageVersion the cluster
+//     version etcd migrates its storage to (etcd v3.7.1
+//     etcdserver/version/monitor.go, adapters.go UpdateStorageVersion), the
+//     lowest major.minor of the members: 3.6.0 while any member runs 3.6.
+//     Talos passes both on (v1alpha1_server.go EtcdStatus). The snapshot's
+//     meta bucket still says 3.6.0 on every release (etcd_snapshot.go, not
+//     modelled per version).
 //
 // # Talos' API integration suites
 //
@@ -714,9 +759,15 @@
 // What stays kinder than a Talos of another version (to be modelled per
 // version, issue 30): 1.13's maintenance mode (apid, readers authorised
 // per method) is not played, except that ImageService and
-// LifecycleService refuse its os:reader callers; the resource
-// definitions are v1.11.0's and ImageFactorySchematic (1.14) on every
-// release; a 1.14 UnattendedInstallConfig install that fails reboots back
+// LifecycleService refuse its os:reader callers, and TimeService answers
+// there (timeapi.go); the resource definitions are the same 135 types on
+// every release but ImageFactorySchematic, registered from 1.14 only
+// (rdversions.go: machined's v1alpha2_state.go NewState registers 155
+// types in v1.11.0, 165 in v1.13.9 and 200 in v1.14.1; of the types the
+// sim serves only ImageFactorySchematic is newer than 1.11, so the other
+// additions, NTPStatus, KubeletStatus, LVM and MD arrays, containers, …,
+// are not served on any release, and v1.11.0's MaintenanceServiceCerts,
+// gone in 1.13, not either); a 1.14 UnattendedInstallConfig install that fails reboots back
 // into maintenance mode as the install sequence does, where 1.14's
 // UnattendedInstallController keeps the config, reports the phase
 // "failed" in UnattendedInstallStatus and retries.

@@ -17,6 +17,7 @@ import (
 	"github.com/cosi-project/runtime/pkg/state"
 	"github.com/cosi-project/runtime/pkg/state/protobuf/server"
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
+	timeapi "github.com/siderolabs/talos/pkg/machinery/api/time"
 	"github.com/siderolabs/talos/pkg/machinery/config"
 	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
@@ -302,6 +303,7 @@ func Start(ctx context.Context, opts Options) (*Fleet, error) {
 	machine.RegisterMachineServiceServer(f.grpc, &machineAPI{fleet: f})
 	machine.RegisterImageServiceServer(f.grpc, &imageAPI{fleet: f})
 	machine.RegisterLifecycleServiceServer(f.grpc, &lifecycleAPI{fleet: f})
+	timeapi.RegisterTimeServiceServer(f.grpc, &timeAPI{fleet: f})
 	cosiv1alpha1.RegisterStateServer(f.grpc, &cosiDispatcher{})
 
 	// machines started with the same config share its parsed form

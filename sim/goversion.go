@@ -1,7 +1,5 @@
 package sim
 
-import "github.com/blang/semver/v4"
-
 // goVersions is the Go each Talos release was built with, as its machinery
 // says in constants.GoVersion ("the version of Go compiler this release was
 // built with", pkg/machinery/constants/constants.go of that tag), for the
@@ -19,47 +17,7 @@ var goVersions = map[string]string{
 	"v1.14.1": "go1.26.8",
 }
 
-// goVersionOf is the Go that built Talos version tag. A tag the table does
-// not hold gets the Go of the nearest release below it of the same minor
-// (patch releases only ever move Go forward), else the oldest of that
-// minor; a tag of a minor the table does not know gets the newest entry.
+// goVersionOf is the Go that built Talos version tag (releaseValue).
 func goVersionOf(tag string) string {
-	if g, ok := goVersions[tag]; ok {
-		return g
-	}
-
-	want, err := semver.ParseTolerant(tag)
-
-	var (
-		best    semver.Version
-		bestTag string
-		newest  semver.Version
-		newTag  string
-	)
-
-	for t := range goVersions {
-		v := semver.MustParse(t[1:])
-		if newTag == "" || v.GT(newest) {
-			newest, newTag = v, t
-		}
-
-		if err != nil || v.Major != want.Major || v.Minor != want.Minor {
-			continue
-		}
-
-		below, bestBelow := v.LTE(want), bestTag != "" && best.LTE(want)
-
-		switch {
-		case bestTag == "",
-			below && (!bestBelow || v.GT(best)),
-			!below && !bestBelow && v.LT(best):
-			best, bestTag = v, t
-		}
-	}
-
-	if bestTag == "" {
-		bestTag = newTag
-	}
-
-	return goVersions[bestTag]
+	return releaseValue(goVersions, tag)
 }

@@ -121,7 +121,7 @@ func (st *fleetState) inconclusive(inv *inventory.Inventory) (out []string, perm
 // observeFleet observes every machine at once; with dryRun, for configured
 // machines whose applied config differs it also asks Talos (a dry run, no
 // write) what applying would do.
-func observeFleet(ctx context.Context, inv *inventory.Inventory, d *machines.Dialer, desired map[string][]byte, concurrency int, timeout time.Duration, dryRun bool) *fleetState {
+func observeFleet(ctx context.Context, inv *inventory.Inventory, d *machines.Dialer, desiredFor machines.DesiredFunc, concurrency int, timeout time.Duration, dryRun bool) *fleetState {
 	st := &fleetState{
 		obs: map[string]*machines.Observation{}, etcd: map[string]etcdFact{},
 		diff: map[string]machines.ConfigDiff{}, dry: map[string]machines.ApplyOutcome{}, dryErr: map[string]error{},
@@ -131,7 +131,6 @@ func observeFleet(ctx context.Context, inv *inventory.Inventory, d *machines.Dia
 		ms = append(ms, &inv.Machines[i])
 	}
 	var mu sync.Mutex
-	desiredFor := machines.HeldConfigs(desired)
 	_ = machines.ForEach(ctx, ms, concurrency, timeout, func(ctx context.Context, m *inventory.Machine) error {
 		sv := machines.SurveyMachine(ctx, d, inv, m, desiredFor, machines.ModeAuto, dryRun)
 		o := sv.Obs

@@ -83,6 +83,9 @@ type Plan struct {
 	// Provenance is the inventory's sha256 and, in Git, its commit (set by
 	// the caller; zero says nothing).
 	Provenance provenance.Info `json:"provenance,omitzero"`
+	// Contract is the Talos config contract the configs are rendered for,
+	// and why.
+	Contract Contract `json:"contract"`
 	// Notes are facts about the plan itself (a throwaway bundle, a derived talosconfig).
 	Notes   []string `json:"notes,omitempty"`
 	Actions []Action `json:"actions"`
@@ -168,7 +171,7 @@ func (s *Sequence) Plan(ctx context.Context) (*Plan, error) {
 	if _, err := s.render(ctx); err != nil {
 		return nil, err
 	}
-	s.st = observeFleet(ctx, s.inv, s.dialer, s.desired, s.opts.Concurrency, s.opts.Timeout, true)
+	s.st = observeFleet(ctx, s.inv, s.dialer, s.desiredFor, s.opts.Concurrency, s.opts.Timeout, true)
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -193,6 +196,7 @@ func (s *Sequence) Plan(ctx context.Context) (*Plan, error) {
 		}
 	}
 	p := buildPlan(in)
+	p.Contract = contractOf(s.inv, s.st)
 	if s.secretsMissing {
 		p.Notes = append(p.Notes, "no secrets bundle yet: configs were rendered with a throwaway bundle to check them; bootstrap creates the real one")
 	}

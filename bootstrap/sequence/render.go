@@ -54,6 +54,9 @@ func writeText(w io.Writer, p *Plan, simulated bool) error {
 	if line := p.Provenance.Line(p.Inventory); line != "" {
 		b.WriteString(line + "\n")
 	}
+	if p.Contract.Reason != "" {
+		fmt.Fprintf(&b, "contract: %s\n", p.Contract)
+	}
 	for _, n := range p.Notes {
 		fmt.Fprintf(&b, "note: %s\n", n)
 	}
@@ -111,10 +114,13 @@ func writeMarkdown(w io.Writer, p *Plan, simulated bool) error {
 		fmt.Fprintf(&b, "Made from %s.\n\n", strings.Replace(line, "inventory: ", "", 1))
 	}
 	fmt.Fprintf(&b, "Status: %d pending, %d blocked, %d steps.\n\n", len(p.Pending()), len(p.Blocked()), len(p.Actions))
+	if p.Contract.Reason != "" {
+		fmt.Fprintf(&b, "- Config contract: %s\n", p.Contract)
+	}
 	for _, n := range p.Notes {
 		fmt.Fprintf(&b, "- Note: %s\n", n)
 	}
-	if len(p.Notes) > 0 {
+	if len(p.Notes) > 0 || p.Contract.Reason != "" {
 		b.WriteString("\n")
 	}
 	if r := p.RecoverFrom; r != nil {

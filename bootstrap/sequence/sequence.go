@@ -88,8 +88,11 @@ type Sequence struct {
 	secretsMissing bool
 	bundle         *secrets.Bundle
 	desired        map[string][]byte
-	dialer         *machines.Dialer
-	st             *fleetState
+	// desiredFor is a machine's desired config for the Talos it runs: an
+	// older release's contract while it runs one (bootstrap Desired.For).
+	desiredFor machines.DesiredFunc
+	dialer     *machines.Dialer
+	st         *fleetState
 
 	mu sync.Mutex // serialises Out
 }

@@ -53,7 +53,10 @@ func (s *Sequence) applyRunning(ctx context.Context, m *inventory.Machine, mode 
 	actx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	c, err := s.dialer.Client(actx, m)
 	if err == nil {
-		_, err = machines.Apply(actx, c, s.desired[m.Name], mode, 0)
+		var cfg []byte
+		if cfg, err = s.desiredFor(m, s.runs(m)); err == nil {
+			_, err = machines.Apply(actx, c, cfg, mode, 0)
+		}
 		c.Close()
 	}
 	cancel()

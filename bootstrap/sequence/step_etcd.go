@@ -29,7 +29,7 @@ func (s *Sequence) bootstrapEtcd(ctx context.Context) (string, error) {
 	beat := heartbeat.Start(s.say, 0, s.opts.Wait, "every control plane to be configured and up, its etcd waiting to be bootstrapped")
 	defer beat.Stop()
 	for {
-		s.st = observeFleet(ctx, s.inv, s.dialer, s.desired, s.opts.Concurrency, s.opts.Timeout, false)
+		s.st = observeFleet(ctx, s.inv, s.dialer, s.desiredFor, s.opts.Concurrency, s.opts.Timeout, false)
 		v, why := etcdVerdict(s.inv, s.st)
 		var notReady, unsettled []string
 		now := time.Now()

@@ -14,7 +14,7 @@ func (s *Sequence) observe(ctx context.Context) (string, error) {
 	deadline := time.Now().Add(s.opts.Wait)
 	last := ""
 	for {
-		s.st = observeFleet(ctx, s.inv, s.dialer, s.desired, s.opts.Concurrency, s.opts.Timeout, true)
+		s.st = observeFleet(ctx, s.inv, s.dialer, s.desiredFor, s.opts.Concurrency, s.opts.Timeout, true)
 		if foreign := s.st.foreignCA(s.inv); len(foreign) > 0 {
 			// an answer, not an outage: waiting cannot change it
 			if s.secretsMissing {

@@ -12,15 +12,12 @@ import (
 
 // render renders and validates every machine's config and makes the dialer,
 // from the given talosconfig or one derived from the bundle.
-func (s *Sequence) render(context.Context) (string, error) {
-	rendered, err := bootstrap.RenderValidated(s.inv, s.bundle)
+func (s *Sequence) render(ctx context.Context) (string, error) {
+	d, err := bootstrap.RenderDesired(ctx, s.inv, s.bundle, nil, false)
 	if err != nil {
 		return "", fmt.Errorf("rendering failed, nothing was sent to any machine: %w", err)
 	}
-	s.desired = map[string][]byte{}
-	for _, r := range rendered {
-		s.desired[r.Machine] = r.Config
-	}
+	s.desired, s.desiredFor = d.Held(), d.For
 	tc := s.opts.Talosconfig
 	note := ""
 	if tc == nil {
@@ -42,7 +39,7 @@ func (s *Sequence) render(context.Context) (string, error) {
 	if s.dialer, err = machines.NewDialer(tc, s.opts.Overrides, s.opts.Dial...); err != nil {
 		return "", err
 	}
-	return fmt.Sprintf("%d configs rendered and validated%s", len(rendered), note), nil
+	return fmt.Sprintf("%d configs rendered and validated%s", len(s.desired), note), nil
 }
 
 // talosconfigSource says which talosconfig the run dials with.

@@ -35,7 +35,11 @@ func (s *Sequence) waitConfigured(ctx context.Context, m *inventory.Machine, rea
 		case o.ConfigErr != nil:
 			last = o.ConfigErr.Error()
 		default:
-			d, err := machines.DiffConfigs(o.Active, s.desired[m.Name])
+			desired, err := s.desiredFor(m, o.Version)
+			var d machines.ConfigDiff
+			if err == nil {
+				d, err = machines.DiffConfigs(o.Active, desired)
+			}
 			switch {
 			case err != nil:
 				last = err.Error()

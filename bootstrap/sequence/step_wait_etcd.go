@@ -29,7 +29,7 @@ func (s *Sequence) waitEtcd(ctx context.Context) (string, error) {
 			// a control plane whose etcd failed does not heal by waiting:
 			// name it, with what to do, now
 			looked = time.Now()
-			st := observeFleet(ctx, s.inv, s.dialer, s.desired, s.opts.Concurrency, s.opts.Timeout, false)
+			st := observeFleet(ctx, s.inv, s.dialer, s.desiredFor, s.opts.Concurrency, s.opts.Timeout, false)
 			if why := brokenVerdict(s.inv, st); why != "" {
 				return "", fmt.Errorf("etcd not healthy (%w): %s", err, strings.TrimPrefix(why, "nothing was bootstrapped: "))
 			}

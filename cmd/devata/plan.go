@@ -30,6 +30,10 @@ the cluster exists, devata apply) would take now: each with its status
 (pending, done, blocked), its reason, the evidence behind it (the rung of the
 evidence ladder and what was observed) and the talosctl commands that do the
 same by hand. Nothing is written anywhere; configs are only dry-run.
+It names the Talos config contract the configs are rendered for and why:
+the oldest release a machine runs (each machine older than
+cluster.talosVersion gets a config of its own release), else
+cluster.talosVersion.
 
   -o text       for people
   -o markdown   a reconstruction runbook to follow by hand

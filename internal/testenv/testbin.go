@@ -253,7 +253,7 @@ const TalosctlVersion = "v1.11.0"
 // copies the replace directives of that release's go.mod, with served
 // versions in place of the pins the Go module proxy does not serve (see
 // each go.mod).
-var TalosctlVersions = []string{TalosctlVersion, "v1.14.1"}
+var TalosctlVersions = []string{TalosctlVersion, "v1.13.9", "v1.14.1"}
 
 // talosctlBinary is the build of one talosctl release. v1.11.0 keeps the
 // file name talosctl it has always had in the cache.

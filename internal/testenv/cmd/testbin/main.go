@@ -3,12 +3,12 @@
 // there, and prints the directory. Tests build them on demand too; running
 // this first keeps a cold build out of test timeouts. With -talosctl it also
 // builds the real talosctl releases the talosctl-tagged tests run
-// (testenv.TalosctlVersions: v1.11.0 and v1.14.1), or those that
+// (testenv.TalosctlVersions: v1.11.0, v1.13.9 and v1.14.1), or those that
 // -talosctl-versions lists. With -talosapi it builds Talos' own API
 // integration suites (testenv.TalosAPIVersions) that the talosapi-tagged
 // test runs against the sim.
 //
-//	go run ./internal/testenv/cmd/testbin [-dir DIR] [-talosctl] [-talosctl-versions v1.11.0,v1.14.1] [-talosapi]
+//	go run ./internal/testenv/cmd/testbin [-dir DIR] [-talosctl] [-talosctl-versions v1.11.0,v1.13.9,v1.14.1] [-talosapi]
 package main
 
 import (
