@@ -65,7 +65,9 @@ type Machine struct {
 	// etcdSince is when the machine's etcd got its data (bootstrapped,
 	// promoted): a boot after it starts on that data, Preparing first
 	etcdSince time.Time
-	joinGen   int
+	// events is what its machined published (events.go)
+	events  eventsLog
+	joinGen int
 	// etcdStopped: when EtcdLeaveCluster stopped the etcd service and
 	// deleted its data (etcd.go Client.LeaveCluster); it stays stopped
 	// until the next boot. etcdRemoved: when the member was removed from
