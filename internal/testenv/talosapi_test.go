@@ -59,8 +59,19 @@ var talosAPISuites = map[string][]apiSuite{
 			},
 			timeout: 5 * time.Minute,
 		},
-		{name: "api.NodeLabelsSuite", pass: []string{"TestUpdateControlPlane", "TestUpdateWorker"}, timeout: 3 * time.Minute},
+		{name: "api.NodeLabelsSuite", pass: []string{"TestUpdateControlPlane", "TestUpdateWorker", "TestAllowScheduling"}, timeout: 3 * time.Minute},
 		{name: "api.EventsSuite", pass: []string{"TestEventsWatch"}, timeout: 3 * time.Minute},
+		{name: "api.NodeAnnotationsSuite", pass: []string{"TestUpdateControlPlane", "TestUpdateWorker"}, timeout: 3 * time.Minute},
+		{
+			name: "api.ServiceAccountSuite",
+			skip: map[string]string{
+				"TestValid":               "cluster health can't be verified when cluster state is not provided",
+				"TestNotAllowedNamespace": "cluster health can't be verified when cluster state is not provided",
+				"TestNotAllowedRoles":     "cluster health can't be verified when cluster state is not provided",
+				"TestFeatureNotEnabled":   "cluster health can't be verified when cluster state is not provided",
+			},
+			timeout: 3 * time.Minute,
+		},
 	},
 	"v1.14.1": {
 		{name: "api.VersionSuite", pass: []string{"TestExpectedVersionMaster", "TestSameVersionCluster"}, timeout: 3 * time.Minute},
