@@ -190,6 +190,10 @@ func observeEtcd(ctx context.Context, inv *inventory.Inventory, d *machines.Dial
 			// it runs and holds data, but cannot say who the members are
 			v.Problems = append(v.Problems, fmt.Sprintf("%s: etcd runs but has no leader (%s)", m.Name, etcdSays(o)))
 			v.NoLeader = append(v.NoLeader, m.Name)
+		case errors.Is(o.EtcdErr, machines.ErrEtcdLearner):
+			// it joined and runs, a learner etcd refuses the member list
+			v.Problems = append(v.Problems, fmt.Sprintf("%s: etcd runs as a learner, not yet promoted", m.Name))
+			learners[m.Name] = true
 		case o.Etcd == nil:
 			v.Problems = append(v.Problems, fmt.Sprintf("%s: %v", m.Name, o.EtcdErr))
 			v.Down = append(v.Down, m.Name)

@@ -304,6 +304,16 @@ func checkEtcd(_ context.Context, t *Target) []drift.Result {
 			WithEvidence(evidence...).
 			WithNext("bring back the control planes whose etcd is down (the etcd check on each says which); a member alone cannot elect a leader. Until then the Kubernetes API does not answer; devata backup etcd still takes a snapshot from this member: " + t.talosctl("etcd status"))}
 	}
+	if errors.Is(o.EtcdErr, ErrEtcdLearner) {
+		// observed, not unknown: etcd runs here as a learner
+		evidence := []string{"EtcdMemberList: " + o.EtcdErr.Error()}
+		if l := o.EtcdLocal; l != nil {
+			evidence = append(evidence, fmt.Sprintf("EtcdStatus: member %s, learner, leader %x", etcdres.FormatMemberID(l.MemberID), l.Leader))
+		}
+		return []drift.Result{drift.Drifted("etcd on "+name+" runs as a learner, not yet promoted: it joined and is catching up", "a voting etcd member", "learner").
+			WithEvidence(evidence...).
+			WithNext("wait: Talos promotes it once it has caught up with the leader (" + t.talosctl("service etcd") + "); if it stays a learner, read " + t.talosctl("logs etcd"))}
+	}
 	if o.EtcdErr != nil && o.Etcd == nil {
 		return []drift.Result{drift.Unknown(o.EtcdErr, t.talosctl("service etcd")+"; "+t.talosctl("etcd members"))}
 	}

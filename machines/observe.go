@@ -115,6 +115,17 @@ var ErrEtcdNotRunning = errors.New("etcd is not running")
 // streams the member's local copy.
 var ErrEtcdNoLeader = errors.New("etcd has no leader, so no quorum")
 
+// ErrEtcdLearner is wrapped by EtcdErr when the control plane's etcd runs
+// as a learner, added to a cluster and not yet promoted (Talos promotes it
+// once it has caught up: services/etcd.go promoteMember). etcd serves a
+// learner Status but refuses it MemberList (v3rpc interceptor.go
+// isRPCSupportedForLearner: "etcdserver: rpc not supported for learner"),
+// which Talos passes on, code Unknown. It holds data: it has joined.
+var ErrEtcdLearner = errors.New("etcd runs as a learner, not yet promoted")
+
+// etcdLearner is etcd's own text for it (rpctypes.ErrGRPCNotSupportedForLearner).
+const etcdLearner = "etcdserver: rpc not supported for learner"
+
 // etcdNoLeader is etcd's own text for it (etcdserver errors.ErrNoLeader,
 // rpctypes.ErrGRPCNoLeader): what Talos passes on, code Unknown.
 const etcdNoLeader = "etcdserver: no leader"
@@ -168,6 +179,8 @@ type EtcdState struct {
 type EtcdMemberStatus struct {
 	MemberID, Leader uint64
 	Errors           []string
+	// Learner: the member is a learner, not yet promoted.
+	Learner bool
 }
 
 // NoLeader reports a member that runs without a leader (etcd's own
@@ -384,10 +397,13 @@ func observeEtcd(ctx context.Context, c *client.Client) (*EtcdState, *EtcdMember
 	if stErr == nil {
 		for _, msg := range status.GetMessages() {
 			ms := msg.GetMemberStatus()
-			local = &EtcdMemberStatus{MemberID: ms.GetMemberId(), Leader: ms.GetLeader(), Errors: ms.GetErrors()}
+			local = &EtcdMemberStatus{MemberID: ms.GetMemberId(), Leader: ms.GetLeader(), Errors: ms.GetErrors(), Learner: ms.GetIsLearner()}
 		}
 	}
 	if membersErr != nil {
+		if strings.Contains(membersErr.Error(), etcdLearner) || (local != nil && local.Learner) {
+			return nil, local, fmt.Errorf("%w: etcd member list: %w", ErrEtcdLearner, PlainError(membersErr))
+		}
 		if strings.Contains(membersErr.Error(), etcdNoLeader) || local.NoLeader() {
 			return nil, local, fmt.Errorf("%w: etcd member list: %w", ErrEtcdNoLeader, PlainError(membersErr))
 		}

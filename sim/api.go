@@ -251,6 +251,12 @@ func (a *machineAPI) EtcdMemberList(ctx context.Context, _ *machine.EtcdMemberLi
 		return nil, err
 	}
 
+	if id, _ := a.fleet.learnerOf(t); id != 0 {
+		// the local etcd runs as a learner: etcd refuses it MemberList
+		// (isRPCSupportedForLearner); the client's error, code Unknown
+		return nil, status.Error(codes.Unknown, errLearner)
+	}
+
 	members, leader := a.fleet.etcdMembersOf(t)
 	if members == nil {
 		return nil, a.fleet.etcdNotRunning(ctx, s)
@@ -296,6 +302,14 @@ func (a *machineAPI) EtcdStatus(ctx context.Context, _ *emptypb.Empty) (*machine
 
 	if err := onlyControlPlane(s, "etcd status"); err != nil {
 		return nil, err
+	}
+
+	if id, leader := a.fleet.learnerOf(t); id != 0 {
+		// a learner serves Status (isRPCSupportedForLearner)
+		return &machine.EtcdStatusResponse{Messages: []*machine.EtcdStatus{{MemberStatus: &machine.EtcdMemberStatus{
+			MemberId: id, ProtocolVersion: "3.6.4", StorageVersion: "3.6.0", DbSize: 24 * mib, DbSizeInUse: 12 * mib,
+			Leader: leader, RaftIndex: etcdRaftIndex, RaftTerm: etcdRaftTerm, RaftAppliedIndex: etcdRaftIndex, IsLearner: true,
+		}}}}, nil
 	}
 
 	members, leader := a.fleet.etcdMembersOf(t)

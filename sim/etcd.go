@@ -93,7 +93,7 @@ func (f *Fleet) bootstrapEtcdFrom(m *Machine, from *servedSnapshot) (created boo
 	c.put(memberKey(m.snap().hostname()), fmt.Sprintf("started %016x", id))
 
 	m.mu.Lock()
-	m.etcdID, m.etcdCluster = id, c
+	m.etcdID, m.etcdCluster, m.etcdLearner, m.etcdSince = id, c, 0, time.Now()
 	m.joinGen++ // a join in flight is over: this node now runs its own cluster
 	// BootstrapEtcd replaced a service whose join had failed
 	m.etcdFailed, m.etcdFailure = time.Time{}, ""
@@ -190,7 +190,7 @@ func (f *Fleet) joinEtcd(m *Machine) {
 		}
 
 		m.etcdCluster = f.etcd[0]
-		m.etcdCluster.add(m, true)
+		m.etcdLearner = m.etcdCluster.add(m, true)
 	}
 	m.joinGen++
 	gen := m.joinGen
@@ -269,7 +269,7 @@ func (f *Fleet) promote(m *Machine, gen int) {
 			if mem.m == m {
 				mem.learner = false
 				mem.name = host
-				m.etcdID = mem.id
+				m.etcdID, m.etcdLearner, m.etcdSince = mem.id, 0, time.Now()
 				ok = true
 			}
 		}
@@ -304,6 +304,34 @@ func (f *Fleet) etcdMembersOf(m *Machine) (members []memberView, leader uint64) 
 	m.mu.Unlock()
 
 	return c.views(), c.leader()
+}
+
+// errLearner is etcd's answer to a learner asked what only voting members
+// serve (rpctypes.ErrGRPCNotSupportedForLearner, v3rpc interceptor.go: a
+// learner serves Status, serializable Range and the Snapshot stream only).
+// Talos passes the client's error on as it is: code Unknown.
+const errLearner = "etcdserver: rpc not supported for learner"
+
+// learnerOf returns m's member ID and its cluster's leader while m's etcd
+// runs as a learner; 0 otherwise.
+func (f *Fleet) learnerOf(m *Machine) (id, leader uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+
+	s := m.snap()
+	if !s.learnerRunning() {
+		return 0, 0
+	}
+
+	m.mu.Lock()
+	c := m.etcdCluster
+	m.mu.Unlock()
+
+	if c == nil {
+		return 0, 0
+	}
+
+	return s.etcdLearner, c.leader()
 }
 
 // views are the cluster's members as EtcdMemberList shows them, in the

@@ -118,7 +118,7 @@ func (f *Fleet) removeMember(ctx context.Context, c *etcdCluster, id uint64) err
 	if m.etcdID == id && m.etcdCluster == c {
 		m.etcdRemoved = time.Now()
 	} else if m.etcdCluster == c && m.etcdID == 0 {
-		m.etcdCluster = nil // a learner that never started: its join is over
+		m.etcdCluster, m.etcdLearner = nil, 0 // a learner: its join is over
 		m.joinGen++
 	}
 	m.mu.Unlock()
@@ -235,7 +235,7 @@ func (m *Machine) leaveEtcd(ctx context.Context) error {
 	}
 
 	m.mu.Lock()
-	m.etcdID, m.etcdCluster, m.etcdRemoved = 0, nil, time.Time{}
+	m.etcdID, m.etcdCluster, m.etcdRemoved, m.etcdLearner = 0, nil, time.Time{}, 0
 	m.etcdStopped = time.Now()
 	m.joinGen++
 	m.mu.Unlock()

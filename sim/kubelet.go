@@ -3,7 +3,6 @@ package sim
 import (
 	"context"
 	"fmt"
-	"maps"
 	"strings"
 	"time"
 
@@ -125,16 +124,13 @@ func (m *Machine) syncKubelet(ctx context.Context, kc kubernetes.Interface) (str
 	// upgrade stopped it
 	machined := !s.down && !s.faults.Unreachable
 	posting := machined && !s.ephemeralDown() && !s.kubeletRestarting()
+	// the labels the kubelet sets itself (kubelet_node_status.go
+	// initialNode, updateDefaultLabels); machined's NodeApplyController
+	// sets the config's (applyNodeSpec)
 	labels := map[string]string{
 		"kubernetes.io/hostname": nodeName,
 		"kubernetes.io/os":       "linux",
 		"kubernetes.io/arch":     "amd64",
-	}
-	if s.controlPlane() {
-		labels["node-role.kubernetes.io/control-plane"] = ""
-	}
-	if n := s.active.K8sNodeConfig(); n != nil {
-		maps.Copy(labels, n.Labels())
 	}
 
 	nodes := kc.CoreV1().Nodes()
@@ -144,23 +140,41 @@ func (m *Machine) syncKubelet(ctx context.Context, kc kubernetes.Interface) (str
 		if !posting {
 			return "", nil
 		}
-		node, err = nodes.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName, Labels: labels}}, metav1.CreateOptions{})
+		fresh := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName, Labels: labels}}
+		// a control plane's kubelet registers with the NoSchedule taint
+		// that NodeApplyController then owns (kubelet_spec.go
+		// NewKubeletConfiguration, RegisterWithTaints)
+		// (a control plane of a cluster that does not schedule on control
+		// planes: the taint the config's shim adds too)
+		for _, t := range nodeSpecOf(s.active).taints {
+			if t.Key == constants.LabelNodeRoleControlPlane && s.controlPlane() {
+				fresh.Spec.Taints = []corev1.Taint{{Key: t.Key, Effect: corev1.TaintEffectNoSchedule}}
+			}
+		}
+		node, err = nodes.Create(ctx, fresh, metav1.CreateOptions{})
 		if err != nil {
 			return "", fmt.Errorf("register node: %w", err)
 		}
 	case err != nil:
 		return "", err
-	case posting && !maps.Equal(node.Labels, labels):
-		// Talos applies machine.nodeLabels itself; labels set by others stay.
-		merged := maps.Clone(node.Labels)
-		if merged == nil {
-			merged = map[string]string{}
+	}
+	if posting {
+		changed := false
+		for k, v := range labels {
+			if node.Labels[k] != v {
+				if node.Labels == nil {
+					node.Labels = map[string]string{}
+				}
+				node.Labels[k], changed = v, true
+			}
 		}
-		maps.Copy(merged, labels)
-		if !maps.Equal(node.Labels, merged) {
-			node.Labels = merged
+		applied, err := applyNodeSpec(node, nodeSpecOf(s.active))
+		if err != nil {
+			return "", err
+		}
+		if changed || applied {
 			if node, err = nodes.Update(ctx, node, metav1.UpdateOptions{}); err != nil {
-				return "", fmt.Errorf("update node labels: %w", err)
+				return "", fmt.Errorf("update node labels, annotations and taints: %w", err)
 			}
 		}
 	}

@@ -59,7 +59,15 @@ type Machine struct {
 	// etcdCluster is the cluster the machine is a member of, or joins as a
 	// learner; joinGen tells a join in flight from a later one.
 	etcdCluster *etcdCluster
-	joinGen     int
+	// etcdLearner is the member ID the machine joins as, while it is a
+	// learner not yet promoted (its etcd runs as one when the machine is up)
+	etcdLearner uint64
+	// etcdSince is when the machine's etcd got its data (bootstrapped,
+	// promoted): a boot after it starts on that data, Preparing first
+	etcdSince time.Time
+	// events is what its machined published (events.go)
+	events  eventsLog
+	joinGen int
 	// etcdStopped: when EtcdLeaveCluster stopped the etcd service and
 	// deleted its data (etcd.go Client.LeaveCluster); it stays stopped
 	// until the next boot. etcdRemoved: when the member was removed from

@@ -83,6 +83,14 @@ func servicesOf(s snapshot) []service {
 				{msg: "Running pre state", state: "Preparing", ts: at(time.Second)},
 				{msg: s.etcdFailure, state: "Failed", ts: s.etcdFailed},
 			}
+		case id == "etcd" && s.learnerRunning():
+			// etcd runs as a learner: the health check's linearizable Get
+			// (internal/pkg/etcd ValidateQuorum) is refused until the
+			// member is promoted (etcd v3rpc interceptor.go,
+			// isRPCSupportedForLearner)
+			svc.healthy = false
+			svc.message = errLearner
+			svc.events = append(svc.events[:2:2], serviceEvent{msg: "Health check failed: " + errLearner, state: "Running", ts: at(2 * time.Second)})
 		case id == "etcd" && (s.etcdID == 0 || s.etcdPreparing()):
 			// The PreFunc waits to join a cluster (services/etcd.go
 			// buildInitialCluster) until this node is bootstrapped or

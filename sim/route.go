@@ -2,7 +2,9 @@ package sim
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"sync"
 	"time"
@@ -462,17 +464,30 @@ func (f *Fleet) streamInterceptor() grpc.StreamServerInterceptor {
 			return proxyUnary(ss, info.FullMethod, targets, one)
 		}
 
-		// streams from several targets go one after the other: a stream
-		// cannot be written from two goroutines
-		for _, target := range targets {
-			if err := one(target, &hostnameStream{ServerStream: ss, host: target}); err != nil {
-				if sendErr := ss.SendMsg(errorMessage(target, err)); sendErr != nil {
-					return sendErr
+		// streams from several targets run side by side, as apid's
+		// one-to-many proxy runs its backends (a watch such as Events
+		// never ends), their messages sent one at a time (a stream cannot
+		// be written from two goroutines)
+		var (
+			mu   sync.Mutex
+			wg   sync.WaitGroup
+			errs = make([]error, len(targets))
+			req  = &sharedRequest{}
+		)
+		for i, target := range targets {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := one(target, &hostnameStream{ServerStream: ss, host: target, mu: &mu, req: req}); err != nil {
+					mu.Lock()
+					errs[i] = ss.SendMsg(errorMessage(target, err))
+					mu.Unlock()
 				}
-			}
+			}()
 		}
+		wg.Wait()
 
-		return nil
+		return errors.Join(errs...)
 	}
 }
 
@@ -657,6 +672,42 @@ type hostnameStream struct {
 	grpc.ServerStream
 
 	host string
+	mu   *sync.Mutex // shared by the targets of one stream
+	req  *sharedRequest
+	read bool
+}
+
+// sharedRequest is the one request of a server-streaming call, read from
+// the client once and handed to every target's handler, as apid's proxy
+// sends it to each backend.
+type sharedRequest struct {
+	once sync.Once
+	msg  proto.Message
+	err  error
+}
+
+func (s *hostnameStream) RecvMsg(m any) error {
+	if s.req == nil {
+		return s.ServerStream.RecvMsg(m)
+	}
+	if s.read {
+		return io.EOF
+	}
+	s.read = true
+	pm, ok := m.(proto.Message)
+	if !ok {
+		return status.Errorf(codes.Internal, "request %T is not a protobuf message", m)
+	}
+	s.req.once.Do(func() {
+		msg := pm.ProtoReflect().New().Interface()
+		s.req.err = s.ServerStream.RecvMsg(msg)
+		s.req.msg = msg
+	})
+	if s.req.err != nil {
+		return s.req.err
+	}
+	proto.Merge(pm, s.req.msg)
+	return nil
 }
 
 func (s *hostnameStream) SendMsg(m any) error {
@@ -665,6 +716,9 @@ func (s *hostnameStream) SendMsg(m any) error {
 		withMetadata(msg.ProtoReflect(), func(md *common.Metadata) { md.Hostname = s.host })
 		m = msg
 	}
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
 
 	return s.ServerStream.SendMsg(m)
 }

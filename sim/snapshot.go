@@ -23,6 +23,9 @@ type snapshot struct {
 	active    config.Provider
 	persisted config.Provider
 	etcdID    uint64
+	// etcdLearner: the member ID it joins as while a learner (Machine.etcdLearner)
+	etcdLearner uint64
+	etcdSince   time.Time
 	// etcdStopped, etcdRemoved: see Machine
 	etcdStopped, etcdRemoved time.Time
 	// etcdFailed, etcdFailure: see Machine
@@ -63,6 +66,8 @@ func (m *Machine) snap() snapshot {
 		active:      m.active,
 		persisted:   m.persisted,
 		etcdID:      m.etcdID,
+		etcdLearner: m.etcdLearner,
+		etcdSince:   m.etcdSince,
 		etcdStopped: m.etcdStopped,
 		etcdRemoved: m.etcdRemoved,
 		etcdFailed:  m.etcdFailed,
@@ -101,10 +106,20 @@ func (s snapshot) etcdRunning() bool {
 	return s.etcdID != 0 && s.etcdStopped.IsZero() && s.etcdRemoved.IsZero() && !s.down && !s.ephemeralDown() && !s.etcdPreparing()
 }
 
-// etcdPreparing: the node holds etcd data and this boot's etcd service is
-// still in its PreFunc (etcd_join.go).
+// learnerRunning: the node was added to a cluster as a learner and its etcd
+// runs as one until Talos promotes it (services/etcd.go: the PreFunc's
+// addMember returned, the container started, promoteMember retries in the
+// background).
+func (s snapshot) learnerRunning() bool {
+	return s.etcdID == 0 && s.etcdLearner != 0 && s.etcdStopped.IsZero() && s.etcdFailed.IsZero() && !s.down && !s.ephemeralDown()
+}
+
+// etcdPreparing: the node held etcd data when it booted and this boot's
+// etcd service is still in its PreFunc (etcd_join.go). A node that got its
+// data during this boot (bootstrapped, or a learner promoted) is past its
+// PreFunc already.
 func (s snapshot) etcdPreparing() bool {
-	return s.etcdID != 0 && time.Since(s.booted) < s.etcdPrepare
+	return s.etcdID != 0 && time.Since(s.booted) < s.etcdPrepare && !s.etcdSince.After(s.booted)
 }
 
 // cniNone reports a config that leaves the CNI to the operator

@@ -35,7 +35,8 @@ type etcdFact struct {
 	EmptyDir bool
 	// Starting: with HasData, the etcd service is Preparing on a data
 	// directory that is not empty: etcd starts on its data, as on every
-	// boot, and has no members to read yet.
+	// boot, and has no members to read yet; or etcd runs there as a learner
+	// not yet promoted, which etcd refuses the member list.
 	Starting bool
 	// Broken: the etcd service failed on data it cannot start from (what a
 	// failed restore left, or a member that exits on every start): the
@@ -194,6 +195,9 @@ func etcdFactOf(o *machines.Observation) etcdFact {
 		// EtcdStatus answered: etcd runs on data, but without a leader
 		// EtcdMemberList cannot say whose cluster it is
 		return etcdFact{HasData: true, NoLeader: true, Seen: "etcd runs but has no leader, so no quorum, and its members cannot be read (" + o.EtcdErr.Error() + ")"}
+	case errors.Is(o.EtcdErr, machines.ErrEtcdLearner):
+		// added to a cluster and its etcd runs: it holds data
+		return etcdFact{HasData: true, Starting: true, Seen: "etcd runs as a learner of a cluster, not yet promoted (etcd refuses a learner the member list: " + o.EtcdErr.Error() + ")"}
 	case o.Etcd != nil:
 		members := slices.Clone(o.Etcd.Members)
 		slices.Sort(members)

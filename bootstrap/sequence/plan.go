@@ -71,6 +71,9 @@ type Action struct {
 	Talosctl []string `json:"talosctl,omitempty"`
 	// Reboots is set when the action takes a running machine away.
 	Reboots bool `json:"reboots,omitempty"`
+	// Drain says what happens to the machine's Node before a rebooting
+	// change devata apply rolls out (as apply --dry-run says it).
+	Drain string `json:"drain,omitempty"`
 	// Changes is an apply's config diff by YAML path, redacted
 	// (machines.ConfigDiff.Changes): what the apply would change.
 	Changes []string `json:"changes,omitempty"`

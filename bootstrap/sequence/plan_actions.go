@@ -152,8 +152,21 @@ func planMachine(in planInput, m *inventory.Machine, v verdict) Action {
 		fmt.Sprintf("talosctl apply-config --nodes %s --file %s --mode auto --dry-run", m.Address, configFile(m)),
 		fmt.Sprintf("talosctl apply-config --nodes %s --file %s --mode auto", m.Address, configFile(m)),
 	}
+	if a.Reboots && by == byApply {
+		// Talos drains on no rebooting apply (the sequencer has no
+		// CordonAndDrainNode for it): devata apply does, as its dry run says
+		a.Drain = planDrain
+		a.Talosctl = slices.Concat(
+			[]string{fmt.Sprintf("kubectl drain %s --ignore-daemonsets --delete-emptydir-data", m.Name)},
+			a.Talosctl,
+			[]string{fmt.Sprintf("kubectl uncordon %s   # once it is back and Ready", m.Name)})
+	}
 	return a
 }
+
+// planDrain is what devata apply does to the Node of a machine a change
+// reboots, in the words of its dry run (reconcile Plan writeDrain).
+const planDrain = "drain first: devata apply cordons its Node and evicts its pods through the Eviction API (PodDisruptionBudgets hold; DaemonSet and mirror pods stay; as kubectl drain NODE --ignore-daemonsets --delete-emptydir-data), and uncordons it once it is back and ready; without a kubeconfig it cannot, and says so; --drain=false skips it"
 
 // planEtcd is the bootstrap-etcd and wait-etcd actions on first, the
 // bootstrap node, under the etcd verdict v and why it was reached.

@@ -73,6 +73,9 @@ func writeText(w io.Writer, p *Plan, simulated bool) error {
 		for _, e := range a.Evidence {
 			fmt.Fprintf(&b, "     %-8s %-24s evidence [%s]: %s\n", "", "", e.Rung, e.Observed)
 		}
+		if a.Drain != "" {
+			fmt.Fprintf(&b, "     %-8s %-24s %s\n", "", "", a.Drain)
+		}
 		if len(a.Changes) > 0 {
 			fmt.Fprintf(&b, "     %-8s %-24s changes:\n", "", "")
 			for _, c := range a.Changes {
@@ -136,6 +139,9 @@ func writeMarkdown(w io.Writer, p *Plan, simulated bool) error {
 		}
 		if a.Reboots {
 			b.WriteString("- **Reboots the running machine.**\n")
+		}
+		if a.Drain != "" {
+			fmt.Fprintf(&b, "- %s.\n", capitalize(a.Drain))
 		}
 		if len(a.Changes) > 0 {
 			// A fence, not code spans: a changed value may hold backticks.

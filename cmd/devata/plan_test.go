@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -86,5 +87,49 @@ func TestPlanWithoutSecrets(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(sf.Dir, "secrets.yaml")); !os.IsNotExist(err) {
 		t.Errorf("plan wrote a secrets bundle")
+	}
+}
+
+// A rebooting change devata apply would roll out: the plan says the drain
+// before it and the uncordon after, in apply --dry-run's words, with the
+// kubectl commands among those to run by hand; a change that does not
+// reboot says nothing of a drain.
+func TestPlanSaysTheDrainBeforeARebootingApply(t *testing.T) {
+	sf := startSim(t, simtest.Options{Bootstrap: true})
+	sf.Drift(t, "worker-1", "diskQuotaSupport: true", "diskQuotaSupport: false") // applied by a reboot
+	sf.Drift(t, "cp-2", "time.cloudflare.com", "pool.ntp.org")                   // applied at once
+	r := devata(t, nil, "plan", "--config", sf.settings, "--skip-nodes")
+	show(t, r)
+	if r.code != 1 {
+		t.Fatalf("exit %d, want 1\n%s%s", r.code, r.stdout, r.err)
+	}
+	// one block per action, each starting with its number
+	var worker, cp []string
+	for _, block := range regexp.MustCompile(`\n\s*\d+\. `).Split(r.stdout, -1) {
+		switch {
+		case strings.Contains(block, "apply worker-1 "):
+			worker = append(worker, block)
+		case strings.Contains(block, "apply cp-2 "):
+			cp = append(cp, block)
+		}
+	}
+	if len(worker) != 1 || len(cp) != 1 {
+		t.Fatalf("%d apply actions for worker-1 and %d for cp-2, want one each:\n%s", len(worker), len(cp), r.stdout)
+	}
+	if !strings.Contains(strings.Join(worker, ""), "drain first: devata apply cordons its Node") {
+		t.Errorf("the rebooting apply of worker-1 does not say the drain:\n%s", r.stdout)
+	}
+	if strings.Contains(strings.Join(cp, ""), "drain") {
+		t.Errorf("the apply of cp-2, which does not reboot, speaks of a drain:\n%s", r.stdout)
+	}
+
+	r = devata(t, nil, "plan", "--config", sf.settings, "--skip-nodes", "-o", "markdown")
+	if !strings.Contains(r.stdout, "- Drain first: devata apply cordons its Node") ||
+		!strings.Contains(r.stdout, "kubectl drain worker-1 --ignore-daemonsets --delete-emptydir-data") ||
+		!strings.Contains(r.stdout, "kubectl uncordon worker-1") {
+		t.Errorf("the markdown runbook lacks the drain of worker-1 or its commands:\n%s", r.stdout)
+	}
+	if strings.Contains(r.stdout, "kubectl drain cp-2") {
+		t.Errorf("the runbook drains cp-2, whose change does not reboot:\n%s", r.stdout)
 	}
 }

@@ -35,58 +35,109 @@ type apiSuite struct {
 	timeout time.Duration
 }
 
-// talosAPISuites are the suites of Talos v1.14.1's internal/integration/api
-// that need neither real hardware nor a provisioner.
-var talosAPISuites = []apiSuite{
-	{name: "api.VersionSuite", pass: []string{"TestExpectedVersionMaster", "TestSameVersionCluster"}, timeout: 3 * time.Minute},
-	{
-		name: "api.ApidSuite", pass: []string{"TestBigPayload", "TestPKIMismatch"},
-		skip: map[string]string{
-			"TestControlPlaneRouting": "information about routable endpoints is not available",
-			"TestWorkerNoRouting":     "information about routable endpoints is not available",
+// talosAPISuites are, per Talos release, the suites of its
+// internal/integration/api that need neither real hardware nor a
+// provisioner.
+var talosAPISuites = map[string][]apiSuite{
+	"v1.11.0": {
+		{name: "api.VersionSuite", pass: []string{"TestExpectedVersionMaster", "TestSameVersionCluster"}, timeout: 3 * time.Minute},
+		{
+			name: "api.ApidSuite", pass: []string{"TestBigPayload"},
+			skip: map[string]string{
+				"TestControlPlaneRouting": "information about routable endpoints is not available",
+				"TestWorkerNoRouting":     "information about routable endpoints is not available",
+			},
+			timeout: 3 * time.Minute,
 		},
-		timeout: 3 * time.Minute,
+		{name: "api.ResourcesSuite", pass: []string{"TestListResources", "TestForbiddenOperations"}, timeout: 3 * time.Minute},
+		{name: "api.MachineStatusSuite", pass: []string{"TestMachineStatusReady"}, timeout: 3 * time.Minute},
+		{name: "api.EtcdSuite", pass: []string{"TestMembers"}, timeout: 3 * time.Minute},
+		{
+			name: "api.ApplyConfigSuite", pass: []string{
+				"TestApplyWithoutReboot", "TestApplyNoReboot", "TestApplyDryRun", "TestApplyDryRunDocuments",
+				"TestApplyTry", "TestApplyRemovingV1Alpha1",
+			},
+			timeout: 5 * time.Minute,
+		},
+		{name: "api.NodeLabelsSuite", pass: []string{"TestUpdateControlPlane", "TestUpdateWorker", "TestAllowScheduling"}, timeout: 3 * time.Minute},
+		{name: "api.EventsSuite", pass: []string{"TestEventsWatch"}, timeout: 3 * time.Minute},
+		{name: "api.NodeAnnotationsSuite", pass: []string{"TestUpdateControlPlane", "TestUpdateWorker"}, timeout: 3 * time.Minute},
+		{
+			name: "api.ServiceAccountSuite",
+			skip: map[string]string{
+				"TestValid":               "cluster health can't be verified when cluster state is not provided",
+				"TestNotAllowedNamespace": "cluster health can't be verified when cluster state is not provided",
+				"TestNotAllowedRoles":     "cluster health can't be verified when cluster state is not provided",
+				"TestFeatureNotEnabled":   "cluster health can't be verified when cluster state is not provided",
+			},
+			timeout: 3 * time.Minute,
+		},
 	},
-	{name: "api.ResourcesSuite", pass: []string{"TestListResources", "TestForbiddenOperations"}, timeout: 3 * time.Minute},
-	{name: "api.MachineStatusSuite", pass: []string{"TestMachineStatusReady"}, timeout: 3 * time.Minute},
-	{name: "api.EtcdSuite", pass: []string{"TestMembers"}, timeout: 3 * time.Minute},
-	{
-		name: "api.ApplyConfigSuite", pass: []string{
-			"TestApplyWithoutReboot", "TestApplyNoReboot", "TestApplyDryRun", "TestApplyDryRunDocuments",
-			"TestApplyTry", "TestApplyRemovingV1Alpha1",
+	"v1.14.1": {
+		{name: "api.VersionSuite", pass: []string{"TestExpectedVersionMaster", "TestSameVersionCluster"}, timeout: 3 * time.Minute},
+		{
+			name: "api.ApidSuite", pass: []string{"TestBigPayload", "TestPKIMismatch"},
+			skip: map[string]string{
+				"TestControlPlaneRouting": "information about routable endpoints is not available",
+				"TestWorkerNoRouting":     "information about routable endpoints is not available",
+			},
+			timeout: 3 * time.Minute,
 		},
-		timeout: 5 * time.Minute,
+		{name: "api.ResourcesSuite", pass: []string{"TestListResources", "TestForbiddenOperations"}, timeout: 3 * time.Minute},
+		{name: "api.MachineStatusSuite", pass: []string{"TestMachineStatusReady"}, timeout: 3 * time.Minute},
+		{name: "api.EtcdSuite", pass: []string{"TestMembers"}, timeout: 3 * time.Minute},
+		{
+			name: "api.ApplyConfigSuite", pass: []string{
+				"TestApplyWithoutReboot", "TestApplyNoReboot", "TestApplyDryRun", "TestApplyDryRunDocuments",
+				"TestApplyTry", "TestApplyRemovingV1Alpha1",
+			},
+			timeout: 5 * time.Minute,
+		},
+		{name: "api.NodeLabelsSuite", pass: []string{"TestUpdateControlPlane", "TestUpdateWorker"}, timeout: 3 * time.Minute},
+		{name: "api.EventsSuite", pass: []string{"TestEventsWatch"}, timeout: 3 * time.Minute},
 	},
 }
 
-// Talos v1.14.1's own API integration suites, the binary its CI runs
-// against a cluster, pass against a simulated fleet that devata built:
-// `devata sim --maintenance --kubernetes --inventory-addresses` serves the
-// v1.14 homelab on loopback addresses of its own with a real
+// Talos' own API integration suites of each release in
+// testenv.TalosAPIVersions, the binary its CI runs against a cluster, pass
+// against a simulated fleet of that release that devata built: `devata sim
+// --maintenance --kubernetes --inventory-addresses` serves the release's
+// homelab example on loopback addresses of its own with a real
 // kube-apiserver, `devata bootstrap` installs and bootstraps it, and each
 // suite runs on its own, bounded by -test.timeout, finding the nodes as on
 // a real cluster (Kubernetes discovery through the kubeconfig the Talos
 // API serves). Every test the table names must pass or, where it says so,
-// skip with Talos' own reason; anything else fails.
+// skip with Talos' own reason; anything else fails. One release's fleet at
+// a time.
 func TestTalosAPISuites(t *testing.T) {
-	const version = "v1.14.1"
+	for _, version := range testenv.TalosAPIVersions {
+		t.Run(version, func(t *testing.T) {
+			suites, ok := talosAPISuites[version]
+			if !ok {
+				t.Fatalf("no suites listed for Talos %s", version)
+			}
 
-	start := time.Now()
-	bin, err := testenv.TalosAPISuites(t.Context(), version, tlog{t})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("suites binary ready in %s", time.Since(start).Round(time.Second))
-
-	start = time.Now()
-	fl := startFleet(t, version)
-	t.Logf("fleet built by devata sim and devata bootstrap in %s", time.Since(start).Round(time.Second))
-
-	for _, s := range talosAPISuites {
-		t.Run(s.name, func(t *testing.T) {
 			start := time.Now()
-			runSuite(t, bin, fl, version, s)
-			t.Logf("%s ran in %s", s.name, time.Since(start).Round(time.Second))
+			bin, err := testenv.TalosAPISuites(t.Context(), version, tlog{t})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("suites binary ready in %s", time.Since(start).Round(time.Second))
+
+			start = time.Now()
+			fl := startFleet(t, version)
+			t.Logf("fleet built by devata sim and devata bootstrap in %s", time.Since(start).Round(time.Second))
+
+			for _, s := range suites {
+				if only := os.Getenv("DEVATA_TALOSAPI_SUITES"); only != "" && !slices.Contains(strings.Split(only, ","), s.name) {
+					continue
+				}
+				t.Run(s.name, func(t *testing.T) {
+					start := time.Now()
+					runSuite(t, bin, fl, version, s)
+					t.Logf("%s ran in %s", s.name, time.Since(start).Round(time.Second))
+				})
+			}
 		})
 	}
 }
@@ -169,7 +220,7 @@ func orNone(r string) string {
 	return r
 }
 
-// startFleet builds devata, serves the v1.14 homelab on loopback addresses
+// startFleet builds devata, serves the release's homelab on loopback addresses
 // of this process with devata sim, bootstraps it with devata bootstrap and
 // returns what the suites need. The sim is interrupted when the test ends.
 func startFleet(t *testing.T, version string) fleet {
@@ -181,11 +232,12 @@ func startFleet(t *testing.T, version string) fleet {
 		t.Fatalf("go build devata: %v\n%s", err, out)
 	}
 
-	// the v1.14 homelab, each machine on a loopback address of this process
-	example := filepath.Join("..", "..", "examples", "homelab-v1.14")
-	if version != "v1.14.1" {
+	// the release's homelab, each machine on a loopback address of this process
+	examples := map[string]string{"v1.11.0": "homelab", "v1.14.1": "homelab-v1.14"}
+	if examples[version] == "" {
 		t.Fatalf("no example inventory for Talos %s", version)
 	}
+	example := filepath.Join("..", "..", "examples", examples[version])
 	dir := filepath.Join(work, "homelab")
 	if err := os.CopyFS(dir, os.DirFS(example)); err != nil {
 		t.Fatal(err)
