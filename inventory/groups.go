@@ -337,3 +337,28 @@ func KubeletForbiddenLabel(key string) string {
 	}
 	return "NodeRestriction lets a kubelet set no kubernetes.io or k8s.io label but the well-known ones (topology.kubernetes.io/zone, …) and those under kubelet.kubernetes.io/ and node.kubernetes.io/"
 }
+
+// PatchLayer is one layer of a machine's patches: where they come from
+// ("cluster", "role controlplane", "group storage", "machine") and the files.
+type PatchLayer struct {
+	From  string   `json:"from"`
+	Files []string `json:"files"`
+}
+
+// PatchLayers are m's patches as rendering applies them: the cluster's, its
+// role's, each of its groups' in the inventory's order, its own. A layer
+// without files is left out.
+func (inv *Inventory) PatchLayers(m *Machine) []PatchLayer {
+	role := inv.Cluster.Workers.Patches
+	if m.IsControlPlane() {
+		role = inv.Cluster.ControlPlane.Patches
+	}
+	layers := []PatchLayer{{"cluster", inv.Cluster.Patches}, {"role " + m.Role, role}}
+	for _, name := range m.Groups {
+		if g := inv.Group(name); g != nil {
+			layers = append(layers, PatchLayer{"group " + name, g.Patches})
+		}
+	}
+	layers = append(layers, PatchLayer{"machine", m.Patches})
+	return slices.DeleteFunc(layers, func(l PatchLayer) bool { return len(l.Files) == 0 })
+}

@@ -144,7 +144,7 @@ func (m *Machine) syncKubelet(ctx context.Context, kc kubernetes.Interface) (str
 		if !posting {
 			return "", nil
 		}
-		node, err = nodes.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName, Labels: labels}}, metav1.CreateOptions{})
+		node, err = nodes.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName, Labels: labels}, Spec: corev1.NodeSpec{Taints: registerTaints(specTaints(s.active), s.version, s.controlPlane())}}, metav1.CreateOptions{})
 		if err != nil {
 			return "", fmt.Errorf("register node: %w", err)
 		}
@@ -165,6 +165,11 @@ func (m *Machine) syncKubelet(ctx context.Context, kc kubernetes.Interface) (str
 		}
 	}
 
+	if machined {
+		if node, err = applyTaints(ctx, nodes, node, specTaints(s.active), s.controlPlane()); err != nil {
+			return "", err
+		}
+	}
 	if machined {
 		if node, err = applyCordoned(ctx, nodes, node, s.upgrading); err != nil {
 			return "", err

@@ -35,6 +35,10 @@ same by hand. Nothing is written anywhere; configs are only dry-run.
   -o markdown   a reconstruction runbook to follow by hand
   -o json       for tools
 
+With machine groups in the inventory, plan prints each machine's patch order:
+the cluster's patches, its role's, its groups' in the inventory's order, its
+own (machines with the same order on one line).
+
 Once the cluster answers, plan also lists orphans: etcd members and Nodes
 that no machine of the inventory has (a machine deleted from it). Nothing
 touches them; devata remove NAME takes each out.
@@ -66,6 +70,9 @@ Exit 0 nothing to do, 1 actions pending, 2 error or a blocked action.`,
 			}
 			plan.Orphans = a.planOrphans(cmd.Context(), seq.Inventory(), seq.Dialer(), kube)
 			plan.Kubernetes = a.planKubernetes(cmd.Context(), seq, plan, kube)
+			if inv := seq.Inventory(); inv != nil && len(inv.Groups) > 0 {
+				plan.Patches = sequence.PatchOrders(inv)
+			}
 			if err := sequence.WritePlan(a.streams.Out, flags.output, plan, a.settings.Simulated); err != nil {
 				return exitWith(exitTrouble, err)
 			}
