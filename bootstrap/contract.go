@@ -99,13 +99,12 @@ func (r *Renderer) declareMachine(base coreconfig.Provider, m *inventory.Machine
 			docs = append(docs, h)
 			continue
 		case *k8s.KubeNodeConfigV1Alpha1:
-			if len(m.Labels) > 0 {
+			// labels and taints (machinery v1.14.1 types/k8s/node.go:
+			// LabelsConfig, TaintsConfig) of the machine and its groups
+			if labels, taints := m.NodeLabels(), m.NodeTaints(); len(labels) > 0 || len(taints) > 0 {
 				n := d.DeepCopy()
-				n.LabelsConfig = maps.Clone(n.LabelsConfig)
-				if n.LabelsConfig == nil {
-					n.LabelsConfig = map[string]string{}
-				}
-				maps.Copy(n.LabelsConfig, m.Labels)
+				n.LabelsConfig = withAll(n.LabelsConfig, labels)
+				n.TaintsConfig = withAll(n.TaintsConfig, taints)
 				docs = append(docs, n)
 				continue
 			}
@@ -142,6 +141,17 @@ func (r *Renderer) declareMachine(base coreconfig.Provider, m *inventory.Machine
 		docs = append(docs, doc)
 	}
 	return container.New(docs...)
+}
+
+// withAll is base with add over it, a copy; base when add is empty.
+func withAll(base, add map[string]string) map[string]string {
+	if len(add) == 0 {
+		return base
+	}
+	out := make(map[string]string, len(base)+len(add))
+	maps.Copy(out, base)
+	maps.Copy(out, add)
+	return out
 }
 
 func kubeletMounts(m *inventory.Machine) bool {

@@ -3,6 +3,7 @@ package bootstrap
 import (
 	"context"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -38,7 +39,8 @@ type Rendered struct {
 	Role    string
 	// Config is the machine config as sent to Talos: multi-document YAML, no comments.
 	Config []byte
-	// Patches lists the patch files applied, in order (cluster, role, machine).
+	// Patches lists the patch files applied, in order (cluster, role,
+	// groups in the inventory's order, machine).
 	Patches []string
 	// Warnings are machinery's validation warnings, when validated.
 	Warnings []string
@@ -173,10 +175,17 @@ func (r *Renderer) Provider(m *inventory.Machine) (coreconfig.Provider, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", m.Name, err)
 	}
-	if cfg, err = r.applyPatches(cfg, m.Patches); err != nil {
+	// groups' patches sit between the role's and the machine's (issue 36)
+	if cfg, err = r.applyPatches(cfg, append(r.inv.GroupPatches(m), m.Patches...)); err != nil {
 		return nil, fmt.Errorf("%s: %w", m.Name, err)
 	}
 	return cfg, nil
+}
+
+// PatchOrder is every patch file applied to m, in the order applied:
+// the cluster's, its role's, its groups' (in the inventory's order), its own.
+func (r *Renderer) PatchOrder(m *inventory.Machine) []string {
+	return slices.Concat(r.rolePatches[m.Role], r.inv.GroupPatches(m), m.Patches)
 }
 
 // applyMachineFields sets, on the v1alpha1 document, the machine's fields
@@ -203,15 +212,19 @@ func applyMachineFields(cfg *v1alpha1.Config, m *inventory.Machine, contract *co
 		return err
 	}
 	mc.MachineInstall.InstallImage = installImage //nolint:staticcheck // the field Talos up to 1.13 reads
-	if len(m.Labels) > 0 {
-		labels := make(map[string]string, len(mc.MachineNodeLabels)+len(m.Labels))
-		for k, v := range mc.MachineNodeLabels {
-			labels[k] = v
-		}
-		for k, v := range m.Labels {
-			labels[k] = v
-		}
+	if nl := m.NodeLabels(); len(nl) > 0 {
+		labels := make(map[string]string, len(mc.MachineNodeLabels)+len(nl))
+		maps.Copy(labels, mc.MachineNodeLabels)
+		maps.Copy(labels, nl)
 		mc.MachineNodeLabels = labels
+	}
+	// machine.nodeTaints, as machinery v1.11.0 v1alpha1_types.go has it
+	// (key: value:Effect), validated by labels.ValidateTaints
+	if nt := m.NodeTaints(); len(nt) > 0 {
+		taints := make(map[string]string, len(mc.MachineNodeTaints)+len(nt)) //nolint:staticcheck // the field Talos up to 1.13 reads
+		maps.Copy(taints, mc.MachineNodeTaints)                              //nolint:staticcheck // idem
+		maps.Copy(taints, nt)
+		mc.MachineNodeTaints = taints //nolint:staticcheck // idem
 	}
 	addKubeletMounts(mc, m)
 	return nil
@@ -369,7 +382,7 @@ func (r *Renderer) render(m *inventory.Machine, validate bool) (*Rendered, error
 	// devata knows a machine by its hostname (apply, upgrade and remove
 	// confirm it before they write): a patch may restate it, not change it
 	if h := configview.Hostname(cfg); h != m.Name {
-		return nil, fmt.Errorf("%s: its patches %v set the hostname to %q; devata names each machine's hostname after it and checks it before every write: remove the hostname from the patch, or rename the machine in the inventory", m.Name, append(slices.Clone(r.rolePatches[m.Role]), m.Patches...), h)
+		return nil, fmt.Errorf("%s: its patches %v set the hostname to %q; devata names each machine's hostname after it and checks it before every write: remove the hostname from the patch, or rename the machine in the inventory", m.Name, r.PatchOrder(m), h)
 	}
 	// a config for an older release than the inventory's (a machine that
 	// still runs it) cannot hold what its patches write in a later
@@ -377,7 +390,7 @@ func (r *Renderer) render(m *inventory.Machine, validate bool) (*Rendered, error
 	for _, d := range cfg.Documents() {
 		if since, ok := talos.DocumentKinds[d.Kind()]; ok && since > r.contract.Minor {
 			return nil, fmt.Errorf("%s runs Talos 1.%d, which refuses the %s document its patches %v write (it came with Talos 1.%d): upgrade it first (devata upgrade), or keep that setting a v1alpha1 field until every machine runs 1.%d",
-				m.Name, r.contract.Minor, d.Kind(), append(slices.Clone(r.rolePatches[m.Role]), m.Patches...), since, since)
+				m.Name, r.contract.Minor, d.Kind(), r.PatchOrder(m), since, since)
 		}
 	}
 	data, err := cfg.EncodeBytes(encoder.WithComments(encoder.CommentsDisabled))
@@ -388,7 +401,7 @@ func (r *Renderer) render(m *inventory.Machine, validate bool) (*Rendered, error
 		Machine: m.Name,
 		Role:    m.Role,
 		Config:  data,
-		Patches: append(slices.Clone(r.rolePatches[m.Role]), m.Patches...),
+		Patches: r.PatchOrder(m),
 	}
 	if !validate {
 		return rd, nil

@@ -26,6 +26,7 @@ type Inventory struct {
 	Kind       string    `required:"true" yaml:"kind" json:"kind" doc:"Always Inventory."`
 	Cluster    Cluster   `required:"true" yaml:"cluster" json:"cluster" doc:"Cluster-wide settings."`
 	Machines   []Machine `required:"true" yaml:"machines" json:"machines" doc:"Every machine of the cluster."`
+	Groups     []Group   `yaml:"groups" json:"groups" doc:"Machine groups: patches, node labels and taints for every machine a label selector picks, applied between the role's and the machine's own, in the order the groups are listed."`
 
 	// Path is the file the inventory was loaded from; patch paths are relative to its directory.
 	Path string `yaml:"-" json:"-"`
@@ -114,13 +115,44 @@ type Machine struct {
 	InstallDisk         string               `yaml:"installDisk" json:"installDisk" doc:"Install disk device path, e.g. /dev/nvme0n1. Exactly one of installDisk and installDiskSelector."`
 	InstallDiskSelector *InstallDiskSelector `yaml:"installDiskSelector" json:"installDiskSelector" doc:"Select the install disk by its properties instead of a path."`
 	Patches             []string             `yaml:"patches" json:"patches" doc:"Config patch files for this machine, applied last."`
-	Labels              map[string]string    `yaml:"labels" json:"labels" doc:"Kubernetes node labels."`
+	Labels              map[string]string    `yaml:"labels" json:"labels" doc:"Kubernetes node labels; they win over a group's. On a worker, labels the NodeRestriction admission plugin forbids its kubelet to set are refused."`
+	Taints              map[string]string    `yaml:"taints" json:"taints" doc:"Kubernetes node taints as Talos writes them (machine.nodeTaints): key to value:Effect, or Effect alone (NoSchedule, PreferNoSchedule, NoExecute); they win over a group's."`
 	Volumes             []Volume             `yaml:"volumes" json:"volumes" doc:"User volumes, rendered as UserVolumeConfig and expected at /var/mnt/<name>."`
 	Mounts              []Mount              `yaml:"mounts" json:"mounts" doc:"Further mounts the machine must have (from a patch: machine.disks, an ExistingVolumeConfig, …); checked, never rendered."`
 	RawDisks            []RawDisk            `yaml:"rawDisks" json:"rawDisks" doc:"Disks that must stay blank (no partitions, no filesystem signature), e.g. for Rook-Ceph OSDs; checked, never rendered."`
 	Schematic           *Schematic           `yaml:"schematic" json:"schematic" doc:"Image Factory schematic of this machine's boot image, in place of its role's or the cluster's."`
 	Hold                *Hold                `yaml:"hold" json:"hold" doc:"Hold the machine: apply, upgrade and reconcile observe and report it but never change it (apply --machines NAME --ignore-hold at the console does)."`
 	MaintenanceWindows  []string             `yaml:"maintenanceWindows" json:"maintenanceWindows" doc:"Names of the cluster.maintenanceWindows that apply to this machine. Default: all of them."`
+
+	// Groups names the groups whose selector picks the machine, in the
+	// inventory's order (set by Parse; see groups.go).
+	Groups []string `yaml:"-" json:"-"`
+	// nodeLabels and nodeTaints are the labels and taints of its groups
+	// and its own, merged by Parse; nil without groups.
+	nodeLabels, nodeTaints map[string]string
+}
+
+// Group gives every machine its selector picks the same patches, node labels,
+// taints and rollout limit, so that fifty storage nodes need one patch.
+type Group struct {
+	Name     string            `required:"true" yaml:"name" json:"name" doc:"Group name (DNS-1123 label), unique."`
+	Selector GroupSelector     `required:"true" yaml:"selector" json:"selector" doc:"Which machines belong to the group: all of matchLabels, over the machines' own labels, and the role when given."`
+	Patches  []string          `yaml:"patches" json:"patches" doc:"Config patch files applied to the group's machines after the cluster's and the role's, before the machine's own; groups apply in the order they are listed."`
+	Labels   map[string]string `yaml:"labels" json:"labels" doc:"Kubernetes node labels for the group's machines; a machine's own labels win, and two groups may not set one label differently on a machine."`
+	Taints   map[string]string `yaml:"taints" json:"taints" doc:"Kubernetes node taints for the group's machines, as in a machine's taints; a machine's own win, and two groups may not set one taint differently on a machine."`
+	Rollout  GroupRollout      `yaml:"rollout" json:"rollout" doc:"How apply and reconcile roll changes out to the group's machines."`
+}
+
+// GroupSelector picks machines by their own labels (not those groups give
+// them) and role.
+type GroupSelector struct {
+	MatchLabels map[string]string `yaml:"matchLabels" json:"matchLabels" doc:"Labels a machine must carry in its own labels, each with this value."`
+	Role        string            `yaml:"role" json:"role" enum:",controlplane,worker" doc:"controlplane or worker: only machines of this role. Default: either."`
+}
+
+// GroupRollout limits a rollout within one group.
+type GroupRollout struct {
+	MaxUnavailable int `yaml:"maxUnavailable" json:"maxUnavailable" doc:"At most this many of the group's workers changed at once, within the global --max-unavailable (control planes go one at a time anyway). Default: only the global limit."`
 }
 
 // InstallDiskSelector mirrors Talos' machine.install.diskSelector.

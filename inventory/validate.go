@@ -87,6 +87,10 @@ func (v *validator) validate() {
 	}
 	v.validateCluster(&inv.Cluster)
 	v.validateMachines()
+	if v.interrupted == nil {
+		v.validateGroups()
+		v.validateNodeRestriction()
+	}
 }
 
 func (v *validator) validateCluster(c *Cluster) {
@@ -199,15 +203,8 @@ func (v *validator) validateMachines() {
 		}
 		v.validateInstallDisk(p, m)
 		v.patches(p+".patches", m.Patches)
-		for k, val := range m.Labels {
-			lp := fmt.Sprintf("%s.labels[%q]", p, k)
-			for _, msg := range validation.IsQualifiedName(k) {
-				v.errorf(lp, "invalid label key: %s", msg)
-			}
-			for _, msg := range validation.IsValidLabelValue(val) {
-				v.errorf(lp, "invalid label value %q: %s", val, msg)
-			}
-		}
+		v.labelMap(p+".labels", m.Labels)
+		v.taintMap(p+".taints", m.Taints)
 		v.validateVolumes(p, m.Volumes)
 		v.validateMounts(p, m)
 		v.validateRawDisks(p, m.RawDisks)

@@ -211,6 +211,7 @@ func checkKubelet(_ context.Context, t *Target) []drift.Result {
 	o, name := t.Obs, t.Machine.Name
 	var problems, evidence []string
 	var unknown error
+	taintFix := ""
 	switch {
 	case o.KubeletErr != nil:
 		unknown = o.KubeletErr
@@ -244,7 +245,7 @@ func checkKubelet(_ context.Context, t *Target) []drift.Result {
 				problems = append(problems, fmt.Sprintf("kubelet %s, cluster.kubernetesVersion %s", node.KubeletVersion, t.KubernetesVersion))
 			}
 			var missing []string
-			for k, v := range t.Machine.Labels {
+			for k, v := range t.Machine.NodeLabels() {
 				if got, ok := node.Labels[k]; !ok || got != v {
 					missing = append(missing, k+"="+v)
 				}
@@ -253,11 +254,19 @@ func checkKubelet(_ context.Context, t *Target) []drift.Result {
 				slices.Sort(missing)
 				problems = append(problems, "Node lacks labels "+strings.Join(missing, ", "))
 			}
+			if p, fix := missingTaints(t.Machine.NodeTaints(), node.Taints); p != "" {
+				problems = append(problems, p)
+				taintFix = "kubectl taint node " + name + " " + strings.Join(fix, " ")
+			}
 		}
 	}
 	switch {
 	case len(problems) > 0:
 		next := t.talosctl("service kubelet") + "; " + t.talosctl("logs kubelet") + "; kubectl describe node " + name
+		if taintFix != "" && len(problems) == 1 {
+			// a worker's Talos may not change its Node's taints (NodeRestriction): only an administrator can
+			next = taintFix
+		}
 		if node, ok := t.nodeFacts(name); ok && NetworkNotReady(node.ReadyReason) {
 			next = "no CNI runs on the node yet: with cluster.network.cni none, install Cilium (helm install cilium …), then see the cilium checks; kubectl describe node " + name
 		}
@@ -278,6 +287,36 @@ func checkKubelet(_ context.Context, t *Target) []drift.Result {
 		return []drift.Result{drift.Unknown(unknown, next).WithEvidence(evidence...)}
 	}
 	return []drift.Result{drift.InSync(evidence...)}
+}
+
+// missingTaints names the taints the inventory gives the machine (its own
+// and its groups', as machine.nodeTaints: key to value:Effect or Effect)
+// that its Node does not carry with that value and effect, or "". Taints
+// others put on the Node (the control plane's own, a cordon's) are theirs.
+// The second result is each missing taint as kubectl taint takes it.
+func missingTaints(want, got map[string]string) (string, []string) {
+	var missing, fix []string
+	for k, w := range want {
+		value, effect := inventory.ParseTaint(w)
+		canonical, desc := effect, k+":"+effect // as NodeFactsOf writes it; as kubectl taint takes it
+		if value != "" {
+			canonical, desc = value+":"+effect, k+"="+value+":"+effect
+		}
+		if !slices.Contains(strings.Split(got[k], ","), canonical) {
+			fix = append(fix, desc)
+			if _, ok := got[k]; ok {
+				fix[len(fix)-1] += " --overwrite"
+				desc += " (the Node has " + got[k] + ")"
+			}
+			missing = append(missing, desc)
+		}
+	}
+	if len(missing) == 0 {
+		return "", nil
+	}
+	slices.Sort(missing)
+	slices.Sort(fix)
+	return "Node lacks taints " + strings.Join(missing, ", "), fix
 }
 
 func checkEtcd(_ context.Context, t *Target) []drift.Result {

@@ -20,6 +20,9 @@ type NodeFacts struct {
 	ReadyReason    string
 	KubeletVersion string
 	Labels         map[string]string
+	// Taints are the Node's taints as Talos writes them: key to value:Effect,
+	// or Effect alone when the value is empty.
+	Taints map[string]string
 }
 
 // Nodes is one observation of every Node in the cluster, read with a single
@@ -77,6 +80,20 @@ func kubeconfigRules(kubeconfig string) *clientcmd.ClientConfigLoadingRules {
 // NodeFactsOf reads the facts from a Node.
 func NodeFactsOf(n *corev1.Node) NodeFacts {
 	f := NodeFacts{KubeletVersion: n.Status.NodeInfo.KubeletVersion, Labels: n.Labels, ReadyReason: "no Ready condition"}
+	for _, tn := range n.Spec.Taints {
+		if f.Taints == nil {
+			f.Taints = map[string]string{}
+		}
+		// a key may repeat with another effect; keep each as Talos would write it
+		v := string(tn.Effect)
+		if tn.Value != "" {
+			v = tn.Value + ":" + v
+		}
+		if prev, ok := f.Taints[tn.Key]; ok {
+			v = prev + "," + v
+		}
+		f.Taints[tn.Key] = v
+	}
 	for _, c := range n.Status.Conditions {
 		if c.Type == corev1.NodeReady {
 			f.Ready = c.Status == corev1.ConditionTrue

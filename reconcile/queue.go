@@ -8,6 +8,8 @@ import (
 
 	"golang.org/x/time/rate"
 	"k8s.io/client-go/util/workqueue"
+
+	"devata.dev/devata/inventory"
 )
 
 // The work queue and its workers, as a controller-runtime controller keeps
@@ -57,9 +59,12 @@ func (o *observedLimiter) NumRequeues(key string) int { return o.inner.NumRequeu
 // leadership): its queue and limits. Workers of an earlier term that are
 // still finishing a change keep theirs.
 type term struct {
-	queue    workqueue.TypedRateLimitingInterface[string]
-	writes   *rate.Limiter
-	sem      chan struct{}
+	queue  workqueue.TypedRateLimitingInterface[string]
+	writes *rate.Limiter
+	sem    chan struct{}
+	// groups holds a semaphore per group with rollout.maxUnavailable
+	// (groupSems), made with the limit the group had when first needed
+	groups   map[string]chan struct{}
 	once     bool
 	mu       sync.Mutex
 	inflight map[string]AuditRecord
@@ -85,6 +90,30 @@ func (l *Loop) newTerm(once bool) *term {
 		changes:      changes,
 		endOfChanges: end,
 	}
+}
+
+// groupSems are the semaphores of m's groups that limit how many of their
+// workers change at once (issue 36), in the inventory's order.
+func (t *term) groupSems(inv *inventory.Inventory, m *inventory.Machine) []chan struct{} {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []chan struct{}
+	for _, name := range m.Groups {
+		g := inv.Group(name)
+		if g == nil || g.Rollout.MaxUnavailable < 1 {
+			continue
+		}
+		sem, ok := t.groups[name]
+		if !ok {
+			if t.groups == nil {
+				t.groups = map[string]chan struct{}{}
+			}
+			sem = make(chan struct{}, g.Rollout.MaxUnavailable)
+			t.groups[name] = sem
+		}
+		out = append(out, sem)
+	}
+	return out
 }
 
 func (l *Loop) startWorkers(ctx context.Context, t *term) (stop func()) {

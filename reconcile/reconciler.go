@@ -114,11 +114,15 @@ func (r *machineReconciler) change(ctx context.Context, d *Desired, desired map[
 		}
 		l.changeMu.RLock()
 		defer l.changeMu.RUnlock()
-		select {
-		case t.sem <- struct{}{}:
-			defer func() { <-t.sem }()
-		case <-ctx.Done():
-			return OutcomeInterrupted, nil
+		// the machine's groups' limits first (in the inventory's order, the
+		// same for every worker, so no two wait on each other), then the global one
+		for _, sem := range append(t.groupSems(d.Inventory, a.Machine), t.sem) {
+			select {
+			case sem <- struct{}{}:
+				defer func() { <-sem }()
+			case <-ctx.Done():
+				return OutcomeInterrupted, nil
+			}
 		}
 	}
 	l.mu.Lock()

@@ -222,8 +222,7 @@ func (r *Rollout) Run(ctx context.Context, plan *Plan) *Outcome {
 			return stop(err.Error())
 		}
 	}
-	for start := 0; start < len(workers); start += r.MaxUnavailable {
-		batch := workers[start:min(start+r.MaxUnavailable, len(workers))]
+	for _, batch := range workerBatches(r.Inventory, actions, workers, r.MaxUnavailable) {
 		if ctx.Err() != nil {
 			var ns []string
 			for _, i := range batch {
@@ -266,6 +265,38 @@ func (r *Rollout) Run(ctx context.Context, plan *Plan) *Outcome {
 		}
 	}
 	return out
+}
+
+// workerBatches splits the workers' actions into batches of at most max,
+// none holding more of a group's machines than the group's
+// rollout.maxUnavailable (issue 36): each batch takes, in order, every
+// worker that still fits, and one that does not waits for a later batch.
+func workerBatches(inv *inventory.Inventory, actions []Action, workers []int, max int) [][]int {
+	var batches [][]int
+	rest := workers
+	for len(rest) > 0 {
+		var batch, later []int
+		inBatch := map[string]int{}
+		for _, i := range rest {
+			fits := len(batch) < max
+			for _, name := range actions[i].Machine.Groups {
+				if g := inv.Group(name); fits && g != nil && g.Rollout.MaxUnavailable > 0 && inBatch[name] >= g.Rollout.MaxUnavailable {
+					fits = false
+				}
+			}
+			if !fits {
+				later = append(later, i)
+				continue
+			}
+			batch = append(batch, i)
+			for _, name := range actions[i].Machine.Groups {
+				inBatch[name]++
+			}
+		}
+		batches = append(batches, batch)
+		rest = later
+	}
+	return batches
 }
 
 // reboots reports whether the unit's apply reboots the machine.

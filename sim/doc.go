@@ -876,6 +876,19 @@
 // the Node (its NodeStatus is in memory): MachineStatus' nodeReady reads
 // "status is not available yet" until the kubelet posts again, never a
 // Ready left from before the reboot.
+// Node taints (kubelet_taints.go) as machined puts them there: the
+// config's taints (v1.14.1 node_taint_spec.go NodeTaintSpecController.Run:
+// K8sNodeConfig().Taints(), split by labels.ParseTaint; the control plane's
+// NoSchedule taint unless scheduling on control planes is allowed) are
+// registered with the Node by the kubelet from Talos 1.14
+// (kubelet_config.go RegisterWithTaints), up to 1.13 only the control
+// plane's (v1.11.0 kubelet_spec.go); then NodeApplyController.ApplyTaints
+// (node_apply.go) adds, updates and removes the taints it owns
+// (talos.dev/owned-taints). A worker writes with its kubelet's kubeconfig
+// (getK8sClient), and NodeRestriction refuses a node that modifies its own
+// taints: on a worker the sim changes no taint after registration.
+// Approximation: Talos' whole Node update then fails and is retried, labels
+// included; the sim still applies the worker's labels.
 // envtest runs no controllers and no containers, so once InstallCilium has
 // put the Kubernetes side of a Cilium install there, the sim also plays the
 // agent DaemonSet's pods (cilium_pods.go) and the agent (cilium_exec.go,

@@ -140,18 +140,7 @@ func (m *Machine) syncKubelet(ctx context.Context, kc kubernetes.Interface) (str
 		if !posting {
 			return "", nil
 		}
-		fresh := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName, Labels: labels}}
-		// a control plane's kubelet registers with the NoSchedule taint
-		// that NodeApplyController then owns (kubelet_spec.go
-		// NewKubeletConfiguration, RegisterWithTaints)
-		// (a control plane of a cluster that does not schedule on control
-		// planes: the taint the config's shim adds too)
-		for _, t := range nodeSpecOf(s.active).taints {
-			if t.Key == constants.LabelNodeRoleControlPlane && s.controlPlane() {
-				fresh.Spec.Taints = []corev1.Taint{{Key: t.Key, Effect: corev1.TaintEffectNoSchedule}}
-			}
-		}
-		node, err = nodes.Create(ctx, fresh, metav1.CreateOptions{})
+		node, err = nodes.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName, Labels: labels}, Spec: corev1.NodeSpec{Taints: registerTaints(specTaints(s.active), s.version, s.controlPlane())}}, metav1.CreateOptions{})
 		if err != nil {
 			return "", fmt.Errorf("register node: %w", err)
 		}
@@ -179,6 +168,11 @@ func (m *Machine) syncKubelet(ctx context.Context, kc kubernetes.Interface) (str
 		}
 	}
 
+	if machined {
+		if node, err = applyTaints(ctx, nodes, node, specTaints(s.active), s.controlPlane()); err != nil {
+			return "", err
+		}
+	}
 	if machined {
 		if node, err = applyCordoned(ctx, nodes, node, s.upgrading); err != nil {
 			return "", err

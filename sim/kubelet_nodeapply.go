@@ -67,21 +67,16 @@ func applyNodeSpec(node *corev1.Node, spec nodeSpec) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	ownedTaints, err := ownedKeys(node, constants.AnnotationOwnedTaints)
-	if err != nil {
-		return false, err
-	}
 
 	applyOwnedKV(node.Labels, ownedLabels, spec.labels)
 	applyOwnedKV(node.Annotations, ownedAnnotations, spec.annotations)
-	applyOwnedTaints(node, ownedTaints, spec.taints)
+	// taints: applyTaints (kubelet_taints.go), which plays NodeRestriction
+	// refusing a worker's own taint changes
 
 	setOwnedKeys(node, constants.AnnotationOwnedLabels, ownedLabels)
 	setOwnedKeys(node, constants.AnnotationOwnedAnnotations, ownedAnnotations)
-	setOwnedKeys(node, constants.AnnotationOwnedTaints, ownedTaints)
 
-	changed := !maps.Equal(before.Labels, node.Labels) || !maps.Equal(before.Annotations, node.Annotations) ||
-		!slices.Equal(before.Spec.Taints, node.Spec.Taints)
+	changed := !maps.Equal(before.Labels, node.Labels) || !maps.Equal(before.Annotations, node.Annotations)
 	if len(before.Labels) == 0 && len(node.Labels) == 0 {
 		node.Labels = before.Labels
 	}
@@ -135,32 +130,4 @@ func applyOwnedKV(kv map[string]string, owned map[string]struct{}, spec map[stri
 			delete(owned, key)
 		}
 	}
-}
-
-// applyOwnedTaints is node_apply.go ApplyTaints.
-func applyOwnedTaints(node *corev1.Node, owned map[string]struct{}, spec []corev1.Taint) {
-	for _, taint := range spec {
-		i := slices.IndexFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.Key == taint.Key })
-		if i < 0 {
-			node.Spec.Taints = append(node.Spec.Taints, taint)
-			owned[taint.Key] = struct{}{}
-			continue
-		}
-		current := &node.Spec.Taints[i]
-		if _, mine := owned[taint.Key]; mine {
-			current.Value, current.Effect = taint.Value, taint.Effect
-		} else if current.Value == taint.Value && current.Effect == taint.Effect {
-			owned[taint.Key] = struct{}{}
-		}
-	}
-	node.Spec.Taints = slices.DeleteFunc(node.Spec.Taints, func(t corev1.Taint) bool {
-		if _, mine := owned[t.Key]; !mine {
-			return false
-		}
-		if slices.ContainsFunc(spec, func(s corev1.Taint) bool { return s.Key == t.Key }) {
-			return false
-		}
-		delete(owned, t.Key)
-		return true
-	})
 }

@@ -103,6 +103,46 @@ type Plan struct {
 	// RecoverFrom is the snapshot --recover-from names by URL, as its
 	// sidecar describes it (set by the caller).
 	RecoverFrom *RecoverSource `json:"recoverFrom,omitempty"`
+	// Patches is each machine's patch order (set by the caller when the
+	// inventory has groups, which put patches between the role's and the
+	// machine's): machines with the same order share an entry.
+	Patches []MachinePatches `json:"patches,omitempty"`
+}
+
+// MachinePatches is the patch order of some machines.
+type MachinePatches struct {
+	Machines []string               `json:"machines"`
+	Layers   []inventory.PatchLayer `json:"layers"`
+}
+
+// PatchOrders folds the machines of inv by their patch order, in inventory order.
+func PatchOrders(inv *inventory.Inventory) []MachinePatches {
+	var out []MachinePatches
+	index := map[string]int{}
+	for i := range inv.Machines {
+		m := &inv.Machines[i]
+		layers := inv.PatchLayers(m)
+		key := MachinePatches{Layers: layers}.String()
+		if j, ok := index[key]; ok {
+			out[j].Machines = append(out[j].Machines, m.Name)
+			continue
+		}
+		index[key] = len(out)
+		out = append(out, MachinePatches{Machines: []string{m.Name}, Layers: layers})
+	}
+	return out
+}
+
+// String is the order as plan's text prints it.
+func (mp MachinePatches) String() string {
+	if len(mp.Layers) == 0 {
+		return "no patches"
+	}
+	parts := make([]string, len(mp.Layers))
+	for i, l := range mp.Layers {
+		parts[i] = l.From + " " + strings.Join(l.Files, ", ")
+	}
+	return strings.Join(parts, " → ")
 }
 
 // KubernetesChange is a Kubernetes version change, one component at a time

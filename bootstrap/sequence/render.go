@@ -83,6 +83,12 @@ func writeText(w io.Writer, p *Plan, simulated bool) error {
 			}
 		}
 	}
+	if len(p.Patches) > 0 {
+		b.WriteString("patch order (cluster → role → groups in the inventory's order → machine; later wins):\n")
+		for _, mp := range p.Patches {
+			fmt.Fprintf(&b, "     %s: %s\n", strings.Join(mp.Machines, ", "), mp)
+		}
+	}
 	for _, o := range p.Orphans {
 		fmt.Fprintf(&b, "orphan: %s: no machine of the inventory has it; nothing here touches it; take it out with %s\n", o.What, o.Remove)
 	}
@@ -158,6 +164,14 @@ func writeMarkdown(w io.Writer, p *Plan, simulated bool) error {
 				b.WriteString(c + "\n")
 			}
 			b.WriteString("```\n")
+		}
+		b.WriteString("\n")
+	}
+	if len(p.Patches) > 0 {
+		b.WriteString("## Patch order\n\n")
+		b.WriteString("Each machine's config is the generated one with these patches applied in this order (a later one wins): the cluster's, its role's, its groups' in the inventory's order, its own.\n\n")
+		for _, mp := range p.Patches {
+			fmt.Fprintf(&b, "- %s: %s\n", strings.Join(mp.Machines, ", "), mp)
 		}
 		b.WriteString("\n")
 	}

@@ -130,7 +130,8 @@ func (a *app) newApplyCommand() *cobra.Command {
 applied config differs (the others get no call at all), prints the plan with
 redacted diffs, then rolls it out: control planes one at a time, each gated
 before and after on etcd health and quorum, then workers in batches of
---max-unavailable. A change that reboots a control plane must leave etcd a
+--max-unavailable, none with more of a group's machines than the group's
+rollout.maxUnavailable. A change that reboots a control plane must leave etcd a
 quorum without it: with n members, n−1 healthy ones must be at least ⌊n/2⌋+1,
 so with one or two control planes it is refused (the Kubernetes API would stop
 until the machine returns) unless --allow-quorum-loss. After each change it waits until the machine runs the

@@ -47,6 +47,10 @@ check it before talosctl bootstrap --recover-from reads it. The sidecar
 holds no etcd member IDs, so once etcd runs, whether it is the snapshot's
 own cluster is left to bootstrap (the step is blocked, saying so).
 
+With machine groups in the inventory, plan prints each machine's patch order:
+the cluster's patches, its role's, its groups' in the inventory's order, its
+own (machines with the same order on one line).
+
 Once the cluster answers, plan also lists orphans: etcd members and Nodes
 that no machine of the inventory has (a machine deleted from it). Nothing
 touches them; devata remove NAME takes each out.
@@ -81,6 +85,9 @@ Exit 0 nothing to do, 1 actions pending, 2 error or a blocked action.`,
 			}
 			plan.Orphans = a.planOrphans(cmd.Context(), seq.Inventory(), seq.Dialer(), kube)
 			plan.Kubernetes = a.planKubernetes(cmd.Context(), seq, plan, kube)
+			if inv := seq.Inventory(); inv != nil && len(inv.Groups) > 0 {
+				plan.Patches = sequence.PatchOrders(inv)
+			}
 			if err := sequence.WritePlan(a.streams.Out, flags.output, plan, a.settings.Simulated); err != nil {
 				return exitWith(exitTrouble, err)
 			}
