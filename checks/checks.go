@@ -9,6 +9,7 @@ package checks
 import (
 	"k8s.io/client-go/kubernetes"
 
+	"devata.dev/devata/certcheck"
 	"devata.dev/devata/drift"
 	"devata.dev/devata/inventory"
 	"devata.dev/devata/machines"
@@ -23,6 +24,7 @@ const (
 	FamilyMachine Family = "machine" // package machines: Talos config, versions, stage, kubelet, etcd
 	FamilyStorage Family = "storage" // package storagecheck: volumes and mounts
 	FamilyCilium  Family = "cilium"  // package netcheck: Cilium kube-proxy-free routing
+	FamilyCerts   Family = "certs"   // package certcheck: credentials that expire
 )
 
 // Entry is one check as the catalogue lists it.
@@ -35,7 +37,8 @@ type Entry struct {
 }
 
 // All lists every check in the order reports show them: the machine
-// checks, then storage, then cilium, optional ones included.
+// checks, then storage, then cilium, optional ones included, then
+// certificates.
 func All() []Entry {
 	var out []Entry
 	add := func(f Family, optional string, infos ...drift.Info) {
@@ -47,6 +50,7 @@ func All() []Entry {
 	add(FamilyStorage, "", drift.Infos(storagecheck.Checks())...)
 	add(FamilyCilium, "", drift.Infos(netcheck.Checks())...)
 	add(FamilyCilium, "--probe", netcheck.ProbeCheck(nil, netcheck.ProbeOptions{}).Info())
+	add(FamilyCerts, "", certcheck.Info())
 	return out
 }
 
@@ -82,6 +86,9 @@ type Options struct {
 	Exec netcheck.Execer
 	// Probe, when set, adds cilium-probe (it creates pods).
 	Probe *netcheck.ProbeOptions
+	// Certs is what the certificates check reads besides the machines (the
+	// dialer's talosconfig, the kubeconfig) and its threshold.
+	Certs certcheck.Options
 }
 
 // Extensions builds the families that ride on the machine checks for one
@@ -92,5 +99,5 @@ func Extensions(inv *inventory.Inventory, o Options) []machines.Extension {
 	if o.Probe != nil {
 		opts = append(opts, netcheck.WithProbe(*o.Probe))
 	}
-	return []machines.Extension{storagecheck.Extension(), netcheck.Extension(o.Kube, o.Exec, inv, opts...)}
+	return []machines.Extension{storagecheck.Extension(), netcheck.Extension(o.Kube, o.Exec, inv, opts...), certcheck.Extension(o.Certs)}
 }

@@ -33,6 +33,7 @@ var statuses = []Status{StatusInSync, StatusDrifted, StatusUnknown}
 //	devata_drift_last_run_timestamp_seconds{cluster}         when the run started
 //	devata_drift_simulated{cluster}                          1 when the fleet was simulated
 //	devata_inventory_info{cluster,commit,dirty,sha256}       1, naming the inventory (only with provenance)
+//	devata_certificate_days_left{cluster,machine,credential}  days from the run to the certificate's notAfter (certificates check)
 //
 // The series are gauges on a registry of their own, gathered and encoded by
 // client_golang and prometheus/common: families come sorted by name, series
@@ -109,6 +110,24 @@ func promRegistry(r *Report) (*prometheus.Registry, error) {
 		i = j
 	}
 
+	// the fewest days left where a machine reports one credential twice
+	days := map[[2]string]float64{}
+	for _, res := range r.Results {
+		if c := res.Certificate; c != nil {
+			k := [2]string{res.Machine, c.Credential}
+			left := c.NotAfter.Sub(r.GeneratedAt).Hours() / 24
+			if v, ok := days[k]; !ok || left < v {
+				days[k] = left
+			}
+		}
+	}
+	if len(days) > 0 {
+		g := gauge(CertificateDaysLeft, "Days from the drift run to the notAfter of a credential's certificate, as the certificates check read it on the machine (negative: expired).", "machine", "credential")
+		for k, v := range days {
+			set(g, v, k[0], k[1])
+		}
+	}
+
 	machine := gauge("devata_drift_machine_status", "Overall status of a machine, the worst of its checks: 1 for its current status, 0 for the others.",
 		"machine", "role", "status")
 	for _, m := range r.Machines {
@@ -138,6 +157,10 @@ func b2f(b bool) float64 {
 	}
 	return 0
 }
+
+// CertificateDaysLeft is the series of the certificates check: a gauge per
+// machine and credential.
+const CertificateDaysLeft = "devata_certificate_days_left"
 
 // InventoryInfo is the info series naming the inventory a run used; the
 // drift textfile and reconcile's /metrics both carry it, with this help

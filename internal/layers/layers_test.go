@@ -49,8 +49,9 @@ var allowed = []struct {
 	{"gate", []string{"internal/heartbeat", "inventory", "machines"}},
 	{"netcheck", []string{"drift", "internal/configview", "inventory", "machines"}},
 	{"storagecheck", []string{"drift", "inventory", "machines"}},
+	{"certcheck", []string{"drift", "machines"}},
 	// the one list of checks
-	{"checks", []string{"drift", "inventory", "machines", "netcheck", "storagecheck"}},
+	{"checks", []string{"certcheck", "drift", "inventory", "machines", "netcheck", "storagecheck"}},
 	// what changes machines
 	{"reconcile", []string{"bootstrap", "drift", "gate", "internal/drain", "internal/heartbeat", "internal/talos", "inventory", "machines", "provenance"}},
 	{"bootstrap/sequence", []string{"bootstrap", "checks", "drift", "gate", "internal/heartbeat", "inventory", "machines", "provenance", "snapshot"}},
@@ -69,7 +70,7 @@ var allowed = []struct {
 	{"internal/image/cmd/mkimage", []string{"internal/image"}},
 	// the command: parse, call, render
 	{"cmd/devata", []string{
-		"backup", "backup/store", "bootstrap", "bootstrap/sequence", "checks", "config", "drift", "examples", "gate", "internal/demo", "internal/simfleet",
+		"backup", "backup/store", "bootstrap", "bootstrap/sequence", "certcheck", "checks", "config", "drift", "examples", "gate", "internal/demo", "internal/simfleet",
 		"internal/outfile", "internal/termsafe", "internal/testenv", "inventory", "lock", "machines", "membership", "netcheck", "provenance", "reconcile", "redact", "sim", "snapshot", "storagecheck",
 	}},
 }
