@@ -139,7 +139,7 @@ func (f finding) result(t *target) drift.Result {
 	c := f.crt
 	left := c.NotAfter.Sub(t.now)
 	days := daysLeft(left)
-	cert := drift.Certificate{Credential: f.credential, Subject: subject(c), NotAfter: c.NotAfter.UTC()}
+	cert := drift.Certificate{Credential: f.credential, Subject: subject(c), NotBefore: c.NotBefore.UTC(), NotAfter: c.NotAfter.UTC()}
 	evidence := fmt.Sprintf("%s %s: notAfter %s, %s", f.what, cert.Subject, c.NotAfter.UTC().Format(time.RFC3339), daysText(days))
 	limit, desired := t.threshold, fmt.Sprintf(">= %d days left", int(t.threshold.Hours()/24))
 	if life := c.NotAfter.Sub(c.NotBefore); (f.renewedByTalos || life <= rotatedLife) && life/4 < limit {
@@ -222,7 +222,7 @@ func RenewTalosconfig(roles []string) string {
 	if r == "" {
 		r = "os:reader"
 	}
-	return "devata gen talosconfig --roles " + r + " --ttl 8760h --file talosconfig.new (signs one from the secrets bundle's OS CA, as talosctl config new does through the API), then use it in place of the old one: --talosconfig, TALOSCONFIG, or deploy/'s talosconfig Secret"
+	return "devata gen talosconfig --roles " + r + " --ttl 8760h --file talosconfig.new (signs one from the secrets bundle's OS CA, as talosctl config new does through the API), then use it in place of the old one (--talosconfig, TALOSCONFIG)"
 }
 
 const renewKubeconfig = "fetch it anew through the Talos API: talosctl -n CONTROL_PLANE kubeconfig --force KUBECONFIG_PATH (Talos signs an admin kubeconfig for cluster.adminKubeconfig.certLifetime, a year by default); a kubeconfig from elsewhere renews where it came from"

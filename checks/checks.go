@@ -37,8 +37,8 @@ type Entry struct {
 }
 
 // All lists every check in the order reports show them: the machine
-// checks, then storage, then cilium, optional ones included, then
-// certificates.
+// checks, then storage, certificates, then cilium, optional ones included
+// (last: help text cuts a list at "(with --probe)").
 func All() []Entry {
 	var out []Entry
 	add := func(f Family, optional string, infos ...drift.Info) {
@@ -48,9 +48,9 @@ func All() []Entry {
 	}
 	add(FamilyMachine, "", drift.Infos(machines.Checks())...)
 	add(FamilyStorage, "", drift.Infos(storagecheck.Checks())...)
+	add(FamilyCerts, "", certcheck.Info())
 	add(FamilyCilium, "", drift.Infos(netcheck.Checks())...)
 	add(FamilyCilium, "--probe", netcheck.ProbeCheck(nil, netcheck.ProbeOptions{}).Info())
-	add(FamilyCerts, "", certcheck.Info())
 	return out
 }
 
@@ -99,5 +99,5 @@ func Extensions(inv *inventory.Inventory, o Options) []machines.Extension {
 	if o.Probe != nil {
 		opts = append(opts, netcheck.WithProbe(*o.Probe))
 	}
-	return []machines.Extension{storagecheck.Extension(), netcheck.Extension(o.Kube, o.Exec, inv, opts...), certcheck.Extension(o.Certs)}
+	return []machines.Extension{storagecheck.Extension(), certcheck.Extension(o.Certs), netcheck.Extension(o.Kube, o.Exec, inv, opts...)}
 }

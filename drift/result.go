@@ -123,8 +123,9 @@ type Certificate struct {
 	Credential string `json:"credential"`
 	// Subject is the certificate's subject (its common name and
 	// organizations: Talos roles, Kubernetes groups).
-	Subject  string    `json:"subject"`
-	NotAfter time.Time `json:"notAfter"`
+	Subject   string    `json:"subject"`
+	NotBefore time.Time `json:"notBefore"`
+	NotAfter  time.Time `json:"notAfter"`
 }
 
 // WithCertificate returns r about the credential c.
