@@ -10,6 +10,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"devata.dev/devata/certcheck"
+	"devata.dev/devata/dnscheck"
 	"devata.dev/devata/drift"
 	"devata.dev/devata/inventory"
 	"devata.dev/devata/machines"
@@ -25,6 +26,7 @@ const (
 	FamilyStorage Family = "storage" // package storagecheck: volumes and mounts
 	FamilyCilium  Family = "cilium"  // package netcheck: Cilium kube-proxy-free routing
 	FamilyCerts   Family = "certs"   // package certcheck: credentials that expire
+	FamilyDNS     Family = "dns"     // package dnscheck: the cluster DNS
 )
 
 // Entry is one check as the catalogue lists it.
@@ -37,7 +39,7 @@ type Entry struct {
 }
 
 // All lists every check in the order reports show them: the machine
-// checks, then storage, certificates, then cilium, optional ones included
+// checks, then storage, certificates, coredns, then cilium, optional ones included
 // (last: help text cuts a list at "(with --probe)").
 func All() []Entry {
 	var out []Entry
@@ -49,6 +51,7 @@ func All() []Entry {
 	add(FamilyMachine, "", drift.Infos(machines.Checks())...)
 	add(FamilyStorage, "", drift.Infos(storagecheck.Checks())...)
 	add(FamilyCerts, "", certcheck.Info())
+	add(FamilyDNS, "", dnscheck.Info())
 	add(FamilyCilium, "", drift.Infos(netcheck.Checks())...)
 	add(FamilyCilium, "--probe", netcheck.ProbeCheck(nil, netcheck.ProbeOptions{}).Info())
 	return out
@@ -99,5 +102,5 @@ func Extensions(inv *inventory.Inventory, o Options) []machines.Extension {
 	if o.Probe != nil {
 		opts = append(opts, netcheck.WithProbe(*o.Probe))
 	}
-	return []machines.Extension{storagecheck.Extension(), certcheck.Extension(o.Certs), netcheck.Extension(o.Kube, o.Exec, inv, opts...)}
+	return []machines.Extension{storagecheck.Extension(), certcheck.Extension(o.Certs), dnscheck.Extension(o.Kube), netcheck.Extension(o.Kube, o.Exec, inv, opts...)}
 }

@@ -50,8 +50,9 @@ var allowed = []struct {
 	{"netcheck", []string{"drift", "internal/configview", "inventory", "machines"}},
 	{"storagecheck", []string{"drift", "inventory", "machines"}},
 	{"certcheck", []string{"drift", "machines"}},
+	{"dnscheck", []string{"drift", "machines"}},
 	// the one list of checks
-	{"checks", []string{"certcheck", "drift", "inventory", "machines", "netcheck", "storagecheck"}},
+	{"checks", []string{"certcheck", "dnscheck", "drift", "inventory", "machines", "netcheck", "storagecheck"}},
 	// what changes machines
 	{"reconcile", []string{"bootstrap", "drift", "gate", "internal/drain", "internal/heartbeat", "internal/talos", "inventory", "machines", "provenance"}},
 	{"bootstrap/sequence", []string{"bootstrap", "checks", "drift", "gate", "internal/heartbeat", "inventory", "machines", "provenance", "snapshot"}},
