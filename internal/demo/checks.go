@@ -10,9 +10,8 @@ import (
 
 // checkNames are the checks the demo's drift reports run: every check that
 // always runs but storage-declaration and storage-raw-disks, certificates
-// (the test bed's kubeconfig lives a day: a year's threshold would drift)
-// and coredns (its families are not asked for), and without Kubernetes
-// neither the kubelet nor the cilium checks.
+// and coredns (their families are not asked for: the story does not show
+// them), and without Kubernetes neither the kubelet nor the cilium checks.
 func checkNames(kubernetes bool) []string {
 	families := []checks.Family{checks.FamilyMachine, checks.FamilyStorage}
 	if kubernetes {
