@@ -9,6 +9,8 @@ package checks
 import (
 	"k8s.io/client-go/kubernetes"
 
+	"devata.dev/devata/certcheck"
+	"devata.dev/devata/dnscheck"
 	"devata.dev/devata/drift"
 	"devata.dev/devata/inventory"
 	"devata.dev/devata/machines"
@@ -23,6 +25,8 @@ const (
 	FamilyMachine Family = "machine" // package machines: Talos config, versions, stage, kubelet, etcd
 	FamilyStorage Family = "storage" // package storagecheck: volumes and mounts
 	FamilyCilium  Family = "cilium"  // package netcheck: Cilium kube-proxy-free routing
+	FamilyCerts   Family = "certs"   // package certcheck: credentials that expire
+	FamilyDNS     Family = "dns"     // package dnscheck: the cluster DNS
 )
 
 // Entry is one check as the catalogue lists it.
@@ -35,7 +39,8 @@ type Entry struct {
 }
 
 // All lists every check in the order reports show them: the machine
-// checks, then storage, then cilium, optional ones included.
+// checks, then storage, certificates, coredns, then cilium, optional ones included
+// (last: help text cuts a list at "(with --probe)").
 func All() []Entry {
 	var out []Entry
 	add := func(f Family, optional string, infos ...drift.Info) {
@@ -45,6 +50,8 @@ func All() []Entry {
 	}
 	add(FamilyMachine, "", drift.Infos(machines.Checks())...)
 	add(FamilyStorage, "", drift.Infos(storagecheck.Checks())...)
+	add(FamilyCerts, "", certcheck.Info())
+	add(FamilyDNS, "", dnscheck.Info())
 	add(FamilyCilium, "", drift.Infos(netcheck.Checks())...)
 	add(FamilyCilium, "--probe", netcheck.ProbeCheck(nil, netcheck.ProbeOptions{}).Info())
 	return out
@@ -82,6 +89,9 @@ type Options struct {
 	Exec netcheck.Execer
 	// Probe, when set, adds cilium-probe (it creates pods).
 	Probe *netcheck.ProbeOptions
+	// Certs is what the certificates check reads besides the machines (the
+	// dialer's talosconfig, the kubeconfig) and its threshold.
+	Certs certcheck.Options
 }
 
 // Extensions builds the families that ride on the machine checks for one
@@ -92,5 +102,5 @@ func Extensions(inv *inventory.Inventory, o Options) []machines.Extension {
 	if o.Probe != nil {
 		opts = append(opts, netcheck.WithProbe(*o.Probe))
 	}
-	return []machines.Extension{storagecheck.Extension(), netcheck.Extension(o.Kube, o.Exec, inv, opts...)}
+	return []machines.Extension{storagecheck.Extension(), certcheck.Extension(o.Certs), dnscheck.Extension(o.Kube), netcheck.Extension(o.Kube, o.Exec, inv, opts...)}
 }

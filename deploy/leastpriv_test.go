@@ -53,6 +53,10 @@ var checkCalls = []grant{
 	{"", "apps", "daemonsets", "", "list"},
 	{"", "discovery.k8s.io", "endpointslices", "", "list"},
 	{"", "cilium.io", "ciliumnodeconfigs", "", "list"},
+	// dnscheck/dnscheck.go Observe: the CoreDNS Deployments and the kube-dns
+	// Service (its pods and EndpointSlices are listed above)
+	{"", "", "services", "kube-dns", "get"},
+	{"", "apps", "deployments", "", "list"},
 	// netcheck/exec.go: cilium-dbg in the agent pods (WebSocket GET, SPDY POST)
 	{"kube-system", "", "pods/exec", "", "get,create"},
 }

@@ -303,6 +303,7 @@ func exportedMetrics(t *testing.T) map[string]bool {
 
 	r := drift.NewReport(drift.Header{Cluster: "c", GeneratedAt: time.Unix(1, 0), Provenance: provenance.Info{InventorySHA256: strings.Repeat("0", 64)}})
 	r.Add(drift.Drifted("x", "a", "b").Of("m", "config", drift.RungReconciliation))
+	r.Add(drift.InSync().WithCertificate(drift.Certificate{Credential: "talosconfig", NotBefore: time.Unix(1, 0), NotAfter: time.Unix(86400, 0)}).Of("m", "certificates", drift.RungResources))
 	var buf bytes.Buffer
 	if err := drift.WritePrometheus(&buf, r); err != nil {
 		t.Fatal(err)

@@ -33,6 +33,8 @@ var statuses = []Status{StatusInSync, StatusDrifted, StatusUnknown}
 //	devata_drift_last_run_timestamp_seconds{cluster}         when the run started
 //	devata_drift_simulated{cluster}                          1 when the fleet was simulated
 //	devata_inventory_info{cluster,commit,dirty,sha256}       1, naming the inventory (only with provenance)
+//	devata_certificate_days_left{cluster,machine,credential}  days from the run to the certificate's notAfter (certificates check)
+//	devata_certificate_lifetime_days{cluster,machine,credential} days from its notBefore to its notAfter
 //
 // The series are gauges on a registry of their own, gathered and encoded by
 // client_golang and prometheus/common: families come sorted by name, series
@@ -109,6 +111,26 @@ func promRegistry(r *Report) (*prometheus.Registry, error) {
 		i = j
 	}
 
+	// the certificate with the fewest days left where a machine reports one
+	// credential twice
+	certs := map[[2]string]*Certificate{}
+	for _, res := range r.Results {
+		if c := res.Certificate; c != nil {
+			k := [2]string{res.Machine, c.Credential}
+			if v, ok := certs[k]; !ok || c.NotAfter.Before(v.NotAfter) {
+				certs[k] = c
+			}
+		}
+	}
+	if len(certs) > 0 {
+		left := gauge(CertificateDaysLeft, "Days from the drift run to the notAfter of a credential's certificate, as the certificates check read it on the machine (negative: expired).", "machine", "credential")
+		life := gauge(CertificateLifetimeDays, "Days from the notBefore to the notAfter of a credential's certificate: a short one (a day or less) is renewed by Talos, not by a person.", "machine", "credential")
+		for k, c := range certs {
+			set(left, c.NotAfter.Sub(r.GeneratedAt).Hours()/24, k[0], k[1])
+			set(life, c.NotAfter.Sub(c.NotBefore).Hours()/24, k[0], k[1])
+		}
+	}
+
 	machine := gauge("devata_drift_machine_status", "Overall status of a machine, the worst of its checks: 1 for its current status, 0 for the others.",
 		"machine", "role", "status")
 	for _, m := range r.Machines {
@@ -138,6 +160,12 @@ func b2f(b bool) float64 {
 	}
 	return 0
 }
+
+// The series of the certificates check: gauges per machine and credential.
+const (
+	CertificateDaysLeft     = "devata_certificate_days_left"
+	CertificateLifetimeDays = "devata_certificate_lifetime_days"
+)
 
 // InventoryInfo is the info series naming the inventory a run used; the
 // drift textfile and reconcile's /metrics both carry it, with this help

@@ -3,6 +3,7 @@ package drift
 import (
 	"fmt"
 	"strings"
+	"time"
 )
 
 // Status is the outcome of one check on one machine.
@@ -110,7 +111,25 @@ type Result struct {
 	Next string `json:"next,omitempty"`
 	// FailClosed is the check's failure policy: an Unknown blocks a rollout.
 	FailClosed bool `json:"failClosed"`
+	// Certificate is the credential a certificates result is about, with
+	// its expiry: the textfile's devata_certificate_days_left.
+	Certificate *Certificate `json:"certificate,omitempty"`
 }
+
+// Certificate is one credential's certificate as a check read it: which
+// credential and when it stops working. Never the certificate itself.
+type Certificate struct {
+	// Credential names it: talosconfig, kubeconfig, kube-apiserver, apid.
+	Credential string `json:"credential"`
+	// Subject is the certificate's subject (its common name and
+	// organizations: Talos roles, Kubernetes groups).
+	Subject   string    `json:"subject"`
+	NotBefore time.Time `json:"notBefore"`
+	NotAfter  time.Time `json:"notAfter"`
+}
+
+// WithCertificate returns r about the credential c.
+func (r Result) WithCertificate(c Certificate) Result { r.Certificate = &c; return r }
 
 // InSync is a check's result saying the machine matches, with what was
 // read to know it. Evaluate fills in the machine, check and rung; a result

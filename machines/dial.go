@@ -296,6 +296,40 @@ func (d *Dialer) Roles() (roles role.Set, known bool) {
 	return roles, true
 }
 
+// ClientCertificate is the client certificate the talosconfig context
+// presents now (the file's current one under WithReload) and the context's
+// name; nil without a client certificate (machinery's auth, such as Omni's).
+func (d *Dialer) ClientCertificate() (*x509.Certificate, string, error) {
+	if d.tls == nil {
+		return nil, d.context, nil
+	}
+	var crt *tls.Certificate
+	switch {
+	case d.tls.GetClientCertificate != nil:
+		var err error
+		if crt, err = d.tls.GetClientCertificate(nil); err != nil {
+			return nil, d.context, err
+		}
+	case len(d.tls.Certificates) > 0:
+		crt = &d.tls.Certificates[0]
+	}
+	if crt == nil || len(crt.Certificate) == 0 {
+		return nil, d.context, nil
+	}
+	if crt.Leaf != nil {
+		return crt.Leaf, d.context, nil
+	}
+	leaf, err := x509.ParseCertificate(crt.Certificate[0])
+	if err != nil {
+		return nil, d.context, fmt.Errorf("talosconfig context %q: client certificate: %w", d.context, err)
+	}
+	return leaf, d.context, nil
+}
+
+// Context is the talosconfig context the dialer uses, and whether it was
+// chosen (--context) rather than the file's current one.
+func (d *Dialer) Context() (string, bool) { return d.context, d.chosen }
+
 // readers are the roles Talos lets read the machine's state (Version,
 // ServiceList, COSI reads: services/machined.go rules); os:etcd:backup is
 // not one of them.

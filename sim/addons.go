@@ -11,6 +11,8 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/resources/k8s"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
@@ -287,6 +289,7 @@ func syncCoreDNS(ctx context.Context, kc kubernetes.Interface, image string, sub
 
 	ready := int32(0)
 	replicas := int(*dep.Spec.Replicas)
+	var endpoints []discoveryv1.Endpoint
 
 	for i := range replicas {
 		node := schedulable[i%len(schedulable)]
@@ -312,7 +315,11 @@ func syncCoreDNS(ctx context.Context, kc kubernetes.Interface, image string, sub
 		if err := ensurePod(ctx, kc, pod, podRunning(s.host, ip.String(), s.booted, containers, ok, reason, message)); err != nil {
 			errs = append(errs, err)
 		}
+		endpoints = append(endpoints, discoveryv1.Endpoint{Addresses: []string{ip.String()}, NodeName: new(node),
+			Conditions: discoveryv1.EndpointConditions{Ready: new(ok)},
+			TargetRef:  &corev1.ObjectReference{Kind: "Pod", Namespace: kubeSystem, Name: pod.Name}})
 	}
+	errs = append(errs, syncKubeDNSService(ctx, kc, labels, endpoints))
 
 	dep.Status = appsv1.DeploymentStatus{Replicas: int32(replicas), UpdatedReplicas: int32(replicas), ReadyReplicas: ready, AvailableReplicas: ready, UnavailableReplicas: int32(replicas) - ready, ObservedGeneration: dep.Generation}
 	if _, err := kc.AppsV1().Deployments(kubeSystem).UpdateStatus(ctx, dep, metav1.UpdateOptions{}); err != nil {
@@ -320,6 +327,59 @@ func syncCoreDNS(ctx context.Context, kc kubernetes.Interface, image string, sub
 	}
 
 	return errors.Join(errs...)
+}
+
+// syncKubeDNSService keeps the kube-dns Service Talos applies with CoreDNS
+// (v1.11.0 k8stemplates/coredns.go CoreDNSService: selector
+// k8s-app=kube-dns, ports dns/UDP, dns-tcp/TCP 53 and metrics 9153) and
+// the EndpointSlice kube-controller-manager's EndpointSlice controller
+// would keep for it: an endpoint per CoreDNS pod, ready as the pod is.
+// Approximation: Talos pins the ClusterIP (the service subnet's tenth
+// address); the test bed's kube-apiserver allocates one from its own range.
+func syncKubeDNSService(ctx context.Context, kc kubernetes.Interface, selector map[string]string, endpoints []discoveryv1.Endpoint) error {
+	const name = "kube-dns"
+	ports := []corev1.ServicePort{
+		{Name: "dns", Port: 53, Protocol: corev1.ProtocolUDP},
+		{Name: "dns-tcp", Port: 53, Protocol: corev1.ProtocolTCP},
+		{Name: "metrics", Port: 9153, Protocol: corev1.ProtocolTCP},
+	}
+	svc, err := kc.CoreV1().Services(kubeSystem).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		svc, err = kc.CoreV1().Services(kubeSystem).Create(ctx, &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: kubeSystem,
+				Labels: map[string]string{"k8s-app": "kube-dns", "kubernetes.io/cluster-service": "true", "kubernetes.io/name": "CoreDNS"}},
+			Spec: corev1.ServiceSpec{Selector: selector, Ports: ports},
+		}, metav1.CreateOptions{})
+	}
+	if err != nil {
+		return fmt.Errorf("kube-dns service: %w", err)
+	}
+	var epPorts []discoveryv1.EndpointPort
+	for _, p := range ports {
+		epPorts = append(epPorts, discoveryv1.EndpointPort{Name: new(p.Name), Port: new(p.Port), Protocol: new(p.Protocol)})
+	}
+	want := &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: name + "-sim", Namespace: kubeSystem,
+			Labels:          map[string]string{discoveryv1.LabelServiceName: name, discoveryv1.LabelManagedBy: "endpointslice-controller.k8s.io"},
+			OwnerReferences: []metav1.OwnerReference{controllerRef("v1", "Service", svc.Name, svc.UID)}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints:   endpoints,
+		Ports:       epPorts,
+	}
+	es, err := kc.DiscoveryV1().EndpointSlices(kubeSystem).Get(ctx, want.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		_, err = kc.DiscoveryV1().EndpointSlices(kubeSystem).Create(ctx, want, metav1.CreateOptions{})
+	case err == nil && equality.Semantic.DeepEqual(es.Endpoints, want.Endpoints) && equality.Semantic.DeepEqual(es.Ports, want.Ports):
+		// unchanged: no write per kubelet round
+	case err == nil:
+		es.Endpoints, es.Ports = want.Endpoints, want.Ports
+		_, err = kc.DiscoveryV1().EndpointSlices(kubeSystem).Update(ctx, es, metav1.UpdateOptions{})
+	}
+	if err != nil {
+		return fmt.Errorf("kube-dns endpointslice: %w", err)
+	}
+	return nil
 }
 
 // syncKubeProxy keeps the kube-proxy DaemonSet Talos applies and a pod on

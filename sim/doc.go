@@ -307,7 +307,11 @@
 //     k8s-app=<name>, tier=control-plane. With the API server up the sim
 //     plays Talos' bootstrap manifests and the controllers behind them
 //     (addons.go): CoreDNS (Deployment k8s-app=kube-dns, 2 replicas, Ready
-//     only on a node with a CNI) and, unless cluster.proxy.disabled,
+//     only on a node with a CNI; the kube-dns Service of k8stemplates/
+//     coredns.go CoreDNSService and the EndpointSlice kube-controller-
+//     manager would keep, an endpoint per pod ready as the pod is; the
+//     ClusterIP is the test bed API server's allocation, not Talos' pinned
+//     tenth address of the service subnet) and, unless cluster.proxy.disabled,
 //     kube-proxy (DaemonSet k8s-app=kube-proxy, a host-network pod per
 //     node). KubePrismStatuses lists
 //     127.0.0.1:<port> (kubeprism_config.go) and is healthy only while an

@@ -11,7 +11,8 @@ import (
 // the machine and storage checks, the kubelet's only when the Nodes are
 // watched and can be Ready (with cni none they cannot before a CNI runs,
 // which comes after bootstrap, as does Cilium: devata drift checks them
-// then).
+// then). Neither certificates (the credentials bootstrap just made) nor
+// coredns (Ready only once a CNI runs) is of the report.
 func (s *Sequence) ReportChecks() []string {
 	names := slices.DeleteFunc(checks.Of(checks.FamilyMachine, checks.FamilyStorage), func(n string) bool { return n == machines.CheckKubelet })
 	if !s.opts.SkipNodes && !s.CNINone() {

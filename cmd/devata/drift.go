@@ -7,9 +7,11 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
+	"devata.dev/devata/certcheck"
 	"devata.dev/devata/checks"
 	"devata.dev/devata/config"
 	"devata.dev/devata/drift"
@@ -27,6 +29,7 @@ type driftFlags struct {
 	stream, all         bool
 	probe               bool
 	probeOpts           netcheck.ProbeOptions
+	certDays            int
 }
 
 func (a *app) newDriftCommand() *cobra.Command {
@@ -60,6 +63,7 @@ Exit 0 all in sync, 1 drift found, 2 could not complete (any Unknown or an error
 	cmd.Flags().StringVar(&flags.probeOpts.Namespace, "probe-namespace", netcheck.DefaultProbeNamespace, "namespace of the --probe pods (the host-network one needs Pod Security level privileged there)")
 	cmd.Flags().StringVar(&flags.probeOpts.Image, "probe-image", netcheck.DefaultProbeImage, "image of the --probe pods (it must have agnhost's connect subcommand)")
 	cmd.Flags().DurationVar(&flags.probeOpts.Timeout, "probe-timeout", netcheck.DefaultProbeTimeout, "how long a --probe pod may take from creation to its end (image pull included)")
+	cmd.Flags().IntVar(&flags.certDays, "cert-days", int(certcheck.DefaultThreshold.Hours()/24), "certificates: a talosconfig, kubeconfig or API server certificate with fewer days left than this is Drifted")
 	cmd.Flags().BoolVar(&flags.all, "all", false, fmt.Sprintf("the table lists every machine (past %d machines it lists those not in sync and counts the rest)", drift.SummaryAbove))
 	cmd.Flags().StringVar(&flags.junitFile, "junit-file", "", "also write the report as JUnit XML to this file")
 	cmd.Flags().StringVar(&flags.htmlFile, "html-file", "", "also write the report as one self-contained HTML page to this file (what -o html prints)")
@@ -95,6 +99,9 @@ func (a *app) drift(ctx context.Context, flags driftFlags) error {
 	if err := knownChecks(flags.checks); err != nil {
 		return usageError(err)
 	}
+	if flags.certDays < 1 {
+		return usageError(fmt.Errorf("--cert-days %d: give the days left (1 or more) below which a certificate is Drifted", flags.certDays))
+	}
 	if slices.Contains(flags.checks, netcheck.CheckProbe) && !flags.probe {
 		return usageError(errors.New("cilium-probe creates pods in the cluster: it runs only with --probe"))
 	}
@@ -113,9 +120,12 @@ func (a *app) drift(ctx context.Context, flags driftFlags) error {
 	}
 	fc := a.fleetCheck(s.inv, s.desired.Held(), s.dialer, s.kube, s.exec)
 	fc.DesiredFor = s.desired.For
+	co := checks.Options{Kube: s.kube, Exec: s.exec, Certs: a.certOptions(s.inv, s.dialer)}
+	co.Certs.Threshold = time.Duration(flags.certDays) * 24 * time.Hour
 	if flags.probe {
-		fc.Extensions = checks.Extensions(s.inv, checks.Options{Kube: s.kube, Exec: s.exec, Probe: &flags.probeOpts})
+		co.Probe = &flags.probeOpts
 	}
+	fc.Extensions = checks.Extensions(s.inv, co)
 	fc.Machines, fc.Checks = s.only, flags.checks
 	ms, _, err := fc.Select()
 	if err != nil {

@@ -18,9 +18,9 @@ import (
 func (a *app) newGenCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "gen",
-		Short: "Generate the secrets bundle or the rendered machine configs",
+		Short: "Generate the secrets bundle, the rendered machine configs or a talosconfig",
 	}
-	cmd.AddCommand(a.newGenSecretsCommand(), a.newGenConfigCommand())
+	cmd.AddCommand(a.newGenSecretsCommand(), a.newGenConfigCommand(), a.newGenTalosconfigCommand())
 	return cmd
 }
 

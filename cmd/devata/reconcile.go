@@ -185,10 +185,11 @@ func (a *app) reconcile(ctx context.Context, flags reconcileFlags) error {
 		}
 		defer audit.Close()
 	}
+	certs := a.certOptions(nil, dialer)
 	loop := &reconcile.Loop{
 		Source: reconcile.FileSourceWith(a.settings.Inventory, a.ageIdentities()), Dialer: dialer, Kube: kube,
 		Extensions: func(inv *inventory.Inventory) []machines.Extension {
-			return checks.Extensions(inv, checks.Options{Kube: kube, Exec: ex})
+			return checks.Extensions(inv, checks.Options{Kube: kube, Exec: ex, Certs: certs})
 		},
 		Checks: flags.checks, Simulated: a.settings.Simulated,
 		Interval: flags.interval, ReportOnly: flags.reportOnly, DryRun: flags.dryRun,

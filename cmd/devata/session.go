@@ -134,7 +134,7 @@ func kubeClientsFor(cfg *rest.Config) (kubernetes.Interface, netcheck.Execer, er
 func (a *app) fleetCheck(inv *inventory.Inventory, desired map[string][]byte, d *machines.Dialer, kube kubernetes.Interface, ex netcheck.Execer) *machines.FleetCheck {
 	return &machines.FleetCheck{
 		Inventory: inv, Desired: desired, Dialer: d, Kube: kube,
-		Extensions:  checks.Extensions(inv, checks.Options{Kube: kube, Exec: ex}),
+		Extensions:  checks.Extensions(inv, checks.Options{Kube: kube, Exec: ex, Certs: a.certOptions(inv, d)}),
 		Concurrency: a.settings.Concurrency, Timeout: a.settings.Timeout,
 	}
 }

@@ -9,8 +9,9 @@ import (
 )
 
 // checkNames are the checks the demo's drift reports run: every check that
-// always runs but storage-declaration and storage-raw-disks, and without
-// Kubernetes neither the kubelet nor the cilium checks.
+// always runs but storage-declaration and storage-raw-disks, certificates
+// and coredns (their families are not asked for: the story does not show
+// them), and without Kubernetes neither the kubelet nor the cilium checks.
 func checkNames(kubernetes bool) []string {
 	families := []checks.Family{checks.FamilyMachine, checks.FamilyStorage}
 	if kubernetes {

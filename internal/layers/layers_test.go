@@ -49,11 +49,13 @@ var allowed = []struct {
 	{"gate", []string{"internal/heartbeat", "inventory", "machines"}},
 	{"netcheck", []string{"drift", "internal/configview", "inventory", "machines"}},
 	{"storagecheck", []string{"drift", "inventory", "machines"}},
+	{"certcheck", []string{"drift", "machines"}},
+	{"dnscheck", []string{"drift", "machines"}},
 	// the one list of checks
-	{"checks", []string{"drift", "inventory", "machines", "netcheck", "storagecheck"}},
+	{"checks", []string{"certcheck", "dnscheck", "drift", "inventory", "machines", "netcheck", "storagecheck"}},
 	// what changes machines
 	{"reconcile", []string{"bootstrap", "drift", "gate", "internal/drain", "internal/heartbeat", "internal/talos", "inventory", "machines", "provenance"}},
-	{"bootstrap/sequence", []string{"bootstrap", "checks", "drift", "gate", "internal/heartbeat", "inventory", "machines", "provenance", "snapshot"}},
+	{"bootstrap/sequence", []string{"bootstrap", "checks", "drift", "gate", "internal/heartbeat", "internal/talos", "inventory", "machines", "provenance", "snapshot"}},
 	{"backup/store", []string{"redact"}},
 	{"backup", []string{"backup/store", "gate", "internal/outfile", "inventory", "machines", "provenance", "snapshot"}},
 	{"membership", []string{"gate", "internal/configview", "internal/drain", "internal/heartbeat", "inventory", "machines"}},
@@ -69,7 +71,7 @@ var allowed = []struct {
 	{"internal/image/cmd/mkimage", []string{"internal/image"}},
 	// the command: parse, call, render
 	{"cmd/devata", []string{
-		"backup", "backup/store", "bootstrap", "bootstrap/sequence", "checks", "config", "drift", "examples", "gate", "internal/demo", "internal/simfleet",
+		"backup", "backup/store", "bootstrap", "bootstrap/sequence", "certcheck", "checks", "config", "drift", "examples", "gate", "internal/demo", "internal/simfleet",
 		"internal/outfile", "internal/termsafe", "internal/testenv", "inventory", "lock", "machines", "membership", "netcheck", "provenance", "reconcile", "redact", "sim", "snapshot", "storagecheck",
 	}},
 }
