@@ -74,7 +74,13 @@ func openDest(ctx context.Context, dest string, so objstore.Options) (st store, 
 func objectURL(st fmt.Stringer, name string) string {
 	s := st.String()
 	if IsURL(s) {
-		return strings.TrimSuffix(s, "/") + "/" + name
+		// the name goes on the path, before a query (s3://b/p/?region=x)
+		base, query, hasQuery := strings.Cut(s, "?")
+		u := strings.TrimSuffix(base, "/") + "/" + name
+		if hasQuery {
+			u += "?" + query
+		}
+		return u
 	}
 	return filepath.Join(s, name)
 }
