@@ -172,8 +172,19 @@ func syncAgentPod(ctx context.Context, kc kubernetes.Interface, ds *appsv1.Daemo
 		}
 		pod.Spec.NodeName = node
 
-		if pod, err = pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		made, err := pods.Create(ctx, pod, metav1.CreateOptions{})
+		switch {
+		case apierrors.IsAlreadyExists(err):
+			// another sync of the fleet (the kubelets' loop, an explicit
+			// SyncKubelets) created it meanwhile: carry on with that one
+			created = false
+			if pod, err = pods.Get(ctx, p.name, metav1.GetOptions{}); err != nil {
+				return false, false, fmt.Errorf("agent pod %s/%s: %w", p.namespace, p.name, err)
+			}
+		case err != nil:
 			return false, false, fmt.Errorf("create agent pod %s/%s: %w", p.namespace, p.name, err)
+		default:
+			pod = made
 		}
 	} else if err != nil {
 		return false, false, err

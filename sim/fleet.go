@@ -159,6 +159,10 @@ func SystemDiskFor(installDisk, selectorType string) SystemDisk {
 
 // Fleet is a running set of simulated machines.
 type Fleet struct {
+	// syncMu makes one SyncKubelets at a time: the kubelets' own loop and
+	// a test's explicit call would otherwise create the same agent pod and
+	// update the same Deployment status at once
+	syncMu         sync.Mutex
 	log            *slog.Logger
 	rebootDelay    time.Duration
 	upgradeDelay   time.Duration

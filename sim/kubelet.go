@@ -60,6 +60,8 @@ func every(ctx context.Context, interval time.Duration, fn func()) {
 // probe pods bound to its nodes (probe.go); their errors are under the keys
 // "cilium" and "probes".
 func (f *Fleet) SyncKubelets(ctx context.Context, kc kubernetes.Interface) map[string]error {
+	f.syncMu.Lock()
+	defer f.syncMu.Unlock()
 	f.mu.Lock()
 	f.kube = kc
 	f.mu.Unlock()

@@ -33,6 +33,7 @@ var globalFlagsUsed = map[string][]string{
 	"gen":             bundleFlags,
 	"gen secrets":     {"inventory"},
 	"gen config":      bundleFlags,
+	"gen talosconfig": bundleFlags,
 	"sim":             bundleFlags,
 	"plan":            clusterFlags,
 	"drift":           clusterFlags,

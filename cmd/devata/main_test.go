@@ -252,7 +252,7 @@ func TestDemo(t *testing.T) {
 		{"faults: summary", faulty, "1 in sync, 3 drifted, 1 unknown"},
 		{"apply converged cp-2", faulty, "converged: cp-2"},
 		{"after apply", after, "4 in sync, 0 drifted, 1 unknown"},
-		{"backup", after, "$ devata backup etcd -o "},
+		{"backup", after, "$ devata backup etcd --to "},
 		{"wiped", after, "cp-1, cp-2, cp-3 lost their system disks"},
 		{"recovered", after, "recovered etcd on cp-1 from "},
 		{"rebuilt and in sync", recovered, "5 in sync, 0 drifted, 0 unknown"},

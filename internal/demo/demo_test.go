@@ -80,7 +80,7 @@ func TestRunTellsTheStoryInOrder(t *testing.T) {
 	if !slices.Equal(titles, want) {
 		t.Errorf("steps %q, want %q", titles, want)
 	}
-	for _, w := range []string{"valid: FLEET", "RENDERED\n", "$ devata bootstrap --yes --etcd-settle 2s --kubeconfig-out ", " --skip-nodes\n", "$ devata apply --yes\n", "$ devata backup etcd -o ", " --recover-from ", "lost their system disks", "Everything above ran against SIMULATED machines."} {
+	for _, w := range []string{"valid: FLEET", "RENDERED\n", "$ devata bootstrap --yes --etcd-settle 2s --kubeconfig-out ", " --skip-nodes\n", "$ devata apply --yes\n", "$ devata backup etcd --to ", " --recover-from ", "lost their system disks", "Everything above ran against SIMULATED machines."} {
 		if !strings.Contains(out.String(), w) {
 			t.Errorf("output lacks %q:\n%s", w, out.String())
 		}
