@@ -110,7 +110,8 @@ func (v *validator) validateGroups() {
 		if g.Rollout.MaxUnavailable < 0 {
 			v.errorf(p+".rollout.maxUnavailable", "%d: give how many of the group's workers may change at once (1 or more), or leave it out for the global --max-unavailable", g.Rollout.MaxUnavailable)
 		}
-		if len(g.Labels) == 0 && len(g.Taints) == 0 && len(g.Patches) == 0 && g.Rollout.MaxUnavailable == 0 {
+		v.validateHoldAndWindows(p, g.Hold, g.MaintenanceWindows)
+		if len(g.Labels) == 0 && len(g.Taints) == 0 && len(g.Patches) == 0 && g.Rollout.MaxUnavailable == 0 && g.Hold == nil && len(g.MaintenanceWindows) == 0 {
 			v.warnf(p, "group %s sets no patches, labels, taints or rollout limit: it changes nothing", g.Name)
 		}
 	}
@@ -126,7 +127,7 @@ func (v *validator) validateGroups() {
 	matched := make([]int, len(inv.Groups))
 	for i := range inv.Machines {
 		m := &inv.Machines[i]
-		m.Groups, m.nodeLabels, m.nodeTaints = nil, nil, nil
+		m.Groups, m.nodeLabels, m.nodeTaints, m.groupHold, m.groupWindows = nil, nil, nil, nil, nil
 		labels, taints := map[string]setBy{}, map[string]setBy{}
 		for gi := range inv.Groups {
 			g := &inv.Groups[gi]
@@ -135,6 +136,14 @@ func (v *validator) validateGroups() {
 			}
 			matched[gi]++
 			m.Groups = append(m.Groups, g.Name)
+			if g.Hold != nil && m.groupHold == nil {
+				m.groupHold = &Hold{Reason: "group " + g.Name + ": " + g.Hold.Reason}
+			}
+			for _, w := range g.MaintenanceWindows {
+				if !slices.Contains(m.groupWindows, w) {
+					m.groupWindows = append(m.groupWindows, w)
+				}
+			}
 			for _, kv := range []struct {
 				what string
 				set  map[string]string

@@ -125,15 +125,29 @@ func (s WindowState) String() string {
 	return fmt.Sprintf("waits for maintenance window %s, which opens %s", s.Next, s.NextAt.Format("Mon 2006-01-02 15:04 MST"))
 }
 
+// ActiveHold is what holds m: its own hold, else the first of its
+// groups' (its reason naming the group); nil when nothing does.
+func (m *Machine) ActiveHold() *Hold {
+	if m.Hold != nil {
+		return m.Hold
+	}
+	return m.groupHold
+}
+
 // WindowsOf returns the maintenance windows that apply to m: the ones its
-// maintenanceWindows name, else all of the cluster's.
+// maintenanceWindows name, else those its groups name, else all of the
+// cluster's.
 func (inv *Inventory) WindowsOf(m *Machine) []MaintenanceWindow {
-	if len(m.MaintenanceWindows) == 0 {
+	names := m.MaintenanceWindows
+	if len(names) == 0 {
+		names = m.groupWindows
+	}
+	if len(names) == 0 {
 		return inv.Cluster.MaintenanceWindows
 	}
 	var out []MaintenanceWindow
 	for _, w := range inv.Cluster.MaintenanceWindows {
-		if slices.Contains(m.MaintenanceWindows, w.Name) {
+		if slices.Contains(names, w.Name) {
 			out = append(out, w)
 		}
 	}
@@ -185,10 +199,16 @@ func (v *validator) validateWindows(c *Cluster) {
 
 // validateHold checks a machine's hold and the window names it gives.
 func (v *validator) validateHold(p string, m *Machine) {
-	if m.Hold != nil && strings.TrimSpace(m.Hold.Reason) == "" {
-		v.errorf(p+".hold.reason", "required: say why the machine is held (plans and reports show it), e.g. 'disk replacement, ticket OPS-123'")
+	v.validateHoldAndWindows(p, m.Hold, m.MaintenanceWindows)
+}
+
+// validateHoldAndWindows checks a machine's or a group's hold and the
+// window names it gives.
+func (v *validator) validateHoldAndWindows(p string, hold *Hold, windows []string) {
+	if hold != nil && strings.TrimSpace(hold.Reason) == "" && !v.d.bad[p+".hold"] {
+		v.errorf(p+".hold.reason", "required: say why it is held (plans and reports show it), e.g. 'disk replacement, ticket OPS-123'")
 	}
-	for i, name := range m.MaintenanceWindows {
+	for i, name := range windows {
 		if !slices.ContainsFunc(v.inv.Cluster.MaintenanceWindows, func(w MaintenanceWindow) bool { return w.Name == name }) {
 			names := make([]string, 0, len(v.inv.Cluster.MaintenanceWindows))
 			for _, w := range v.inv.Cluster.MaintenanceWindows {

@@ -130,17 +130,23 @@ type Machine struct {
 	// nodeLabels and nodeTaints are the labels and taints of its groups
 	// and its own, merged by Parse; nil without groups.
 	nodeLabels, nodeTaints map[string]string
+	// groupHold is the first of its groups' holds, named by its group
+	// (ActiveHold); groupWindows its groups' maintenanceWindows (WindowsOf).
+	groupHold    *Hold
+	groupWindows []string
 }
 
 // Group gives every machine its selector picks the same patches, node labels,
 // taints and rollout limit, so that fifty storage nodes need one patch.
 type Group struct {
-	Name     string            `required:"true" yaml:"name" json:"name" doc:"Group name (DNS-1123 label), unique."`
-	Selector GroupSelector     `required:"true" yaml:"selector" json:"selector" doc:"Which machines belong to the group: all of matchLabels, over the machines' own labels, and the role when given."`
-	Patches  []string          `yaml:"patches" json:"patches" doc:"Config patch files applied to the group's machines after the cluster's and the role's, before the machine's own; groups apply in the order they are listed."`
-	Labels   map[string]string `yaml:"labels" json:"labels" doc:"Kubernetes node labels for the group's machines; a machine's own labels win, and two groups may not set one label differently on a machine."`
-	Taints   map[string]string `yaml:"taints" json:"taints" doc:"Kubernetes node taints for the group's machines, as in a machine's taints; a machine's own win, and two groups may not set one taint differently on a machine."`
-	Rollout  GroupRollout      `yaml:"rollout" json:"rollout" doc:"How apply and reconcile roll changes out to the group's machines."`
+	Name               string            `required:"true" yaml:"name" json:"name" doc:"Group name (DNS-1123 label), unique."`
+	Selector           GroupSelector     `required:"true" yaml:"selector" json:"selector" doc:"Which machines belong to the group: all of matchLabels, over the machines' own labels, and the role when given."`
+	Patches            []string          `yaml:"patches" json:"patches" doc:"Config patch files applied to the group's machines after the cluster's and the role's, before the machine's own; groups apply in the order they are listed."`
+	Labels             map[string]string `yaml:"labels" json:"labels" doc:"Kubernetes node labels for the group's machines; a machine's own labels win, and two groups may not set one label differently on a machine."`
+	Taints             map[string]string `yaml:"taints" json:"taints" doc:"Kubernetes node taints for the group's machines, as in a machine's taints; a machine's own win, and two groups may not set one taint differently on a machine."`
+	Rollout            GroupRollout      `yaml:"rollout" json:"rollout" doc:"How apply and reconcile roll changes out to the group's machines."`
+	Hold               *Hold             `yaml:"hold" json:"hold" doc:"Hold every machine of the group, as a machine's hold does (a machine's own hold wins)."`
+	MaintenanceWindows []string          `yaml:"maintenanceWindows" json:"maintenanceWindows" doc:"Names of the cluster.maintenanceWindows that apply to the group's machines (those of all its groups), unless a machine names its own."`
 }
 
 // GroupSelector picks machines by their own labels (not those groups give

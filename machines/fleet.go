@@ -117,8 +117,8 @@ func (f *FleetCheck) Header(h drift.Header, ms []*inventory.Machine) drift.Heade
 	h.Machines = make([]drift.Machine, 0, len(ms))
 	for _, m := range ms {
 		dm := drift.Machine{Name: m.Name, Role: m.Role, Address: f.Dialer.Endpoint(m)}
-		if m.Hold != nil {
-			dm.Held = m.Hold.Reason
+		if h := m.ActiveHold(); h != nil {
+			dm.Held = h.Reason
 		}
 		h.Machines = append(h.Machines, dm)
 	}
@@ -220,12 +220,13 @@ func (f *FleetCheck) run(ctx context.Context, out drift.Collector, ms []*invento
 // apply, upgrade and reconcile leave it alone: the command a result
 // advises changes it only once the hold is released, or with --ignore-hold.
 func heldNext(results []drift.Result, m *inventory.Machine) {
-	if m.Hold == nil {
+	h := m.ActiveHold()
+	if h == nil {
 		return
 	}
 	for i, r := range results {
 		if strings.Contains(r.Next, "devata apply") || strings.Contains(r.Next, "devata upgrade") {
-			results[i].Next = fmt.Sprintf("held by the inventory (%s), so apply, upgrade and reconcile leave it: release the hold, or add --ignore-hold to: %s", m.Hold.Reason, r.Next)
+			results[i].Next = fmt.Sprintf("held by the inventory (%s), so apply, upgrade and reconcile leave it: release the hold, or add --ignore-hold to: %s", h.Reason, r.Next)
 		}
 	}
 }

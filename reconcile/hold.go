@@ -24,9 +24,9 @@ func (p *Planner) restrain(m *inventory.Machine, a Action) Action {
 	if a.Kind != KindApply && a.Kind != KindUpgrade && a.Kind != KindJoin {
 		return a
 	}
-	if m.Hold != nil && !p.IgnoreHold[m.Name] {
+	if h := m.ActiveHold(); h != nil && !p.IgnoreHold[m.Name] {
 		a.Reason = fmt.Sprintf("held by the inventory (%s), not changed; it would %s: %s. Release the hold in the inventory, or at the console: devata apply --machines %s --ignore-hold",
-			m.Hold.Reason, a.Kind, a.Reason, m.Name)
+			h.Reason, a.Kind, a.Reason, m.Name)
 		a.Kind, a.Held, a.HeldBy = KindSkip, true, HeldByHold
 		return a
 	}

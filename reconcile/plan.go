@@ -269,7 +269,7 @@ func (p *Planner) planOne(ctx context.Context, m *inventory.Machine) Action {
 		reads = append(reads, machines.ReadBootImage) // an upgrade keeps or changes its extensions
 	}
 	// a held machine is not even dry-run: it is observed, never written to
-	held := m.Hold != nil && !p.IgnoreHold[m.Name]
+	held := m.ActiveHold() != nil && !p.IgnoreHold[m.Name]
 	s := machines.SurveyMachine(ctx, p.Dialer, p.Inventory, m, desired, p.Mode, (p.Upgrades == nil || !p.Upgrades.Only) && !held, reads...)
 	a := p.restrain(m, p.decide(m, s))
 	a.Config = s.Config

@@ -62,7 +62,7 @@ func ignoredHolds(ignore bool, only []*inventory.Machine) (map[string]bool, erro
 	out := map[string]bool{}
 	var notHeld []string
 	for _, m := range only {
-		if m.Hold == nil {
+		if m.ActiveHold() == nil {
 			notHeld = append(notHeld, m.Name)
 			continue
 		}
