@@ -296,25 +296,9 @@ func (a *app) backupEtcdURL(ctx context.Context, out string, force bool, after a
 			return exitWith(exitTrouble, err)
 		}
 	}
-	inv, err := inventory.LoadContext(ctx, a.settings.Inventory)
+	inv, d, err := a.openBackup(ctx, &after)
 	if err != nil {
-		fmt.Fprintln(a.streams.Err, err)
-		return exitWith(exitTrouble, fmt.Errorf("%s is invalid: nothing was backed up; run devata validate", a.settings.Inventory))
-	}
-	a.printWarnings(inv)
-	if after.outcome != nil {
-		after.outcome.Cluster = inv.Cluster.Name
-	}
-	if after.encryptTo, err = recipientsFor(inv, after); err != nil {
-		return exitWith(exitTrouble, err)
-	}
-	tc, err := machines.LoadTalosconfig(a.settings.Talosconfig)
-	if err != nil {
-		return exitWith(exitTrouble, err)
-	}
-	d, err := a.newDialer(tc)
-	if err != nil {
-		return exitWith(exitTrouble, err)
+		return err
 	}
 	tmp, err := os.MkdirTemp("", "devata-backup-") // 0700
 	if err != nil {
@@ -387,6 +371,34 @@ type afterBackup struct {
 	bundleRecipients bool
 }
 
+// openBackup is what backup etcd needs before it asks any machine, for a
+// file and a URL alike: the inventory (its warnings printed, its cluster
+// recorded in after.outcome), the recipients to encrypt to (into
+// after.encryptTo) and a dialer from the talosconfig.
+func (a *app) openBackup(ctx context.Context, after *afterBackup) (*inventory.Inventory, *machines.Dialer, error) {
+	inv, err := inventory.LoadContext(ctx, a.settings.Inventory)
+	if err != nil {
+		fmt.Fprintln(a.streams.Err, err)
+		return nil, nil, exitWith(exitTrouble, fmt.Errorf("%s is invalid: nothing was backed up; run devata validate", a.settings.Inventory))
+	}
+	a.printWarnings(inv)
+	if after.outcome != nil {
+		after.outcome.Cluster = inv.Cluster.Name
+	}
+	if after.encryptTo, err = recipientsFor(inv, *after); err != nil {
+		return nil, nil, exitWith(exitTrouble, err)
+	}
+	tc, err := machines.LoadTalosconfig(a.settings.Talosconfig)
+	if err != nil {
+		return nil, nil, exitWith(exitTrouble, err)
+	}
+	d, err := a.newDialer(tc)
+	if err != nil {
+		return nil, nil, exitWith(exitTrouble, err)
+	}
+	return inv, d, nil
+}
+
 // succeeded records the snapshot backup etcd wrote.
 func (a afterBackup) succeeded(s backup.Sidecar) {
 	if a.outcome != nil {
@@ -425,27 +437,11 @@ func (a *app) backupEtcd(ctx context.Context, out string, force bool, after afte
 			return exitWith(exitTrouble, err)
 		}
 	}
-	inv, err := inventory.LoadContext(ctx, a.settings.Inventory)
+	inv, d, err := a.openBackup(ctx, &after)
 	if err != nil {
-		fmt.Fprintln(a.streams.Err, err)
-		return exitWith(exitTrouble, fmt.Errorf("%s is invalid: nothing was backed up; run devata validate", a.settings.Inventory))
+		return err
 	}
 	out = backup.OutPath(out, inv.Cluster.Name, time.Now())
-	a.printWarnings(inv)
-	if after.outcome != nil {
-		after.outcome.Cluster = inv.Cluster.Name
-	}
-	if after.encryptTo, err = recipientsFor(inv, after); err != nil {
-		return exitWith(exitTrouble, err)
-	}
-	tc, err := machines.LoadTalosconfig(a.settings.Talosconfig)
-	if err != nil {
-		return exitWith(exitTrouble, err)
-	}
-	d, err := a.newDialer(tc)
-	if err != nil {
-		return exitWith(exitTrouble, err)
-	}
 	opts := backup.Options{
 		Inventory: inv, Dialer: d, Out: out, Force: force, Timeout: a.settings.Timeout, Log: a.log,
 		Warn:      func(format string, args ...any) { fmt.Fprintf(a.streams.Err, "warning: "+format+"\n", args...) },
