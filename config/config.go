@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/go-viper/mapstructure/v2"
 	"github.com/spf13/pflag"
@@ -51,6 +52,9 @@ type Settings struct {
 	// S3 are the settings of backup destinations on object storage
 	// (s3://bucket/prefix/), from the settings file's s3 section only.
 	S3 S3 `mapstructure:"s3"`
+	// Backup are backup etcd's settings: what a scheduled run (deploy/'s
+	// CronJob) would otherwise pass as flags.
+	Backup Backup `mapstructure:"backup"`
 
 	// File is the settings file that was read, if any.
 	File string `mapstructure:"-"`
@@ -71,6 +75,21 @@ type S3 struct {
 	// when the endpoint is an IP address or localhost.
 	PathStyle *bool `mapstructure:"path-style"`
 }
+
+// Backup are backup etcd's settings, from DEVATA_BACKUP_ENCRYPT_TO or the
+// settings file's backup section; backup etcd's flags replace them.
+type Backup struct {
+	// EncryptTo are the age recipients (age1…) backup etcd encrypts to
+	// when --encrypt-to is not given: the settings file's backup.encrypt-to
+	// (one or a list), or DEVATA_BACKUP_ENCRYPT_TO (separated by commas or
+	// white space). Public keys only: nothing here is a secret.
+	EncryptTo []string `mapstructure:"encrypt-to"`
+	// EncryptToFrom names where EncryptTo came from, for its errors.
+	EncryptToFrom string `mapstructure:"-"`
+}
+
+// EnvBackupEncryptTo is the backup.encrypt-to setting's variable.
+const EnvBackupEncryptTo = "DEVATA_BACKUP_ENCRYPT_TO"
 
 // Defaults for settings nobody set.
 const (
@@ -139,6 +158,11 @@ func Load(flags *pflag.FlagSet, getenv func(string) string) (Settings, error) {
 	if val := getenv(envAgeIdentity); val != "" {
 		v.Set("age-identity", filepath.SplitList(val))
 		envSet["age-identity"] = true
+	}
+	// a list of age public keys, which hold neither commas nor spaces
+	if val := strings.FieldsFunc(getenv(EnvBackupEncryptTo), func(r rune) bool { return r == ',' || unicode.IsSpace(r) }); len(val) > 0 {
+		v.Set("backup.encrypt-to", val)
+		envSet["backup"] = true
 	}
 	for _, key := range []string{"inventory", "talosconfig", "kubeconfig", "concurrency", "timeout", "output", "log-format", "verbose", "context", "endpoints", "allow-shared-age-identity"} {
 		names := []string{"DEVATA_" + strings.ToUpper(strings.ReplaceAll(key, "-", "_"))}
@@ -218,6 +242,12 @@ func Load(flags *pflag.FlagSet, getenv func(string) string) (Settings, error) {
 		c.WeaklyTypedInput = true
 	}); err != nil {
 		return Settings{}, fmt.Errorf("settings: %w", err)
+	}
+	switch {
+	case envSet["backup"]:
+		s.Backup.EncryptToFrom = EnvBackupEncryptTo
+	case len(s.Backup.EncryptTo) > 0:
+		s.Backup.EncryptToFrom = "backup.encrypt-to in the settings file " + s.File
 	}
 	if s.File != "" {
 		dir := filepath.Dir(s.File)
@@ -318,8 +348,9 @@ func fieldPtr(s *Settings, key string) *string {
 	}
 }
 
-var knownKeys = map[string]bool{"age-identity": true, "inventory": true, "talosconfig": true, "kubeconfig": true, "concurrency": true, "timeout": true, "output": true, "log-format": true, "verbose": true, "context": true, "endpoints": true, "dial": true, "simulated": true, "s3": true}
+var knownKeys = map[string]bool{"age-identity": true, "inventory": true, "talosconfig": true, "kubeconfig": true, "concurrency": true, "timeout": true, "output": true, "log-format": true, "verbose": true, "context": true, "endpoints": true, "dial": true, "simulated": true, "s3": true, "backup": true}
 var knownS3Keys = map[string]bool{"region": true, "endpoint": true, "profile": true, "path-style": true}
+var knownBackupKeys = map[string]bool{"encrypt-to": true}
 
 func checkKeys(v *viper.Viper, file string) error {
 	var bad []string
@@ -331,9 +362,12 @@ func checkKeys(v *viper.Viper, file string) error {
 		if top == "s3" && !knownS3Keys[sub] {
 			return fmt.Errorf("settings file %s: unknown setting %q (known under s3: region, endpoint, profile, path-style; credentials come from the AWS environment or ~/.aws/credentials, never from this file)", file, key)
 		}
+		if top == "backup" && !knownBackupKeys[sub] {
+			return fmt.Errorf("settings file %s: unknown setting %q (known under backup: encrypt-to, the age recipients backup etcd encrypts to)", file, key)
+		}
 	}
 	if len(bad) > 0 {
-		return fmt.Errorf("settings file %s: unknown setting %q (known: inventory, talosconfig, kubeconfig, context, endpoints, concurrency, timeout, output, log-format, verbose, dial, simulated, age-identity, s3)", file, bad[0])
+		return fmt.Errorf("settings file %s: unknown setting %q (known: inventory, talosconfig, kubeconfig, context, endpoints, concurrency, timeout, output, log-format, verbose, dial, simulated, age-identity, s3, backup)", file, bad[0])
 	}
 	return nil
 }
@@ -361,6 +395,11 @@ func (s Settings) Validate() error {
 	for _, p := range s.AgeIdentity {
 		if strings.TrimSpace(p) == "" {
 			errs = append(errs, "age-identity: an empty path is not an identity file")
+		}
+	}
+	for _, r := range s.Backup.EncryptTo {
+		if strings.TrimSpace(r) == "" {
+			errs = append(errs, "backup.encrypt-to: an empty recipient is no age public key")
 		}
 	}
 	if ep := s.S3.Endpoint; ep != "" && !strings.HasPrefix(ep, "https://") && !strings.HasPrefix(ep, "http://") {

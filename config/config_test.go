@@ -351,3 +351,36 @@ func TestS3Settings(t *testing.T) {
 		t.Errorf("without an s3 section, S3 = %+v, want it empty", s.S3)
 	}
 }
+
+// backup.encrypt-to: one recipient or a list in the settings file, a list
+// in DEVATA_BACKUP_ENCRYPT_TO that wins over the file, each naming where
+// it came from; an unknown key under backup is refused naming the file.
+func TestBackupEncryptTo(t *testing.T) {
+	const a, b = "age1ql3z7hjy54pw3hyww5ayyfg7zqgvc7w3j2elw8zmrj2kg5sfn9aqmcac8p", "age1lggyhqrw2nlhcxprm67z43rta597azn8gknawjehu9d9dl0jq3yqqvfafg"
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name, file string
+		env        map[string]string
+		want       []string
+		from       string
+	}{
+		{"one in the file", "backup:\n  encrypt-to: " + a + "\n", nil, []string{a}, "backup.encrypt-to in the settings file "},
+		{"a list in the file", "backup:\n  encrypt-to: [" + a + ", " + b + "]\n", nil, []string{a, b}, "backup.encrypt-to in the settings file "},
+		{"the environment over the file", "backup:\n  encrypt-to: [" + a + "]\n", map[string]string{config.EnvBackupEncryptTo: b + ", " + a + "\n"}, []string{b, a}, config.EnvBackupEncryptTo},
+		{"neither", "timeout: 5s\n", nil, nil, ""},
+	} {
+		file := writeFile(t, dir, "devata.yaml", tc.file)
+		s, err := config.Load(flags(t, "--config", file), envOf(tc.env))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if strings.Join(s.Backup.EncryptTo, " ") != strings.Join(tc.want, " ") || !strings.HasPrefix(s.Backup.EncryptToFrom, tc.from) || (tc.from == "") != (s.Backup.EncryptToFrom == "") {
+			t.Errorf("%s: encrypt-to %q from %q, want %q from %q…", tc.name, s.Backup.EncryptTo, s.Backup.EncryptToFrom, tc.want, tc.from)
+		}
+	}
+	file := writeFile(t, dir, "devata.yaml", "backup:\n  recipients: ["+a+"]\n")
+	_, err := config.Load(flags(t, "--config", file), envOf(nil))
+	if err == nil || !strings.Contains(err.Error(), file) || !strings.Contains(err.Error(), `"backup.recipients"`) || !strings.Contains(err.Error(), "encrypt-to") {
+		t.Errorf("an unknown backup key: %v, want it named with the file and the known key", err)
+	}
+}

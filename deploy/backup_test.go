@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"devata.dev/devata/config"
 )
 
 // The backup and the proof of restore in the cluster (issue 34 item 6):
@@ -125,13 +127,41 @@ func TestKustomizeBackupJobs(t *testing.T) {
 		t.Errorf("the verify job's --work-dir %q is on %v, want an emptyDir", arg(verifyJob, "--work-dir"), v)
 	}
 
+	// Encrypted at rest without a flag: the setting backup.encrypt-to
+	// from the ConfigMap devata-backup, required (no install backs up in
+	// clear without deciding to); both jobs read an encrypted snapshot
+	// with the identity of the Secret devata-backup-age, on a volume.
+	ref, _ := backupJob.env[config.EnvBackupEncryptTo]["valueFrom"].(map[string]any)["configMapKeyRef"].(map[string]any)
+	if ref["name"] != "devata-backup" || ref["key"] != "encrypt-to" || ref["optional"] == true {
+		t.Errorf("the backup's %s is %v, want the key encrypt-to of the ConfigMap devata-backup, not optional", config.EnvBackupEncryptTo, backupJob.env[config.EnvBackupEncryptTo])
+	}
+	if slices.ContainsFunc(backupJob.args, func(a string) bool { return strings.HasPrefix(a, "--encrypt-to") }) {
+		t.Errorf("the backup's args %q pass --encrypt-to, which replaces the ConfigMap's recipients", backupJob.args)
+	}
+	if _, set := verifyJob.env[config.EnvBackupEncryptTo]; set {
+		t.Errorf("the verify job sets %s: it encrypts nothing", config.EnvBackupEncryptTo)
+	}
+	for name, j := range map[string]job{"backup": backupJob, "verify": verifyJob} {
+		id, _ := j.env["DEVATA_AGE_IDENTITY"]["value"].(string)
+		v := volumeOf(j, id)
+		sec, _ := v["secret"].(map[string]any)
+		if id == "" || sec["secretName"] != "devata-backup-age" || path.Base(id) != "keys.txt" {
+			t.Errorf("the %s job's DEVATA_AGE_IDENTITY %q is on %v, want keys.txt of the Secret devata-backup-age", name, id, v)
+		}
+		if j.env["DEVATA_ALLOW_SHARED_AGE_IDENTITY"]["value"] != "true" {
+			t.Errorf("the %s job's identity is on a Secret volume an fsGroup makes group-readable: it needs DEVATA_ALLOW_SHARED_AGE_IDENTITY=true", name)
+		}
+	}
+
 	// no other workload gets the S3 credentials
 	for _, r := range res.Resources() {
 		if r.GetKind() == "CronJob" && (r.GetName() == "devata-etcd-backup" || r.GetName() == "devata-etcd-verify") {
 			continue
 		}
-		if y, err := r.AsYAML(); err == nil && strings.Contains(string(y), "devata-backup-s3") {
-			t.Errorf("%s/%s refers to the Secret devata-backup-s3: only the backup and verify jobs need it", r.GetKind(), r.GetName())
+		for _, secret := range []string{"devata-backup-s3", "devata-backup-age"} {
+			if y, err := r.AsYAML(); err == nil && strings.Contains(string(y), secret) {
+				t.Errorf("%s/%s refers to the Secret %s: only the backup and verify jobs need it", r.GetKind(), r.GetName(), secret)
+			}
 		}
 	}
 }

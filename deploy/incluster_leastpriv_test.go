@@ -19,6 +19,8 @@ import (
 
 	stdx509 "crypto/x509"
 
+	"filippo.io/age"
+
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	clientconfig "github.com/siderolabs/talos/pkg/machinery/client/config"
@@ -63,6 +65,27 @@ func testBackupCronJob(t *testing.T, b *podBed) {
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// Encrypted at rest without a flag (the setting backup.encrypt-to from
+	// the ConfigMap devata-backup): to the cluster's key, whose identity
+	// the Secret devata-backup-age holds for the proofs, and an offline one.
+	clusterKey, err := age.GenerateX25519Identity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	offlineKey, err := age.GenerateX25519Identity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kube.CoreV1().ConfigMaps("devata").Create(t.Context(), &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "devata-backup"},
+		Data:       map[string]string{"encrypt-to": clusterKey.Recipient().String() + "," + offlineKey.Recipient().String()},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ageDir := t.TempDir() // the Secret devata-backup-age as the kubelet mounts it (0440, fsGroup)
+	if err := os.WriteFile(filepath.Join(ageDir, "keys.txt"), []byte(clusterKey.String()+"\n"), 0o440); err != nil {
+		t.Fatal(err)
+	}
 	// What a real control plane streams: the database of an etcd that a
 	// kube-apiserver wrote (the sim's own etcd holds no Kubernetes keys,
 	// which backup verify looks for).
@@ -76,10 +99,11 @@ func testBackupCronJob(t *testing.T, b *podBed) {
 
 	reports, backupWork, verifyWork := t.TempDir(), t.TempDir(), t.TempDir()
 	w := b.workloadOf(t, "CronJob", "devata-etcd-backup", "devata-etcd-backup-29000000-q8z4m", map[string]string{
-		podInventoryDir: b.invDir,
-		podTalosDir:     b.talosDirs["devata-etcd-backup"],
-		podReportsDir:   reports,
-		"/work":         backupWork,
+		podInventoryDir:   b.invDir,
+		podTalosDir:       b.talosDirs["devata-etcd-backup"],
+		podReportsDir:     reports,
+		"/work":           backupWork,
+		"/etc/devata/age": ageDir,
 	})
 	if !w.noToken {
 		t.Errorf("the backup pod mounts a Kubernetes token: it calls no Kubernetes API")
@@ -146,9 +170,12 @@ func testBackupCronJob(t *testing.T, b *podBed) {
 		return out
 	}
 	type sidecar struct {
-		Time     time.Time `json:"time"`
-		Size     int64     `json:"size"`
-		Revision int64     `json:"etcdRevision"`
+		Time       time.Time `json:"time"`
+		Size       int64     `json:"size"`
+		Revision   int64     `json:"etcdRevision"`
+		Encryption *struct {
+			Recipients []string `json:"recipients"`
+		} `json:"encryption"`
 		Verified *struct {
 			Time     time.Time `json:"time"`
 			Result   string    `json:"result"`
@@ -177,6 +204,12 @@ func testBackupCronJob(t *testing.T, b *podBed) {
 	if s.Verified == nil || s.Verified.Result != "restored" || s.Verified.Revision != s.Revision || s.Revision == 0 {
 		t.Errorf("the backup's sidecar %+v: want it proven (restored at its revision) by the same run\n%s", s, out)
 	}
+	if s.Encryption == nil || strings.Join(s.Encryption.Recipients, " ") != clusterKey.Recipient().String()+" "+offlineKey.Recipient().String() {
+		t.Errorf("the backup's sidecar says encryption %+v, want age to the ConfigMap's two recipients", s.Encryption)
+	}
+	if stored, err := os.ReadFile(filepath.Join(srv.Dir, bucket, prefix, got[0])); err != nil || !bytes.HasPrefix(stored, []byte("age-encryption.org/v1\n")) || bytes.Contains(stored, snap[:4096]) {
+		t.Errorf("the stored snapshot is not age ciphertext (%v)", err)
+	}
 	if entries, _ := os.ReadDir(backupWork); len(entries) != 0 {
 		t.Errorf("the backup left %v in its TMPDIR", entries)
 	}
@@ -194,9 +227,10 @@ func testBackupCronJob(t *testing.T, b *podBed) {
 
 	time.Sleep(1100 * time.Millisecond) // the next proof's time is a later second
 	w = b.workloadOf(t, "CronJob", "devata-etcd-verify", "devata-etcd-verify-29000000-h4v9c", map[string]string{
-		podInventoryDir: b.invDir,
-		podReportsDir:   reports,
-		"/work":         verifyWork,
+		podInventoryDir:   b.invDir,
+		podReportsDir:     reports,
+		"/work":           verifyWork,
+		"/etc/devata/age": ageDir,
 	})
 	if !w.noToken {
 		t.Errorf("the verify pod mounts a Kubernetes token: it calls no Kubernetes API")

@@ -266,6 +266,11 @@ func (b *podBed) workloadOf(t *testing.T, kind, name, podName string, dirs map[s
 			if here, ok := dirs[v]; ok { // a directory of the pod's (TMPDIR)
 				v = here
 			}
+			for pod, here := range dirs { // a file on one (DEVATA_AGE_IDENTITY)
+				if strings.HasPrefix(v, pod+"/") {
+					v = here + strings.TrimPrefix(v, pod)
+				}
+			}
 			w.env = append(w.env, n+"="+v)
 			continue
 		}
@@ -282,6 +287,24 @@ func (b *podBed) workloadOf(t *testing.T, kind, name, podName string, dirs map[s
 				w.env = append(w.env, n+"="+string(v))
 			case ref["optional"] != true:
 				t.Fatalf("%s %s: env %s: Secret %v has no key %v and it is not optional: the pod would not start", kind, name, n, ref["name"], ref["key"])
+			}
+			continue
+		}
+		if ref, ok := e["valueFrom"].(map[string]any)["configMapKeyRef"].(map[string]any); ok {
+			// as the kubelet does, for a ConfigMap in the pod's namespace
+			cm, err := kubernetes.NewForConfigOrDie(b.admin).CoreV1().ConfigMaps(w.namespace).Get(t.Context(), ref["name"].(string), metav1.GetOptions{})
+			if err != nil && ref["optional"] != true {
+				t.Fatalf("%s %s: env %s from ConfigMap %v: %v: the pod would not start", kind, name, n, ref["name"], err)
+			}
+			v, ok := "", false
+			if cm != nil {
+				v, ok = cm.Data[ref["key"].(string)]
+			}
+			switch {
+			case ok:
+				w.env = append(w.env, n+"="+v)
+			case ref["optional"] != true:
+				t.Fatalf("%s %s: env %s: ConfigMap %v has no key %v and it is not optional: the pod would not start", kind, name, n, ref["name"], ref["key"])
 			}
 			continue
 		}

@@ -176,13 +176,16 @@ func TestKustomizeLeastPrivilegeWorkloads(t *testing.T) {
 	jobs := []struct {
 		kind, name, account, talosRole string
 		token, bundle                  bool
+		// backupAge: the identity that opens encrypted snapshots
+		// (Secret devata-backup-age), for the proof of restore
+		backupAge bool
 	}{
-		{"Deployment", "devata-reconcile", "devata-reconcile", "os:admin", true, true},
+		{"Deployment", "devata-reconcile", "devata-reconcile", "os:admin", true, true, false},
 		// os:admin: the config check reads MachineConfig (Sensitive)
-		{"CronJob", "devata-drift", "devata-drift", "os:admin", true, true},
-		{"CronJob", "devata-etcd-backup", "devata-etcd-backup", "os:etcd:backup", false, false},
+		{"CronJob", "devata-drift", "devata-drift", "os:admin", true, true, false},
+		{"CronJob", "devata-etcd-backup", "devata-etcd-backup", "os:etcd:backup", false, false, true},
 		// no Talos role: backup verify asks no machine anything
-		{"CronJob", "devata-etcd-verify", "devata-etcd-verify", "", false, false},
+		{"CronJob", "devata-etcd-verify", "devata-etcd-verify", "", false, false, true},
 	}
 	var cp struct {
 		Machine struct {
@@ -244,7 +247,7 @@ func TestKustomizeLeastPrivilegeWorkloads(t *testing.T) {
 				}
 			}
 			for _, v := range asSlice(pod["volumes"]) {
-				if _, ok := v.(map[string]any)["secret"]; ok {
+				if s, ok := v.(map[string]any)["secret"].(map[string]any); ok && !(j.backupAge && s["secretName"] == "devata-backup-age") {
 					t.Errorf("%s %s mounts the Secret volume %v: it needs none", j.kind, j.name, v)
 				}
 			}
@@ -289,7 +292,7 @@ func TestKustomizeLeastPrivilegeWorkloads(t *testing.T) {
 		for s := range secrets {
 			switch {
 			case s == j.account:
-			case s == "devata-secrets" && j.bundle, s == "devata-age-identity" && j.bundle:
+			case s == "devata-secrets" && j.bundle, s == "devata-age-identity" && j.bundle, s == "devata-backup-age" && j.backupAge:
 			default:
 				t.Errorf("%s %s mounts the Secret %s, which it does not need", j.kind, j.name, s)
 			}

@@ -127,7 +127,11 @@ the format (age), the recipients' public keys and the clear text's size and
 sha256. Every read (backup verify, bootstrap --recover-from) decrypts with
 --age-identity FILE (DEVATA_AGE_IDENTITY, age-identity in the settings file,
 else SOPS_AGE_KEY_FILE, as the encrypted secrets bundle is read), and a
-missing or wrong identity is refused naming the recipients.
+missing or wrong identity is refused naming the recipients. Without
+--encrypt-to, the recipients of the setting backup.encrypt-to (the settings
+file's backup section, or DEVATA_BACKUP_ENCRYPT_TO, separated by commas or
+spaces) are taken: a scheduled run encrypts without a flag; --encrypt-to
+replaces them.
 --encrypt-to-bundle-recipients adds the recipients the inventory's
 sops-encrypted secrets bundle lists (an age-encrypted bundle records none).
 
@@ -187,6 +191,13 @@ error.`,
 					return usageError(fmt.Errorf("--encrypt-to: %w", err))
 				}
 				after.encryptTo = rs
+			} else if set := a.settings.Backup; len(set.EncryptTo) > 0 {
+				// the setting: what deploy/'s CronJob encrypts to without a flag
+				rs, err := bootstrap.ParseAgeRecipients(set.EncryptTo)
+				if err != nil {
+					return exitWith(exitTrouble, fmt.Errorf("%s: %w; nothing was backed up", set.EncryptToFrom, err))
+				}
+				after.encryptTo = rs
 			}
 			after.bundleRecipients = flags.bundleRecipients
 			err := a.backupEtcd(cmd.Context(), flags.output, flags.force, after)
@@ -196,7 +207,7 @@ error.`,
 	cmd.Flags().StringVar(&flags.output, "to", "", "snapshot file to write (FILE.json is written next to it); a directory (or a path ending in /, created 0700 when missing) gets etcd-CLUSTER-TIME.db; s3://BUCKET/PREFIX/[NAME] or file:///DIR/[NAME] uploads it there")
 	deprecatedPathOutput(cmd, a.streams.Err, &flags.output, "--to")
 	cmd.Flags().BoolVar(&flags.force, "force", false, "replace FILE and FILE.json if they exist")
-	cmd.Flags().StringArrayVar(&flags.encryptTo, "encrypt-to", nil, "encrypt the snapshot to this age recipient (age1…, what age-keygen -y prints; repeatable): verified in clear in a private temporary directory, stored encrypted; FILE.json stays in clear and names the recipients")
+	cmd.Flags().StringArrayVar(&flags.encryptTo, "encrypt-to", nil, "encrypt the snapshot to this age recipient (age1…, what age-keygen -y prints; repeatable; replaces the setting backup.encrypt-to, env DEVATA_BACKUP_ENCRYPT_TO): verified in clear in a private temporary directory, stored encrypted; FILE.json stays in clear and names the recipients")
 	cmd.Flags().BoolVar(&flags.bundleRecipients, "encrypt-to-bundle-recipients", false, "encrypt the snapshot to the age recipients the inventory's sops-encrypted secrets bundle lists too (an age-encrypted bundle records none: use --encrypt-to)")
 	cmd.Flags().BoolVar(&flags.verify, "verify", false, "then prove the snapshot restores, as backup verify does")
 	cmd.Flags().BoolVar(&flags.prune, "prune", false, "then delete the snapshots in --to DIR/ (or URL/) that the --keep-* policy does not keep, as backup prune --yes does")

@@ -5,6 +5,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,6 +17,7 @@ import (
 
 	"devata.dev/devata/backup"
 	"devata.dev/devata/bootstrap"
+	"devata.dev/devata/config"
 	"devata.dev/devata/internal/simtest"
 	"devata.dev/devata/internal/testenv"
 	"devata.dev/devata/sim"
@@ -430,5 +433,67 @@ func TestBackupEncryptToBundleRecipients(t *testing.T) {
 	}
 	if _, err := os.Lstat(other); err == nil {
 		t.Errorf("%s was written", other)
+	}
+}
+
+// The setting backup.encrypt-to: DEVATA_BACKUP_ENCRYPT_TO (what deploy/'s
+// CronJob sets from its ConfigMap) or the settings file's backup section
+// encrypts without --encrypt-to; --encrypt-to replaces it; a private key
+// in the setting is refused naming where it came from, without echoing
+// it, and nothing is written.
+func TestBackupEncryptToSetting(t *testing.T) {
+	sf := startSim(t, simtest.Options{Bootstrap: true})
+	keys := t.TempDir()
+	one, _ := ageKeyFile(t, keys, "one.txt")
+	two, _ := ageKeyFile(t, keys, "two.txt")
+	flag, _ := ageKeyFile(t, keys, "flag.txt")
+	privateTmp(t)
+	dir := t.TempDir() + "/"
+	recipients := func(name string) string {
+		t.Helper()
+		side := readSidecar(t, dir+name+".json")
+		if side.Encryption == nil {
+			return "(in clear)"
+		}
+		return strings.Join(side.Encryption.Recipients, " ")
+	}
+
+	env := map[string]string{config.EnvBackupEncryptTo: one.Recipient().String() + "," + two.Recipient().String()}
+	r := devata(t, env, "backup", "etcd", "--to", dir+"env.db", "--config", sf.settings)
+	show(t, r)
+	if r.code != 0 {
+		t.Fatalf("backup with DEVATA_BACKUP_ENCRYPT_TO: exit %d\n%s", r.code, r.err)
+	}
+	if got, want := recipients("env.db"), one.Recipient().String()+" "+two.Recipient().String(); got != want {
+		t.Errorf("with DEVATA_BACKUP_ENCRYPT_TO: encrypted to %s, want %s", got, want)
+	}
+
+	r = devata(t, env, "backup", "etcd", "--to", dir+"flag.db", "--config", sf.settings, "--encrypt-to", flag.Recipient().String())
+	show(t, r)
+	if got := recipients("flag.db"); r.code != 0 || got != flag.Recipient().String() {
+		t.Errorf("--encrypt-to over the setting: exit %d, encrypted to %s, want %s alone", r.code, got, flag.Recipient())
+	}
+
+	settings, err := os.ReadFile(sf.settings)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(filepath.Dir(sf.settings), "with-backup.yaml")
+	if err := os.WriteFile(file, append(settings, []byte("\nbackup:\n  encrypt-to: "+two.Recipient().String()+"\n")...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r = devata(t, nil, "backup", "etcd", "--to", dir+"file.db", "--config", file)
+	show(t, r)
+	if got := recipients("file.db"); r.code != 0 || got != two.Recipient().String() {
+		t.Errorf("backup.encrypt-to in the settings file: exit %d, encrypted to %s, want %s", r.code, got, two.Recipient())
+	}
+
+	r = devata(t, map[string]string{config.EnvBackupEncryptTo: one.String()}, "backup", "etcd", "--to", dir+"bad.db", "--config", sf.settings)
+	show(t, r)
+	if r.code != 2 || !strings.Contains(r.err, config.EnvBackupEncryptTo+": recipient 1 is an age identity (a private key)") || strings.Contains(r.stdout+r.err, one.String()) {
+		t.Errorf("a private key in DEVATA_BACKUP_ENCRYPT_TO: exit %d, want 2 naming the variable and not echoing the key\n%s", r.code, r.err)
+	}
+	if _, err := os.Stat(dir + "bad.db"); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a refused setting left %s: %v", dir+"bad.db", err)
 	}
 }
