@@ -16,6 +16,8 @@ import (
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/promql/parser"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/kustomize/kyaml/resid"
@@ -707,4 +709,73 @@ func TestMonitoringDocsLinksResolve(t *testing.T) {
 			t.Errorf("%s: no relative links found; the test would prove nothing", doc)
 		}
 	}
+}
+
+// Every alert's expression parses with Prometheus' own PromQL parser
+// (github.com/prometheus/prometheus/promql/parser, what the rule manager
+// loads rules with), and every series its vector selectors name is one
+// devata writes: reconcile's registry, the drift textfile, the backup
+// textfile. The parser's names are also the small tokenizer's above, so
+// the dashboard, which Grafana's $variables keep from the parser, is
+// held by a tokenizer that agrees with it.
+func TestAlertRulesParsedByPrometheus(t *testing.T) {
+	exported := exportedMetrics(t)
+	rules := ruleQueries(t)
+	if len(rules) < 5 {
+		t.Fatalf("only %d alerts in %s: the test would prove little", len(rules), rulesFile)
+	}
+	for _, q := range rules {
+		names, err := parsedMetrics(q.expr)
+		if err != nil {
+			t.Errorf("%s does not parse as Prometheus parses it: %v", q.where, err)
+			continue
+		}
+		if len(names) == 0 {
+			t.Errorf("%s selects no series: %s", q.where, q.expr)
+		}
+		for _, n := range names {
+			if !exported[n] {
+				t.Errorf("%s selects %s, which devata does not write: %s", q.where, n, q.expr)
+			}
+		}
+		tokens, err := promqlMetrics(q.expr)
+		slices.Sort(tokens)
+		if err != nil || !slices.Equal(slices.Compact(tokens), names) {
+			t.Errorf("%s: the tokenizer reads %q (%v), Prometheus' parser %q", q.where, tokens, err, names)
+		}
+	}
+	// and the check can fail: a misspelt series, a broken expression
+	if names, _ := parsedMetrics(`time() - max by (cluster) (devata_backup_last_succes_timestamp_seconds) > 26 * 3600`); len(names) != 1 || exported[names[0]] {
+		t.Errorf("a misspelt series: %q, want it found and not exported", names)
+	}
+	if _, err := parsedMetrics(`sum(rate(devata_reconcile_errors_total[5m])`); err == nil {
+		t.Errorf("an unclosed parenthesis parsed")
+	}
+}
+
+// parsedMetrics are the series names expr's vector selectors select (by
+// name or by an equality matcher on __name__), sorted, without repeats.
+func parsedMetrics(expr string) ([]string, error) {
+	e, err := parser.ParseExpr(expr)
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	parser.Inspect(e, func(n parser.Node, _ []parser.Node) error {
+		vs, ok := n.(*parser.VectorSelector)
+		if !ok {
+			return nil
+		}
+		if vs.Name != "" {
+			names = append(names, vs.Name)
+		}
+		for _, m := range vs.LabelMatchers {
+			if m.Name == model.MetricNameLabel && m.Type == labels.MatchEqual && m.Value != vs.Name {
+				names = append(names, m.Value)
+			}
+		}
+		return nil
+	})
+	slices.Sort(names)
+	return slices.Compact(names), nil
 }
