@@ -40,13 +40,13 @@ var stableRules = []golden.Rule{
 // wide as the address was, so a row may look out of line), the test's
 // temporary directory (<dir>), and how an unreachable machine's connection
 // ended: the sim closes it, and whether the client reads EOF or a reset
-// is a race.
+// is a race (YAML may fold the line before it).
 func fleetRules(sf *simFleet) []golden.Rule {
 	rules := []golden.Rule{golden.Literal(sf.Dir, "<dir>")}
 	for _, m := range sf.Sim.Machines() {
 		rules = append(rules, golden.Literal(m.Addr(), "<"+m.Name()+":port>"))
 	}
-	rules = append(rules, golden.Pattern(`not reachable: (?:EOF|connection reset by peer) \(Unavailable\)`, "not reachable: <EOF or connection reset by peer> (Unavailable)"))
+	rules = append(rules, golden.Pattern(`not reachable:(\s+)(?:EOF|connection\s+reset\s+by\s+peer)\s+\(Unavailable\)`, "not reachable:${1}<EOF or connection reset by peer> (Unavailable)"))
 	return append(rules, stableRules...)
 }
 
