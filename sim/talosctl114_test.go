@@ -271,7 +271,7 @@ func TestRealTalosctl114(t *testing.T) {
 	// image list (ImageService.List, the CRI's k8s.io namespace by
 	// default; --namespace system: the kubelet's and etcd's images) and
 	// containers (MachineService.Containers: apid and trustd in the system
-	// containerd; -k: each static pod's sandbox and container), as
+	// containerd; --namespace cri: each static pod's sandbox and container), as
 	// machined lists them (sim/imagelist.go).
 	out = talosctl("image", "list")
 	expectRows(out, []string{"cp-1", "registry.k8s.io/kube-apiserver:v1.37.0"}, []string{"cp-1", "registry.k8s.io/pause:3.10.2"})
@@ -279,7 +279,7 @@ func TestRealTalosctl114(t *testing.T) {
 	expectRows(out, []string{"cp-1", "ghcr.io/siderolabs/kubelet:v1.37.0"})
 	expect(out, "registry.k8s.io/etcd:", "sha256:")
 	expectRows(talosctl("containers"), []string{"cp-1", "system", "apid", "RUNNING"}, []string{"cp-1", "system", "trustd", "RUNNING"})
-	expectRows(talosctl("containers", "-k"),
+	expectRows(talosctl("containers", "--namespace", "cri"),
 		[]string{"cp-1", "k8s.io", "kube-system/kube-apiserver-cp-1", "registry.k8s.io/pause:3.10.2", "SANDBOX_READY"},
 		[]string{"cp-1", "k8s.io", "└─", "registry.k8s.io/kube-apiserver:v1.37.0", "CONTAINER_RUNNING"})
 }
