@@ -876,18 +876,17 @@
 //
 // What stays kinder than a Talos of another version (to be modelled per
 // version, issue 30): 1.13's maintenance mode (apid, readers authorised
-// per method) is not played, except that ImageService and
-// LifecycleService refuse its os:reader callers, and TimeService answers
-// there (timeapi.go); the resource definitions are the same 135 types on
-// every release but ImageFactorySchematic, registered from 1.14 only
-// (rdversions.go: machined's v1alpha2_state.go NewState registers 155
-// types in v1.11.0, 165 in v1.13.9 and 200 in v1.14.1; of the types the
-// sim serves only ImageFactorySchematic is newer than 1.11, so the other
-// additions, NTPStatus, KubeletStatus, LVM and MD arrays, containers, …,
-// are not served on any release, and v1.11.0's MaintenanceServiceCerts,
-// gone in 1.13, not either); a 1.14 UnattendedInstallConfig install that fails reboots back
-// into maintenance mode as the install sequence does, where 1.14's
-// UnattendedInstallController keeps the config, reports the phase
+// per method; "Maintenance mode from 1.13" above) is played for
+// ImageService, LifecycleService and TimeService only; the resource
+// definitions the sim serves (cosi.go talosResources, 157 types) are the
+// same on every release but ImageFactorySchematic, KubeletStatus and
+// NTPStatus, registered from 1.14 only (rdversions.go: machined's v1alpha2_state.go NewState registers 155
+// types in v1.11.0, 165 in v1.13.9 and 200 in v1.14.1; the other
+// additions, LVM and MD arrays, ContainerConfig's containers, …, are not
+// served on any release, and v1.11.0's MaintenanceServiceCerts, gone in
+// 1.13, not either); a 1.14 UnattendedInstallConfig install that fails
+// reboots back into maintenance mode as the install sequence does, where
+// 1.14's UnattendedInstallController keeps the config, reports the phase
 // "failed" in UnattendedInstallStatus and retries.
 //
 // # Storage
