@@ -305,9 +305,12 @@ func (a *machineAPI) EtcdStatus(ctx context.Context, _ *emptypb.Empty) (*machine
 	}
 
 	if id, leader := a.fleet.learnerOf(t); id != 0 {
-		// a learner serves Status (isRPCSupportedForLearner)
+		// a learner serves Status (isRPCSupportedForLearner), with the
+		// versions a voter reports
+		server, storage := a.fleet.etcdVersionsOf(t)
+
 		return &machine.EtcdStatusResponse{Messages: []*machine.EtcdStatus{{MemberStatus: &machine.EtcdMemberStatus{
-			MemberId: id, ProtocolVersion: "3.6.4", StorageVersion: "3.6.0", DbSize: 24 * mib, DbSizeInUse: 12 * mib,
+			MemberId: id, ProtocolVersion: server, StorageVersion: storage, DbSize: 24 * mib, DbSizeInUse: 12 * mib,
 			Leader: leader, RaftIndex: etcdRaftIndex, RaftTerm: etcdRaftTerm, RaftAppliedIndex: etcdRaftIndex, IsLearner: true,
 		}}}}, nil
 	}

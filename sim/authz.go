@@ -40,11 +40,14 @@ var rules = map[string]role.Set{
 	"/machine.MachineService/Upgrade":            adminRole,
 	"/machine.MachineService/Version":            allRoles,
 
+	"/machine.MachineService/Containers":    allRoles,
+	"/machine.MachineService/ImageList":     allRoles,
 	"/machine.MachineService/EtcdAlarmList": role.MakeSet(role.Admin, role.Operator, role.Reader, role.EtcdBackup),
 	"/time.TimeService/Time":                allRoles,
 	"/time.TimeService/TimeCheck":           allRoles,
 
 	// Talos 1.13 and later
+	"/machine.ImageService/List":        allRoles,
 	"/machine.ImageService/Pull":        operatorUp,
 	"/machine.LifecycleService/Install": adminRole,
 	"/machine.LifecycleService/Upgrade": adminRole,

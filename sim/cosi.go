@@ -74,7 +74,7 @@ var talosResources = []meta.ResourceWithRD{
 	&hardware.PCRStatus{}, &hardware.Processor{}, &hardware.SystemInformation{},
 	&k8s.AdmissionControlConfig{}, &k8s.AuditPolicyConfig{}, &k8s.AuthorizationConfig{}, &k8s.APIServerConfig{},
 	&k8s.KubePrismEndpoints{}, &k8s.ConfigStatus{}, &k8s.ControllerManagerConfig{}, &k8s.Endpoint{},
-	&k8s.ExtraManifestsConfig{}, &k8s.KubeletConfig{}, &k8s.KubeletLifecycle{}, &k8s.KubeletSpec{},
+	&k8s.ExtraManifestsConfig{}, &k8s.KubeletConfig{}, &k8s.KubeletLifecycle{}, &k8s.KubeletSpec{}, &k8s.KubeletStatus{},
 	&k8s.KubePrismConfig{}, &k8s.KubePrismStatuses{}, &k8s.Manifest{}, &k8s.ManifestStatus{},
 	&k8s.BootstrapManifestsConfig{}, &k8s.NodeAnnotationSpec{}, &k8s.NodeCordonedSpec{}, &k8s.NodeIP{},
 	&k8s.NodeIPConfig{}, &k8s.NodeLabelSpec{}, &k8s.Nodename{}, &k8s.NodeStatus{}, &k8s.NodeTaintSpec{},
@@ -102,7 +102,7 @@ var talosResources = []meta.ResourceWithRD{
 	&secrets.Kubelet{}, &secrets.Kubernetes{}, &secrets.KubernetesDynamicCerts{}, &secrets.KubernetesRoot{},
 	&secrets.MaintenanceRoot{}, &secrets.OSRoot{}, &secrets.Trustd{},
 	&siderolink.Config{}, &siderolink.Status{}, &siderolink.Tunnel{},
-	&timeres.AdjtimeStatus{}, &timeres.Status{},
+	&timeres.AdjtimeStatus{}, &timeres.NTPStatus{}, &timeres.Status{},
 	&v1alpha1.AcquireConfigSpec{}, &v1alpha1.AcquireConfigStatus{}, &v1alpha1.Service{},
 }
 

@@ -565,11 +565,10 @@
 // ResourceDefinitions), service, mounts, etcd members, bootstrap,
 // kubeconfig, apply-config --dry-run, and upgrade through ImageService.Pull
 // and LifecycleService.Upgrade, then Reboot (with --drain=false
-// --wait=false), time and etcd alarm list. Not served, each
-// Unimplemented: image list (ImageService.List and the legacy
-// MachineService.ImageList: the sim's containerd holds only the installers
-// its pulls leave), containers, and MachineService.Events and Read, which
-// upgrade and reboot need to --wait.
+// --wait=false), time, etcd alarm list, image list (--namespace system
+// too) and containers (-k too: imagelist.go). Not served, each
+// Unimplemented: MachineService.Read, which upgrade and reboot need to
+// --wait.
 //
 // The real talosctl v1.13.9 (built with go-kubernetes v0.2.36,
 // containerd/v2 v2.2.3 and the go.etcd.io/etcd modules at v3.6.6 in place
@@ -612,9 +611,75 @@
 //     version etcd migrates its storage to (etcd v3.7.1
 //     etcdserver/version/monitor.go, adapters.go UpdateStorageVersion), the
 //     lowest major.minor of the members: 3.6.0 while any member runs 3.6.
-//     Talos passes both on (v1alpha1_server.go EtcdStatus). The snapshot's
-//     meta bucket still says 3.6.0 on every release (etcd_snapshot.go, not
-//     modelled per version).
+//     Talos passes both on (v1alpha1_server.go EtcdStatus); a learner
+//     reports the same. An etcd snapshot (etcd_snapshot.go etcdBuckets)
+//     holds that storage version in its meta bucket and the same cluster
+//     version in its cluster bucket (etcd v3.7.1 schema/version.go
+//     UnsafeSetStorageVersion, schema/membership.go
+//     MustSaveClusterVersionToBackend: major.minor.0): "3.7.0" from a
+//     cluster whose members all run Talos 1.14's etcd, "3.6.0" otherwise;
+//     the buckets are the same in 3.6 and 3.7 (schema/bucket.go
+//     AllBuckets).
+//
+// # Images, containers and the resource types of 1.14
+//
+//   - image list and containers (imagelist.go) as Talos v1.14.1 answers
+//     them: ImageService.List (internal/app/images/images.go Service.List,
+//     from 1.13), the deprecated MachineService.ImageList
+//     (v1alpha1_images.go ImageList, every release; talosctl falls back to
+//     it where ImageService is unknown) and MachineService.Containers
+//     (v1alpha1_server.go Containers and getContainerInspector; the
+//     containerd inspector internal/pkg/containers/containerd
+//     containerInfo, the CRI's internal/pkg/containers/cri buildPod and
+//     buildContainer), os:reader and up (services/machined.go rules). The
+//     stores hold what the machine pulled and what it runs: the kubelet
+//     and etcd images in the CRI containerd's system namespace
+//     (services/kubelet.go, etcd.go: the runner's default address
+//     constants.CRIContainerdAddress), the static pods' and the sandbox
+//     image (pkg/images DefaultSandboxImage: pause 3.10, 3.10.1, 3.10.2 in
+//     v1.11.0, v1.13.9, v1.14.1) in k8s.io. Containers: apid and, on
+//     control planes, trustd in the system containerd
+//     (WithContainerdAddress(SystemContainerdAddress), no image), each
+//     static pod's sandbox and container through the CRI. Kinder than
+//     Talos: images have no size but the installers', and Kubernetes'
+//     own workloads (CoreDNS, kube-proxy, the CNI) are not listed.
+//   - Resource types newer than 1.11 that talosctl reads (rdversions.go
+//     typesSince, localresources.go): of the 200 types v1.14.1 registers
+//     and v1.13.9's 165, the sim serves ImageFactorySchematic,
+//     KubeletStatus (controllers/k8s/kubelet_status.go
+//     KubeletStatusController: the KubeletSpec's image; talosctl's
+//     dashboard reads it, internal/pkg/dashboard/resourcedata) and
+//     NTPStatus (controllers/time/sync.go SyncController: the spike
+//     filter; never a spike in the sim) from 1.14 only, as v1.14.1's
+//     v1alpha2_state.go NewState registers them and v1.13.9's does not;
+//     on an older machine their definitions are not listed and a read is
+//     refused as machined's access policy refuses an unregistered type.
+//
+// # Maintenance mode from 1.13 (read, not yet modelled)
+//
+// Up to 1.12 a machine without config serves its own gRPC server (v1.11.0
+// controllers/runtime/maintenance_service.go Run, maintenance/server.go:
+// MachineService's ApplyConfiguration, Version (Unimplemented "API is not
+// implemented in maintenance mode"), Upgrade, Reset and COSI), which the
+// sim plays (route.go, authz.go maintenanceMethods). From 1.13
+// internal/app/maintenance is gone: apid serves machined's whole API and,
+// while the config is incomplete, APIServiceConfigController sets
+// ReadonlyRoleMode (v1.13.9 controllers/runtime/api_service_config.go), so
+// apid's authz.Injector makes every caller os:reader
+// (ReadOnlyWithAdminOnSiderolink, pkg/grpc/middleware/authz/injector.go;
+// os:admin for a SideroLink peer), and machined's rules decide per method
+// (services/machined.go): what os:reader may call is served, the rest is
+// PermissionDenied "not authorized"; ApplyConfiguration,
+// storage BlockDeviceWipe (and in 1.14 the LVMService removals) admit
+// os:reader "for maintenance only, verified in the handler"
+// (v1alpha1_server.go ApplyConfiguration: !inMaintenance &&
+// !roles.Includes(Admin) is refused; in maintenance a REBOOT apply
+// becomes NO_REBOOT). The sim plays this for ImageService,
+// LifecycleService and TimeService (route.go); MachineService and COSI
+// on a 1.13+ machine without config still answer as 1.12's maintenance
+// server: what devata and talosctl --insecure call there (Version,
+// ApplyConfiguration, COSI reads) behaves alike, other methods answer
+// Unimplemented where Talos 1.13 answers os:reader's or "not authorized".
 //
 // # Talos' API integration suites
 //
@@ -811,18 +876,17 @@
 //
 // What stays kinder than a Talos of another version (to be modelled per
 // version, issue 30): 1.13's maintenance mode (apid, readers authorised
-// per method) is not played, except that ImageService and
-// LifecycleService refuse its os:reader callers, and TimeService answers
-// there (timeapi.go); the resource definitions are the same 135 types on
-// every release but ImageFactorySchematic, registered from 1.14 only
-// (rdversions.go: machined's v1alpha2_state.go NewState registers 155
-// types in v1.11.0, 165 in v1.13.9 and 200 in v1.14.1; of the types the
-// sim serves only ImageFactorySchematic is newer than 1.11, so the other
-// additions, NTPStatus, KubeletStatus, LVM and MD arrays, containers, …,
-// are not served on any release, and v1.11.0's MaintenanceServiceCerts,
-// gone in 1.13, not either); a 1.14 UnattendedInstallConfig install that fails reboots back
-// into maintenance mode as the install sequence does, where 1.14's
-// UnattendedInstallController keeps the config, reports the phase
+// per method; "Maintenance mode from 1.13" above) is played for
+// ImageService, LifecycleService and TimeService only; the resource
+// definitions the sim serves (cosi.go talosResources, 157 types) are the
+// same on every release but ImageFactorySchematic, KubeletStatus and
+// NTPStatus, registered from 1.14 only (rdversions.go: machined's v1alpha2_state.go NewState registers 155
+// types in v1.11.0, 165 in v1.13.9 and 200 in v1.14.1; the other
+// additions, LVM and MD arrays, ContainerConfig's containers, …, are not
+// served on any release, and v1.11.0's MaintenanceServiceCerts, gone in
+// 1.13, not either); a 1.14 UnattendedInstallConfig install that fails
+// reboots back into maintenance mode as the install sequence does, where
+// 1.14's UnattendedInstallController keeps the config, reports the phase
 // "failed" in UnattendedInstallStatus and retries.
 //
 // # Storage

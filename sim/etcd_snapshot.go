@@ -2,6 +2,7 @@ package sim
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/json"
@@ -182,8 +183,15 @@ func (f *Fleet) etcdSnapshotOf(m *Machine) (file []byte, flip int) {
 
 // etcdBuckets are etcd v3.6's buckets (server/storage/schema/bucket.go)
 // for the cluster, the key bucket last so that boltFile reports a byte of
-// its newest value.
+// its newest value. The cluster version (cluster bucket) and the storage
+// version (meta bucket) are those the cluster's members decide: the lowest
+// major.minor of the etcd they run (etcdversion.go storageVersion), which
+// etcd writes there (membership/cluster.go SetVersion,
+// schema/version.go UnsafeSetStorageVersion): "3.7.0" for a cluster all
+// on Talos 1.14's etcd 3.7.1, "3.6.0" for one on 1.11 to 1.13. The caller
+// holds the fleet's lock.
 func etcdBuckets(c *etcdCluster, members []memberView) []boltBucket {
+	version := cmp.Or(c.storageVersion(), "3.6.0")
 	be64 := func(n uint64) []byte { return binary.BigEndian.AppendUint64(nil, n) }
 
 	// membership.Member as schema.MustSaveMemberToBackend stores it
@@ -238,14 +246,14 @@ func etcdBuckets(c *etcdCluster, members []memberView) []boltBucket {
 		{name: "auth", kvs: []boltKV{{[]byte("authEnabled"), []byte{0}}, {[]byte("authRevision"), be64(1)}}},
 		{name: "authRoles"},
 		{name: "authUsers"},
-		{name: "cluster", kvs: []boltKV{{[]byte("clusterVersion"), []byte("3.6.0")}}},
+		{name: "cluster", kvs: []boltKV{{[]byte("clusterVersion"), []byte(version)}}},
 		{name: "lease"},
 		mem,
 		{name: "members_removed"},
 		{name: "meta", kvs: []boltKV{
 			{[]byte("confState"), confJSON},
 			{[]byte("consistent_index"), be64(etcdRaftIndex)},
-			{[]byte("storageVersion"), []byte("3.6.0")},
+			{[]byte("storageVersion"), []byte(version)},
 			{[]byte("term"), be64(etcdRaftTerm)},
 		}},
 		keys,

@@ -1,7 +1,12 @@
 package sim_test
 
 import (
+	"crypto/sha256"
+	"os"
+	"path/filepath"
 	"testing"
+
+	bolt "go.etcd.io/bbolt"
 
 	"devata.dev/devata/sim"
 )
@@ -34,6 +39,46 @@ func TestEtcdStatusVersionPerRelease(t *testing.T) {
 			t.Errorf("%s: etcd %s, storage %s; want %s, 3.6.0", name, st.ProtocolVersion, st.StorageVersion, want)
 		}
 	}
+
+	// the snapshot says what Status says
+	if cluster, storage := snapshotVersions(t, f, "cp-1"); cluster != "3.6.0" || storage != "3.6.0" {
+		t.Errorf("snapshot of a cluster with members on etcd 3.6: clusterVersion %q, storageVersion %q; want 3.6.0", cluster, storage)
+	}
+}
+
+// snapshotVersions reads the cluster version (cluster bucket) and storage
+// version (meta bucket) from the etcd snapshot of name's member, with bbolt
+// as etcdutl opens it (the sim's trailing sha256 cut off, as etcd's
+// snapshot restore does).
+func snapshotVersions(t *testing.T, f *sim.Fleet, name string) (cluster, storage string) {
+	t.Helper()
+
+	file, _ := f.EtcdSnapshotFile(name)
+	if len(file) < sha256.Size {
+		t.Fatalf("%s: no snapshot", name)
+	}
+
+	path := filepath.Join(t.TempDir(), "snap.db")
+	if err := os.WriteFile(path, file[:len(file)-sha256.Size], 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close() //nolint:errcheck
+
+	if err := db.View(func(tx *bolt.Tx) error {
+		cluster = string(tx.Bucket([]byte("cluster")).Get([]byte("clusterVersion")))
+		storage = string(tx.Bucket([]byte("meta")).Get([]byte("storageVersion")))
+
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	return cluster, storage
 }
 
 // A cluster whose every member runs etcd 3.7 (Talos 1.14) has moved its
@@ -55,5 +100,12 @@ func TestEtcdStatusStorageVersion37(t *testing.T) {
 		if st := etcdStatus(t, admin(t, f.Machine(name).Addr())); st.ProtocolVersion != "3.7.1" || st.StorageVersion != "3.7.0" {
 			t.Errorf("%s: etcd %s, storage %s; want 3.7.1, 3.7.0", name, st.ProtocolVersion, st.StorageVersion)
 		}
+	}
+
+	// its snapshot's meta and cluster buckets say 3.7.0 too (etcd's
+	// schema.UnsafeSetStorageVersion and MustSaveClusterVersionToBackend
+	// store the cluster version's major.minor), as etcdutl restores it
+	if cluster, storage := snapshotVersions(t, f, "cp-2"); cluster != "3.7.0" || storage != "3.7.0" {
+		t.Errorf("snapshot of an etcd 3.7 cluster: clusterVersion %q, storageVersion %q; want 3.7.0", cluster, storage)
 	}
 }

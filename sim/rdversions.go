@@ -6,7 +6,9 @@ import (
 	cosiv1alpha1 "github.com/cosi-project/runtime/api/v1alpha1"
 	"github.com/cosi-project/runtime/pkg/resource"
 	"github.com/cosi-project/runtime/pkg/resource/meta"
+	"github.com/siderolabs/talos/pkg/machinery/resources/k8s"
 	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
+	timeres "github.com/siderolabs/talos/pkg/machinery/resources/time"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -18,13 +20,16 @@ import (
 // than their minor does not register: machined registers its resource
 // definitions in runtime/v1alpha2/v1alpha2_state.go NewState (155 in
 // v1.11.0, 165 in v1.13.9, 200 in v1.14.1); of the types the sim serves
-// only ImageFactorySchematic came later than 1.11, in 1.14 (v1.14.1
-// v1alpha2_state.go; absent from v1.13.9's). On an older machine its
+// only ImageFactorySchematic, KubeletStatus and NTPStatus came later than
+// 1.11, all three in 1.14 (v1.14.1 v1alpha2_state.go; absent from
+// v1.13.9's). On an older machine its
 // ResourceDefinition is not listed (talosctl's ResolveResourceKind then
 // says the kind is not registered) and a read of it is refused as machined's
 // access policy refuses a type it has no definition for.
 var typesSince = map[resource.Type]int{
 	runtime.ImageFactorySchematicType: 14,
+	k8s.KubeletStatusType:             14,
+	timeres.NTPStatusType:             14,
 }
 
 // typeRegistered reports whether Talos version registers typ; a version

@@ -1,12 +1,15 @@
 package sim_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/cosi-project/runtime/pkg/resource/meta"
 	"github.com/cosi-project/runtime/pkg/safe"
 	"github.com/siderolabs/talos/pkg/machinery/client"
+	"github.com/siderolabs/talos/pkg/machinery/resources/k8s"
 	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
+	timeres "github.com/siderolabs/talos/pkg/machinery/resources/time"
 	"google.golang.org/grpc/codes"
 
 	"devata.dev/devata/sim"
@@ -31,12 +34,18 @@ func TestResourceDefinitionsPerRelease(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: list resource definitions: %v", name, err)
 		}
-		has, n := false, 0
+		has, n, since114 := false, 0, 0
 		for rd := range rds.All() {
 			n++
-			if rd.Metadata().ID() == "imagefactoryschematics.runtime.talos.dev" {
+			switch rd.Metadata().ID() {
+			case "imagefactoryschematics.runtime.talos.dev":
 				has = true
+			case "kubeletstatuses.kubernetes.talos.dev", "ntpstatuses.v1alpha1.talos.dev":
+				since114++
 			}
+		}
+		if (since114 == 2) != want || (since114 == 0) == want {
+			t.Errorf("%s: %d of the definitions of KubeletStatus and NTPStatus listed; want them listed %v", name, since114, want)
 		}
 		if has != want || n < 100 {
 			t.Errorf("%s: %d definitions, ImageFactorySchematic's listed %v; want %v", name, n, has, want)
@@ -45,6 +54,25 @@ func TestResourceDefinitionsPerRelease(t *testing.T) {
 		_, err = safe.StateListAll[*runtime.ImageFactorySchematic](t.Context(), c.COSI)
 		if got := client.StatusCode(err) == codes.PermissionDenied; got == want {
 			t.Errorf("%s: list ImageFactorySchematic: %v", name, err)
+		}
+
+		// KubeletStatus and NTPStatus came with 1.14 too, with their spec
+		// shapes (machinery resources/k8s/kubelet_status.go,
+		// resources/time/ntp_status.go)
+		ks, err := safe.StateGetByID[*k8s.KubeletStatus](t.Context(), c.COSI, k8s.KubeletID)
+		switch {
+		case !want && client.StatusCode(err) != codes.PermissionDenied:
+			t.Errorf("%s: KubeletStatus: %v, want refused as machined's access policy refuses an unregistered type", name, err)
+		case want && (err != nil || !strings.HasPrefix(ks.TypedSpec().Image, "ghcr.io/siderolabs/kubelet:v")):
+			t.Errorf("%s: KubeletStatus: %v, %v; want the kubelet's image", name, ks, err)
+		}
+
+		ntp, err := safe.StateGetByID[*timeres.NTPStatus](t.Context(), c.COSI, timeres.NTPStatusID)
+		switch {
+		case !want && client.StatusCode(err) != codes.PermissionDenied:
+			t.Errorf("%s: NTPStatus: %v, want refused", name, err)
+		case want && (err != nil || ntp.TypedSpec().SpikeDetected || ntp.TypedSpec().ConsecutiveSpikes != 0):
+			t.Errorf("%s: NTPStatus: %v, %v; want no spike", name, ntp, err)
 		}
 	}
 }

@@ -161,7 +161,8 @@ func TestRealTalosctl114(t *testing.T) {
 	// The active config holds 1.14's documents, its spec as YAML (the yaml
 	// fork's MarshalYAMLBytes).
 	expect(talosctl("get", "machineconfig", "v1alpha1", "-o", "yaml"),
-		"id: v1alpha1", "kind: KubeletConfig", "image: ghcr.io/siderolabs/kubelet:v1.37.0", "kind: HostnameConfig", "hostname: cp-1")
+		"id: v1alpha1", "kind: KubeletConfig", "image: ghcr.io/siderolabs/kubelet:v1.37.0", "kind: HostnameConfig", "hostname: cp-1",
+		"kind: ResolverConfig", "kind: LinkConfig", "kind: TimeSyncConfig")
 
 	// Storage: the system disk, and worker-1's Longhorn user volume.
 	expectRows(talosctl("get", "systemdisk"), []string{"cp-1", "runtime", "SystemDisk", "system-disk", "nvme0n1"})
@@ -267,17 +268,18 @@ func TestRealTalosctl114(t *testing.T) {
 		t.Errorf("etcd alarm list:\n%q", out)
 	}
 
-	// What the sim does not serve, each as gRPC's Unimplemented: it runs no
-	// containers and its containerd only holds the installers its pulls
-	// leave (containerd.go), so it lists neither (ImageService.List, then
-	// talosctl's fallback MachineService.ImageList; Containers).
-	for _, c := range []struct {
-		args []string
-		want string
-	}{
-		{[]string{"image", "list"}, "error from node cp-1: rpc error: code = Unimplemented desc = method ImageList not implemented"},
-		{[]string{"containers"}, "error from node cp-1: rpc error: code = Unimplemented desc = method Containers not implemented"},
-	} {
-		expect(fails(c.args...), c.want)
-	}
+	// image list (ImageService.List, the CRI's k8s.io namespace by
+	// default; --namespace system: the kubelet's and etcd's images) and
+	// containers (MachineService.Containers: apid and trustd in the system
+	// containerd; --namespace cri: each static pod's sandbox and container), as
+	// machined lists them (sim/imagelist.go).
+	out = talosctl("image", "list")
+	expectRows(out, []string{"cp-1", "registry.k8s.io/kube-apiserver:v1.37.0"}, []string{"cp-1", "registry.k8s.io/pause:3.10.2"})
+	out = talosctl("image", "list", "--namespace", "system")
+	expectRows(out, []string{"cp-1", "ghcr.io/siderolabs/kubelet:v1.37.0"})
+	expect(out, "registry.k8s.io/etcd:", "sha256:")
+	expectRows(talosctl("containers"), []string{"cp-1", "system", "apid", "RUNNING"}, []string{"cp-1", "system", "trustd", "RUNNING"})
+	expectRows(talosctl("containers", "--namespace", "cri"),
+		[]string{"cp-1", "k8s.io", "kube-system/kube-apiserver-cp-1", "registry.k8s.io/pause:3.10.2", "SANDBOX_READY"},
+		[]string{"cp-1", "k8s.io", "└─", "registry.k8s.io/kube-apiserver:v1.37.0", "CONTAINER_RUNNING"})
 }
