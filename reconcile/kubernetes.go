@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/blang/semver/v4"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"devata.dev/devata/gate"
@@ -167,6 +168,11 @@ func (p *Planner) planKubernetes(ctx context.Context, actions []Action, others f
 		noNodes = "the Nodes could not be listed: check the kubeconfig and devata's RBAC (list nodes)"
 	}
 	roll := gate.PlanKubernetes(to, kms, noNodes)
+	if roll.Refused == "" && !p.ForceDeprecatedAPIs && minorMoves(roll.From, roll.To) {
+		dctx, cancel := context.WithTimeout(ctx, p.Timeout)
+		roll.Refused = deprecatedRefusal(dctx, p.Kube, roll.To)
+		cancel()
+	}
 
 	for i := range actions {
 		a := &actions[i]
@@ -201,6 +207,14 @@ func (p *Planner) planKubernetes(ctx context.Context, actions []Action, others f
 		a.seen.active = nil
 	}
 	return roll
+}
+
+// minorMoves reports whether a version change crosses a minor release,
+// the only kind that removes APIs.
+func minorMoves(from, to string) bool {
+	f, err1 := semver.ParseTolerant(from)
+	t, err2 := semver.ParseTolerant(to)
+	return err1 == nil && err2 == nil && (t.Major != f.Major || t.Minor > f.Minor)
 }
 
 // heldReason says why none of a machine's moves goes now.
@@ -316,6 +330,11 @@ func writeKubernetes(w io.Writer, k *gate.KubeRollout) {
 		return
 	}
 	fmt.Fprintln(w, "  one component at a time, as talosctl upgrade-k8s: every kube-apiserver first, then kube-controller-manager, kube-scheduler, then the kubelets")
+	if minorMoves(k.From, k.To) {
+		fmt.Fprintln(w, "  0. checked: no API that "+k.To+" removes is still requested (apiserver_requested_deprecated_apis); then the new images pre-pulled on every machine that moves (MachineService.ImagePull)")
+	} else {
+		fmt.Fprintln(w, "  0. the new images pre-pulled on every machine that moves (MachineService.ImagePull)")
+	}
 	for i, c := range machines.KubeOrder {
 		switch ms := k.Moves[c]; {
 		case k.Held[c] != "":

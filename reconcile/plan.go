@@ -191,6 +191,11 @@ type Planner struct {
 	// Kube reads the Nodes: the kubelet versions for the Kubernetes version
 	// rules, and a moved kubelet's confirmation. nil holds kubelet moves.
 	Kube kubernetes.Interface
+	// ForceDeprecatedAPIs lets a Kubernetes minor upgrade go ahead while
+	// clients still request APIs the new version removes (read from the
+	// API server's apiserver_requested_deprecated_apis: kubedeprecated.go);
+	// without it such an upgrade is refused before anything moves.
+	ForceDeprecatedAPIs bool
 	// Joins plans the configuration of machines in maintenance mode once
 	// etcd runs (KindJoin); without it they are skipped. It sends the
 	// machine config, secrets included, over the maintenance connection,

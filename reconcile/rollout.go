@@ -188,6 +188,11 @@ func (r *Rollout) Run(ctx context.Context, plan *Plan) *Outcome {
 		}
 		out.Converged = append(out.Converged, actions[i].Machine.Name)
 	}
+	if k := plan.Kubernetes; k != nil && k.Refused == "" {
+		if err := r.prePull(ctx, actions); err != nil {
+			return stop(err.Error())
+		}
+	}
 	for _, u := range cps {
 		a := actions[u.action]
 		if err := ctx.Err(); err != nil {

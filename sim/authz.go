@@ -31,6 +31,7 @@ var rules = map[string]role.Set{
 	"/machine.MachineService/EtcdSnapshot":       etcdBackup,
 	"/machine.MachineService/EtcdStatus":         etcdRead,
 	"/machine.MachineService/Hostname":           allRoles,
+	"/machine.MachineService/ImagePull":          operatorUp,
 	"/machine.MachineService/Kubeconfig":         adminRole,
 	"/machine.MachineService/List":               allRoles,
 	"/machine.MachineService/Memory":             allRoles,

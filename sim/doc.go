@@ -985,4 +985,15 @@
 // about 30 KiB of heap, mostly its COSI resources and parsed config; server
 // certificates are issued on the first mTLS handshake. Timers, not
 // goroutines, drive reboots and TRY rollbacks.
+//
+// # Kubernetes image pulls
+//
+// MachineService.ImagePull (kubepull.go), what talosctl upgrade-k8s
+// pre-pulls with (v1.14.1 pkg/cluster/kubernetes/talos_managed.go
+// prePullImages), as machined serves it in v1.11.0 and v1.14.1
+// (v1alpha1_images.go ImagePull, containerdNamespaceHelper): the sim's
+// registry holds the Kubernetes images (kubelet, kube-apiserver,
+// kube-controller-manager, kube-scheduler, kube-proxy, CoreDNS) at any
+// vX.Y.Z tag; each pull is recorded (Machine.ImagePulls). Approximation: a
+// pull takes no time and sends no progress (the unary call has none).
 package sim

@@ -38,6 +38,9 @@ type Machine struct {
 	callsMu sync.Mutex
 	calls   map[string]int
 
+	pullsMu sync.Mutex
+	pulls   []ImagePull // MachineService.ImagePull's, in order (kubepull.go)
+
 	syncMu sync.Mutex // serialises writes of derived resources
 
 	mu        sync.Mutex

@@ -43,6 +43,9 @@ type applyFlags struct {
 	output string
 	// ignoreHold: --ignore-hold, the held machines --machines names may be changed
 	ignoreHold bool
+	// forceDeprecated: apply --force, a Kubernetes minor upgrade while
+	// clients still request APIs it removes (reconcile.Planner.ForceDeprecatedAPIs)
+	forceDeprecated bool
 }
 
 // addIgnoreHoldFlag adds --ignore-hold to apply and upgrade.
@@ -148,7 +151,10 @@ its config, a control plane is an etcd member, and its Node registered.
 A changed cluster.kubernetesVersion moves one component at a time, as
 talosctl upgrade-k8s does: every kube-apiserver, then the controller-managers,
 schedulers and kubelets, each confirmed on its static pod or Node; the plan
-shows the steps, and what waits while an API server lags.
+shows the steps, and what waits while an API server lags. A new minor
+release is refused while clients still request an API it removes (the API
+server's apiserver_requested_deprecated_apis, read through --kubeconfig),
+unless --force.
 
 Before a change that reboots a configured machine devata cordons its Node and
 drains it through the Eviction API (PodDisruptionBudgets respected, DaemonSet
@@ -181,6 +187,7 @@ Exit 0 done (or nothing to do), 1 some machines not converged, 2 error.`,
 	cmd.Flags().DurationVar(&flags.wait, "wait", 10*time.Minute, "how long to wait for a machine to return and for etcd to be healthy")
 	cmd.Flags().BoolVar(&flags.upgrade, "upgrade", false, "also upgrade Talos on machines whose config is in sync and whose version or booted schematic is not the inventory's (as devata upgrade)")
 	cmd.Flags().BoolVar(&flags.dropExtensions, "drop-extensions", false, dropExtensionsUsage)
+	cmd.Flags().BoolVar(&flags.forceDeprecated, "force", false, "upgrade Kubernetes to a new minor release even though clients still request APIs it removes (the API server's apiserver_requested_deprecated_apis)")
 	addPullTimeoutFlag(cmd, &flags.pullTimeout, true)
 	addDrainFlags(cmd, &flags.drain, &flags.drainTimeout)
 	addIgnoreHoldFlag(cmd, &flags.ignoreHold)
@@ -307,7 +314,7 @@ func (a *app) apply(ctx context.Context, flags applyFlags) error {
 	if a.settings.Simulated && flags.output != "json" {
 		fmt.Fprintln(out, "SIMULATED: the machines are devata's simulated fleet.")
 	}
-	planner := &reconcile.Planner{Inventory: s.inv, Desired: s.desired.Held(), DesiredFor: s.desired.For, Dialer: s.dialer, Mode: mode, Concurrency: a.settings.Concurrency, Timeout: a.settings.Timeout, Upgrades: flags.upgrades, Kube: s.kube, Joins: true, Drain: flags.drain, IgnoreHold: ignoreHold}
+	planner := &reconcile.Planner{Inventory: s.inv, Desired: s.desired.Held(), DesiredFor: s.desired.For, Dialer: s.dialer, Mode: mode, Concurrency: a.settings.Concurrency, Timeout: a.settings.Timeout, Upgrades: flags.upgrades, Kube: s.kube, Joins: true, Drain: flags.drain, IgnoreHold: ignoreHold, ForceDeprecatedAPIs: flags.forceDeprecated}
 	if flags.output == "json" {
 		plan, err := planner.Plan(ctx, only)
 		if err != nil {

@@ -168,6 +168,7 @@ func TestKubernetesUpgrade(t *testing.T) {
 		"3. kube-scheduler on cp-1, cp-2, cp-3",
 		"4. kubelet on cp-1, cp-2, cp-3, worker-1, worker-2; after each, its Node Ready on kubelet v1.34.1",
 		"next: kube-apiserver on cp-1",
+		"0. checked: no API that v1.34.1 removes is still requested (apiserver_requested_deprecated_apis); then the new images pre-pulled on every machine that moves",
 		"Kubernetes v1.33.5, one apply per component: kube-apiserver, kube-controller-manager, kube-scheduler, kubelet → v1.34.1",
 	)
 	if r.code != 1 {
@@ -197,11 +198,14 @@ func TestKubernetesUpgrade(t *testing.T) {
 	}
 
 	w := watchMoves(t, sf.Sim, "v1.34.1")
+	before, _ := writes(sf.Sim)
 	r = devata(t, nil, "apply", "--yes", "--wait", "1m", "--config", sf.settings, kubeconfig)
 	show(t, r)
 	if r.code != 0 {
 		t.Fatalf("apply: exit %d\n%s%s", r.code, r.stdout, r.err)
 	}
+	assertPrePulled(t, sf.Sim, "v1.34.1", before)
+	lacks(t, "apply", r.stdout, "pre-pulling the new Kubernetes images on 5 machines", "worker-1: pulled kubelet:v1.34.1")
 	k.waitKubelets(t, "v1.34.1")
 	time.Sleep(50 * time.Millisecond) // a last sample
 	moves, broken := w.order()
@@ -362,5 +366,36 @@ func TestReconcileKubernetesUpgrade(t *testing.T) {
 	k.waitKubelets(t, "v1.34.1")
 	if _, broken := w.order(); len(broken) > 0 {
 		t.Errorf("version skew broken:\n%s", strings.Join(broken, "\n"))
+	}
+}
+
+// assertPrePulled checks talosctl upgrade-k8s' pre-pull
+// (talos_managed.go prePullImages) on the sim: every control plane pulled
+// kube-apiserver, kube-controller-manager and kube-scheduler at version
+// into the CRI namespace (k8s.io), every machine the kubelet into the
+// system namespace, each through MachineService.ImagePull, and every pull
+// landed while the fleet had applied no more configs than before the
+// rollout (applies): before the first component changed.
+func assertPrePulled(t *testing.T, f *sim.Fleet, version string, applies int) {
+	t.Helper()
+	for _, m := range f.Machines() {
+		want := map[string]string{"ghcr.io/siderolabs/kubelet:" + version: "system"}
+		if strings.HasPrefix(m.Name(), "cp-") {
+			for _, c := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
+				want["registry.k8s.io/"+c+":"+version] = "k8s.io"
+			}
+		}
+		got := map[string]string{}
+		for _, p := range m.ImagePulls() {
+			got[p.Image] = p.Namespace
+			if p.AppliesBefore != applies {
+				t.Errorf("%s pulled %s after %d applies; want it before the first component changed (%d applies)", m.Name(), p.Image, p.AppliesBefore, applies)
+			}
+		}
+		for img, ns := range want {
+			if got[img] != ns {
+				t.Errorf("%s: %s pulled into %q, want %q (pulls: %v)", m.Name(), img, got[img], ns, got)
+			}
+		}
 	}
 }

@@ -26,6 +26,10 @@ type Options struct {
 	// ServingHosts are more names or addresses in the serving certificate
 	// (the cluster endpoint's host).
 	ServingHosts []string
+	// APIServerArgs are more kube-apiserver flags, by name without the
+	// dashes (runtime-config: resource.k8s.io/v1beta1=true, to serve an
+	// API that is off by default).
+	APIServerArgs map[string]string
 }
 
 // The file names envtest's API server looks for in its cert dir

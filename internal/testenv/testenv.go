@@ -142,6 +142,9 @@ func start(dir string, opts Options) (*Env, func() error, error) {
 	// self-signed, which an API server without --kubelet-certificate-authority
 	// accepts, as a default kubeadm cluster does.
 	env.ControlPlane.APIServer.Configure().Set("kubelet-preferred-address-types", "InternalIP")
+	for k, v := range opts.APIServerArgs {
+		env.ControlPlane.APIServer.Configure().Set(k, v)
+	}
 	certDir := ""
 	if opts.ClusterCA != nil {
 		var err error
