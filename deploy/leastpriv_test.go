@@ -29,6 +29,9 @@ var jobCalls = map[string][]grant{
 		grant{"devata", "coordination.k8s.io", "leases", "devata-reconcile", "get,update"},
 		// reconcile/kubernetes.go waitKubelet: a machine's Node
 		grant{"", "", "nodes", "", "get"},
+		// reconcile/kubedeprecated.go: the API server's metrics, before a
+		// Kubernetes minor upgrade (a non-resource URL)
+		grant{"", "", "nonResourceURL /metrics", "", "get"},
 	),
 	"devata-drift": checkCalls,
 	// devata backup etcd talks to Talos and the object store only
@@ -109,6 +112,14 @@ func TestKustomizeLeastPrivilegeRBAC(t *testing.T) {
 		var keys []string
 		for _, rule := range asSlice(field[any](t, role, "rules")) {
 			rule := rule.(map[string]any)
+			for _, u := range asSlice(rule["nonResourceURLs"]) {
+				for _, v := range asSlice(rule["verbs"]) {
+					if u == "*" || v == "*" {
+						t.Errorf("%s/%s grants a wildcard: %v", role.GetKind(), role.GetName(), rule)
+					}
+					keys = append(keys, grant{role.GetNamespace(), "", "nonResourceURL " + u.(string), "", v.(string)}.expand()...)
+				}
+			}
 			names := asSlice(rule["resourceNames"])
 			if len(names) == 0 {
 				names = []any{""}
