@@ -28,6 +28,7 @@ import (
 
 	"devata.dev/devata/drift"
 	"devata.dev/devata/machines"
+	"devata.dev/devata/talosapi"
 )
 
 // CheckCertificates is the check's name, as `devata drift --checks` takes it.
@@ -48,7 +49,7 @@ const (
 type Options struct {
 	// Dialer is the pass's: its talosconfig context's client certificate,
 	// and whether a machine is reached through an endpoint.
-	Dialer *machines.Dialer
+	Dialer *talosapi.Dialer
 	// Kube is the kubeconfig's client config (or the pod's service
 	// account); nil when there is none.
 	Kube *rest.Config

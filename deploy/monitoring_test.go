@@ -27,6 +27,7 @@ import (
 	"devata.dev/devata/machines"
 	"devata.dev/devata/provenance"
 	"devata.dev/devata/reconcile"
+	"devata.dev/devata/talosapi"
 )
 
 const (
@@ -289,7 +290,7 @@ func exportedMetrics(t *testing.T) map[string]bool {
 	}
 	loop := &reconcile.Loop{
 		Source: reconcile.FileSource(f.Inventory.Path), Dialer: f.Dialer, Checks: []string{machines.CheckConfig, machines.CheckTalosVersion},
-		Mode: machines.ModeAuto, MaxUnavailable: 1, Concurrency: 4,
+		Mode: talosapi.ModeAuto, MaxUnavailable: 1, Concurrency: 4,
 		Timeout: 5 * time.Second, Wait: 5 * time.Second, Poll: 20 * time.Millisecond, Grace: 5 * time.Second,
 		Metrics: reconcile.NewMetrics(),
 	}

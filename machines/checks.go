@@ -2,6 +2,7 @@ package machines
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 
 	"devata.dev/devata/drift"
 	"devata.dev/devata/inventory"
+	"devata.dev/devata/talosapi"
 )
 
 // Check names, as `devata drift --checks` takes them.
@@ -42,9 +44,9 @@ type Target struct {
 	Boot WantBoot
 	// ControlPlanes are the names of the inventory's control planes: the etcd members there should be.
 	ControlPlanes []string
-	Obs           *Observation
+	Obs           *talosapi.Observation
 	// Nodes is the Kubernetes side; nil means Kubernetes was not consulted.
-	Nodes *Nodes
+	Nodes *talosapi.Nodes
 	// Talosctl is how next steps reach the machine with talosctl, as
 	// devata did (Dialer.Talosctl); Node is the -n it names. Empty means
 	// "talosctl -n ADDRESS".
@@ -97,7 +99,7 @@ func unreachable(t *Target) (drift.Result, bool) {
 			WithEvidence("Talos API " + o.Endpoint + " answers only insecurely").
 			WithNext("devata apply joins it to the running cluster, devata bootstrap builds a new one (or: talosctl apply-config --insecure -n " + t.node() + ")"), true
 	}
-	if IsForeignCA(o.Err) {
+	if talosapi.IsForeignCA(o.Err) {
 		// it answered: its certificate is signed by another CA than the talosconfig's
 		return drift.Unknown(fmt.Errorf("%s answered with a certificate the talosconfig's CA did not sign: the talosconfig is not this cluster's (or %s was configured from another secrets bundle): %w", name, name, o.Err),
 			"use this cluster's talosconfig (--talosconfig, or the settings file's talosconfig and context); compare its CA with the machines': talosctl config info"), true
@@ -124,7 +126,7 @@ func checkConfig(_ context.Context, t *Target) []drift.Result {
 	if len(t.Desired) == 0 {
 		return []drift.Result{drift.Unknown(errors.New("no desired config was rendered for this machine"), "devata validate, then devata gen config: does "+name+" render?")}
 	}
-	d, err := DiffConfigs(o.Active, t.Desired)
+	d, err := talosapi.DiffConfigs(o.Active, t.Desired)
 	if err != nil {
 		return []drift.Result{drift.Unknown(fmt.Errorf("compare configs: %w", err), t.talosctl("get machineconfig -o yaml"))}
 	}
@@ -138,7 +140,7 @@ func checkConfig(_ context.Context, t *Target) []drift.Result {
 		}
 		return []drift.Result{drift.InSync(evidence...)}
 	}
-	if mismatch, err := foreign(o.Active, t.Desired, otherMachine(t.Inventory, t.Machine)); err == nil && mismatch.Any() {
+	if mismatch, err := talosapi.Foreign(o.Active, t.Desired, talosapi.OtherMachine(t.Inventory, t.Machine)); err == nil && mismatch.Any() {
 		// not a diff to apply: the machine answering is not this one
 		what := "another machine answers at " + o.Endpoint + ": " + strings.Join(mismatch.Machine, "; ")
 		next := "check " + name + "'s address in the inventory (the machine there is not " + name + "); devata writes nothing to it"
@@ -267,7 +269,7 @@ func checkKubelet(_ context.Context, t *Target) []drift.Result {
 			// a worker's Talos may not change its Node's taints (NodeRestriction): only an administrator can
 			next = taintFix
 		}
-		if node, ok := t.nodeFacts(name); ok && NetworkNotReady(node.ReadyReason) {
+		if node, ok := t.nodeFacts(name); ok && talosapi.NetworkNotReady(node.ReadyReason) {
 			next = "no CNI runs on the node yet: with cluster.network.cni none, install Cilium (helm install cilium …), then see the cilium checks; kubectl describe node " + name
 		}
 		return []drift.Result{drift.Drifted(strings.Join(problems, "; "), "kubelet healthy, Node Ready, "+t.KubernetesVersion, problems[0]).
@@ -276,7 +278,7 @@ func checkKubelet(_ context.Context, t *Target) []drift.Result {
 	case unknown != nil:
 		next := t.talosctl("service kubelet")
 		switch {
-		case t.Nodes == nil || errors.Is(t.Nodes.Err, ErrNoKubernetes):
+		case t.Nodes == nil || errors.Is(t.Nodes.Err, talosapi.ErrNoKubernetes):
 			next = "pass --kubeconfig (or set KUBECONFIG) so the Node can be checked"
 		case apierrors.IsForbidden(t.Nodes.Err) || apierrors.IsUnauthorized(t.Nodes.Err):
 			// in a pod the identity is its service account, and the kubeconfig hint would mislead
@@ -324,7 +326,7 @@ func checkEtcd(_ context.Context, t *Target) []drift.Result {
 		return []drift.Result{r}
 	}
 	o, name := t.Obs, t.Machine.Name
-	if o.EtcdService != nil && o.Etcd == nil && errors.Is(o.EtcdErr, ErrEtcdNotRunning) {
+	if o.EtcdService != nil && o.Etcd == nil && errors.Is(o.EtcdErr, talosapi.ErrEtcdNotRunning) {
 		// observed, not unknown: the service says etcd does not run here
 		next := t.talosctl("service etcd") + "; " + t.talosctl("logs etcd")
 		if o.WaitingForEtcd() {
@@ -333,7 +335,7 @@ func checkEtcd(_ context.Context, t *Target) []drift.Result {
 		return []drift.Result{drift.Drifted("etcd does not run on "+name+": service etcd "+o.EtcdService.State+" ("+o.EtcdService.Event+")", "etcd running, a member", "service etcd "+o.EtcdService.State).
 			WithEvidence("ServiceList etcd: " + o.EtcdService.State + ", " + o.EtcdService.Event).WithNext(next)}
 	}
-	if errors.Is(o.EtcdErr, ErrEtcdNoLeader) {
+	if errors.Is(o.EtcdErr, talosapi.ErrEtcdNoLeader) {
 		// observed, not unknown: etcd runs here and says it has no leader
 		evidence := []string{"EtcdMemberList: " + o.EtcdErr.Error()}
 		if l := o.EtcdLocal; l != nil {
@@ -343,7 +345,7 @@ func checkEtcd(_ context.Context, t *Target) []drift.Result {
 			WithEvidence(evidence...).
 			WithNext("bring back the control planes whose etcd is down (the etcd check on each says which); a member alone cannot elect a leader. Until then the Kubernetes API does not answer; devata backup etcd still takes a snapshot from this member: " + t.talosctl("etcd status"))}
 	}
-	if errors.Is(o.EtcdErr, ErrEtcdLearner) {
+	if errors.Is(o.EtcdErr, talosapi.ErrEtcdLearner) {
 		// observed, not unknown: etcd runs here as a learner
 		evidence := []string{"EtcdMemberList: " + o.EtcdErr.Error()}
 		if l := o.EtcdLocal; l != nil {
@@ -407,10 +409,12 @@ func checkEtcd(_ context.Context, t *Target) []drift.Result {
 
 func short(h [32]byte) string { return hex.EncodeToString(h[:6]) }
 
+func sumOf(b []byte) [32]byte { return sha256.Sum256(b) }
+
 // nodeFacts is the Node's facts, when the Nodes were observed.
-func (t *Target) nodeFacts(name string) (NodeFacts, bool) {
+func (t *Target) nodeFacts(name string) (talosapi.NodeFacts, bool) {
 	if t.Nodes == nil || t.Nodes.Err != nil {
-		return NodeFacts{}, false
+		return talosapi.NodeFacts{}, false
 	}
 	n, ok := t.Nodes.ByName[name]
 	return n, ok

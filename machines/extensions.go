@@ -10,6 +10,7 @@ import (
 	"devata.dev/devata/internal/talos"
 	"devata.dev/devata/inventory"
 	"devata.dev/devata/redact"
+	"devata.dev/devata/talosapi"
 )
 
 // CheckExtensions compares the booted image's system extensions and
@@ -36,7 +37,7 @@ type WantBoot struct {
 // WantBootOf is m's WantBoot from inv.
 func WantBootOf(inv *inventory.Inventory, m *inventory.Machine) WantBoot {
 	w := WantBoot{Image: inv.MachineInstallImage(m)}
-	w.SchematicID = FactorySchematic(w.Image)
+	w.SchematicID = talosapi.FactorySchematic(w.Image)
 	s := inv.SchematicOf(m)
 	switch {
 	case s != nil && !inv.InstallImageGiven():
@@ -66,7 +67,7 @@ func emptySchematic(id string) bool { return id == "" || id == talos.EmptySchema
 // Matches says whether the booted image b is the one w wants: the same
 // schematic (an installer without one and the empty schematic are alike),
 // or, for a custom installer, anything (its contents are its own).
-func (w WantBoot) Matches(b *BootImage) bool {
+func (w WantBoot) Matches(b *talosapi.BootImage) bool {
 	switch {
 	case b.SchematicID == w.SchematicID, emptySchematic(b.SchematicID) && emptySchematic(w.SchematicID):
 		return true
@@ -78,7 +79,7 @@ func (w WantBoot) Matches(b *BootImage) bool {
 
 // Dropped are the extensions b runs that w's installer does not carry;
 // nil when w's are not known.
-func (w WantBoot) Dropped(b *BootImage) []string {
+func (w WantBoot) Dropped(b *talosapi.BootImage) []string {
 	if !w.Known {
 		return nil
 	}
@@ -92,7 +93,7 @@ func (w WantBoot) Dropped(b *BootImage) []string {
 }
 
 // Added are the extensions w's installer carries that b does not run.
-func (w WantBoot) Added(b *BootImage) []string {
+func (w WantBoot) Added(b *talosapi.BootImage) []string {
 	var out []string
 	for _, e := range w.Extensions {
 		if !slices.Contains(b.Extensions, e) {

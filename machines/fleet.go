@@ -13,6 +13,7 @@ import (
 
 	"devata.dev/devata/drift"
 	"devata.dev/devata/inventory"
+	"devata.dev/devata/talosapi"
 )
 
 // Extension is a family of checks that read more from each machine on the
@@ -37,8 +38,8 @@ type FleetCheck struct {
 	// an older release's config contract when the machine runs one (a fleet
 	// half-way through an upgrade), and rendered there and then when none is
 	// held (a pass over a very large fleet holds only the configs in flight).
-	DesiredFor DesiredFunc
-	Dialer     *Dialer
+	DesiredFor talosapi.DesiredFunc
+	Dialer     *talosapi.Dialer
 	// Kube is used for the Kubernetes side of the kubelet check; nil makes that side Unknown.
 	Kube kubernetes.Interface
 	// Extensions run after the machine checks, on the same connection.
@@ -140,14 +141,14 @@ func (f *FleetCheck) Run(ctx context.Context, out drift.Collector) error {
 
 // run is Run over a selection already made.
 func (f *FleetCheck) run(ctx context.Context, out drift.Collector, ms []*inventory.Machine, checks []drift.Check[*Target]) {
-	var nodes *Nodes
+	var nodes *talosapi.Nodes
 	if f.Kube != nil || slices.ContainsFunc(checks, func(c drift.Check[*Target]) bool { return c.Name == CheckKubelet }) {
-		n := ObserveNodes(ctx, f.Kube)
+		n := talosapi.ObserveNodes(ctx, f.Kube)
 		nodes = &n
 	}
-	var reads []Read
+	var reads []talosapi.Read
 	if slices.ContainsFunc(checks, func(c drift.Check[*Target]) bool { return c.Name == CheckExtensions }) {
-		reads = append(reads, ReadBootImage)
+		reads = append(reads, talosapi.ReadBootImage)
 	}
 	var cps []string
 	for _, m := range f.Inventory.ControlPlanes() {
@@ -156,7 +157,7 @@ func (f *FleetCheck) run(ctx context.Context, out drift.Collector, ms []*invento
 	var mu sync.Mutex
 	// Per-machine problems become Unknown results, so ForEach's error is only
 	// about machines never started (cancelled); it is reported, not fatal.
-	ferr := ForEach(ctx, ms, f.Concurrency, f.Timeout, func(ctx context.Context, m *inventory.Machine) error {
+	ferr := talosapi.ForEach(ctx, ms, f.Concurrency, f.Timeout, func(ctx context.Context, m *inventory.Machine) error {
 		t := &Target{
 			Machine:           m,
 			Inventory:         f.Inventory,
@@ -171,10 +172,10 @@ func (f *FleetCheck) run(ctx context.Context, out drift.Collector, ms []*invento
 		}
 		c, err := f.Dialer.Client(ctx, m)
 		if err != nil {
-			t.Obs = &Observation{Machine: m, Endpoint: f.Dialer.Endpoint(m), Err: fmt.Errorf("dial %s: %w", f.Dialer.Endpoint(m), err)}
+			t.Obs = &talosapi.Observation{Machine: m, Endpoint: f.Dialer.Endpoint(m), Err: fmt.Errorf("dial %s: %w", f.Dialer.Endpoint(m), err)}
 		} else {
 			defer c.Close()
-			t.Obs = ObserveWith(ctx, c, f.Dialer, m, reads...)
+			t.Obs = talosapi.ObserveWith(ctx, c, f.Dialer, m, reads...)
 		}
 		if f.DesiredFor != nil {
 			var err error

@@ -22,12 +22,13 @@ import (
 	"devata.dev/devata/inventory"
 	"devata.dev/devata/machines"
 	"devata.dev/devata/sim"
+	"devata.dev/devata/talosapi"
 )
 
 // testFleet is the homelab example on the sim, etcd bootstrapped.
 type testFleet struct {
 	*simtest.Fleet
-	dialer *machines.Dialer
+	dialer *talosapi.Dialer
 }
 
 func startFleet(t *testing.T) *testFleet {
@@ -121,7 +122,7 @@ func TestReaderCertificateMakesConfigUnknown(t *testing.T) {
 		t.Fatal(err)
 	}
 	tc := clientconfig.NewConfig("reader", nil, tf.Bundle.Certs.OS.Crt, crt)
-	tf.dialer, err = machines.NewDialer(tc, tf.Overrides)
+	tf.dialer, err = talosapi.NewDialer(tc, tf.Overrides)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +139,7 @@ func TestReaderCertificateMakesConfigUnknown(t *testing.T) {
 func TestMaintenanceMachineIsDrifted(t *testing.T) {
 	f := simtest.Start(t, simtest.Options{Maintenance: []string{"worker-2"}})
 	ctx := context.Background()
-	o := machines.Observe(ctx, f.Dialer, f.Inventory.Machine("worker-2"))
+	o := talosapi.Observe(ctx, f.Dialer, f.Inventory.Machine("worker-2"))
 	if !o.Maintenance {
 		t.Fatalf("maintenance not detected: %v", o.Err)
 	}
@@ -158,28 +159,28 @@ func TestApplyModesAgainstSim(t *testing.T) {
 	}
 	defer c.Close()
 	changed := bytes.Replace(tf.Desired["worker-1"], []byte("time.cloudflare.com"), []byte("pool.ntp.org"), 1)
-	out, err := machines.DryRun(ctx, c, changed, machines.ModeAuto)
+	out, err := talosapi.DryRun(ctx, c, changed, talosapi.ModeAuto)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out.Mode != machines.ModeNoReboot {
+	if out.Mode != talosapi.ModeNoReboot {
 		t.Errorf("auto dry run of a time-server change resolved to %s, want no-reboot", out.Mode)
 	}
 	if n := tf.Sim.Machine("worker-1").Calls("ApplyConfiguration"); n != 1 {
 		t.Errorf("%d ApplyConfiguration calls after a dry run", n)
 	}
-	o := machines.Observe(ctx, tf.dialer, w)
+	o := talosapi.Observe(ctx, tf.dialer, w)
 	if !bytes.Equal(o.Active, tf.Desired["worker-1"]) {
 		t.Error("dry run changed the active config")
 	}
-	if _, err := machines.Apply(ctx, c, changed, machines.ModeNoReboot, 0); err != nil {
+	if _, err := talosapi.Apply(ctx, c, changed, talosapi.ModeNoReboot, 0); err != nil {
 		t.Fatal(err)
 	}
-	if o := machines.Observe(ctx, tf.dialer, w); !bytes.Equal(o.Active, changed) {
+	if o := talosapi.Observe(ctx, tf.dialer, w); !bytes.Equal(o.Active, changed) {
 		t.Error("apply did not change the active config")
 	}
 	tf.Sim.Machine("worker-1").SetFaults(sim.Faults{ErrorCodes: map[string]codes.Code{"ApplyConfiguration": codes.PermissionDenied}})
-	if _, err := machines.Apply(ctx, c, tf.Desired["worker-1"], machines.ModeAuto, 0); err == nil || !errors.Is(err, err) || !strings.Contains(err.Error(), "PermissionDenied") {
+	if _, err := talosapi.Apply(ctx, c, tf.Desired["worker-1"], talosapi.ModeAuto, 0); err == nil || !errors.Is(err, err) || !strings.Contains(err.Error(), "PermissionDenied") {
 		t.Errorf("injected error not surfaced: %v", err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 
 	"devata.dev/devata/inventory"
 	"devata.dev/devata/machines"
+	"devata.dev/devata/talosapi"
 )
 
 // The upgrade hint names the inventory's installer image, an Image Factory
@@ -20,7 +21,7 @@ func TestUpgradeHintUsesTheInstallImage(t *testing.T) {
 		{"", "upgrade --image ghcr.io/siderolabs/installer:v1.11.0", ""},
 		{"registry.lan/talos/installer:v1.10.6", "is tagged v1.10.6, not v1.11.0", ""},
 	} {
-		tg := &machines.Target{Machine: m, TalosVersion: "v1.11.0", Boot: machines.WantBoot{Image: tc.image}, Obs: &machines.Observation{Machine: m, Version: "v1.10.6"}}
+		tg := &machines.Target{Machine: m, TalosVersion: "v1.11.0", Boot: machines.WantBoot{Image: tc.image}, Obs: &talosapi.Observation{Machine: m, Version: "v1.10.6"}}
 		for _, c := range machines.Checks() {
 			if c.Name != machines.CheckTalosVersion {
 				continue

@@ -13,6 +13,7 @@ import (
 
 	"devata.dev/devata/inventory"
 	"devata.dev/devata/machines"
+	"devata.dev/devata/talosapi"
 )
 
 // The loop itself: its settings, the state it keeps across passes, and Run
@@ -32,7 +33,7 @@ import (
 // per-machine exponential backoff; the others carry on.
 type Loop struct {
 	Source Source
-	Dialer *machines.Dialer
+	Dialer *talosapi.Dialer
 	// Kube feeds the Kubernetes side of the kubelet check; nil makes it Unknown.
 	Kube kubernetes.Interface
 	// Extensions returns the checks that ride on the machine checks'
@@ -48,7 +49,7 @@ type Loop struct {
 	// ReportOnly observes and reports, never plans or acts; DryRun plans
 	// (the dry runs reach the machines) and records what it would do.
 	ReportOnly, DryRun bool
-	Mode               machines.Mode
+	Mode               talosapi.Mode
 	MaxUnavailable     int
 	// Upgrades, when set, also upgrades Talos on machines whose config is
 	// in sync and whose version is not the inventory's (reconcile
@@ -115,7 +116,7 @@ func (l *Loop) defaults() {
 		l.Interval = 5 * time.Minute
 	}
 	if l.Mode == "" {
-		l.Mode = machines.ModeAuto
+		l.Mode = talosapi.ModeAuto
 	}
 	l.MaxUnavailable = max(l.MaxUnavailable, 1)
 	l.Workers = max(l.Workers, l.MaxUnavailable+1, 2)

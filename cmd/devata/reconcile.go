@@ -24,6 +24,7 @@ import (
 	"devata.dev/devata/machines"
 	"devata.dev/devata/netcheck"
 	"devata.dev/devata/reconcile"
+	"devata.dev/devata/talosapi"
 )
 
 // reconcileFlags are reconcile's flags.
@@ -126,7 +127,7 @@ func (a *app) reconcile(ctx context.Context, flags reconcileFlags) error {
 	if err := knownChecks(flags.checks); err != nil {
 		return usageError(err)
 	}
-	mode, err := machines.ParseMode(flags.mode)
+	mode, err := talosapi.ParseMode(flags.mode)
 	if err != nil {
 		return usageError(err)
 	}
@@ -148,7 +149,7 @@ func (a *app) reconcile(ctx context.Context, flags reconcileFlags) error {
 	}
 	log := a.loopLogger()
 	routeLibraryLogs(log) // client-go's leader election logs at info
-	tc, err := machines.LoadTalosconfig(a.settings.Talosconfig)
+	tc, err := talosapi.LoadTalosconfig(a.settings.Talosconfig)
 	if err != nil {
 		return exitWith(exitTrouble, err)
 	}

@@ -1,4 +1,4 @@
-package machines_test
+package talosapi_test
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 	"github.com/hashicorp/go-multierror"
 
 	"devata.dev/devata/inventory"
-	"devata.dev/devata/machines"
+	"devata.dev/devata/talosapi"
 )
 
 func fleetOf(n int) []*inventory.Machine {
@@ -25,7 +25,7 @@ func fleetOf(n int) []*inventory.Machine {
 
 func TestForEachBoundsConcurrencyAndKeepsGoing(t *testing.T) {
 	var inFlight, peak, done atomic.Int32
-	err := machines.ForEach(context.Background(), fleetOf(20), 4, time.Second, func(ctx context.Context, m *inventory.Machine) error {
+	err := talosapi.ForEach(context.Background(), fleetOf(20), 4, time.Second, func(ctx context.Context, m *inventory.Machine) error {
 		n := inFlight.Add(1)
 		for {
 			p := peak.Load()
@@ -57,7 +57,7 @@ func TestForEachBoundsConcurrencyAndKeepsGoing(t *testing.T) {
 }
 
 func TestForEachTimeoutIsPerMachine(t *testing.T) {
-	err := machines.ForEach(context.Background(), fleetOf(3), 3, 20*time.Millisecond, func(ctx context.Context, m *inventory.Machine) error {
+	err := talosapi.ForEach(context.Background(), fleetOf(3), 3, 20*time.Millisecond, func(ctx context.Context, m *inventory.Machine) error {
 		if m.Name == "m-01" {
 			<-ctx.Done()
 			return ctx.Err()
@@ -72,7 +72,7 @@ func TestForEachTimeoutIsPerMachine(t *testing.T) {
 func TestForEachStopsStartingWhenCancelled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var started atomic.Int32
-	err := machines.ForEach(ctx, fleetOf(10), 1, time.Second, func(ctx context.Context, m *inventory.Machine) error {
+	err := talosapi.ForEach(ctx, fleetOf(10), 1, time.Second, func(ctx context.Context, m *inventory.Machine) error {
 		if started.Add(1) == 2 {
 			cancel()
 		}

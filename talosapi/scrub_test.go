@@ -1,4 +1,4 @@
-package machines_test
+package talosapi_test
 
 import (
 	"context"
@@ -10,8 +10,8 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"devata.dev/devata/internal/simtest"
-	"devata.dev/devata/machines"
 	"devata.dev/devata/sim"
+	"devata.dev/devata/talosapi"
 )
 
 // What Talos answers to an apply that fails quotes the config (issue 15):
@@ -21,10 +21,10 @@ import (
 // answers as machined does; the error devata passes on keeps the message's
 // shape and its gRPC code, and none of the secrets of either config.
 func TestApplyErrorsHoldNoSecrets(t *testing.T) {
-	tf := startFleet(t)
+	tf := simtest.Start(t, simtest.Options{Bootstrap: true})
 	ctx := context.Background()
 	w := tf.Inventory.Machine("worker-1")
-	c, err := tf.dialer.Client(ctx, w)
+	c, err := tf.Dialer.Client(ctx, w)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,17 +49,17 @@ func TestApplyErrorsHoldNoSecrets(t *testing.T) {
 	}{
 		{
 			name: "dry run no-reboot",
-			call: func() error { _, err := machines.DryRun(ctx, c, wanted, machines.ModeNoReboot); return err },
+			call: func() error { _, err := talosapi.DryRun(ctx, c, wanted, talosapi.ModeNoReboot); return err },
 			want: []string{"this config change can't be applied in immediate mode", "immediate mode (Talos' diff not shown", "(InvalidArgument)"},
 		},
 		{
 			name: "apply try",
-			call: func() error { _, err := machines.Apply(ctx, c, wanted, machines.ModeTry, 0); return err },
+			call: func() error { _, err := talosapi.Apply(ctx, c, wanted, talosapi.ModeTry, 0); return err },
 			want: []string{"this config change can't be applied in immediate mode", "immediate mode (Talos' diff not shown"},
 		},
 		{
 			name: "dry run of a config with a malformed WireGuard key",
-			call: func() error { _, err := machines.DryRun(ctx, c, badKey, machines.ModeAuto); return err },
+			call: func() error { _, err := talosapi.DryRun(ctx, c, badKey, talosapi.ModeAuto); return err },
 			want: []string{`private key is invalid: wrong key "******" length: 16`, "(InvalidArgument)"},
 		},
 	} {

@@ -1,4 +1,4 @@
-package machines_test
+package talosapi_test
 
 import (
 	"slices"
@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"devata.dev/devata/internal/simtest"
-	"devata.dev/devata/machines"
+	"devata.dev/devata/talosapi"
 )
 
 func renderedExample(t *testing.T) map[string][]byte {
@@ -39,7 +39,7 @@ func TestDiffConfigs(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			d, err := machines.DiffConfigs(tt.active, cp1)
+			d, err := talosapi.DiffConfigs(tt.active, cp1)
 			if err != nil {
 				t.Fatal(err)
 			}

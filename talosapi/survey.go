@@ -1,4 +1,4 @@
-package machines
+package talosapi
 
 import (
 	"context"
@@ -80,7 +80,7 @@ func SurveyMachine(ctx context.Context, d *Dialer, inv *inventory.Inventory, m *
 	if s.Diff, s.CompareErr = DiffConfigs(o.Active, desired); s.CompareErr != nil || s.Diff.Equal {
 		return s
 	}
-	if s.Foreign, s.CompareErr = foreign(o.Active, desired, otherMachine(inv, m)); s.CompareErr != nil || s.Foreign.Any() {
+	if s.Foreign, s.CompareErr = Foreign(o.Active, desired, OtherMachine(inv, m)); s.CompareErr != nil || s.Foreign.Any() {
 		return s
 	}
 	if s.Pending = o.PendingConfig(); s.Pending || !dryRun {
@@ -97,15 +97,15 @@ func SurveyMachine(ctx context.Context, d *Dialer, inv *inventory.Inventory, m *
 	return s
 }
 
-// otherMachine says whether a name is another machine's of inv than m.
-func otherMachine(inv *inventory.Inventory, m *inventory.Machine) func(string) bool {
+// OtherMachine says whether a name is another machine's of inv than m.
+func OtherMachine(inv *inventory.Inventory, m *inventory.Machine) func(string) bool {
 	return func(name string) bool {
 		return inv != nil && name != m.Name && inv.Machine(name) != nil
 	}
 }
 
-// foreign compares the identities of the running and the desired config.
-func foreign(running, desired []byte, isOther func(string) bool) (IdentityMismatch, error) {
+// Foreign compares the identities of the running and the desired config.
+func Foreign(running, desired []byte, isOther func(string) bool) (IdentityMismatch, error) {
 	got, err := IdentityOf(running)
 	if err != nil {
 		return IdentityMismatch{}, fmt.Errorf("applied config: %w", err)

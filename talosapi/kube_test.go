@@ -1,4 +1,4 @@
-package machines_test
+package talosapi_test
 
 import (
 	"os"
@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"devata.dev/devata/machines"
+	"devata.dev/devata/talosapi"
 )
 
 // first names a current context that only second defines; second's own
@@ -61,7 +61,7 @@ func TestKubeConfigList(t *testing.T) {
 		{"one file", second, "https://second-home.example:6443", "second"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg, err := machines.KubeConfig(tc.kubeconfig)
+			cfg, err := talosapi.KubeConfig(tc.kubeconfig)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -72,11 +72,11 @@ func TestKubeConfigList(t *testing.T) {
 	}
 
 	// one file must exist, as --kubeconfig's file must for kubectl
-	if _, err := machines.KubeConfig(missing); err == nil || !strings.Contains(err.Error(), missing) {
+	if _, err := talosapi.KubeConfig(missing); err == nil || !strings.Contains(err.Error(), missing) {
 		t.Errorf("missing single kubeconfig: %v", err)
 	}
 	// first alone names a context it does not define
-	if _, err := machines.KubeConfig(first); err == nil || !strings.Contains(err.Error(), "context was not found for specified context: lab") {
+	if _, err := talosapi.KubeConfig(first); err == nil || !strings.Contains(err.Error(), "context was not found for specified context: lab") {
 		t.Errorf("first alone: %v, want the undefined context named", err)
 	}
 }

@@ -1,10 +1,10 @@
-// Package machines owns everything devata says over the Talos API: dialing a
+// Package talosapi owns everything devata says over the Talos API: dialing a
 // machine (mTLS, or insecure in maintenance mode), observing the resources the
 // checks need, the survey a planner decides from (observe, diff, dry run),
 // apply, and a bounded fan-out over the fleet; and the machine checks with
 // FleetCheck, one drift pass. It does not render configs (bootstrap), decide
 // gates (gate) or report formats (drift).
-package machines
+package talosapi
 
 import (
 	"context"

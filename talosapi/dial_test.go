@@ -1,4 +1,4 @@
-package machines_test
+package talosapi_test
 
 import (
 	"net"
@@ -11,12 +11,12 @@ import (
 
 	"devata.dev/devata/internal/simtest"
 	"devata.dev/devata/inventory"
-	"devata.dev/devata/machines"
+	"devata.dev/devata/talosapi"
 )
 
 // hostnameVia calls Version through d's client for m and returns the name
 // of the simulated machine that served it.
-func hostnameVia(t *testing.T, f *simtest.Fleet, d *machines.Dialer, m *inventory.Machine) string {
+func hostnameVia(t *testing.T, f *simtest.Fleet, d *talosapi.Dialer, m *inventory.Machine) string {
 	t.Helper()
 	before := map[string]int{}
 	for _, sm := range f.Sim.Machines() {
@@ -71,7 +71,7 @@ func TestDialerFallsBackToTheEndpointsForAnUnreachableMachine(t *testing.T) {
 	}
 	worker := *f.Inventory.Machine("worker-1")
 	worker.Address, worker.Port = host, closedPort(t, host)
-	d, err := machines.NewDialer(tc, overrides)
+	d, err := talosapi.NewDialer(tc, overrides)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +97,7 @@ func TestDialerFallsBackToTheEndpointsForAnUnreachableMachine(t *testing.T) {
 // reachable directly, and the next steps say -e too.
 func TestDialerExplicitEndpointsProxyEveryMachine(t *testing.T) {
 	f := simtest.Start(t, simtest.Options{LoopbackNet: "127.77.2"})
-	d, err := machines.NewDialer(f.Talosconfig(t), f.Overrides, machines.WithEndpoints(f.Overrides["cp-1"]))
+	d, err := talosapi.NewDialer(f.Talosconfig(t), f.Overrides, talosapi.WithEndpoints(f.Overrides["cp-1"]))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +146,7 @@ func TestDialerThroughAWorkerEndpoint(t *testing.T) {
 		return &m
 	}
 	w1, cp1 := at("worker-1"), at("cp-1")
-	d, err := machines.NewDialer(f.Talosconfig(t), nil, machines.WithEndpoints(w1.Address))
+	d, err := talosapi.NewDialer(f.Talosconfig(t), nil, talosapi.WithEndpoints(w1.Address))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,8 +166,8 @@ func TestDialerThroughAWorkerEndpoint(t *testing.T) {
 		t.Error("cp-1 answered a call sent through worker-1")
 	}
 	// what drift reports says why, and what to do
-	o := machines.Observe(t.Context(), d, cp1)
-	if o.Err == nil || !machines.IsNoForwarding(o.Err) || !strings.Contains(o.Err.Error(), "give control planes as endpoints") {
+	o := talosapi.Observe(t.Context(), d, cp1)
+	if o.Err == nil || !talosapi.IsNoForwarding(o.Err) || !strings.Contains(o.Err.Error(), "give control planes as endpoints") {
 		t.Errorf("observing cp-1 through worker-1: %v, want the refusal and what to do", o.Err)
 	}
 }
@@ -181,13 +181,13 @@ func TestDialerContext(t *testing.T) {
 		"broken":  {Endpoints: []string{"10.0.0.1"}},
 		"homelab": good.Contexts[good.Context],
 	}}
-	if _, err := machines.NewDialer(tc, f.Overrides); err == nil || !strings.Contains(err.Error(), "no client certificate") {
+	if _, err := talosapi.NewDialer(tc, f.Overrides); err == nil || !strings.Contains(err.Error(), "no client certificate") {
 		t.Errorf("current context without a certificate: %v", err)
 	}
-	if _, err := machines.NewDialer(tc, f.Overrides, machines.WithContext("nope")); err == nil || !strings.Contains(err.Error(), `"broken", "homelab"`) || !strings.Contains(err.Error(), "--context") {
+	if _, err := talosapi.NewDialer(tc, f.Overrides, talosapi.WithContext("nope")); err == nil || !strings.Contains(err.Error(), `"broken", "homelab"`) || !strings.Contains(err.Error(), "--context") {
 		t.Errorf("unknown context: %v", err)
 	}
-	d, err := machines.NewDialer(tc, f.Overrides, machines.WithContext("homelab"))
+	d, err := talosapi.NewDialer(tc, f.Overrides, talosapi.WithContext("homelab"))
 	if err != nil {
 		t.Fatal(err)
 	}

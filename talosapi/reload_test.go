@@ -1,4 +1,4 @@
-package machines_test
+package talosapi_test
 
 import (
 	"os"
@@ -13,7 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"devata.dev/devata/internal/simtest"
-	"devata.dev/devata/machines"
+	"devata.dev/devata/talosapi"
 )
 
 // A talosconfig that Talos renews under a running devata (a pod's Secret
@@ -45,20 +45,20 @@ func TestDialerReloadsARenewedTalosconfig(t *testing.T) {
 		}
 	}
 	write(role.EtcdBackup)
-	cfg, err := machines.LoadTalosconfig(path)
+	cfg, err := talosapi.LoadTalosconfig(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	reloading, err := machines.NewDialer(cfg, f.Overrides, machines.WithReload(path))
+	reloading, err := talosapi.NewDialer(cfg, f.Overrides, talosapi.WithReload(path))
 	if err != nil {
 		t.Fatal(err)
 	}
-	fixed, err := machines.NewDialer(cfg, f.Overrides)
+	fixed, err := talosapi.NewDialer(cfg, f.Overrides)
 	if err != nil {
 		t.Fatal(err)
 	}
 	m := f.Inventory.Machine("cp-1")
-	version := func(d *machines.Dialer) error {
+	version := func(d *talosapi.Dialer) error {
 		c, err := d.Client(t.Context(), m)
 		if err != nil {
 			t.Fatal(err)
@@ -67,7 +67,7 @@ func TestDialerReloadsARenewedTalosconfig(t *testing.T) {
 		_, err = c.Version(t.Context())
 		return err
 	}
-	for _, d := range []*machines.Dialer{reloading, fixed} {
+	for _, d := range []*talosapi.Dialer{reloading, fixed} {
 		if err := version(d); client.StatusCode(err) != codes.PermissionDenied {
 			t.Fatalf("Version as os:etcd:backup: %v, want PermissionDenied", err)
 		}

@@ -1,4 +1,4 @@
-package machines_test
+package talosapi_test
 
 import (
 	"bytes"
@@ -16,9 +16,9 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/role"
 
 	"devata.dev/devata/internal/simtest"
-	"devata.dev/devata/machines"
 	"devata.dev/devata/sim"
 	"devata.dev/devata/snapshot"
+	"devata.dev/devata/talosapi"
 )
 
 // EtcdSnapshot on the sim: a whole snapshot is written, counted, hashed and
@@ -28,10 +28,10 @@ import (
 func TestEtcdSnapshot(t *testing.T) {
 	f := simtest.Start(t, simtest.Options{Bootstrap: true})
 	ctx := context.Background()
-	snap := func(d *machines.Dialer, name string) (machines.SnapshotInfo, []byte, error) {
+	snap := func(d *talosapi.Dialer, name string) (talosapi.SnapshotInfo, []byte, error) {
 		t.Helper()
 		var buf bytes.Buffer
-		info, err := machines.EtcdSnapshot(ctx, d, f.Inventory.Machine(name), &buf)
+		info, err := talosapi.EtcdSnapshot(ctx, d, f.Inventory.Machine(name), &buf)
 		return info, buf.Bytes(), err
 	}
 
@@ -83,7 +83,7 @@ func TestEtcdSnapshot(t *testing.T) {
 		versions := cp1.Calls("Version")
 		info, data, err := snap(d, "cp-1")
 		if tc.roles.Includes(role.Reader) {
-			if !errors.Is(err, machines.ErrSnapshotNotAuthorized) {
+			if !errors.Is(err, talosapi.ErrSnapshotNotAuthorized) {
 				t.Fatalf("snapshot as os:reader: %v, want ErrSnapshotNotAuthorized", err)
 			}
 			for _, w := range []string{"etcd snapshot from cp-1", "the certificate's roles: os:reader", "os:etcd:backup", "talosctl config new --roles os:etcd:backup"} {
@@ -111,7 +111,7 @@ func TestEtcdSnapshot(t *testing.T) {
 	} {
 		f.Sim.Machine("cp-1").SetFaults(tc.faults)
 		_, _, err := snap(f.Dialer, "cp-1")
-		if !errors.Is(err, machines.ErrSnapshotInvalid) || !strings.Contains(err.Error(), "etcd snapshot from cp-1") || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "take the snapshot again") {
+		if !errors.Is(err, talosapi.ErrSnapshotInvalid) || !strings.Contains(err.Error(), "etcd snapshot from cp-1") || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "take the snapshot again") {
 			t.Errorf("faults %+v: %v, want ErrSnapshotInvalid %q", tc.faults, err, tc.want)
 		}
 	}
@@ -119,13 +119,13 @@ func TestEtcdSnapshot(t *testing.T) {
 
 // roleDialer dials the fleet with a client certificate of roles, as a
 // talosconfig made by talosctl config new --roles would.
-func roleDialer(t *testing.T, f *simtest.Fleet, roles role.Set) *machines.Dialer {
+func roleDialer(t *testing.T, f *simtest.Fleet, roles role.Set) *talosapi.Dialer {
 	t.Helper()
 	crt, err := f.Bundle.GenerateTalosAPIClientCertificate(roles)
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := machines.NewDialer(clientconfig.NewConfig("roles", nil, f.Bundle.Certs.OS.Crt, crt), f.Overrides)
+	d, err := talosapi.NewDialer(clientconfig.NewConfig("roles", nil, f.Bundle.Certs.OS.Crt, crt), f.Overrides)
 	if err != nil {
 		t.Fatal(err)
 	}

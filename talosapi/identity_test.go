@@ -1,4 +1,4 @@
-package machines_test
+package talosapi_test
 
 import (
 	"bytes"
@@ -7,7 +7,7 @@ import (
 
 	"devata.dev/devata/bootstrap"
 	"devata.dev/devata/internal/simtest"
-	"devata.dev/devata/machines"
+	"devata.dev/devata/talosapi"
 )
 
 // Identities of the homelab's rendered configs: each machine is itself;
@@ -17,9 +17,9 @@ import (
 // machine.
 func TestCompareIdentity(t *testing.T) {
 	f := simtest.Start(t, simtest.Options{})
-	id := func(cfg []byte) machines.Identity {
+	id := func(cfg []byte) talosapi.Identity {
 		t.Helper()
-		got, err := machines.IdentityOf(cfg)
+		got, err := talosapi.IdentityOf(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -52,7 +52,7 @@ func TestCompareIdentity(t *testing.T) {
 
 	for _, tc := range []struct {
 		name             string
-		running, desired machines.Identity
+		running, desired talosapi.Identity
 		self             string
 		bundle, machine  string // "" for none; else a part of the mismatch
 	}{
@@ -63,7 +63,7 @@ func TestCompareIdentity(t *testing.T) {
 		{"a hostname set by hand", renamed, w1, "worker-1", "", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			m := machines.CompareIdentity(tc.running, tc.desired, isOther(tc.self))
+			m := talosapi.CompareIdentity(tc.running, tc.desired, isOther(tc.self))
 			bundle, machine := strings.Join(m.Bundle, "; "), strings.Join(m.Machine, "; ")
 			if (tc.bundle == "") != (bundle == "") || !strings.Contains(bundle, tc.bundle) {
 				t.Errorf("bundle mismatch %q, want %q", bundle, tc.bundle)

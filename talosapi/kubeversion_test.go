@@ -1,9 +1,9 @@
-package machines_test
+package talosapi_test
 
 import (
 	"testing"
 
-	"devata.dev/devata/machines"
+	"devata.dev/devata/talosapi"
 )
 
 func TestImageTag(t *testing.T) {
@@ -14,7 +14,7 @@ func TestImageTag(t *testing.T) {
 		"registry.local:5000/installer@sha256:0123":        "",
 		"ghcr.io/siderolabs/installer:v1.11.0@sha256:0123": "v1.11.0",
 	} {
-		if got := machines.ImageTag(image); got != want {
+		if got := talosapi.ImageTag(image); got != want {
 			t.Errorf("ImageTag(%s) = %q, want %q", image, got, want)
 		}
 	}
@@ -23,11 +23,11 @@ func TestImageTag(t *testing.T) {
 func TestKubeComponentsOf(t *testing.T) {
 	cfgs := renderedExample(t)
 
-	cp, err := machines.KubeComponentsOf(cfgs["cp-1"])
+	cp, err := talosapi.KubeComponentsOf(cfgs["cp-1"])
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := machines.KubeComponents{
+	want := talosapi.KubeComponents{
 		ControlPlane: true,
 		Kubelet:      "ghcr.io/siderolabs/kubelet:v1.34.1",
 		APIServer:    "registry.k8s.io/kube-apiserver:v1.34.1", ControllerManager: "registry.k8s.io/kube-controller-manager:v1.34.1",
@@ -40,7 +40,7 @@ func TestKubeComponentsOf(t *testing.T) {
 		t.Errorf("cp-1 versions %v, want [v1.34.1]", v)
 	}
 
-	w, err := machines.KubeComponentsOf(cfgs["worker-1"])
+	w, err := talosapi.KubeComponentsOf(cfgs["worker-1"])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,11 +48,11 @@ func TestKubeComponentsOf(t *testing.T) {
 		t.Errorf("worker-1: %+v; want the kubelet only", w)
 	}
 
-	held, err := machines.WithKubeImages(cfgs["cp-1"], map[string]string{machines.Kubelet: "ghcr.io/siderolabs/kubelet:v1.33.5"})
+	held, err := talosapi.WithKubeImages(cfgs["cp-1"], map[string]string{talosapi.Kubelet: "ghcr.io/siderolabs/kubelet:v1.33.5"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := machines.KubeComponentsOf(held)
+	got, err := talosapi.KubeComponentsOf(held)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +63,7 @@ func TestKubeComponentsOf(t *testing.T) {
 	if v := got.Versions(); len(v) != 2 {
 		t.Errorf("versions %v, want two", v)
 	}
-	d, err := machines.DiffConfigs(held, cfgs["cp-1"])
+	d, err := talosapi.DiffConfigs(held, cfgs["cp-1"])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +71,7 @@ func TestKubeComponentsOf(t *testing.T) {
 		t.Errorf("held vs desired: changes %v, want only the kubelet image", d.Changes)
 	}
 
-	if _, err := machines.KubeComponentsOf([]byte("not: [a config")); err == nil {
+	if _, err := talosapi.KubeComponentsOf([]byte("not: [a config")); err == nil {
 		t.Error("a broken config read without error")
 	}
 }
@@ -79,38 +79,38 @@ func TestKubeComponentsOf(t *testing.T) {
 func TestWithKubeImages(t *testing.T) {
 	cfgs := renderedExample(t)
 	held := map[string]string{
-		machines.KubeAPIServer: "registry.k8s.io/kube-apiserver:v1.33.5",
-		machines.KubeScheduler: "registry.k8s.io/kube-scheduler:v1.33.5",
+		talosapi.KubeAPIServer: "registry.k8s.io/kube-apiserver:v1.33.5",
+		talosapi.KubeScheduler: "registry.k8s.io/kube-scheduler:v1.33.5",
 	}
-	out, err := machines.WithKubeImages(cfgs["cp-1"], held)
+	out, err := talosapi.WithKubeImages(cfgs["cp-1"], held)
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := machines.KubeComponentsOf(out)
+	got, err := talosapi.KubeComponentsOf(out)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range machines.KubeOrder {
+	for _, c := range talosapi.KubeOrder {
 		want := "v1.34.1"
 		if _, ok := held[c]; ok {
 			want = "v1.33.5"
 		}
-		if tag := machines.ImageTag(got.Image(c)); tag != want {
+		if tag := talosapi.ImageTag(got.Image(c)); tag != want {
 			t.Errorf("%s runs %s, want %s", c, got.Image(c), want)
 		}
 	}
-	d, err := machines.DiffConfigs(out, cfgs["cp-1"])
+	d, err := talosapi.DiffConfigs(out, cfgs["cp-1"])
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(d.Changes) != 2 {
 		t.Errorf("changes %v, want the two images only", d.Changes)
 	}
-	same, err := machines.WithKubeImages(cfgs["worker-1"], nil)
+	same, err := talosapi.WithKubeImages(cfgs["worker-1"], nil)
 	if err != nil || string(same) != string(cfgs["worker-1"]) {
 		t.Errorf("no images: the config changed (%v)", err)
 	}
-	if _, err := machines.WithKubeImages(cfgs["cp-1"], map[string]string{"kube-proxy": "x:v1"}); err == nil {
+	if _, err := talosapi.WithKubeImages(cfgs["cp-1"], map[string]string{"kube-proxy": "x:v1"}); err == nil {
 		t.Error("an unknown component was set without error")
 	}
 }
