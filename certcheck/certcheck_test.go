@@ -12,9 +12,10 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/role"
 
 	"devata.dev/devata/certcheck"
+	"devata.dev/devata/checks"
 	"devata.dev/devata/drift"
 	"devata.dev/devata/internal/simtest"
-	"devata.dev/devata/machines"
+	"devata.dev/devata/machinecheck"
 	"devata.dev/devata/talosapi"
 )
 
@@ -53,8 +54,8 @@ func talosconfigIssued(t *testing.T, f *simtest.Fleet, at time.Time, ttl time.Du
 func pass(t *testing.T, f *simtest.Fleet, d *talosapi.Dialer, o certcheck.Options) *drift.Report {
 	t.Helper()
 	o.Dialer = d
-	fc := &machines.FleetCheck{Inventory: f.Inventory, Desired: f.Desired, Dialer: d, Checks: []string{certcheck.CheckCertificates},
-		Extensions: []machines.Extension{certcheck.Extension(o)}, Concurrency: 4, Timeout: 10 * time.Second}
+	fc := &checks.FleetCheck{Inventory: f.Inventory, Desired: f.Desired, Dialer: d, Checks: []string{certcheck.CheckCertificates},
+		Extensions: []machinecheck.Extension{certcheck.Extension(o)}, Concurrency: 4, Timeout: 10 * time.Second}
 	rep, err := fc.Report(t.Context(), drift.Header{Cluster: "homelab"})
 	if err != nil {
 		t.Fatal(err)

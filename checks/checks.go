@@ -13,7 +13,7 @@ import (
 	"devata.dev/devata/dnscheck"
 	"devata.dev/devata/drift"
 	"devata.dev/devata/inventory"
-	"devata.dev/devata/machines"
+	"devata.dev/devata/machinecheck"
 	"devata.dev/devata/netcheck"
 	"devata.dev/devata/storagecheck"
 )
@@ -48,7 +48,7 @@ func All() []Entry {
 			out = append(out, Entry{Info: i, Family: f, Optional: optional})
 		}
 	}
-	add(FamilyMachine, "", drift.Infos(machines.Checks())...)
+	add(FamilyMachine, "", drift.Infos(machinecheck.Checks())...)
 	add(FamilyStorage, "", drift.Infos(storagecheck.Checks())...)
 	add(FamilyCerts, "", certcheck.Info())
 	add(FamilyDNS, "", dnscheck.Info())
@@ -95,12 +95,12 @@ type Options struct {
 }
 
 // Extensions builds the families that ride on the machine checks for one
-// pass over inv (machines.FleetCheck.Extensions), in All's order. Build them
+// pass over inv (FleetCheck.Extensions), in All's order. Build them
 // per pass: the cilium family keeps one Kubernetes snapshot per pass.
-func Extensions(inv *inventory.Inventory, o Options) []machines.Extension {
+func Extensions(inv *inventory.Inventory, o Options) []machinecheck.Extension {
 	var opts []netcheck.Option
 	if o.Probe != nil {
 		opts = append(opts, netcheck.WithProbe(*o.Probe))
 	}
-	return []machines.Extension{storagecheck.Extension(), certcheck.Extension(o.Certs), dnscheck.Extension(o.Kube), netcheck.Extension(o.Kube, o.Exec, inv, opts...)}
+	return []machinecheck.Extension{storagecheck.Extension(), certcheck.Extension(o.Certs), dnscheck.Extension(o.Kube), netcheck.Extension(o.Kube, o.Exec, inv, opts...)}
 }

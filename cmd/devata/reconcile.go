@@ -21,7 +21,7 @@ import (
 	"devata.dev/devata/checks"
 	"devata.dev/devata/drift"
 	"devata.dev/devata/inventory"
-	"devata.dev/devata/machines"
+	"devata.dev/devata/machinecheck"
 	"devata.dev/devata/netcheck"
 	"devata.dev/devata/reconcile"
 	"devata.dev/devata/talosapi"
@@ -189,7 +189,7 @@ func (a *app) reconcile(ctx context.Context, flags reconcileFlags) error {
 	certs := a.certOptions(nil, dialer)
 	loop := &reconcile.Loop{
 		Source: reconcile.FileSourceWith(a.settings.Inventory, a.ageIdentities()), Dialer: dialer, Kube: kube,
-		Extensions: func(inv *inventory.Inventory) []machines.Extension {
+		Extensions: func(inv *inventory.Inventory) []machinecheck.Extension {
 			return checks.Extensions(inv, checks.Options{Kube: kube, Exec: ex, Certs: certs})
 		},
 		Checks: flags.checks, Simulated: a.settings.Simulated,

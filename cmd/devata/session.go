@@ -17,7 +17,6 @@ import (
 	"devata.dev/devata/checks"
 	"devata.dev/devata/drift"
 	"devata.dev/devata/inventory"
-	"devata.dev/devata/machines"
 	"devata.dev/devata/netcheck"
 	"devata.dev/devata/provenance"
 	"devata.dev/devata/talosapi"
@@ -132,8 +131,8 @@ func kubeClientsFor(cfg *rest.Config) (kubernetes.Interface, netcheck.Execer, er
 // fleetCheck is every check devata drift knows, for one pass over inv: the
 // machine checks and, on the same connection, the storage and Cilium checks.
 // Build one per pass: the Cilium checks read the Kubernetes side once per value.
-func (a *app) fleetCheck(inv *inventory.Inventory, desired map[string][]byte, d *talosapi.Dialer, kube kubernetes.Interface, ex netcheck.Execer) *machines.FleetCheck {
-	return &machines.FleetCheck{
+func (a *app) fleetCheck(inv *inventory.Inventory, desired map[string][]byte, d *talosapi.Dialer, kube kubernetes.Interface, ex netcheck.Execer) *checks.FleetCheck {
+	return &checks.FleetCheck{
 		Inventory: inv, Desired: desired, Dialer: d, Kube: kube,
 		Extensions:  checks.Extensions(inv, checks.Options{Kube: kube, Exec: ex, Certs: a.certOptions(inv, d)}),
 		Concurrency: a.settings.Concurrency, Timeout: a.settings.Timeout,
@@ -142,7 +141,7 @@ func (a *app) fleetCheck(inv *inventory.Inventory, desired map[string][]byte, d 
 
 // reportHeader is a report's header for inv, with the inventory's
 // provenance (its sha256 and, in Git, the commit); the pass adds its
-// machines (machines.FleetCheck.Report). A Git that does not answer is a
+// machines (checks.FleetCheck.Report). A Git that does not answer is a
 // warning: the report goes on without the commit.
 func (a *app) reportHeader(ctx context.Context, inv *inventory.Inventory) drift.Header {
 	return drift.Header{Cluster: inv.Cluster.Name, Inventory: inv.Path, Simulated: a.settings.Simulated, Provenance: a.inventoryProvenance(ctx, inv.Path)}

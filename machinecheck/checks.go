@@ -1,4 +1,4 @@
-package machines
+package machinecheck
 
 import (
 	"context"
@@ -51,6 +51,18 @@ type Target struct {
 	// devata did (Dialer.Talosctl); Node is the -n it names. Empty means
 	// "talosctl -n ADDRESS".
 	Talosctl, Node string
+}
+
+// Extension is a family of checks that read more from each machine on the
+// connection the machine checks use (storagecheck, netcheck).
+type Extension interface {
+	// Checks lists the family's checks in the order they run: their names
+	// are what --checks takes.
+	Checks() []drift.Info
+	// Run observes and evaluates the named ones of them (never empty) for
+	// one machine, given the machine checks' target (its Obs holds the
+	// active config); c is nil when the machine could not be dialled.
+	Run(ctx context.Context, c *client.Client, t *Target, names []string) []drift.Result
 }
 
 // talosctl is a talosctl command line for the machine.

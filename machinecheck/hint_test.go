@@ -1,4 +1,4 @@
-package machines_test
+package machinecheck_test
 
 import (
 	"context"
@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"devata.dev/devata/inventory"
-	"devata.dev/devata/machines"
+	"devata.dev/devata/machinecheck"
 	"devata.dev/devata/talosapi"
 )
 
@@ -21,9 +21,9 @@ func TestUpgradeHintUsesTheInstallImage(t *testing.T) {
 		{"", "upgrade --image ghcr.io/siderolabs/installer:v1.11.0", ""},
 		{"registry.lan/talos/installer:v1.10.6", "is tagged v1.10.6, not v1.11.0", ""},
 	} {
-		tg := &machines.Target{Machine: m, TalosVersion: "v1.11.0", Boot: machines.WantBoot{Image: tc.image}, Obs: &talosapi.Observation{Machine: m, Version: "v1.10.6"}}
-		for _, c := range machines.Checks() {
-			if c.Name != machines.CheckTalosVersion {
+		tg := &machinecheck.Target{Machine: m, TalosVersion: "v1.11.0", Boot: machinecheck.WantBoot{Image: tc.image}, Obs: &talosapi.Observation{Machine: m, Version: "v1.10.6"}}
+		for _, c := range machinecheck.Checks() {
+			if c.Name != machinecheck.CheckTalosVersion {
 				continue
 			}
 			rs := c.Evaluate(context.Background(), m.Name, tg)

@@ -1,4 +1,4 @@
-package machines
+package checks
 
 import (
 	"context"
@@ -8,25 +8,13 @@ import (
 	"sync"
 	"time"
 
-	"github.com/siderolabs/talos/pkg/machinery/client"
 	"k8s.io/client-go/kubernetes"
 
 	"devata.dev/devata/drift"
 	"devata.dev/devata/inventory"
+	"devata.dev/devata/machinecheck"
 	"devata.dev/devata/talosapi"
 )
-
-// Extension is a family of checks that read more from each machine on the
-// connection the machine checks use (storagecheck, netcheck).
-type Extension interface {
-	// Checks lists the family's checks in the order they run: their names
-	// are what --checks takes.
-	Checks() []drift.Info
-	// Run observes and evaluates the named ones of them (never empty) for
-	// one machine, given the machine checks' target (its Obs holds the
-	// active config); c is nil when the machine could not be dialled.
-	Run(ctx context.Context, c *client.Client, t *Target, names []string) []drift.Result
-}
 
 // FleetCheck is one drift pass over (part of) an inventory.
 type FleetCheck struct {
@@ -43,7 +31,7 @@ type FleetCheck struct {
 	// Kube is used for the Kubernetes side of the kubelet check; nil makes that side Unknown.
 	Kube kubernetes.Interface
 	// Extensions run after the machine checks, on the same connection.
-	Extensions []Extension
+	Extensions []machinecheck.Extension
 	// Machines and Checks restrict the pass; empty means all.
 	Machines, Checks []string
 	Concurrency      int
@@ -54,7 +42,7 @@ type FleetCheck struct {
 
 // Select returns the machines a pass covers, in inventory order, or an error
 // naming any requested machine or check that does not exist.
-func (f *FleetCheck) Select() ([]*inventory.Machine, []drift.Check[*Target], error) {
+func (f *FleetCheck) Select() ([]*inventory.Machine, []drift.Check[*machinecheck.Target], error) {
 	// A set, not a search per name: reconcile passes every machine it owns,
 	// and a search per name was quadratic (minutes at 100,000 machines).
 	var ms []*inventory.Machine
@@ -74,7 +62,7 @@ func (f *FleetCheck) Select() ([]*inventory.Machine, []drift.Check[*Target], err
 			return nil, nil, fmt.Errorf("--machines: no machine %q in %s%s", name, f.Inventory.Path, didYouMean(name, machineNames(f.Inventory)))
 		}
 	}
-	all := Checks()
+	all := machinecheck.Checks()
 	var names []string
 	for _, c := range all {
 		names = append(names, c.Name)
@@ -89,7 +77,7 @@ func (f *FleetCheck) Select() ([]*inventory.Machine, []drift.Check[*Target], err
 			return nil, nil, fmt.Errorf("--checks: no check %q%s (have %s)", name, didYouMean(name, names), strings.Join(names, ", "))
 		}
 	}
-	var checks []drift.Check[*Target]
+	var checks []drift.Check[*machinecheck.Target]
 	for _, c := range all {
 		if len(f.Checks) == 0 || slices.Contains(f.Checks, c.Name) {
 			checks = append(checks, c)
@@ -140,14 +128,14 @@ func (f *FleetCheck) Run(ctx context.Context, out drift.Collector) error {
 }
 
 // run is Run over a selection already made.
-func (f *FleetCheck) run(ctx context.Context, out drift.Collector, ms []*inventory.Machine, checks []drift.Check[*Target]) {
+func (f *FleetCheck) run(ctx context.Context, out drift.Collector, ms []*inventory.Machine, checks []drift.Check[*machinecheck.Target]) {
 	var nodes *talosapi.Nodes
-	if f.Kube != nil || slices.ContainsFunc(checks, func(c drift.Check[*Target]) bool { return c.Name == CheckKubelet }) {
+	if f.Kube != nil || slices.ContainsFunc(checks, func(c drift.Check[*machinecheck.Target]) bool { return c.Name == machinecheck.CheckKubelet }) {
 		n := talosapi.ObserveNodes(ctx, f.Kube)
 		nodes = &n
 	}
 	var reads []talosapi.Read
-	if slices.ContainsFunc(checks, func(c drift.Check[*Target]) bool { return c.Name == CheckExtensions }) {
+	if slices.ContainsFunc(checks, func(c drift.Check[*machinecheck.Target]) bool { return c.Name == machinecheck.CheckExtensions }) {
 		reads = append(reads, talosapi.ReadBootImage)
 	}
 	var cps []string
@@ -158,13 +146,13 @@ func (f *FleetCheck) run(ctx context.Context, out drift.Collector, ms []*invento
 	// Per-machine problems become Unknown results, so ForEach's error is only
 	// about machines never started (cancelled); it is reported, not fatal.
 	ferr := talosapi.ForEach(ctx, ms, f.Concurrency, f.Timeout, func(ctx context.Context, m *inventory.Machine) error {
-		t := &Target{
+		t := &machinecheck.Target{
 			Machine:           m,
 			Inventory:         f.Inventory,
 			Desired:           f.Desired[m.Name],
 			TalosVersion:      f.Inventory.Cluster.TalosVersion,
 			KubernetesVersion: f.Inventory.Cluster.KubernetesVersion,
-			Boot:              WantBootOf(f.Inventory, m),
+			Boot:              machinecheck.WantBootOf(f.Inventory, m),
 			ControlPlanes:     cps,
 			Nodes:             nodes,
 			Talosctl:          f.Dialer.Talosctl(m),

@@ -1,4 +1,4 @@
-package machines_test
+package machinecheck_test
 
 import (
 	"bytes"
@@ -16,11 +16,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"devata.dev/devata/checks"
 	"devata.dev/devata/drift"
 	"devata.dev/devata/internal/simtest"
 	"devata.dev/devata/internal/testenv"
 	"devata.dev/devata/inventory"
-	"devata.dev/devata/machines"
+	"devata.dev/devata/machinecheck"
 	"devata.dev/devata/sim"
 	"devata.dev/devata/talosapi"
 )
@@ -37,10 +38,10 @@ func startFleet(t *testing.T) *testFleet {
 	return &testFleet{Fleet: f, dialer: f.Dialer}
 }
 
-func (tf *testFleet) drift(t *testing.T, checks ...string) *drift.Report {
+func (tf *testFleet) drift(t *testing.T, selected ...string) *drift.Report {
 	t.Helper()
 	rep := drift.NewReport(drift.Header{Cluster: tf.Inventory.Cluster.Name, Simulated: true})
-	fc := &machines.FleetCheck{Inventory: tf.Inventory, Desired: tf.Desired, Dialer: tf.dialer, Checks: checks, Concurrency: 4, Timeout: 5 * time.Second}
+	fc := &checks.FleetCheck{Inventory: tf.Inventory, Desired: tf.Desired, Dialer: tf.dialer, Checks: selected, Concurrency: 4, Timeout: 5 * time.Second}
 	if err := fc.Run(context.Background(), rep); err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +61,7 @@ func statusOf(rep *drift.Report, machine, check string) drift.Result {
 func TestHealthyFleetIsInSync(t *testing.T) {
 	tf := startFleet(t)
 	var rep *drift.Report
-	rep = tf.drift(t, machines.CheckConfig, machines.CheckTalosVersion, machines.CheckMachineStage, machines.CheckEtcd)
+	rep = tf.drift(t, machinecheck.CheckConfig, machinecheck.CheckTalosVersion, machinecheck.CheckMachineStage, machinecheck.CheckEtcd)
 	if got := len(rep.Results); got != 5*3+3 {
 		t.Errorf("%d results, want 18 (3 checks × 5 machines + etcd on 3 control planes)", got)
 	}
@@ -84,17 +85,17 @@ func TestEachCheckInSyncDriftedUnknown(t *testing.T) {
 		status         drift.Status
 		reasonHas      string
 	}{
-		{"cp-1", machines.CheckConfig, drift.StatusInSync, ""},
-		{"worker-1", machines.CheckConfig, drift.StatusDrifted, "applied config differs"},
-		{"cp-3", machines.CheckConfig, drift.StatusUnknown, "talos api"},
-		{"cp-1", machines.CheckTalosVersion, drift.StatusInSync, ""},
-		{"worker-2", machines.CheckTalosVersion, drift.StatusDrifted, "differs"},
-		{"cp-3", machines.CheckTalosVersion, drift.StatusUnknown, ""},
-		{"cp-2", machines.CheckMachineStage, drift.StatusInSync, ""},
-		{"cp-3", machines.CheckMachineStage, drift.StatusUnknown, ""},
-		{"worker-1", machines.CheckKubelet, drift.StatusDrifted, "not healthy"},
-		{"worker-2", machines.CheckKubelet, drift.StatusUnknown, "kubeconfig"},
-		{"cp-3", machines.CheckEtcd, drift.StatusUnknown, ""},
+		{"cp-1", machinecheck.CheckConfig, drift.StatusInSync, ""},
+		{"worker-1", machinecheck.CheckConfig, drift.StatusDrifted, "applied config differs"},
+		{"cp-3", machinecheck.CheckConfig, drift.StatusUnknown, "talos api"},
+		{"cp-1", machinecheck.CheckTalosVersion, drift.StatusInSync, ""},
+		{"worker-2", machinecheck.CheckTalosVersion, drift.StatusDrifted, "differs"},
+		{"cp-3", machinecheck.CheckTalosVersion, drift.StatusUnknown, ""},
+		{"cp-2", machinecheck.CheckMachineStage, drift.StatusInSync, ""},
+		{"cp-3", machinecheck.CheckMachineStage, drift.StatusUnknown, ""},
+		{"worker-1", machinecheck.CheckKubelet, drift.StatusDrifted, "not healthy"},
+		{"worker-2", machinecheck.CheckKubelet, drift.StatusUnknown, "kubeconfig"},
+		{"cp-3", machinecheck.CheckEtcd, drift.StatusUnknown, ""},
 	}
 	for _, tt := range tests {
 		r := statusOf(rep, tt.machine, tt.check)
@@ -102,11 +103,11 @@ func TestEachCheckInSyncDriftedUnknown(t *testing.T) {
 			t.Errorf("%s/%s: %s %q, want %s containing %q", tt.machine, tt.check, r.Status, r.Reason, tt.status, tt.reasonHas)
 		}
 	}
-	if d := statusOf(rep, "worker-1", machines.CheckConfig).Diff; !strings.Contains(d, "+        hostname: worker-1") {
+	if d := statusOf(rep, "worker-1", machinecheck.CheckConfig).Diff; !strings.Contains(d, "+        hostname: worker-1") {
 		t.Errorf("config diff lacks the hostname change:\n%s", d)
 	}
 	for _, name := range []string{"cp-1", "cp-2", "worker-1", "worker-2"} {
-		if statusOf(rep, name, machines.CheckConfig).Status == drift.StatusUnknown {
+		if statusOf(rep, name, machinecheck.CheckConfig).Status == drift.StatusUnknown {
 			t.Errorf("%s not fully checked next to an unreachable machine", name)
 		}
 	}
@@ -126,12 +127,12 @@ func TestReaderCertificateMakesConfigUnknown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep := tf.drift(t, machines.CheckConfig, machines.CheckTalosVersion)
-	r := statusOf(rep, "cp-1", machines.CheckConfig)
+	rep := tf.drift(t, machinecheck.CheckConfig, machinecheck.CheckTalosVersion)
+	r := statusOf(rep, "cp-1", machinecheck.CheckConfig)
 	if r.Status != drift.StatusUnknown || !strings.Contains(r.Next, "os:admin") {
 		t.Errorf("config with a reader cert: %s %q next %q", r.Status, r.Reason, r.Next)
 	}
-	if s := statusOf(rep, "cp-1", machines.CheckTalosVersion).Status; s != drift.StatusInSync {
+	if s := statusOf(rep, "cp-1", machinecheck.CheckTalosVersion).Status; s != drift.StatusInSync {
 		t.Errorf("version with a reader cert: %s", s)
 	}
 }
@@ -143,7 +144,7 @@ func TestMaintenanceMachineIsDrifted(t *testing.T) {
 	if !o.Maintenance {
 		t.Fatalf("maintenance not detected: %v", o.Err)
 	}
-	rs := machines.Checks()[0].Evaluate(ctx, "worker-2", &machines.Target{Machine: f.Inventory.Machine("worker-2"), Obs: o, Desired: f.Desired["worker-2"]})
+	rs := machinecheck.Checks()[0].Evaluate(ctx, "worker-2", &machinecheck.Target{Machine: f.Inventory.Machine("worker-2"), Obs: o, Desired: f.Desired["worker-2"]})
 	if rs[0].Status != drift.StatusDrifted || !strings.Contains(rs[0].Reason, "maintenance") {
 		t.Errorf("maintenance machine: %s %q", rs[0].Status, rs[0].Reason)
 	}
@@ -198,7 +199,7 @@ func TestKubeletCheckAgainstRealKubernetes(t *testing.T) {
 	}
 	run := func() *drift.Report {
 		rep := drift.NewReport(drift.Header{Cluster: tf.Inventory.Cluster.Name, Simulated: true})
-		fc := &machines.FleetCheck{Inventory: tf.Inventory, Desired: tf.Desired, Dialer: tf.dialer, Kube: kc, Checks: []string{machines.CheckKubelet}, Concurrency: 4, Timeout: 5 * time.Second}
+		fc := &checks.FleetCheck{Inventory: tf.Inventory, Desired: tf.Desired, Dialer: tf.dialer, Kube: kc, Checks: []string{machinecheck.CheckKubelet}, Concurrency: 4, Timeout: 5 * time.Second}
 		if err := fc.Run(ctx, rep); err != nil {
 			t.Fatal(err)
 		}
@@ -245,12 +246,12 @@ func TestKubeletCheckAgainstRealKubernetes(t *testing.T) {
 		{"worker-1", "is not Ready"},
 		{"cp-1", "Node lacks labels extra=label"},
 	} {
-		r := statusOf(rep, tt.machine, machines.CheckKubelet)
+		r := statusOf(rep, tt.machine, machinecheck.CheckKubelet)
 		if r.Status != drift.StatusDrifted || !strings.Contains(r.Reason, tt.want) {
 			t.Errorf("%s: %s %q, want Drifted with %q", tt.machine, r.Status, r.Reason, tt.want)
 		}
 	}
-	if r := statusOf(rep, "cp-2", machines.CheckKubelet); r.Status != drift.StatusInSync {
+	if r := statusOf(rep, "cp-2", machinecheck.CheckKubelet); r.Status != drift.StatusInSync {
 		t.Errorf("cp-2: %s %s", r.Status, r.Reason)
 	}
 
@@ -276,16 +277,16 @@ func TestStageAndEtcdDrifted(t *testing.T) {
 	f := simtest.Start(t, simtest.Options{Maintenance: []string{"cp-3"}, Bootstrap: true})
 	f.Sim.Machine("worker-1").SetFaults(sim.Faults{KubeletUnhealthy: true})
 	tf := &testFleet{Fleet: f, dialer: f.Dialer}
-	rep := tf.drift(t, machines.CheckMachineStage, machines.CheckEtcd)
+	rep := tf.drift(t, machinecheck.CheckMachineStage, machinecheck.CheckEtcd)
 	for _, tt := range []struct {
 		machine, check string
 		status         drift.Status
 		reasonHas      string
 	}{
-		{"worker-1", machines.CheckMachineStage, drift.StatusDrifted, "unmet: services: kubelet not healthy"},
-		{"worker-2", machines.CheckMachineStage, drift.StatusInSync, ""},
-		{"cp-1", machines.CheckEtcd, drift.StatusDrifted, "members [cp-1 cp-2], control planes [cp-1 cp-2 cp-3]"},
-		{"cp-3", machines.CheckEtcd, drift.StatusDrifted, "maintenance mode"},
+		{"worker-1", machinecheck.CheckMachineStage, drift.StatusDrifted, "unmet: services: kubelet not healthy"},
+		{"worker-2", machinecheck.CheckMachineStage, drift.StatusInSync, ""},
+		{"cp-1", machinecheck.CheckEtcd, drift.StatusDrifted, "members [cp-1 cp-2], control planes [cp-1 cp-2 cp-3]"},
+		{"cp-3", machinecheck.CheckEtcd, drift.StatusDrifted, "maintenance mode"},
 	} {
 		r := statusOf(rep, tt.machine, tt.check)
 		if r.Status != tt.status || !strings.Contains(r.Reason, tt.reasonHas) {
@@ -303,8 +304,8 @@ func TestEtcdMemberNotInTheInventoryIsNamed(t *testing.T) {
 	inv.Machines = slices.DeleteFunc(slices.Clone(inv.Machines), func(m inventory.Machine) bool { return m.Name == "cp-3" })
 	tf := &testFleet{Fleet: f, dialer: f.Dialer}
 	tf.Inventory = &inv
-	rep := tf.drift(t, machines.CheckEtcd)
-	r := statusOf(rep, "cp-1", machines.CheckEtcd)
+	rep := tf.drift(t, machinecheck.CheckEtcd)
+	r := statusOf(rep, "cp-1", machinecheck.CheckEtcd)
 	if r.Status != drift.StatusDrifted || !strings.Contains(r.Reason, "etcd member cp-3 is not in the inventory") {
 		t.Fatalf("cp-1/etcd: %s %q", r.Status, r.Reason)
 	}

@@ -1,12 +1,12 @@
-package machines_test
+package checks_test
 
 import (
 	"fmt"
 	"strings"
 	"testing"
 
+	"devata.dev/devata/checks"
 	"devata.dev/devata/inventory"
-	"devata.dev/devata/machines"
 )
 
 func inventoryOf(n int) *inventory.Inventory {
@@ -21,7 +21,7 @@ func inventoryOf(n int) *inventory.Inventory {
 // takes a name given twice once, and names the first unknown one.
 func TestSelectMachines(t *testing.T) {
 	inv := inventoryOf(10)
-	fc := &machines.FleetCheck{Inventory: inv, Machines: []string{"m-000007", "m-000002", "m-000007"}}
+	fc := &checks.FleetCheck{Inventory: inv, Machines: []string{"m-000007", "m-000002", "m-000007"}}
 	ms, _, err := fc.Select()
 	if err != nil {
 		t.Fatal(err)
@@ -47,7 +47,7 @@ func BenchmarkSelect100kByName(b *testing.B) {
 	for _, m := range inv.Machines {
 		names = append(names, m.Name)
 	}
-	fc := &machines.FleetCheck{Inventory: inv, Machines: names}
+	fc := &checks.FleetCheck{Inventory: inv, Machines: names}
 	for b.Loop() {
 		if ms, _, err := fc.Select(); err != nil || len(ms) != len(names) {
 			b.Fatal(len(ms), err)

@@ -1,4 +1,4 @@
-package machines_test
+package machinecheck_test
 
 import (
 	"slices"
@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"devata.dev/devata/drift"
-	"devata.dev/devata/machines"
+	"devata.dev/devata/machinecheck"
 	"devata.dev/devata/sim"
 )
 
@@ -18,14 +18,14 @@ func TestEtcdCheckWithoutQuorum(t *testing.T) {
 	tf := startFleet(t)
 	tf.Sim.Machine("cp-2").SetFaults(sim.Faults{Unreachable: true})
 	tf.Sim.Machine("cp-3").SetFaults(sim.Faults{Unreachable: true})
-	rep := tf.drift(t, machines.CheckEtcd)
-	r := statusOf(rep, "cp-1", machines.CheckEtcd)
+	rep := tf.drift(t, machinecheck.CheckEtcd)
+	r := statusOf(rep, "cp-1", machinecheck.CheckEtcd)
 	if r.Status != drift.StatusDrifted || !strings.Contains(r.Reason, "etcd runs on cp-1 but has no leader: etcd has no quorum") ||
 		!strings.Contains(r.Next, "bring back the control planes") || !slices.ContainsFunc(r.Evidence, func(e string) bool { return strings.Contains(e, "etcdserver: no leader") }) {
 		t.Errorf("cp-1 without quorum: %s %q, evidence %q, next %q", r.Status, r.Reason, r.Evidence, r.Next)
 	}
 	for _, name := range []string{"cp-2", "cp-3"} {
-		if s := statusOf(rep, name, machines.CheckEtcd).Status; s != drift.StatusUnknown {
+		if s := statusOf(rep, name, machinecheck.CheckEtcd).Status; s != drift.StatusUnknown {
 			t.Errorf("%s down: %s, want Unknown", name, s)
 		}
 	}

@@ -1,4 +1,4 @@
-package machines_test
+package machinecheck_test
 
 import (
 	"context"
@@ -9,11 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"devata.dev/devata/checks"
 	"devata.dev/devata/drift"
 	"devata.dev/devata/examples"
 	"devata.dev/devata/internal/simtest"
 	"devata.dev/devata/inventory"
-	"devata.dev/devata/machines"
+	"devata.dev/devata/machinecheck"
 	"devata.dev/devata/sim"
 )
 
@@ -55,7 +56,7 @@ func inventoryVariant(t *testing.T, f *simtest.Fleet, edit func(string) string) 
 func extensionsReport(t *testing.T, f *simtest.Fleet, inv *inventory.Inventory) *drift.Report {
 	t.Helper()
 	rep := drift.NewReport(drift.Header{Cluster: inv.Cluster.Name, Simulated: true})
-	fc := &machines.FleetCheck{Inventory: inv, Desired: f.Desired, Dialer: f.Dialer, Checks: []string{machines.CheckExtensions}, Concurrency: 4, Timeout: 5 * time.Second}
+	fc := &checks.FleetCheck{Inventory: inv, Desired: f.Desired, Dialer: f.Dialer, Checks: []string{machinecheck.CheckExtensions}, Concurrency: 4, Timeout: 5 * time.Second}
 	if err := fc.Run(context.Background(), rep); err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +96,7 @@ func TestExtensionsCheck(t *testing.T) {
 	f.Sim.Machine("worker-2").SetFaults(sim.Faults{Unreachable: true})
 	rep = extensionsReport(t, f, edited)
 
-	w1 := statusOf(rep, "worker-1", machines.CheckExtensions)
+	w1 := statusOf(rep, "worker-1", machinecheck.CheckExtensions)
 	if w1.Status != drift.StatusDrifted || !strings.Contains(w1.Reason, "schematic is not the inventory's") {
 		t.Fatalf("worker-1: %s %q, want drifted: another schematic", w1.Status, w1.Reason)
 	}
@@ -108,10 +109,10 @@ func TestExtensionsCheck(t *testing.T) {
 	if w1.Desired == w1.Actual || !strings.Contains(w1.Desired, "drbd") || !strings.Contains(w1.Actual, "util-linux-tools") {
 		t.Errorf("worker-1 desired %q actual %q", w1.Desired, w1.Actual)
 	}
-	if r := statusOf(rep, "worker-2", machines.CheckExtensions); r.Status != drift.StatusUnknown {
+	if r := statusOf(rep, "worker-2", machinecheck.CheckExtensions); r.Status != drift.StatusUnknown {
 		t.Errorf("unreachable worker-2: %s %q, want unknown", r.Status, r.Reason)
 	}
-	if r := statusOf(rep, "cp-1", machines.CheckExtensions); r.Status != drift.StatusInSync {
+	if r := statusOf(rep, "cp-1", machinecheck.CheckExtensions); r.Status != drift.StatusInSync {
 		t.Errorf("cp-1 (its schematic unchanged): %s %q", r.Status, r.Reason)
 	}
 
@@ -119,7 +120,7 @@ func TestExtensionsCheck(t *testing.T) {
 	added := inventoryVariant(t, f, func(raw string) string {
 		return strings.Replace(raw, "officialExtensions: [siderolabs/iscsi-tools, siderolabs/util-linux-tools]", "officialExtensions: [siderolabs/iscsi-tools, siderolabs/util-linux-tools, siderolabs/drbd]", 1)
 	})
-	w1 = statusOf(extensionsReport(t, f, added), "worker-1", machines.CheckExtensions)
+	w1 = statusOf(extensionsReport(t, f, added), "worker-1", machinecheck.CheckExtensions)
 	if w1.Status != drift.StatusDrifted || !slices.Equal(w1.Changes, []string{"+ extension drbd"}) || strings.Contains(w1.Next, "--drop-extensions") || !strings.Contains(w1.Next, "devata upgrade --machines worker-1") {
 		t.Errorf("worker-1 with drbd added: %s changes %q next %q", w1.Status, w1.Changes, w1.Next)
 	}

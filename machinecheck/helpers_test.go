@@ -1,4 +1,4 @@
-package machines_test
+package machinecheck_test
 
 import "github.com/siderolabs/talos/pkg/machinery/role"
 
