@@ -22,7 +22,7 @@ import (
 type Family string
 
 const (
-	FamilyMachine Family = "machine" // package machines: Talos config, versions, stage, kubelet, etcd
+	FamilyMachine Family = "machine" // package machinecheck: Talos config, versions, stage, kubelet, etcd
 	FamilyStorage Family = "storage" // package storagecheck: volumes and mounts
 	FamilyCilium  Family = "cilium"  // package netcheck: Cilium kube-proxy-free routing
 	FamilyCerts   Family = "certs"   // package certcheck: credentials that expire

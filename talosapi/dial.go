@@ -1,9 +1,9 @@
-// Package talosapi owns everything devata says over the Talos API: dialing a
-// machine (mTLS, or insecure in maintenance mode), observing the resources the
-// checks need, the survey a planner decides from (observe, diff, dry run),
-// apply, and a bounded fan-out over the fleet; and the machine checks with
-// FleetCheck, one drift pass. It does not render configs (bootstrap), decide
-// gates (gate) or report formats (drift).
+// Package talosapi is devata's Talos API client: dialing a machine (mTLS,
+// or insecure in maintenance mode), observing the resources the checks need,
+// the survey a planner decides from (observe, diff, dry run), apply, upgrade,
+// the etcd snapshot stream and a bounded fan-out over the fleet. It holds no
+// check (machinecheck and the other families do), renders no config
+// (bootstrap), decides no gate (gate) and formats no report (drift).
 package talosapi
 
 import (
