@@ -24,15 +24,15 @@ import (
 	"devata.dev/devata/gate"
 	"devata.dev/devata/internal/outfile"
 	"devata.dev/devata/inventory"
-	"devata.dev/devata/machines"
 	"devata.dev/devata/provenance"
 	"devata.dev/devata/snapshot"
+	"devata.dev/devata/talosapi"
 )
 
 // Options say where Etcd writes and how it tells what it does.
 type Options struct {
 	Inventory *inventory.Inventory
-	Dialer    *machines.Dialer
+	Dialer    *talosapi.Dialer
 	// Out is the snapshot file; its sidecar is Out+".json" (SidecarPath).
 	Out string
 	// Force replaces Out and its sidecar if they exist.
@@ -159,7 +159,7 @@ func Etcd(ctx context.Context, o Options) (*Result, error) {
 		case err == nil:
 		case errors.As(err, &local) || ctx.Err() != nil:
 			return nil, fmt.Errorf("%w; nothing was written to %s", err, o.Out)
-		case errors.Is(err, machines.ErrSnapshotNotAuthorized):
+		case errors.Is(err, talosapi.ErrSnapshotNotAuthorized):
 			// every control plane refuses the role alike
 			return nil, fmt.Errorf("%w; nothing was written to %s", err, o.Out)
 		default:
@@ -231,7 +231,7 @@ func sourcesOf(v gate.EtcdView) ([]string, error) {
 // Out.tmp (stored is what that holds); the clear copy is removed whatever
 // happens. Failures that are this side's are localErrors; on any failure
 // Out.tmp is gone.
-func (o *Options) snapshotTo(ctx context.Context, m *inventory.Machine, members []string) (machines.SnapshotInfo, *snapshot.File, written, error) {
+func (o *Options) snapshotTo(ctx context.Context, m *inventory.Machine, members []string) (talosapi.SnapshotInfo, *snapshot.File, written, error) {
 	var none written
 	out := o.Out
 	tmp := out + ".tmp"
@@ -240,14 +240,14 @@ func (o *Options) snapshotTo(ctx context.Context, m *inventory.Machine, members 
 	if len(o.EncryptTo) > 0 {
 		dir, err := os.MkdirTemp("", "devata-backup-clear-") // 0700: the clear copy holds every Secret
 		if err != nil {
-			return machines.SnapshotInfo{}, nil, none, &localError{fmt.Errorf("a private directory for the snapshot before its encryption: %w; set TMPDIR to a directory with room for it", err)}
+			return talosapi.SnapshotInfo{}, nil, none, &localError{fmt.Errorf("a private directory for the snapshot before its encryption: %w; set TMPDIR to a directory with room for it", err)}
 		}
 		defer os.RemoveAll(dir)
 		plain = filepath.Join(dir, "snapshot.db")
 	}
 	f, err := os.OpenFile(plain, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
-		return machines.SnapshotInfo{}, nil, none, &localError{err}
+		return talosapi.SnapshotInfo{}, nil, none, &localError{err}
 	}
 	done := false
 	defer func() {
@@ -258,13 +258,13 @@ func (o *Options) snapshotTo(ctx context.Context, m *inventory.Machine, members 
 		}
 	}()
 	if err := f.Chmod(0o600); err != nil { // whatever the umask
-		return machines.SnapshotInfo{}, nil, none, &localError{err}
+		return talosapi.SnapshotInfo{}, nil, none, &localError{err}
 	}
 	sctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	w := &streamWatch{w: f, idle: o.Timeout, max: snapshot.MaxSize, cancel: cancel, machine: m.Name, progress: o.progress(m.Name)}
 	w.start()
-	info, err := machines.EtcdSnapshot(sctx, o.Dialer, m, w)
+	info, err := talosapi.EtcdSnapshot(sctx, o.Dialer, m, w)
 	w.stop()
 	var local *streamWriteError
 	switch {

@@ -27,7 +27,8 @@ import (
 	"k8s.io/client-go/rest"
 
 	"devata.dev/devata/drift"
-	"devata.dev/devata/machines"
+	"devata.dev/devata/machinecheck"
+	"devata.dev/devata/talosapi"
 )
 
 // CheckCertificates is the check's name, as `devata drift --checks` takes it.
@@ -48,7 +49,7 @@ const (
 type Options struct {
 	// Dialer is the pass's: its talosconfig context's client certificate,
 	// and whether a machine is reached through an endpoint.
-	Dialer *machines.Dialer
+	Dialer *talosapi.Dialer
 	// Kube is the kubeconfig's client config (or the pod's service
 	// account); nil when there is none.
 	Kube *rest.Config
@@ -66,12 +67,12 @@ func check() drift.Check[*target] {
 	return drift.Check[*target]{Name: CheckCertificates, Rung: drift.RungResources, Run: run}
 }
 
-// Extension plugs the certificates check into a machines.FleetCheck. The
+// Extension plugs the certificates check into a checks.FleetCheck. The
 // talosconfig, kubeconfig and API server certificates are the cluster's,
 // read once per pass and reported on each control plane (the API server
 // runs there, the talosconfig's endpoints are there); every machine
 // reports the serving certificate its apid presented. Build one per pass.
-func Extension(o Options) machines.Extension {
+func Extension(o Options) machinecheck.Extension {
 	if o.Threshold <= 0 {
 		o.Threshold = DefaultThreshold
 	}
@@ -89,7 +90,7 @@ type extension struct {
 
 func (e *extension) Checks() []drift.Info { return []drift.Info{Info()} }
 
-func (e *extension) Run(ctx context.Context, c *client.Client, mt *machines.Target, _ []string) []drift.Result {
+func (e *extension) Run(ctx context.Context, c *client.Client, mt *machinecheck.Target, _ []string) []drift.Result {
 	t := &target{machine: mt, threshold: e.o.Threshold, now: e.o.Now()}
 	if mt.Machine.IsControlPlane() {
 		e.once.Do(func() { e.fl = e.cluster(ctx) })
@@ -101,7 +102,7 @@ func (e *extension) Run(ctx context.Context, c *client.Client, mt *machines.Targ
 
 // target is one machine's certificates as a pass read them.
 type target struct {
-	machine   *machines.Target
+	machine   *machinecheck.Target
 	threshold time.Duration
 	now       time.Time
 	findings  []finding
@@ -330,7 +331,7 @@ func (e *extension) apiServer(ctx context.Context) finding {
 // apid reads the serving certificate the machine's apid presented on a
 // Version call. Through an endpoint the TLS peer is the endpoint's apid,
 // which its own machine reports.
-func (e *extension) apid(ctx context.Context, c *client.Client, mt *machines.Target) finding {
+func (e *extension) apid(ctx context.Context, c *client.Client, mt *machinecheck.Target) finding {
 	f := finding{credential: CredApid, what: "apid's serving certificate", renewedByTalos: true,
 		renew:       "machined issues apid's certificate from the OS CA and renews it at half its life (secrets APIController): one this close to its end was not renewed; " + talosctl(mt, "logs controller-runtime") + " says why",
 		unknownNext: talosctlHint(mt)}
@@ -359,7 +360,7 @@ func (e *extension) apid(ctx context.Context, c *client.Client, mt *machines.Tar
 	return f
 }
 
-func talosctl(mt *machines.Target, args string) string {
+func talosctl(mt *machinecheck.Target, args string) string {
 	prefix := mt.Talosctl
 	if prefix == "" {
 		prefix = "talosctl -n " + mt.Machine.Address
@@ -367,7 +368,7 @@ func talosctl(mt *machines.Target, args string) string {
 	return prefix + " " + args
 }
 
-func talosctlHint(mt *machines.Target) string { return talosctl(mt, "version") }
+func talosctlHint(mt *machinecheck.Target) string { return talosctl(mt, "version") }
 
 func firstCertificate(data []byte) (*x509.Certificate, error) {
 	for {

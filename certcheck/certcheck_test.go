@@ -12,19 +12,21 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/role"
 
 	"devata.dev/devata/certcheck"
+	"devata.dev/devata/checks"
 	"devata.dev/devata/drift"
 	"devata.dev/devata/internal/simtest"
-	"devata.dev/devata/machines"
+	"devata.dev/devata/machinecheck"
+	"devata.dev/devata/talosapi"
 )
 
 // talosconfigValidFor writes a talosconfig for f's OS CA whose client
 // certificate (roles r) ends ttl from now, and a dialer that uses it.
-func talosconfigValidFor(t *testing.T, f *simtest.Fleet, ttl time.Duration, r ...role.Role) *machines.Dialer {
+func talosconfigValidFor(t *testing.T, f *simtest.Fleet, ttl time.Duration, r ...role.Role) *talosapi.Dialer {
 	t.Helper()
 	return talosconfigIssued(t, f, time.Now(), ttl, r...)
 }
 
-func talosconfigIssued(t *testing.T, f *simtest.Fleet, at time.Time, ttl time.Duration, r ...role.Role) *machines.Dialer {
+func talosconfigIssued(t *testing.T, f *simtest.Fleet, at time.Time, ttl time.Duration, r ...role.Role) *talosapi.Dialer {
 	t.Helper()
 	crt, err := secrets.NewAdminCertificateAndKey(at, f.Bundle.Certs.OS, role.MakeSet(r...), ttl)
 	if err != nil {
@@ -38,22 +40,22 @@ func talosconfigIssued(t *testing.T, f *simtest.Fleet, at time.Time, ttl time.Du
 	if err := os.WriteFile(path, data, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := machines.LoadTalosconfig(path)
+	cfg, err := talosapi.LoadTalosconfig(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := machines.NewDialer(cfg, f.Overrides)
+	d, err := talosapi.NewDialer(cfg, f.Overrides)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return d
 }
 
-func pass(t *testing.T, f *simtest.Fleet, d *machines.Dialer, o certcheck.Options) *drift.Report {
+func pass(t *testing.T, f *simtest.Fleet, d *talosapi.Dialer, o certcheck.Options) *drift.Report {
 	t.Helper()
 	o.Dialer = d
-	fc := &machines.FleetCheck{Inventory: f.Inventory, Desired: f.Desired, Dialer: d, Checks: []string{certcheck.CheckCertificates},
-		Extensions: []machines.Extension{certcheck.Extension(o)}, Concurrency: 4, Timeout: 10 * time.Second}
+	fc := &checks.FleetCheck{Inventory: f.Inventory, Desired: f.Desired, Dialer: d, Checks: []string{certcheck.CheckCertificates},
+		Extensions: []machinecheck.Extension{certcheck.Extension(o)}, Concurrency: 4, Timeout: 10 * time.Second}
 	rep, err := fc.Report(t.Context(), drift.Header{Cluster: "homelab"})
 	if err != nil {
 		t.Fatal(err)

@@ -13,7 +13,7 @@ import (
 	"devata.dev/devata/dnscheck"
 	"devata.dev/devata/drift"
 	"devata.dev/devata/inventory"
-	"devata.dev/devata/machines"
+	"devata.dev/devata/machinecheck"
 	"devata.dev/devata/netcheck"
 	"devata.dev/devata/storagecheck"
 )
@@ -22,7 +22,7 @@ import (
 type Family string
 
 const (
-	FamilyMachine Family = "machine" // package machines: Talos config, versions, stage, kubelet, etcd
+	FamilyMachine Family = "machine" // package machinecheck: Talos config, versions, stage, kubelet, etcd
 	FamilyStorage Family = "storage" // package storagecheck: volumes and mounts
 	FamilyCilium  Family = "cilium"  // package netcheck: Cilium kube-proxy-free routing
 	FamilyCerts   Family = "certs"   // package certcheck: credentials that expire
@@ -48,7 +48,7 @@ func All() []Entry {
 			out = append(out, Entry{Info: i, Family: f, Optional: optional})
 		}
 	}
-	add(FamilyMachine, "", drift.Infos(machines.Checks())...)
+	add(FamilyMachine, "", drift.Infos(machinecheck.Checks())...)
 	add(FamilyStorage, "", drift.Infos(storagecheck.Checks())...)
 	add(FamilyCerts, "", certcheck.Info())
 	add(FamilyDNS, "", dnscheck.Info())
@@ -95,12 +95,12 @@ type Options struct {
 }
 
 // Extensions builds the families that ride on the machine checks for one
-// pass over inv (machines.FleetCheck.Extensions), in All's order. Build them
+// pass over inv (FleetCheck.Extensions), in All's order. Build them
 // per pass: the cilium family keeps one Kubernetes snapshot per pass.
-func Extensions(inv *inventory.Inventory, o Options) []machines.Extension {
+func Extensions(inv *inventory.Inventory, o Options) []machinecheck.Extension {
 	var opts []netcheck.Option
 	if o.Probe != nil {
 		opts = append(opts, netcheck.WithProbe(*o.Probe))
 	}
-	return []machines.Extension{storagecheck.Extension(), certcheck.Extension(o.Certs), dnscheck.Extension(o.Kube), netcheck.Extension(o.Kube, o.Exec, inv, opts...)}
+	return []machinecheck.Extension{storagecheck.Extension(), certcheck.Extension(o.Certs), dnscheck.Extension(o.Kube), netcheck.Extension(o.Kube, o.Exec, inv, opts...)}
 }

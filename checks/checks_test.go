@@ -10,7 +10,7 @@ import (
 	"devata.dev/devata/checks"
 	"devata.dev/devata/drift"
 	"devata.dev/devata/inventory"
-	"devata.dev/devata/machines"
+	"devata.dev/devata/machinecheck"
 	"devata.dev/devata/netcheck"
 )
 
@@ -32,7 +32,7 @@ func TestNamesAreUniqueAndInLadderOrderPerFamily(t *testing.T) {
 	if got := checks.Names(); len(got) != len(all) {
 		t.Errorf("Names has %d, All %d", len(got), len(all))
 	}
-	if got, want := checks.Of(checks.FamilyMachine), []string{machines.CheckConfig, machines.CheckTalosVersion, machines.CheckExtensions, machines.CheckMachineStage, machines.CheckKubelet, machines.CheckEtcd}; !slices.Equal(got, want) {
+	if got, want := checks.Of(checks.FamilyMachine), []string{machinecheck.CheckConfig, machinecheck.CheckTalosVersion, machinecheck.CheckExtensions, machinecheck.CheckMachineStage, machinecheck.CheckKubelet, machinecheck.CheckEtcd}; !slices.Equal(got, want) {
 		t.Errorf("machine checks %v, want %v", got, want)
 	}
 	if slices.Contains(checks.Of(checks.FamilyCilium), netcheck.CheckProbe) {
@@ -46,7 +46,7 @@ func TestExtensionsRunWhatAllLists(t *testing.T) {
 	inv := &inventory.Inventory{}
 	run := func(o checks.Options) []string {
 		var names []string
-		for _, c := range machines.Checks() {
+		for _, c := range machinecheck.Checks() {
 			names = append(names, c.Name)
 		}
 		for _, e := range checks.Extensions(inv, o) {

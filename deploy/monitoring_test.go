@@ -26,9 +26,10 @@ import (
 	"devata.dev/devata/backup"
 	"devata.dev/devata/drift"
 	"devata.dev/devata/internal/simtest"
-	"devata.dev/devata/machines"
+	"devata.dev/devata/machinecheck"
 	"devata.dev/devata/provenance"
 	"devata.dev/devata/reconcile"
+	"devata.dev/devata/talosapi"
 )
 
 const (
@@ -290,8 +291,8 @@ func exportedMetrics(t *testing.T) map[string]bool {
 		t.Fatal(err)
 	}
 	loop := &reconcile.Loop{
-		Source: reconcile.FileSource(f.Inventory.Path), Dialer: f.Dialer, Checks: []string{machines.CheckConfig, machines.CheckTalosVersion},
-		Mode: machines.ModeAuto, MaxUnavailable: 1, Concurrency: 4,
+		Source: reconcile.FileSource(f.Inventory.Path), Dialer: f.Dialer, Checks: []string{machinecheck.CheckConfig, machinecheck.CheckTalosVersion},
+		Mode: talosapi.ModeAuto, MaxUnavailable: 1, Concurrency: 4,
 		Timeout: 5 * time.Second, Wait: 5 * time.Second, Poll: 20 * time.Millisecond, Grace: 5 * time.Second,
 		Metrics: reconcile.NewMetrics(),
 	}

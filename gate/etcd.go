@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"devata.dev/devata/inventory"
-	"devata.dev/devata/machines"
+	"devata.dev/devata/talosapi"
 )
 
 // EtcdView is etcd as every control plane reports it at one moment: what
@@ -31,7 +31,7 @@ type EtcdView struct {
 	// (rebooting, stopped, failed).
 	Down []string
 	// NoLeader are control planes whose etcd runs but has no leader
-	// (machines.ErrEtcdNoLeader), sorted: they hold data and can stream a
+	// (talosapi.ErrEtcdNoLeader), sorted: they hold data and can stream a
 	// snapshot, but cannot list etcd's members. When no member is healthy
 	// besides, etcd has no quorum (NoQuorum).
 	NoLeader []string
@@ -39,7 +39,7 @@ type EtcdView struct {
 	Problems []string
 	// NotBootstrapped lists every control plane, sorted, when each one
 	// answered and reports its etcd not running and waiting in its PreFunc
-	// to be bootstrapped or to join (machines.Observation.WaitingForEtcd):
+	// to be bootstrapped or to join (talosapi.Observation.WaitingForEtcd):
 	// no etcd cluster exists, and waiting does not make one. Empty
 	// otherwise.
 	NotBootstrapped []string
@@ -141,24 +141,24 @@ func plural(n int, one, many string) string {
 }
 
 // ObserveEtcd asks every control plane of inv for its view of etcd, in a
-// full observation of each (machines.Observe).
-func ObserveEtcd(ctx context.Context, inv *inventory.Inventory, d *machines.Dialer, timeout time.Duration) EtcdView {
-	return observeEtcd(ctx, inv, d, timeout, machines.Observe)
+// full observation of each (talosapi.Observe).
+func ObserveEtcd(ctx context.Context, inv *inventory.Inventory, d *talosapi.Dialer, timeout time.Duration) EtcdView {
+	return observeEtcd(ctx, inv, d, timeout, talosapi.Observe)
 }
 
 // ObserveEtcdOnly is ObserveEtcd through the etcd calls alone
-// (machines.ObserveEtcd): what a talosconfig with the os:etcd:backup role
+// (talosapi.ObserveEtcd): what a talosconfig with the os:etcd:backup role
 // may read. It tells control planes that wait to be bootstrapped
 // (NotBootstrapped) only when the role may read the etcd service.
-func ObserveEtcdOnly(ctx context.Context, inv *inventory.Inventory, d *machines.Dialer, timeout time.Duration) EtcdView {
-	return observeEtcd(ctx, inv, d, timeout, func(ctx context.Context, d *machines.Dialer, m *inventory.Machine, _ ...machines.Read) *machines.Observation {
-		return machines.ObserveEtcd(ctx, d, m)
+func ObserveEtcdOnly(ctx context.Context, inv *inventory.Inventory, d *talosapi.Dialer, timeout time.Duration) EtcdView {
+	return observeEtcd(ctx, inv, d, timeout, func(ctx context.Context, d *talosapi.Dialer, m *inventory.Machine, _ ...talosapi.Read) *talosapi.Observation {
+		return talosapi.ObserveEtcd(ctx, d, m)
 	})
 }
 
-type observeFunc func(context.Context, *machines.Dialer, *inventory.Machine, ...machines.Read) *machines.Observation
+type observeFunc func(context.Context, *talosapi.Dialer, *inventory.Machine, ...talosapi.Read) *talosapi.Observation
 
-func observeEtcd(ctx context.Context, inv *inventory.Inventory, d *machines.Dialer, timeout time.Duration, observe observeFunc) EtcdView {
+func observeEtcd(ctx context.Context, inv *inventory.Inventory, d *talosapi.Dialer, timeout time.Duration, observe observeFunc) EtcdView {
 	cps := inv.ControlPlanes()
 	var want []string
 	for _, m := range cps {
@@ -175,7 +175,7 @@ func observeEtcd(ctx context.Context, inv *inventory.Inventory, d *machines.Dial
 		maint    []string
 		listed   = map[string]bool{}
 	)
-	_ = machines.ForEach(ctx, cps, len(cps), timeout, func(ctx context.Context, m *inventory.Machine) error {
+	_ = talosapi.ForEach(ctx, cps, len(cps), timeout, func(ctx context.Context, m *inventory.Machine) error {
 		o := observe(ctx, d, m)
 		mu.Lock()
 		defer mu.Unlock()
@@ -186,11 +186,11 @@ func observeEtcd(ctx context.Context, inv *inventory.Inventory, d *machines.Dial
 			if o.Maintenance {
 				maint = append(maint, m.Name)
 			}
-		case errors.Is(o.EtcdErr, machines.ErrEtcdNoLeader):
+		case errors.Is(o.EtcdErr, talosapi.ErrEtcdNoLeader):
 			// it runs and holds data, but cannot say who the members are
 			v.Problems = append(v.Problems, fmt.Sprintf("%s: etcd runs but has no leader (%s)", m.Name, etcdSays(o)))
 			v.NoLeader = append(v.NoLeader, m.Name)
-		case errors.Is(o.EtcdErr, machines.ErrEtcdLearner):
+		case errors.Is(o.EtcdErr, talosapi.ErrEtcdLearner):
 			// it joined and runs, a learner etcd refuses the member list
 			v.Problems = append(v.Problems, fmt.Sprintf("%s: etcd runs as a learner, not yet promoted", m.Name))
 			learners[m.Name] = true
@@ -292,7 +292,7 @@ func (v EtcdView) NoQuorumReason() string {
 
 // etcdSays is what a member without a leader says of it: etcd's own
 // words from EtcdStatus, else from the member list.
-func etcdSays(o *machines.Observation) string {
+func etcdSays(o *talosapi.Observation) string {
 	if o.EtcdLocal != nil && len(o.EtcdLocal.Errors) > 0 {
 		return strings.Join(o.EtcdLocal.Errors, "; ")
 	}

@@ -9,7 +9,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/siderolabs/talos/pkg/machinery/compatibility"
 
-	"devata.dev/devata/machines"
+	"devata.dev/devata/talosapi"
 )
 
 // KubernetesPath decides whether the cluster's Kubernetes components may
@@ -70,7 +70,7 @@ type KubeMachine struct {
 	Maintenance bool
 	// Running are the images its applied config runs; nil when that config
 	// could not be read.
-	Running *machines.KubeComponents
+	Running *talosapi.KubeComponents
 	// NodeKubelet is the kubelet version its Node reports ("" not read);
 	// it counts toward the lowest version when Running is nil.
 	NodeKubelet string
@@ -79,7 +79,7 @@ type KubeMachine struct {
 	// Changes: the plan changes its config now, to one that runs Desired.
 	// Why says why not, when it does not.
 	Changes bool
-	Desired machines.KubeComponents
+	Desired talosapi.KubeComponents
 	Why     string
 }
 
@@ -89,8 +89,8 @@ func (k KubeMachine) Moves() []string {
 		return nil
 	}
 	var out []string
-	for _, c := range machines.KubeOrder {
-		if want := k.Desired.Image(c); want != "" && machines.ImageTag(k.Running.Image(c)) != machines.ImageTag(want) {
+	for _, c := range talosapi.KubeOrder {
+		if want := k.Desired.Image(c); want != "" && talosapi.ImageTag(k.Running.Image(c)) != talosapi.ImageTag(want) {
 			out = append(out, c)
 		}
 	}
@@ -124,7 +124,7 @@ func (k *KubeRollout) Next() string {
 	if k.Refused != "" {
 		return "none: refused"
 	}
-	for _, c := range machines.KubeOrder {
+	for _, c := range talosapi.KubeOrder {
 		if ms := k.Moves[c]; len(ms) > 0 {
 			return c + " on " + ms[0]
 		}
@@ -185,20 +185,20 @@ func PlanKubernetes(to string, ms []KubeMachine, noNodes string) *KubeRollout {
 		switch {
 		case !m.ControlPlane || m.Maintenance:
 			continue // a control plane in maintenance mode runs no API server
-		case slices.Contains(moving[m.Name], machines.KubeAPIServer):
+		case slices.Contains(moving[m.Name], talosapi.KubeAPIServer):
 		case m.Running == nil:
 			behind = append(behind, m.Name+" ("+m.Why+")")
-		case !atLeast(machines.ImageTag(m.Running.APIServer), to):
-			behind = append(behind, fmt.Sprintf("%s (kube-apiserver %s: %s)", m.Name, machines.ImageTag(m.Running.APIServer), m.Why))
+		case !atLeast(talosapi.ImageTag(m.Running.APIServer), to):
+			behind = append(behind, fmt.Sprintf("%s (kube-apiserver %s: %s)", m.Name, talosapi.ImageTag(m.Running.APIServer), m.Why))
 		}
 	}
 	if len(behind) > 0 {
 		why := "every kube-apiserver must run " + to + " before another component moves, and these do not yet: " + strings.Join(behind, ", ") + "; the rest moves on a later run, once they do"
-		for _, c := range machines.KubeOrder[1:] {
+		for _, c := range talosapi.KubeOrder[1:] {
 			k.Held[c] = why
 		}
 	} else if noNodes != "" {
-		k.Held[machines.Kubelet] = "a kubelet's new version is confirmed on its Node, and " + noNodes
+		k.Held[talosapi.Kubelet] = "a kubelet's new version is confirmed on its Node, and " + noNodes
 	}
 	// control planes first, then workers, each in the order given
 	for _, cp := range []bool{true, false} {

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"devata.dev/devata/gate"
-	"devata.dev/devata/machines"
+	"devata.dev/devata/talosapi"
 )
 
 func TestKubernetesPath(t *testing.T) {
@@ -44,8 +44,8 @@ func TestKubernetesOnTalos(t *testing.T) {
 }
 
 // kube builds the images a machine runs at one version.
-func kube(cp bool, v string) *machines.KubeComponents {
-	k := &machines.KubeComponents{ControlPlane: cp, Kubelet: "ghcr.io/siderolabs/kubelet:" + v}
+func kube(cp bool, v string) *talosapi.KubeComponents {
+	k := &talosapi.KubeComponents{ControlPlane: cp, Kubelet: "ghcr.io/siderolabs/kubelet:" + v}
 	if cp {
 		k.APIServer = "registry.k8s.io/kube-apiserver:" + v
 		k.ControllerManager = "registry.k8s.io/kube-controller-manager:" + v
@@ -60,7 +60,7 @@ func changing(name string, cp bool, from, to string) gate.KubeMachine {
 }
 
 func TestPlanKubernetes(t *testing.T) {
-	all := []string{machines.KubeAPIServer, machines.KubeControllerManager, machines.KubeScheduler, machines.Kubelet}
+	all := []string{talosapi.KubeAPIServer, talosapi.KubeControllerManager, talosapi.KubeScheduler, talosapi.Kubelet}
 	fleet := func() []gate.KubeMachine {
 		return []gate.KubeMachine{
 			changing("w-1", false, "v1.33.5", "v1.34.1"),
@@ -82,7 +82,7 @@ func TestPlanKubernetes(t *testing.T) {
 				t.Errorf("%s moves on %v, want cp-1, cp-2", c, got)
 			}
 		}
-		if got := k.Moves[machines.Kubelet]; !slices.Equal(got, []string{"cp-1", "cp-2", "w-1"}) {
+		if got := k.Moves[talosapi.Kubelet]; !slices.Equal(got, []string{"cp-1", "cp-2", "w-1"}) {
 			t.Errorf("kubelet moves on %v, want the control planes, then w-1", got)
 		}
 		if k.Next() != "kube-apiserver on cp-1" {
@@ -104,8 +104,8 @@ func TestPlanKubernetes(t *testing.T) {
 		ms := fleet()
 		ms[2].Changes, ms[2].Why = false, "not reachable"
 		k := gate.PlanKubernetes("v1.34.1", ms, "")
-		if !slices.Equal(k.Moves[machines.KubeAPIServer], []string{"cp-1"}) {
-			t.Errorf("API servers move on %v, want cp-1", k.Moves[machines.KubeAPIServer])
+		if !slices.Equal(k.Moves[talosapi.KubeAPIServer], []string{"cp-1"}) {
+			t.Errorf("API servers move on %v, want cp-1", k.Moves[talosapi.KubeAPIServer])
 		}
 		for _, c := range all[1:] {
 			if len(k.Moves[c]) > 0 || !strings.Contains(k.Held[c], "these do not yet: cp-2 (kube-apiserver v1.33.5: not reachable)") {
@@ -118,13 +118,13 @@ func TestPlanKubernetes(t *testing.T) {
 		ms := fleet()
 		ms[2].Running, ms[2].Changes, ms[2].Why = nil, false, "dial: connection refused"
 		k := gate.PlanKubernetes("v1.34.1", ms, "")
-		if !strings.Contains(k.Held[machines.Kubelet], "cp-2 (dial: connection refused)") {
-			t.Errorf("held %q", k.Held[machines.Kubelet])
+		if !strings.Contains(k.Held[talosapi.Kubelet], "cp-2 (dial: connection refused)") {
+			t.Errorf("held %q", k.Held[talosapi.Kubelet])
 		}
 		ms[2].Maintenance = true
 		k = gate.PlanKubernetes("v1.34.1", ms, "")
-		if len(k.Held) != 0 || len(k.Moves[machines.Kubelet]) != 2 {
-			t.Errorf("held %v, kubelets %v; want nothing held", k.Held, k.Moves[machines.Kubelet])
+		if len(k.Held) != 0 || len(k.Moves[talosapi.Kubelet]) != 2 {
+			t.Errorf("held %v, kubelets %v; want nothing held", k.Held, k.Moves[talosapi.Kubelet])
 		}
 	})
 
@@ -132,18 +132,18 @@ func TestPlanKubernetes(t *testing.T) {
 		ms := fleet()
 		ms[2] = gate.KubeMachine{Name: "cp-2", ControlPlane: true, Running: kube(true, "v1.34.1"), Why: "applied config is the desired one"}
 		k := gate.PlanKubernetes("v1.34.1", ms, "")
-		if len(k.Held) != 0 || !slices.Equal(k.Moves[machines.KubeScheduler], []string{"cp-1"}) {
-			t.Errorf("held %v, schedulers %v", k.Held, k.Moves[machines.KubeScheduler])
+		if len(k.Held) != 0 || !slices.Equal(k.Moves[talosapi.KubeScheduler], []string{"cp-1"}) {
+			t.Errorf("held %v, schedulers %v", k.Held, k.Moves[talosapi.KubeScheduler])
 		}
 	})
 
 	t.Run("without Nodes the kubelets wait", func(t *testing.T) {
 		k := gate.PlanKubernetes("v1.34.1", fleet(), "devata has no kubeconfig")
-		if len(k.Moves[machines.Kubelet]) != 0 || !strings.Contains(k.Held[machines.Kubelet], "devata has no kubeconfig") {
-			t.Errorf("kubelets %v, held %q", k.Moves[machines.Kubelet], k.Held[machines.Kubelet])
+		if len(k.Moves[talosapi.Kubelet]) != 0 || !strings.Contains(k.Held[talosapi.Kubelet], "devata has no kubeconfig") {
+			t.Errorf("kubelets %v, held %q", k.Moves[talosapi.Kubelet], k.Held[talosapi.Kubelet])
 		}
-		if len(k.Moves[machines.KubeScheduler]) != 2 {
-			t.Errorf("schedulers %v; want both", k.Moves[machines.KubeScheduler])
+		if len(k.Moves[talosapi.KubeScheduler]) != 2 {
+			t.Errorf("schedulers %v; want both", k.Moves[talosapi.KubeScheduler])
 		}
 	})
 

@@ -13,8 +13,8 @@ import (
 
 	"devata.dev/devata/gate"
 	"devata.dev/devata/internal/simtest"
-	"devata.dev/devata/machines"
 	"devata.dev/devata/sim"
+	"devata.dev/devata/talosapi"
 )
 
 // Two control planes of three down: the one left runs etcd without a
@@ -33,7 +33,7 @@ func TestEtcdViewWithoutQuorum(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	backupDialer, err := machines.NewDialer(clientconfig.NewConfig("backup", nil, f.Bundle.Certs.OS.Crt, crt), f.Overrides)
+	backupDialer, err := talosapi.NewDialer(clientconfig.NewConfig("backup", nil, f.Bundle.Certs.OS.Crt, crt), f.Overrides)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,7 @@ import (
 
 	"devata.dev/devata/internal/heartbeat"
 	"devata.dev/devata/inventory"
-	"devata.dev/devata/machines"
+	"devata.dev/devata/talosapi"
 )
 
 // ErrFailed is wrapped by every gate failure.
@@ -24,7 +24,7 @@ var ErrNotBootstrapped = errors.New("etcd is not bootstrapped on any control pla
 // EtcdHealthy checks etcd from every control plane's point of view: every
 // control plane answers, they agree that the members are exactly the
 // inventory's control planes, etcd reports no errors and one leader.
-func EtcdHealthy(ctx context.Context, inv *inventory.Inventory, d *machines.Dialer, timeout time.Duration) error {
+func EtcdHealthy(ctx context.Context, inv *inventory.Inventory, d *talosapi.Dialer, timeout time.Duration) error {
 	return ObserveEtcd(ctx, inv, d, timeout).Err()
 }
 
@@ -32,7 +32,7 @@ func EtcdHealthy(ctx context.Context, inv *inventory.Inventory, d *machines.Dial
 // to a control plane.
 type Etcd struct {
 	Inventory *inventory.Inventory
-	Dialer    *machines.Dialer
+	Dialer    *talosapi.Dialer
 	// Timeout bounds one Talos API call; Wait bounds waiting for the gate;
 	// Poll is how often it looks again.
 	Timeout, Wait, Poll time.Duration

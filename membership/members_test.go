@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"devata.dev/devata/internal/simtest"
-	"devata.dev/devata/machines"
 	"devata.dev/devata/membership"
 	"devata.dev/devata/sim"
+	"devata.dev/devata/talosapi"
 )
 
 // With every control plane up, one reports etcd's members; with two of
@@ -27,7 +27,7 @@ func TestObserveMembersWithoutQuorum(t *testing.T) {
 	f.Sim.Machine("cp-2").SetFaults(sim.Faults{Unreachable: true})
 	f.Sim.Machine("cp-3").SetFaults(sim.Faults{Unreachable: true})
 	_, err = membership.ObserveMembers(ctx, f.Inventory, f.Dialer, 5*time.Second)
-	if !errors.Is(err, machines.ErrEtcdNoLeader) || !strings.Contains(err.Error(), "cp-1: etcd has no leader") ||
+	if !errors.Is(err, talosapi.ErrEtcdNoLeader) || !strings.Contains(err.Error(), "cp-1: etcd has no leader") ||
 		!strings.Contains(err.Error(), "; etcd has no leader, so no quorum: no member lists the members") || !strings.Contains(err.Error(), "bring back the control planes that are down") {
 		t.Errorf("members without quorum: %v; want no quorum named, with what to do", err)
 	}

@@ -13,7 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"devata.dev/devata/inventory"
-	"devata.dev/devata/machines"
+	"devata.dev/devata/talosapi"
 )
 
 // Orphan is an etcd member or a Kubernetes Node that no machine of the
@@ -49,11 +49,11 @@ type Members struct {
 }
 
 // ObserveMembers asks the inventory's control planes for etcd's members.
-func ObserveMembers(ctx context.Context, inv *inventory.Inventory, d *machines.Dialer, timeout time.Duration) (Members, error) {
+func ObserveMembers(ctx context.Context, inv *inventory.Inventory, d *talosapi.Dialer, timeout time.Duration) (Members, error) {
 	var errs []error
 	for _, m := range inv.ControlPlanes() {
 		cctx, cancel := context.WithTimeout(ctx, timeout)
-		o := machines.Observe(cctx, d, m)
+		o := talosapi.Observe(cctx, d, m)
 		cancel()
 		switch {
 		case o.Err != nil:
@@ -72,8 +72,8 @@ func ObserveMembers(ctx context.Context, inv *inventory.Inventory, d *machines.D
 		}
 	}
 	err := fmt.Errorf("no control plane of the inventory reports etcd's members: %v", errs)
-	if slices.ContainsFunc(errs, func(e error) bool { return errors.Is(e, machines.ErrEtcdNoLeader) }) {
-		err = fmt.Errorf("%v; %w: no member lists the members without a leader; bring back the control planes that are down, then run again", err, machines.ErrEtcdNoLeader)
+	if slices.ContainsFunc(errs, func(e error) bool { return errors.Is(e, talosapi.ErrEtcdNoLeader) }) {
+		err = fmt.Errorf("%v; %w: no member lists the members without a leader; bring back the control planes that are down, then run again", err, talosapi.ErrEtcdNoLeader)
 	}
 	return Members{}, err
 }
@@ -81,7 +81,7 @@ func ObserveMembers(ctx context.Context, inv *inventory.Inventory, d *machines.D
 // Orphans lists the etcd members and Nodes that no machine of inv has, by
 // name. kube nil lists etcd members only; an error from either side is
 // returned with what the other side found.
-func Orphans(ctx context.Context, inv *inventory.Inventory, d *machines.Dialer, kube kubernetes.Interface, timeout time.Duration) ([]Orphan, error) {
+func Orphans(ctx context.Context, inv *inventory.Inventory, d *talosapi.Dialer, kube kubernetes.Interface, timeout time.Duration) ([]Orphan, error) {
 	byName := map[string]*Orphan{}
 	get := func(name string) *Orphan {
 		if byName[name] == nil {

@@ -23,7 +23,7 @@ import (
 	"devata.dev/devata/internal/drain"
 	"devata.dev/devata/internal/heartbeat"
 	"devata.dev/devata/inventory"
-	"devata.dev/devata/machines"
+	"devata.dev/devata/talosapi"
 )
 
 // StepKind names one step of a removal, in the order they run.
@@ -112,7 +112,7 @@ var ErrNothingToRemove = errors.New("nothing to remove")
 // Remover plans and runs the removal of one orphan.
 type Remover struct {
 	Inventory *inventory.Inventory
-	Dialer    *machines.Dialer
+	Dialer    *talosapi.Dialer
 	Kube      kubernetes.Interface
 	// Timeout bounds one API call; Wait bounds each wait (the drain, etcd
 	// agreeing, the machine coming back); Poll is how often a wait looks.
@@ -169,11 +169,11 @@ func (r *Remover) Plan(ctx context.Context, name string) (*Plan, error) {
 	p.Machine = r.machine(name, nodeIP, p.ControlPlane)
 	if p.Machine != nil {
 		cctx, cancel := r.call(ctx)
-		o := machines.Observe(cctx, r.Dialer, p.Machine)
+		o := talosapi.Observe(cctx, r.Dialer, p.Machine)
 		cancel()
 		switch {
 		case o.Err != nil:
-			p.Notes = append(p.Notes, fmt.Sprintf("%s does not answer at %s (%v): it is taken as gone, and not reset", name, r.Dialer.Endpoint(p.Machine), machines.PlainError(o.Err)))
+			p.Notes = append(p.Notes, fmt.Sprintf("%s does not answer at %s (%v): it is taken as gone, and not reset", name, r.Dialer.Endpoint(p.Machine), talosapi.PlainError(o.Err)))
 		case o.Maintenance:
 			p.Reachable, p.Maintenance = true, true
 		default:
@@ -307,7 +307,7 @@ func internalIP(n *corev1.Node) string {
 // identify makes sure the machine that answered is the one to remove: its
 // active config's hostname is name, or (a control plane) its etcd member
 // ID is the member's. A reset of the wrong machine is not undone.
-func identify(o *machines.Observation, name string, memberID uint64) error {
+func identify(o *talosapi.Observation, name string, memberID uint64) error {
 	if memberID != 0 && o.EtcdLocal != nil && o.EtcdLocal.MemberID == memberID {
 		return nil
 	}
@@ -397,7 +397,7 @@ func (r *Remover) etcdLeave(ctx context.Context, p *Plan) error {
 	cctx, cancel := context.WithTimeout(ctx, r.Wait)
 	defer cancel()
 	if err := c.EtcdLeaveCluster(cctx, &machine.EtcdLeaveClusterRequest{}); err != nil {
-		return machines.PlainError(err)
+		return talosapi.PlainError(err)
 	}
 	return r.waitGone(ctx, p.Name)
 }
@@ -421,7 +421,7 @@ func (r *Remover) etcdRemove(ctx context.Context, p *Plan) error {
 	cctx, cancel := r.call(ctx)
 	defer cancel()
 	if err := c.EtcdRemoveMemberByID(cctx, &machine.EtcdRemoveMemberByIDRequest{MemberId: p.MemberID}); err != nil {
-		return machines.PlainError(err)
+		return talosapi.PlainError(err)
 	}
 	return r.waitGone(ctx, p.Name)
 }
@@ -456,22 +456,22 @@ func (r *Remover) reset(ctx context.Context, p *Plan) error {
 	err = c.ResetGeneric(cctx, &machine.ResetRequest{Graceful: true, Reboot: !r.PowerOff, Mode: machine.ResetRequest_SYSTEM_DISK})
 	cancel()
 	if err != nil {
-		return machines.PlainError(err)
+		return talosapi.PlainError(err)
 	}
 	if r.PowerOff {
-		return r.waitUntil(ctx, p, "does not answer (halted)", func(o *machines.Observation) bool { return o.Err != nil })
+		return r.waitUntil(ctx, p, "does not answer (halted)", func(o *talosapi.Observation) bool { return o.Err != nil })
 	}
-	return r.waitUntil(ctx, p, "is back in maintenance mode", func(o *machines.Observation) bool { return o.Maintenance })
+	return r.waitUntil(ctx, p, "is back in maintenance mode", func(o *talosapi.Observation) bool { return o.Maintenance })
 }
 
-func (r *Remover) waitUntil(ctx context.Context, p *Plan, what string, done func(*machines.Observation) bool) error {
+func (r *Remover) waitUntil(ctx context.Context, p *Plan, what string, done func(*talosapi.Observation) bool) error {
 	beat := heartbeat.Start(r.Say, r.Heartbeat, r.Wait, p.Name+" after its reset: until it "+what)
 	defer beat.Stop()
 	wctx, cancel := context.WithTimeout(ctx, r.Wait)
 	defer cancel()
 	for {
 		cctx, ccancel := r.call(wctx)
-		o := machines.Observe(cctx, r.Dialer, p.Machine)
+		o := talosapi.Observe(cctx, r.Dialer, p.Machine)
 		ccancel()
 		if done(o) {
 			r.say("    %s %s", p.Name, what)

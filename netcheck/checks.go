@@ -50,7 +50,7 @@ type Target struct {
 	Machine *inventory.Machine
 	Expect  Expect
 	// Active is the node's active MachineConfig (v1alpha1) as Talos stores it
-	// (machines.Observation.Active); ActiveErr says why it could not be read.
+	// (talosapi.Observation.Active); ActiveErr says why it could not be read.
 	Active    []byte
 	ActiveErr error
 	// Obs is what Observe read over the Talos API; nil means not observed.
@@ -64,7 +64,7 @@ type Target struct {
 	// AgentSkipped says why the agent was not exec'd into, when it was not.
 	AgentSkipped error
 	// Talosctl is how next steps reach the node with talosctl, as devata
-	// did (machines.Dialer.Talosctl); empty means "talosctl -n ADDRESS".
+	// did (talosapi.Dialer.Talosctl); empty means "talosctl -n ADDRESS".
 	Talosctl string
 }
 

@@ -14,10 +14,10 @@ import (
 
 	"devata.dev/devata/drift"
 	"devata.dev/devata/inventory"
-	"devata.dev/devata/machines"
+	"devata.dev/devata/machinecheck"
 )
 
-// Extension plugs the cilium checks into a machines.FleetCheck: the Talos
+// Extension plugs the cilium checks into a checks.FleetCheck: the Talos
 // side reads on the connection the machine checks opened and reuses the
 // active config they already hold; the Kubernetes side is one Cluster
 // snapshot, read by the first machine that needs it and shared by the rest.
@@ -28,7 +28,7 @@ import (
 // exec'd into at most once per pass, through ex, inside the machine's turn
 // (so --concurrency bounds the execs in flight); a nil ex leaves the agent's
 // own status Unknown.
-func Extension(kube kubernetes.Interface, ex Execer, inv *inventory.Inventory, opts ...Option) machines.Extension {
+func Extension(kube kubernetes.Interface, ex Execer, inv *inventory.Inventory, opts ...Option) machinecheck.Extension {
 	return ExtensionWith(kube, DynamicFor(kube), ex, inv, opts...)
 }
 
@@ -47,7 +47,7 @@ func WithProbe(o ProbeOptions) Option {
 }
 
 // ExtensionWith is Extension with the dynamic client given.
-func ExtensionWith(kube kubernetes.Interface, dyn dynamic.Interface, ex Execer, inv *inventory.Inventory, opts ...Option) machines.Extension {
+func ExtensionWith(kube kubernetes.Interface, dyn dynamic.Interface, ex Execer, inv *inventory.Inventory, opts ...Option) machinecheck.Extension {
 	var eo extOptions
 	for _, opt := range opts {
 		opt(&eo)
@@ -68,7 +68,7 @@ type extension struct {
 
 func (e *extension) Checks() []drift.Info { return drift.Infos(e.checks) }
 
-func (e *extension) Run(ctx context.Context, c *client.Client, mt *machines.Target, want []string) []drift.Result {
+func (e *extension) Run(ctx context.Context, c *client.Client, mt *machinecheck.Target, want []string) []drift.Result {
 	o := mt.Obs
 	var no *Observation
 	switch {

@@ -26,10 +26,11 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"devata.dev/devata/checks"
 	"devata.dev/devata/drift"
 	"devata.dev/devata/internal/simtest"
 	"devata.dev/devata/internal/testenv"
-	"devata.dev/devata/machines"
+	"devata.dev/devata/machinecheck"
 	"devata.dev/devata/netcheck"
 	"devata.dev/devata/sim"
 )
@@ -104,7 +105,7 @@ type bed struct {
 }
 
 // ext is the Extension as devata drift wires it, with the bed's clients.
-func (b *bed) ext() machines.Extension {
+func (b *bed) ext() machinecheck.Extension {
 	return netcheck.Extension(b.kube, b.exec, b.fleet.Inventory)
 }
 
@@ -194,21 +195,21 @@ func start(t *testing.T) *bed {
 
 // drift runs devata drift's pass with the cilium checks only, through the
 // Extension as devata wires it.
-func (b *bed) drift(t *testing.T, ext machines.Extension) map[string]drift.Result {
+func (b *bed) drift(t *testing.T, ext machinecheck.Extension) map[string]drift.Result {
 	t.Helper()
 	return b.driftWith(t, ext, []string{netcheck.CheckDeclaration, netcheck.CheckAgent, netcheck.CheckServices}, 3)
 }
 
 // driftWith runs a pass with the given checks and expects perMachine
 // results for each machine.
-func (b *bed) driftWith(t *testing.T, ext machines.Extension, checks []string, perMachine int) map[string]drift.Result {
+func (b *bed) driftWith(t *testing.T, ext machinecheck.Extension, selected []string, perMachine int) map[string]drift.Result {
 	t.Helper()
 	f := b.fleet
 	rep := drift.NewReport(drift.Header{Cluster: f.Inventory.Cluster.Name, Simulated: true})
-	fc := &machines.FleetCheck{
+	fc := &checks.FleetCheck{
 		Inventory: f.Inventory, Desired: f.Desired, Dialer: f.Dialer, Kube: b.kube,
-		Extensions: []machines.Extension{ext},
-		Checks:     checks,
+		Extensions: []machinecheck.Extension{ext},
+		Checks:     selected,
 		// The config check is not asked for, but the machine observation
 		// (the active config) is read all the same.
 		Concurrency: 4, Timeout: 10 * time.Second,

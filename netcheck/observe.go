@@ -15,7 +15,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/client"
 	"github.com/siderolabs/talos/pkg/machinery/resources/k8s"
 
-	"devata.dev/devata/machines"
+	"devata.dev/devata/talosapi"
 )
 
 // Observation is what one pass read from one node over the Talos API. Each
@@ -55,7 +55,7 @@ func Observe(ctx context.Context, c *client.Client) *Observation {
 	wg.Go(func() {
 		list, err := safe.StateList[*k8s.ManifestStatus](ctx, c.COSI, resource.NewMetadata(k8s.ControlPlaneNamespaceName, k8s.ManifestStatusType, "", resource.VersionUndefined))
 		if err != nil {
-			o.ManifestsErr = fmt.Errorf("list ManifestStatus: %w", machines.PlainError(err))
+			o.ManifestsErr = fmt.Errorf("list ManifestStatus: %w", talosapi.PlainError(err))
 			return
 		}
 		for r := range list.All() {
@@ -66,7 +66,7 @@ func Observe(ctx context.Context, c *client.Client) *Observation {
 	wg.Go(func() {
 		list, err := safe.StateList[*k8s.KubePrismStatuses](ctx, c.COSI, resource.NewMetadata(k8s.NamespaceName, k8s.KubePrismStatusesType, "", resource.VersionUndefined))
 		if err != nil {
-			o.KubePrismErr = fmt.Errorf("list KubePrismStatuses: %w", machines.PlainError(err))
+			o.KubePrismErr = fmt.Errorf("list KubePrismStatuses: %w", talosapi.PlainError(err))
 			return
 		}
 		for r := range list.All() {

@@ -8,7 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
-	"devata.dev/devata/machines"
+	"devata.dev/devata/talosapi"
 )
 
 // ciliumDaemonSet is the Cilium agent's DaemonSet, found in any namespace
@@ -82,7 +82,7 @@ func (r *Rollout) lookForCNI(ctx context.Context) (bool, string, error) {
 		return false, "", fmt.Errorf("list Nodes: %w", err)
 	}
 	for i := range nodes.Items {
-		if machines.NodeFactsOf(&nodes.Items[i]).Ready {
+		if talosapi.NodeFactsOf(&nodes.Items[i]).Ready {
 			return true, "Node " + nodes.Items[i].Name + " is Ready, so its network plugin runs", nil
 		}
 	}

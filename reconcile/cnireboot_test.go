@@ -13,8 +13,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"devata.dev/devata/internal/testenv"
-	"devata.dev/devata/machines"
 	"devata.dev/devata/sim"
+	"devata.dev/devata/talosapi"
 )
 
 // With a CNI running, a rebooted worker's Node is NotReady until its
@@ -51,7 +51,7 @@ func TestRollingRebootWaitsForTheNodeWhileACNIRuns(t *testing.T) {
 		}
 		var out []string
 		for i := range nodes.Items {
-			if !machines.NodeFactsOf(&nodes.Items[i]).Ready {
+			if !talosapi.NodeFactsOf(&nodes.Items[i]).Ready {
 				out = append(out, nodes.Items[i].Name)
 			}
 		}
@@ -75,7 +75,7 @@ func TestRollingRebootWaitsForTheNodeWhileACNIRuns(t *testing.T) {
 	h.f.Drift(t, "worker-1", "time.cloudflare.com", "pool.ntp.org")
 	h.f.Drift(t, "worker-2", "time.cloudflare.com", "pool.ntp.org")
 	p := h.planner()
-	p.Mode = machines.ModeReboot
+	p.Mode = talosapi.ModeReboot
 	plan, err := p.Plan(ctx, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -11,7 +11,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"devata.dev/devata/machines"
+	"devata.dev/devata/talosapi"
 )
 
 // A rebooting change with Drain but no kubeconfig is not drained, and the
@@ -24,7 +24,7 @@ func TestDrainWithoutKubernetesSaysWhatHappens(t *testing.T) {
 	ctx := context.Background()
 	h.f.Drift(t, "worker-1", "time.cloudflare.com", "pool.ntp.org")
 	p := h.planner()
-	p.Mode, p.Drain = machines.ModeReboot, true
+	p.Mode, p.Drain = talosapi.ModeReboot, true
 	plan, err := p.Plan(ctx, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -7,7 +7,7 @@ import (
 	"slices"
 	"time"
 
-	"devata.dev/devata/machines"
+	"devata.dev/devata/talosapi"
 )
 
 // A join configures a machine that answers in maintenance mode once the
@@ -28,7 +28,7 @@ import (
 // planJoins skips the joins when no control plane runs etcd: there is no
 // cluster to join, and building one is devata bootstrap's job (it
 // bootstraps etcd exactly once).
-func (p *Planner) planJoins(actions []Action, others func() []*machines.Observation) {
+func (p *Planner) planJoins(actions []Action, others func() []*talosapi.Observation) {
 	var joins []int
 	runs := false
 	for i, a := range actions {
@@ -60,7 +60,7 @@ func (p *Planner) planJoins(actions []Action, others func() []*machines.Observat
 // etcdRuns reports a control plane whose etcd answered: its member list,
 // or, without a leader (no quorum), its own status. An etcd without quorum
 // is still a cluster to join once it has one again, never one to bootstrap.
-func etcdRuns(o *machines.Observation) bool {
+func etcdRuns(o *talosapi.Observation) bool {
 	return o.Etcd != nil || o.EtcdLocal != nil
 }
 
@@ -71,11 +71,11 @@ func (r *Rollout) join(ctx context.Context, a Action) error {
 	start := time.Now()
 	desired := r.Desired[m.Name]
 	r.say("==> %s: join: its config over the maintenance connection (insecure, mode auto); it installs and reboots", m.Name)
-	err := machines.ApplyMaintenance(ctx, r.Dialer, m, desired, r.Timeout)
+	err := talosapi.ApplyMaintenance(ctx, r.Dialer, m, desired, r.Timeout)
 	switch {
-	case errors.Is(err, machines.ErrConfigured):
+	case errors.Is(err, talosapi.ErrConfigured):
 		return fmt.Errorf("%s: configured since it was planned: %w; run devata apply again to plan it afresh", m.Name, err)
-	case err != nil && (!machines.IsUnreachable(err) || ctx.Err() != nil):
+	case err != nil && (!talosapi.IsUnreachable(err) || ctx.Err() != nil):
 		return fmt.Errorf("%s: join: %w", m.Name, err)
 	case err != nil:
 		r.say("    %s: connection lost during the apply (%v); waiting to see whether it rebooted into its config", m.Name, err)
@@ -90,17 +90,17 @@ func (r *Rollout) join(ctx context.Context, a Action) error {
 	if err != nil {
 		return err
 	}
-	k, err := machines.KubeComponentsOf(desired)
+	k, err := talosapi.KubeComponentsOf(desired)
 	if err != nil {
 		return fmt.Errorf("%s: desired config: %w", m.Name, err)
 	}
-	if err := r.waitKubelet(ctx, m, machines.ImageTag(k.Kubelet)); err != nil {
+	if err := r.waitKubelet(ctx, m, talosapi.ImageTag(k.Kubelet)); err != nil {
 		return err
 	}
 	r.mu.Lock()
 	r.joinedOn[m.Name] = o.Version // Run made it
 	r.mu.Unlock()
-	r.say("    %s: joined: runs its desired config on Talos %s, its Node reports kubelet %s (%s)", m.Name, o.Version, machines.ImageTag(k.Kubelet), time.Since(start).Round(time.Millisecond))
+	r.say("    %s: joined: runs its desired config on Talos %s, its Node reports kubelet %s (%s)", m.Name, o.Version, talosapi.ImageTag(k.Kubelet), time.Since(start).Round(time.Millisecond))
 	if want := r.Inventory.Cluster.TalosVersion; o.Version != want {
 		// Talos installed nothing (the disk held an install) or installed
 		// what machine.install.image holds

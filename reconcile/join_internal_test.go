@@ -7,7 +7,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"devata.dev/devata/inventory"
-	"devata.dev/devata/machines"
+	"devata.dev/devata/talosapi"
 )
 
 // A machine in maintenance mode is joined while a control plane runs etcd,
@@ -18,15 +18,15 @@ import (
 func TestPlanJoinsCountsAnEtcdWithoutQuorum(t *testing.T) {
 	cp := &inventory.Machine{Name: "cp-1", Role: inventory.RoleControlPlane}
 	w := &inventory.Machine{Name: "worker-2", Role: inventory.RoleWorker}
-	leaderless := &machines.Observation{Machine: cp,
-		EtcdErr:   fmt.Errorf("%w: etcd member list: etcdserver: no leader (Unknown)", machines.ErrEtcdNoLeader),
-		EtcdLocal: &machines.EtcdMemberStatus{MemberID: 7, Errors: []string{"etcdserver: no leader"}}}
-	down := &machines.Observation{Machine: cp, EtcdErr: fmt.Errorf("etcd member list: context deadline exceeded (DeadlineExceeded)")}
+	leaderless := &talosapi.Observation{Machine: cp,
+		EtcdErr:   fmt.Errorf("%w: etcd member list: etcdserver: no leader (Unknown)", talosapi.ErrEtcdNoLeader),
+		EtcdLocal: &talosapi.EtcdMemberStatus{MemberID: 7, Errors: []string{"etcdserver: no leader"}}}
+	down := &talosapi.Observation{Machine: cp, EtcdErr: fmt.Errorf("etcd member list: context deadline exceeded (DeadlineExceeded)")}
 	// a client only says a kubeconfig was given: planJoins does not call it
 	p := &Planner{Kube: &kubernetes.Clientset{}}
 	for _, tc := range []struct {
 		name string
-		cp   *machines.Observation
+		cp   *talosapi.Observation
 		skip bool
 	}{
 		{"etcd without a leader", leaderless, false},
@@ -34,7 +34,7 @@ func TestPlanJoinsCountsAnEtcdWithoutQuorum(t *testing.T) {
 	} {
 		actions := []Action{{Machine: cp, Kind: KindSkip}, {Machine: w, Kind: KindJoin}}
 		see(&actions[0], tc.cp)
-		p.planJoins(actions, func() []*machines.Observation { return []*machines.Observation{tc.cp} })
+		p.planJoins(actions, func() []*talosapi.Observation { return []*talosapi.Observation{tc.cp} })
 		if skipped := actions[1].Kind == KindSkip; skipped != tc.skip {
 			t.Errorf("%s: the join is %s (%q); want skipped %v", tc.name, actions[1].Kind, actions[1].Reason, tc.skip)
 		}

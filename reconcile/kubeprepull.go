@@ -10,7 +10,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/client"
 	"google.golang.org/grpc/codes"
 
-	"devata.dev/devata/machines"
+	"devata.dev/devata/talosapi"
 )
 
 // Before the first component of a Kubernetes version change moves, every
@@ -46,7 +46,7 @@ func (r *Rollout) prePull(ctx context.Context, actions []Action) error {
 				continue
 			}
 			ns := common.ContainerdNamespace_NS_CRI
-			if ph.Component == machines.Kubelet {
+			if ph.Component == talosapi.Kubelet {
 				ns = common.ContainerdNamespace_NS_SYSTEM
 			}
 			j.images, j.ns = append(j.images, ph.Image), append(j.ns, ns)

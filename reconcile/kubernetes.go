@@ -15,7 +15,7 @@ import (
 	"devata.dev/devata/gate"
 	"devata.dev/devata/internal/heartbeat"
 	"devata.dev/devata/inventory"
-	"devata.dev/devata/machines"
+	"devata.dev/devata/talosapi"
 )
 
 // A Kubernetes version change is a config change like any other (a new
@@ -33,7 +33,7 @@ import (
 //     (kubelet.go upgradeKubeletOnNode, checkNodeKubeletVersion).
 //
 // Each step is one live apply of the desired config with the components
-// of later steps held at the images they run (machines.WithKubeImages,
+// of later steps held at the images they run (talosapi.WithKubeImages,
 // the fields talosctl upgrade-k8s patches), so an interrupted rollout
 // resumes from what the machines run. gate.PlanKubernetes decides what
 // may move now. devata's reconcile loop plans one machine at a time; it
@@ -48,7 +48,7 @@ type KubePhase struct {
 	// Config is the desired config with the components of later phases,
 	// and those held, at the images they run.
 	Config  []byte
-	Mode    machines.Mode
+	Mode    talosapi.Mode
 	Reboots bool
 }
 
@@ -65,7 +65,7 @@ type KubeStep struct {
 // seen is what the planner saw of a machine that decisions over the whole
 // fleet need (Kubernetes versions, joins).
 type seen struct {
-	running     *machines.KubeComponents
+	running     *talosapi.KubeComponents
 	talos       string
 	maintenance bool
 	// etcdRunning: a control plane whose etcd answered (etcdRuns).
@@ -78,13 +78,13 @@ type seen struct {
 // see notes what a machine's observation says for decisions over the
 // fleet; a machine in sync runs its desired config and is read from that
 // later, only when a version changes somewhere.
-func see(a *Action, o *machines.Observation) {
+func see(a *Action, o *talosapi.Observation) {
 	s := &seen{talos: o.Version, maintenance: o.Maintenance, etcdRunning: etcdRuns(o)}
 	a.seen = s
 	if a.Kind == KindNone || o.Err != nil || o.ConfigErr != nil || o.Active == nil {
 		return
 	}
-	if k, err := machines.KubeComponentsOf(o.Active); err == nil {
+	if k, err := talosapi.KubeComponentsOf(o.Active); err == nil {
 		s.running = &k
 		if a.Kind == KindApply {
 			s.active = o.Active
@@ -94,21 +94,21 @@ func see(a *Action, o *machines.Observation) {
 
 // observeOthers observes the control planes the plan does not cover: the
 // Kubernetes rules need their components, a join that etcd runs.
-func (p *Planner) observeOthers(ctx context.Context, actions []Action) []*machines.Observation {
+func (p *Planner) observeOthers(ctx context.Context, actions []Action) []*talosapi.Observation {
 	var rest []*inventory.Machine
 	for _, m := range p.Inventory.ControlPlanes() {
 		if !slices.ContainsFunc(actions, func(a Action) bool { return a.Machine.Name == m.Name }) {
 			rest = append(rest, m)
 		}
 	}
-	out := make([]*machines.Observation, len(rest))
-	_ = machines.ForEach(ctx, rest, p.Concurrency, p.Timeout, func(ctx context.Context, m *inventory.Machine) error {
-		out[slices.Index(rest, m)] = machines.Observe(ctx, p.Dialer, m)
+	out := make([]*talosapi.Observation, len(rest))
+	_ = talosapi.ForEach(ctx, rest, p.Concurrency, p.Timeout, func(ctx context.Context, m *inventory.Machine) error {
+		out[slices.Index(rest, m)] = talosapi.Observe(ctx, p.Dialer, m)
 		return nil
 	})
 	for i := range out {
 		if out[i] == nil {
-			out[i] = &machines.Observation{Machine: rest[i], Err: fmt.Errorf("not observed: %w", context.Cause(ctx))}
+			out[i] = &talosapi.Observation{Machine: rest[i], Err: fmt.Errorf("not observed: %w", context.Cause(ctx))}
 		}
 	}
 	return out
@@ -117,15 +117,15 @@ func (p *Planner) observeOthers(ctx context.Context, actions []Action) []*machin
 // planKubernetes finds the actions that move Kubernetes versions and turns
 // each into its phases, or holds or refuses them, from what every machine
 // runs; nil when no version moves.
-func (p *Planner) planKubernetes(ctx context.Context, actions []Action, others func() []*machines.Observation) *gate.KubeRollout {
+func (p *Planner) planKubernetes(ctx context.Context, actions []Action, others func() []*talosapi.Observation) *gate.KubeRollout {
 	to := p.Inventory.Cluster.KubernetesVersion
-	desired := make([]machines.KubeComponents, len(actions))
+	desired := make([]talosapi.KubeComponents, len(actions))
 	moves := false
 	for i, a := range actions {
 		if a.Kind != KindApply || a.seen == nil || a.seen.running == nil {
 			continue
 		}
-		k, err := machines.KubeComponentsOf(p.config(a))
+		k, err := talosapi.KubeComponentsOf(p.config(a))
 		if err != nil {
 			continue // the dry run validated it; nothing to move
 		}
@@ -147,7 +147,7 @@ func (p *Planner) planKubernetes(ctx context.Context, actions []Action, others f
 		case KindApply:
 			km.Changes, km.Desired = km.Running != nil, desired[i]
 		case KindNone:
-			if k, err := machines.KubeComponentsOf(p.config(a)); err == nil {
+			if k, err := talosapi.KubeComponentsOf(p.config(a)); err == nil {
 				km.Running = &k // it runs its desired config
 			}
 		}
@@ -185,7 +185,7 @@ func (p *Planner) planKubernetes(ctx context.Context, actions []Action, others f
 			a.Kind, a.Reason = KindSkip, "Kubernetes version change refused: "+roll.Refused
 			continue
 		}
-		if p.Mode == machines.ModeStaged || p.Mode == machines.ModeTry {
+		if p.Mode == talosapi.ModeStaged || p.Mode == talosapi.ModeTry {
 			a.Kind, a.Reason = KindSkip, fmt.Sprintf("a Kubernetes version change is applied live, one component at a time, and waited for; --mode %s cannot do that: use --mode auto", p.Mode)
 			continue
 		}
@@ -194,13 +194,13 @@ func (p *Planner) planKubernetes(ctx context.Context, actions []Action, others f
 		case err != nil:
 			a.Kind, a.Reason = KindSkip, "Kubernetes version change: "+err.Error()
 		case step == nil:
-			a.Kind, a.Held, a.Diff = KindSkip, true, machines.ConfigDiff{}
+			a.Kind, a.Held, a.Diff = KindSkip, true, talosapi.ConfigDiff{}
 			a.Reason = "left alone: " + heldReason(km, roll, mv)
 		default:
 			a.Kubernetes = step
 			for _, c := range mv {
 				if why := roll.Held[c]; why != "" {
-					a.Warnings = append(a.Warnings, fmt.Sprintf("its %s stays at %s: %s", c, machines.ImageTag(km.Running.Image(c)), why))
+					a.Warnings = append(a.Warnings, fmt.Sprintf("its %s stays at %s: %s", c, talosapi.ImageTag(km.Running.Image(c)), why))
 				}
 			}
 		}
@@ -253,12 +253,12 @@ func (p *Planner) kubeStep(a *Action, km gate.KubeMachine, roll *gate.KubeRollou
 		}
 		return out
 	}
-	laterMode, laterReboots := machines.ModeNoReboot, false
-	if p.Mode == machines.ModeReboot {
-		laterMode, laterReboots = machines.ModeReboot, true
+	laterMode, laterReboots := talosapi.ModeNoReboot, false
+	if p.Mode == talosapi.ModeReboot {
+		laterMode, laterReboots = talosapi.ModeReboot, true
 	}
 	for i, c := range now {
-		cfg, err := machines.WithKubeImages(desired, held(i))
+		cfg, err := talosapi.WithKubeImages(desired, held(i))
 		if err != nil {
 			return nil, err
 		}
@@ -272,11 +272,11 @@ func (p *Planner) kubeStep(a *Action, km gate.KubeMachine, roll *gate.KubeRollou
 		return step, nil
 	}
 	// Every move waits: what else changes goes alone.
-	base, err := machines.WithKubeImages(desired, held(-1))
+	base, err := talosapi.WithKubeImages(desired, held(-1))
 	if err != nil {
 		return nil, err
 	}
-	if d, err := machines.DiffConfigs(a.seen.active, base); err != nil || d.Equal {
+	if d, err := talosapi.DiffConfigs(a.seen.active, base); err != nil || d.Equal {
 		return nil, err
 	}
 	step.Phases = []KubePhase{{Config: base, Mode: a.Mode, Reboots: a.Reboots}}
@@ -285,7 +285,7 @@ func (p *Planner) kubeStep(a *Action, km gate.KubeMachine, roll *gate.KubeRollou
 
 // kubeMachineOf is a control plane the plan does not cover, as the
 // Kubernetes rules see it.
-func kubeMachineOf(o *machines.Observation) gate.KubeMachine {
+func kubeMachineOf(o *talosapi.Observation) gate.KubeMachine {
 	km := gate.KubeMachine{Name: o.Machine.Name, ControlPlane: true, Talos: o.Version, Maintenance: o.Maintenance, Why: "not in this plan"}
 	switch {
 	case o.Err != nil:
@@ -293,7 +293,7 @@ func kubeMachineOf(o *machines.Observation) gate.KubeMachine {
 	case o.ConfigErr != nil:
 		km.Why = o.ConfigErr.Error()
 	default:
-		if k, err := machines.KubeComponentsOf(o.Active); err == nil {
+		if k, err := talosapi.KubeComponentsOf(o.Active); err == nil {
 			km.Running = &k
 		}
 	}
@@ -308,7 +308,7 @@ func (p *Planner) nodeKubelets(ctx context.Context) map[string]string {
 	}
 	lctx, cancel := context.WithTimeout(ctx, p.Timeout)
 	defer cancel()
-	nodes := machines.ObserveNodes(lctx, p.Kube)
+	nodes := talosapi.ObserveNodes(lctx, p.Kube)
 	if nodes.Err != nil {
 		return nil
 	}
@@ -335,11 +335,11 @@ func writeKubernetes(w io.Writer, k *gate.KubeRollout) {
 	} else {
 		fmt.Fprintln(w, "  0. the new images pre-pulled on every machine that moves (MachineService.ImagePull)")
 	}
-	for i, c := range machines.KubeOrder {
+	for i, c := range talosapi.KubeOrder {
 		switch ms := k.Moves[c]; {
 		case k.Held[c] != "":
 			fmt.Fprintf(w, "  %d. %s: held: %s\n", i+1, c, k.Held[c])
-		case len(ms) > 0 && c == machines.Kubelet:
+		case len(ms) > 0 && c == talosapi.Kubelet:
 			fmt.Fprintf(w, "  %d. %s on %s; after each, its Node Ready on kubelet %s\n", i+1, c, shortList(ms), k.To)
 		case len(ms) > 0:
 			fmt.Fprintf(w, "  %d. %s on %s, one at a time; after each, its static pod Ready on the new image and etcd healthy\n", i+1, c, shortList(ms))
@@ -354,7 +354,7 @@ func (r *Rollout) kubePhase(ctx context.Context, a Action, ph KubePhase) error {
 	m := a.Machine
 	what := "the rest of its change, every Kubernetes component held (" + a.Diff.Summary() + ")"
 	if ph.Component != "" {
-		what = ph.Component + " → " + machines.ImageTag(ph.Image)
+		what = ph.Component + " → " + talosapi.ImageTag(ph.Image)
 	}
 	if err := r.applyWait(ctx, m, ph.Config, ph.Mode, ph.Reboots, "Kubernetes "+what, a.NotReady); err != nil {
 		return err
@@ -363,13 +363,13 @@ func (r *Rollout) kubePhase(ctx context.Context, a Action, ph KubePhase) error {
 	switch ph.Component {
 	case "":
 		return nil
-	case machines.Kubelet:
-		if err = r.waitKubelet(ctx, m, machines.ImageTag(ph.Image)); err == nil {
-			r.say("    %s: its Node reports kubelet %s", m.Name, machines.ImageTag(ph.Image))
+	case talosapi.Kubelet:
+		if err = r.waitKubelet(ctx, m, talosapi.ImageTag(ph.Image)); err == nil {
+			r.say("    %s: its Node reports kubelet %s", m.Name, talosapi.ImageTag(ph.Image))
 		}
 	default:
 		if err = r.waitStaticPod(ctx, m, ph.Component, ph.Image); err == nil {
-			r.say("    %s: %s runs %s, Ready", m.Name, ph.Component, machines.ImageTag(ph.Image))
+			r.say("    %s: %s runs %s, Ready", m.Name, ph.Component, talosapi.ImageTag(ph.Image))
 		}
 	}
 	return err
@@ -380,7 +380,7 @@ func (r *Rollout) kubePhase(ctx context.Context, a Action, ph KubePhase) error {
 // apply Talos still reports the old pod Ready: its controllers pick the
 // change up a moment later, so the image is what tells.
 func (r *Rollout) waitStaticPod(ctx context.Context, m *inventory.Machine, component, image string) error {
-	return r.poll(ctx, m.Name+" "+component+" to run "+machines.ImageTag(image)+", Ready", func() string {
+	return r.poll(ctx, m.Name+" "+component+" to run "+talosapi.ImageTag(image)+", Ready", func() string {
 		octx, cancel := context.WithTimeout(ctx, r.Timeout)
 		defer cancel()
 		c, err := r.Dialer.Client(octx, m)
@@ -388,11 +388,11 @@ func (r *Rollout) waitStaticPod(ctx context.Context, m *inventory.Machine, compo
 			return err.Error()
 		}
 		defer c.Close()
-		pods, err := machines.StaticPods(octx, c)
+		pods, err := talosapi.StaticPods(octx, c)
 		if err != nil {
 			return err.Error()
 		}
-		i := slices.IndexFunc(pods, func(p machines.StaticPod) bool { return p.Component == component })
+		i := slices.IndexFunc(pods, func(p talosapi.StaticPod) bool { return p.Component == component })
 		switch {
 		case i < 0:
 			return component + " not reported"
@@ -421,11 +421,11 @@ func (r *Rollout) waitKubelet(ctx context.Context, m *inventory.Machine, version
 		if err != nil {
 			return err.Error()
 		}
-		f := machines.NodeFactsOf(n)
+		f := talosapi.NodeFactsOf(n)
 		switch {
 		case f.KubeletVersion != version:
 			return "kubelet " + f.KubeletVersion
-		case !f.Ready && !machines.NetworkNotReady(f.ReadyReason):
+		case !f.Ready && !talosapi.NetworkNotReady(f.ReadyReason):
 			return "kubelet " + version + ", not Ready (" + f.ReadyReason + ")"
 		case !f.Ready:
 			// NotReady for want of a CNI: expected only while none runs

@@ -12,7 +12,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"devata.dev/devata/inventory"
-	"devata.dev/devata/machines"
+	"devata.dev/devata/machinecheck"
+	"devata.dev/devata/talosapi"
 )
 
 // The loop itself: its settings, the state it keeps across passes, and Run
@@ -32,13 +33,13 @@ import (
 // per-machine exponential backoff; the others carry on.
 type Loop struct {
 	Source Source
-	Dialer *machines.Dialer
+	Dialer *talosapi.Dialer
 	// Kube feeds the Kubernetes side of the kubelet check; nil makes it Unknown.
 	Kube kubernetes.Interface
 	// Extensions returns the checks that ride on the machine checks'
 	// connection (storage, Cilium) for one pass over inv; they are reported
 	// and exported like the others, and fail open. Nil: none.
-	Extensions func(inv *inventory.Inventory) []machines.Extension
+	Extensions func(inv *inventory.Inventory) []machinecheck.Extension
 	// Checks restricts the observation (empty: all); config is always observed.
 	Checks []string
 	// Simulated marks reports of devata's simulated fleet.
@@ -48,7 +49,7 @@ type Loop struct {
 	// ReportOnly observes and reports, never plans or acts; DryRun plans
 	// (the dry runs reach the machines) and records what it would do.
 	ReportOnly, DryRun bool
-	Mode               machines.Mode
+	Mode               talosapi.Mode
 	MaxUnavailable     int
 	// Upgrades, when set, also upgrades Talos on machines whose config is
 	// in sync and whose version is not the inventory's (reconcile
@@ -115,7 +116,7 @@ func (l *Loop) defaults() {
 		l.Interval = 5 * time.Minute
 	}
 	if l.Mode == "" {
-		l.Mode = machines.ModeAuto
+		l.Mode = talosapi.ModeAuto
 	}
 	l.MaxUnavailable = max(l.MaxUnavailable, 1)
 	l.Workers = max(l.Workers, l.MaxUnavailable+1, 2)

@@ -17,9 +17,10 @@ import (
 	"time"
 
 	"devata.dev/devata/internal/simtest"
-	"devata.dev/devata/machines"
+	"devata.dev/devata/machinecheck"
 	"devata.dev/devata/reconcile"
 	"devata.dev/devata/sim"
+	"devata.dev/devata/talosapi"
 )
 
 // syncBuffer is a bytes.Buffer safe for the loop's goroutines; onWrite, if
@@ -76,7 +77,7 @@ type loopHarness struct {
 }
 
 // The checks that need no Kubernetes API.
-var talosChecks = []string{machines.CheckConfig, machines.CheckTalosVersion, machines.CheckMachineStage, machines.CheckEtcd}
+var talosChecks = []string{machinecheck.CheckConfig, machinecheck.CheckTalosVersion, machinecheck.CheckMachineStage, machinecheck.CheckEtcd}
 
 func newLoop(t *testing.T, f *simtest.Fleet) *loopHarness {
 	t.Helper()
@@ -86,7 +87,7 @@ func newLoop(t *testing.T, f *simtest.Fleet) *loopHarness {
 	h := &loopHarness{f: f, audit: &syncBuffer{}, logs: &syncBuffer{}}
 	h.loop = &reconcile.Loop{
 		Source: reconcile.FileSource(f.Inventory.Path), Dialer: f.Dialer, Checks: talosChecks,
-		Interval: 200 * time.Millisecond, Mode: machines.ModeAuto, MaxUnavailable: 1, Concurrency: 8,
+		Interval: 200 * time.Millisecond, Mode: talosapi.ModeAuto, MaxUnavailable: 1, Concurrency: 8,
 		Timeout: 5 * time.Second, Wait: 5 * time.Second, Poll: 20 * time.Millisecond, Grace: 5 * time.Second,
 		BackoffBase: 100 * time.Millisecond, BackoffMax: 5 * time.Second,
 		Metrics: reconcile.NewMetrics(),
@@ -126,8 +127,8 @@ func (h *loopHarness) waitFor(t *testing.T, d time.Duration, what string, cond f
 }
 
 func (h *loopHarness) inSync(t *testing.T, machine string) bool {
-	o := machines.Observe(context.Background(), h.f.Dialer, h.f.Inventory.Machine(machine))
-	d, err := machines.DiffConfigs(o.Active, h.f.Desired[machine])
+	o := talosapi.Observe(context.Background(), h.f.Dialer, h.f.Inventory.Machine(machine))
+	d, err := talosapi.DiffConfigs(o.Active, h.f.Desired[machine])
 	return o.Err == nil && err == nil && d.Equal
 }
 

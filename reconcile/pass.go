@@ -7,10 +7,11 @@ import (
 	"strings"
 	"time"
 
+	"devata.dev/devata/checks"
 	"devata.dev/devata/drift"
 	"devata.dev/devata/gate"
 	"devata.dev/devata/inventory"
-	"devata.dev/devata/machines"
+	"devata.dev/devata/machinecheck"
 )
 
 // One pass: read the spec, observe the owned machines, compare (queue the
@@ -62,14 +63,14 @@ func (r *PassResult) ExitCode() int {
 	}
 	fixes := func(res drift.Result) bool {
 		// what any join confirmed of the checks maintenance mode failed
-		joinFixes := res.Check == machines.CheckConfig || res.Check == machines.CheckMachineStage || res.Check == machines.CheckEtcd
+		joinFixes := res.Check == machinecheck.CheckConfig || res.Check == machinecheck.CheckMachineStage || res.Check == machinecheck.CheckEtcd
 		switch r.Outcomes[res.Machine] {
 		case OutcomeConverged:
-			return res.Check == machines.CheckConfig
+			return res.Check == machinecheck.CheckConfig
 		case OutcomeUpgraded:
-			return res.Check == machines.CheckTalosVersion
+			return res.Check == machinecheck.CheckTalosVersion
 		case OutcomeJoined:
-			return joinFixes || res.Check == machines.CheckTalosVersion
+			return joinFixes || res.Check == machinecheck.CheckTalosVersion
 		case OutcomeJoinedOtherVersion:
 			return joinFixes
 		}
@@ -144,8 +145,8 @@ func (l *Loop) pass(ctx context.Context, t *term) *PassResult {
 	// control planes first: the queue hands keys out in order.
 	needs := map[string]bool{}
 	for _, r := range res.Report.Results {
-		if r.Check == machines.CheckConfig && r.Status != drift.StatusInSync ||
-			l.Upgrades != nil && (r.Check == machines.CheckTalosVersion || r.Check == machines.CheckExtensions) && r.Status != drift.StatusInSync {
+		if r.Check == machinecheck.CheckConfig && r.Status != drift.StatusInSync ||
+			l.Upgrades != nil && (r.Check == machinecheck.CheckTalosVersion || r.Check == machinecheck.CheckExtensions) && r.Status != drift.StatusInSync {
 			needs[r.Machine] = true
 		}
 	}
@@ -243,20 +244,20 @@ func (l *Loop) observe(ctx context.Context, d *Desired, owned []*inventory.Machi
 	for _, m := range owned {
 		names = append(names, m.Name)
 	}
-	checks := l.Checks
-	if len(checks) > 0 && !slices.Contains(checks, machines.CheckConfig) {
-		checks = append(slices.Clone(checks), machines.CheckConfig)
+	selected := l.Checks
+	if len(selected) > 0 && !slices.Contains(selected, machinecheck.CheckConfig) {
+		selected = append(slices.Clone(selected), machinecheck.CheckConfig)
 	}
-	if len(checks) > 0 && l.Upgrades != nil {
-		for _, c := range []string{machines.CheckTalosVersion, machines.CheckExtensions} {
-			if !slices.Contains(checks, c) {
-				checks = append(slices.Clone(checks), c)
+	if len(selected) > 0 && l.Upgrades != nil {
+		for _, c := range []string{machinecheck.CheckTalosVersion, machinecheck.CheckExtensions} {
+			if !slices.Contains(selected, c) {
+				selected = append(slices.Clone(selected), c)
 			}
 		}
 	}
-	fc := &machines.FleetCheck{
+	fc := &checks.FleetCheck{
 		Inventory: d.Inventory, Desired: d.Configs.Held(), DesiredFor: d.Configs.For, Dialer: l.Dialer, Kube: l.Kube,
-		Machines: names, Checks: checks, Concurrency: l.Concurrency, Timeout: l.Timeout,
+		Machines: names, Checks: selected, Concurrency: l.Concurrency, Timeout: l.Timeout,
 	}
 	var rep *drift.Report
 	if len(owned) == 0 {

@@ -20,7 +20,7 @@ import (
 	"devata.dev/devata/gate"
 	"devata.dev/devata/internal/talos"
 	"devata.dev/devata/inventory"
-	"devata.dev/devata/machines"
+	"devata.dev/devata/talosapi"
 )
 
 // Kind is what the planner decided for one machine.
@@ -47,11 +47,11 @@ type Action struct {
 	Machine *inventory.Machine
 	Kind    Kind
 	// Mode is the mode Talos resolved in the dry run (auto becomes no-reboot or reboot).
-	Mode    machines.Mode
+	Mode    talosapi.Mode
 	Reboots bool
 	Reason  string
 	// Diff is redacted; secrets appear only as changed paths.
-	Diff machines.ConfigDiff
+	Diff talosapi.ConfigDiff
 	// Config is the desired config the plan compared and a rollout
 	// applies: for the Talos the machine runs (nil: the inventory's);
 	// Contract says so when that is an older release than the inventory's.
@@ -76,7 +76,7 @@ type Action struct {
 	// that wait does not need).
 	NotReady string
 	// Foreign marks a skip because the machine answering is not the one
-	// devata would write to (machines.Survey.Foreign); ForeignBundle when
+	// devata would write to (talosapi.Survey.Foreign); ForeignBundle when
 	// it runs another secrets bundle's config, which refuses the whole plan
 	// (Plan.Refusal).
 	Foreign, ForeignBundle bool
@@ -181,9 +181,9 @@ type Planner struct {
 	// DesiredFor, when set, gives it for the Talos each machine runs (an
 	// older release's contract during an upgrade: bootstrap Desired.For).
 	Desired     map[string][]byte
-	DesiredFor  machines.DesiredFunc
-	Dialer      *machines.Dialer
-	Mode        machines.Mode
+	DesiredFor  talosapi.DesiredFunc
+	Dialer      *talosapi.Dialer
+	Mode        talosapi.Mode
 	Concurrency int
 	Timeout     time.Duration
 	// Upgrades, when set, also plans Talos OS upgrades (nil: none).
@@ -231,7 +231,7 @@ func (p *Planner) Plan(ctx context.Context, only []*inventory.Machine) (*Plan, e
 		index[m] = i
 	}
 	var mu sync.Mutex
-	_ = machines.ForEach(ctx, ms, p.Concurrency, p.Timeout, func(ctx context.Context, m *inventory.Machine) error {
+	_ = talosapi.ForEach(ctx, ms, p.Concurrency, p.Timeout, func(ctx context.Context, m *inventory.Machine) error {
 		a := p.planOne(ctx, m)
 		mu.Lock()
 		actions[index[m]] = a
@@ -254,7 +254,7 @@ func (p *Planner) Plan(ctx context.Context, only []*inventory.Machine) (*Plan, e
 	})
 	plan := &Plan{Actions: actions, drain: p.Drain, noKube: p.Kube == nil}
 	if ctx.Err() == nil {
-		others := sync.OnceValue(func() []*machines.Observation { return p.observeOthers(ctx, actions) })
+		others := sync.OnceValue(func() []*talosapi.Observation { return p.observeOthers(ctx, actions) })
 		p.planJoins(actions, others)
 		plan.Kubernetes = p.planKubernetes(ctx, actions, others)
 	}
@@ -267,15 +267,15 @@ func (p *Planner) Plan(ctx context.Context, only []*inventory.Machine) (*Plan, e
 func (p *Planner) planOne(ctx context.Context, m *inventory.Machine) Action {
 	desired := p.DesiredFor
 	if desired == nil {
-		desired = machines.HeldConfigs(p.Desired)
+		desired = talosapi.HeldConfigs(p.Desired)
 	}
-	var reads []machines.Read
+	var reads []talosapi.Read
 	if p.Upgrades != nil {
-		reads = append(reads, machines.ReadBootImage) // an upgrade keeps or changes its extensions
+		reads = append(reads, talosapi.ReadBootImage) // an upgrade keeps or changes its extensions
 	}
 	// a held machine is not even dry-run: it is observed, never written to
 	held := m.ActiveHold() != nil && !p.IgnoreHold[m.Name]
-	s := machines.SurveyMachine(ctx, p.Dialer, p.Inventory, m, desired, p.Mode, (p.Upgrades == nil || !p.Upgrades.Only) && !held, reads...)
+	s := talosapi.SurveyMachine(ctx, p.Dialer, p.Inventory, m, desired, p.Mode, (p.Upgrades == nil || !p.Upgrades.Only) && !held, reads...)
 	a := p.restrain(m, p.decide(m, s))
 	a.Config = s.Config
 	if s.Obs != nil {
@@ -307,12 +307,12 @@ func contractNote(running, target string) string {
 }
 
 // decide is a machine's action from its survey.
-func (p *Planner) decide(m *inventory.Machine, s *machines.Survey) Action {
+func (p *Planner) decide(m *inventory.Machine, s *talosapi.Survey) Action {
 	only := p.Upgrades != nil && p.Upgrades.Only
 	o := s.Obs
 	switch {
 	case o.Maintenance && p.Joins && !only:
-		return Action{Machine: m, Kind: KindJoin, Mode: machines.ModeAuto, Reboots: true,
+		return Action{Machine: m, Kind: KindJoin, Mode: talosapi.ModeAuto, Reboots: true,
 			Reason:   "in maintenance mode: not configured; its config goes over the maintenance connection (insecure, mode auto), it installs, reboots and joins the cluster",
 			Evidence: "Talos API answers only insecurely (maintenance mode); mTLS is refused"}
 	case o.Maintenance:
@@ -343,7 +343,7 @@ func (p *Planner) decide(m *inventory.Machine, s *machines.Survey) Action {
 	case d.Equal:
 		return Action{Machine: m, Kind: KindNone, Reason: "applied config is the desired one", Evidence: evidence}
 	case s.Pending:
-		// Not even a dry run (machines.Survey.Pending), which would make
+		// Not even a dry run (talosapi.Survey.Pending), which would make
 		// someone's experiment permanent.
 		return Action{Machine: m, Kind: KindSkip, Held: true, Diff: d, Evidence: evidence + "; MachineConfig persistent differs from v1alpha1",
 			Reason: "left alone: its active config is not the one it would boot (a `--mode try` waiting for its rollback, or a config staged for the next reboot); " +
@@ -374,7 +374,7 @@ func (p *Planner) decide(m *inventory.Machine, s *machines.Survey) Action {
 // notReadyBefore says what keeps a machine about to be changed from being
 // running and ready now, as Rollout.waitConverged will judge it after the
 // change; "" when nothing does or its MachineStatus could not be read.
-func notReadyBefore(o *machines.Observation) string {
+func notReadyBefore(o *talosapi.Observation) string {
 	switch {
 	case o.StatusErr != nil || o.Stage == "":
 		return ""

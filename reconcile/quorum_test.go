@@ -9,8 +9,8 @@ import (
 
 	"devata.dev/devata/internal/simtest"
 	"devata.dev/devata/inventory"
-	"devata.dev/devata/machines"
 	"devata.dev/devata/reconcile"
+	"devata.dev/devata/talosapi"
 )
 
 // twoControlPlanes is the homelab fleet with cp-3 left in maintenance and
@@ -72,8 +72,8 @@ func TestRebootOfOneOfTwoControlPlanesIsRefusedWithoutTheFlag(t *testing.T) {
 	if !strings.Contains(strings.Join(h.lines, "\n"), "quorum loss accepted (--allow-quorum-loss): etcd has 2 members") {
 		t.Errorf("the accepted loss is not said:\n%s", strings.Join(h.lines, "\n"))
 	}
-	o := machines.Observe(context.Background(), h.f.Dialer, h.f.Inventory.Machine("cp-2"))
-	if d, _ := machines.DiffConfigs(o.Active, h.f.Desired["cp-2"]); !d.Equal {
+	o := talosapi.Observe(context.Background(), h.f.Dialer, h.f.Inventory.Machine("cp-2"))
+	if d, _ := talosapi.DiffConfigs(o.Active, h.f.Desired["cp-2"]); !d.Equal {
 		t.Error("cp-2 does not run its desired config")
 	}
 }

@@ -11,9 +11,9 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"devata.dev/devata/internal/simtest"
-	"devata.dev/devata/machines"
 	"devata.dev/devata/reconcile"
 	"devata.dev/devata/sim"
+	"devata.dev/devata/talosapi"
 )
 
 func TestFailedGateStopsChangesAndIsReportedEveryPassUntilItClears(t *testing.T) {
@@ -62,7 +62,7 @@ func TestOnceLeavesAPendingTryAlone(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if _, err := machines.Apply(context.Background(), c, tried, machines.ModeTry, 3*time.Second); err != nil {
+	if _, err := talosapi.Apply(context.Background(), c, tried, talosapi.ModeTry, 3*time.Second); err != nil {
 		t.Fatalf("try: %v", err)
 	}
 	before := m.Calls("ApplyConfiguration")

@@ -14,7 +14,7 @@ import (
 	"devata.dev/devata/gate"
 	"devata.dev/devata/internal/heartbeat"
 	"devata.dev/devata/inventory"
-	"devata.dev/devata/machines"
+	"devata.dev/devata/talosapi"
 )
 
 // Rollout applies a plan under devata's rollout policy: control planes one at
@@ -26,7 +26,7 @@ import (
 type Rollout struct {
 	Inventory      *inventory.Inventory
 	Desired        map[string][]byte
-	Dialer         *machines.Dialer
+	Dialer         *talosapi.Dialer
 	MaxUnavailable int
 	// Timeout bounds one Talos API call; Wait bounds waiting for a machine or a gate.
 	Timeout, Wait time.Duration
@@ -142,7 +142,7 @@ func (r *Rollout) Run(ctx context.Context, plan *Plan) *Outcome {
 			cps = append(cps, unit{i, -1})
 		}
 	}
-	for round, c := range machines.KubeOrder {
+	for round, c := range talosapi.KubeOrder {
 		for i, a := range actions {
 			switch {
 			case !a.Machine.IsControlPlane():
@@ -335,7 +335,7 @@ func (r *Rollout) apply(ctx context.Context, a Action, phase int) error {
 	if !r.Drain || a.Kind == KindJoin || !(unit{phase: phase}).reboots(a) {
 		return r.applyOnce(ctx, a, phase)
 	}
-	talosDrains := a.Kind == KindUpgrade && !a.Upgrade.Stage && machines.UpgradeVia(a.Upgrade.From) == machines.UpgradeViaLegacy
+	talosDrains := a.Kind == KindUpgrade && !a.Upgrade.Stage && talosapi.UpgradeVia(a.Upgrade.From) == talosapi.UpgradeViaLegacy
 	uncordon, err := r.drainBefore(ctx, a.Machine, talosDrains)
 	if err != nil {
 		return err
@@ -377,7 +377,7 @@ func (r *Rollout) change(ctx context.Context, a Action) error {
 // applyWait applies cfg to m in mode and waits until it runs it (through
 // its reboot, if it reboots), running and ready. summary says what changes,
 // notReady what kept it from being ready before.
-func (r *Rollout) applyWait(ctx context.Context, m *inventory.Machine, cfg []byte, mode machines.Mode, reboots bool, summary, notReady string) error {
+func (r *Rollout) applyWait(ctx context.Context, m *inventory.Machine, cfg []byte, mode talosapi.Mode, reboots bool, summary, notReady string) error {
 	start := time.Now()
 	r.say("==> %s: apply (%s): %s", m.Name, mode, summary)
 	if notReady != "" {
@@ -388,11 +388,11 @@ func (r *Rollout) applyWait(ctx context.Context, m *inventory.Machine, cfg []byt
 	lost := false
 	if err == nil {
 		defer c.Close()
-		_, err = machines.Apply(actx, c, cfg, mode, r.TryTimeout)
+		_, err = talosapi.Apply(actx, c, cfg, mode, r.TryTimeout)
 		// The connection dropped mid-apply: Talos may have persisted the
 		// config and rebooted before it replied. Judge by what the machine
 		// runs once it is back, not by the broken call.
-		lost = err != nil && machines.IsUnreachable(err) && ctx.Err() == nil && mode != machines.ModeStaged
+		lost = err != nil && talosapi.IsUnreachable(err) && ctx.Err() == nil && mode != talosapi.ModeStaged
 	}
 	cancel()
 	switch {
@@ -406,7 +406,7 @@ func (r *Rollout) applyWait(ctx context.Context, m *inventory.Machine, cfg []byt
 	case err != nil:
 		return fmt.Errorf("%s: apply: %w", m.Name, err)
 	}
-	if mode == machines.ModeStaged {
+	if mode == talosapi.ModeStaged {
 		r.say("    %s: staged; it takes effect on the next reboot", m.Name)
 		return nil
 	}
@@ -434,7 +434,7 @@ func (r *Rollout) applyWait(ctx context.Context, m *inventory.Machine, cfg []byt
 // rebooted says the change rebooted the machine (or may have): when the
 // API server does not answer, a Node NotReady is waited for only then; a
 // change that did not reboot it left its kubelet and Node as they were.
-func (r *Rollout) waitConverged(ctx context.Context, m *inventory.Machine, want []byte, rebooted bool, waitsFor string) (*machines.Observation, error) {
+func (r *Rollout) waitConverged(ctx context.Context, m *inventory.Machine, want []byte, rebooted bool, waitsFor string) (*talosapi.Observation, error) {
 	// Each look runs to its own timeout, not the wait's, so that the error
 	// reported when the wait ends is a whole observation, not a cut-off one.
 	wctx, cancel := context.WithTimeout(ctx, r.Wait)
@@ -444,7 +444,7 @@ func (r *Rollout) waitConverged(ctx context.Context, m *inventory.Machine, want 
 	defer beat.Stop()
 	for {
 		octx, ocancel := context.WithTimeout(ctx, r.Timeout)
-		o := machines.Observe(octx, r.Dialer, m)
+		o := talosapi.Observe(octx, r.Dialer, m)
 		ocancel()
 		switch {
 		case o.Err != nil:
@@ -452,7 +452,7 @@ func (r *Rollout) waitConverged(ctx context.Context, m *inventory.Machine, want 
 		case o.ConfigErr != nil:
 			last = o.ConfigErr.Error()
 		default:
-			d, err := machines.DiffConfigs(o.Active, want)
+			d, err := talosapi.DiffConfigs(o.Active, want)
 			switch {
 			case err != nil:
 				last = err.Error()

@@ -11,8 +11,8 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"devata.dev/devata/internal/simtest"
-	"devata.dev/devata/machines"
 	"devata.dev/devata/reconcile"
+	"devata.dev/devata/talosapi"
 )
 
 type harness struct {
@@ -26,7 +26,7 @@ func newHarness(t *testing.T) *harness {
 }
 
 func (h *harness) planner() *reconcile.Planner {
-	return &reconcile.Planner{Inventory: h.f.Inventory, Desired: h.f.Desired, Dialer: h.f.Dialer, Mode: machines.ModeAuto, Concurrency: 4, Timeout: 5 * time.Second}
+	return &reconcile.Planner{Inventory: h.f.Inventory, Desired: h.f.Desired, Dialer: h.f.Dialer, Mode: talosapi.ModeAuto, Concurrency: 4, Timeout: 5 * time.Second}
 }
 
 func (h *harness) rollout(hook func(line string)) *reconcile.Rollout {
@@ -81,7 +81,7 @@ func TestDriftedWorkerAndControlPlaneConverge(t *testing.T) {
 	if len(pending) != 2 || pending[0].Machine.Name != "cp-2" || pending[1].Machine.Name != "worker-1" {
 		t.Fatalf("plan %v, want cp-2 then worker-1", plan.Actions)
 	}
-	if pending[0].Mode != machines.ModeNoReboot {
+	if pending[0].Mode != talosapi.ModeNoReboot {
 		t.Errorf("a time-server change resolved to %s, want no-reboot", pending[0].Mode)
 	}
 	out := h.rollout(nil).Run(context.Background(), plan)
@@ -187,8 +187,8 @@ func TestInterruptFinishesTheMachineInFlightAndTouchesNoOther(t *testing.T) {
 	if after := h.applyCalls(); after["cp-2"] != before["cp-2"] {
 		t.Error("cp-2 was touched after the interrupt")
 	}
-	o := machines.Observe(context.Background(), h.f.Dialer, h.f.Inventory.Machine("cp-1"))
-	if d, _ := machines.DiffConfigs(o.Active, h.f.Desired["cp-1"]); !d.Equal {
+	o := talosapi.Observe(context.Background(), h.f.Dialer, h.f.Inventory.Machine("cp-1"))
+	if d, _ := talosapi.DiffConfigs(o.Active, h.f.Desired["cp-1"]); !d.Equal {
 		t.Error("cp-1 was left half-done")
 	}
 }

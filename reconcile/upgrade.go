@@ -15,7 +15,8 @@ import (
 	"devata.dev/devata/internal/heartbeat"
 	"devata.dev/devata/internal/talos"
 	"devata.dev/devata/inventory"
-	"devata.dev/devata/machines"
+	"devata.dev/devata/machinecheck"
+	"devata.dev/devata/talosapi"
 )
 
 // Upgrades makes a Planner plan Talos OS upgrades to the inventory's
@@ -53,8 +54,8 @@ type UpgradeStep struct {
 	Drops                    []string
 	// want is what the installer puts on the machine: the wait after the
 	// upgrade reads the booted image when it tells the step's end.
-	want machines.WantBoot
-	// Via is the RPC the rollout upgraded it through (machines.UpgradeVia),
+	want machinecheck.WantBoot
+	// Via is the RPC the rollout upgraded it through (talosapi.UpgradeVia),
 	// and Installer the installer's last lines on LifecycleService; both
 	// set by the rollout.
 	Via       string
@@ -116,9 +117,9 @@ func nextHop(from, to, image string) (hop, hopImage string, ok bool) {
 // Talos adds or removes extensions). An upgrade that would remove
 // extensions the machine runs, or whose machine's extensions could not be
 // read, is refused unless Upgrades.DropExtensions.
-func (p *Planner) planUpgrade(m *inventory.Machine, o *machines.Observation, evidence string) Action {
+func (p *Planner) planUpgrade(m *inventory.Machine, o *talosapi.Observation, evidence string) Action {
 	want := p.Inventory.Cluster.TalosVersion
-	boot := machines.WantBootOf(p.Inventory, m)
+	boot := machinecheck.WantBootOf(p.Inventory, m)
 	image := boot.Image
 	reinstall := false
 	if o.Version == want {
@@ -129,7 +130,7 @@ func (p *Planner) planUpgrade(m *inventory.Machine, o *machines.Observation, evi
 		}
 		reinstall = true
 	}
-	if tag := machines.ImageTag(image); tag != "" && tag != want {
+	if tag := talosapi.ImageTag(image); tag != "" && tag != want {
 		return Action{Machine: m, Kind: KindSkip, Evidence: evidence,
 			Reason: fmt.Sprintf("upgrade refused: cluster.installImage %s is tagged %s, not cluster.talosVersion %s: set it to the installer of %s", image, tag, want, want)}
 	}
@@ -175,7 +176,7 @@ func (p *Planner) planUpgrade(m *inventory.Machine, o *machines.Observation, evi
 }
 
 // bootSummary is a booted image as plans print it.
-func bootSummary(b *machines.BootImage) string {
+func bootSummary(b *talosapi.BootImage) string {
 	s := "schematic " + shortID(b.SchematicID)
 	if b.SchematicID == "" {
 		s = "an installer without a schematic"
@@ -187,7 +188,7 @@ func bootSummary(b *machines.BootImage) string {
 }
 
 // wantSummary is an installer's contents as plans print them.
-func wantSummary(w machines.WantBoot) string {
+func wantSummary(w machinecheck.WantBoot) string {
 	s := "schematic " + shortID(w.SchematicID)
 	switch {
 	case w.SchematicID == "":
@@ -211,9 +212,9 @@ func shortID(id string) string { return id[:min(len(id), 8)] }
 func (r *Rollout) upgrade(ctx context.Context, a Action) error {
 	m, u := a.Machine, a.Upgrade
 	start := time.Now()
-	u.Via = machines.UpgradeVia(u.From)
-	if u.Stage && u.Via == machines.UpgradeViaLifecycle {
-		u.Via = machines.UpgradeViaLegacy // staging is the legacy call's alone
+	u.Via = talosapi.UpgradeVia(u.From)
+	if u.Stage && u.Via == talosapi.UpgradeViaLifecycle {
+		u.Via = talosapi.UpgradeViaLegacy // staging is the legacy call's alone
 	}
 	if u.From == u.To {
 		r.say("==> %s: reinstall Talos %s (%s) through %s, REBOOTS", m.Name, u.To, u.Image, u.Via)
@@ -224,7 +225,7 @@ func (r *Rollout) upgrade(ctx context.Context, a Action) error {
 		r.say("    %s: %s; the wait after the upgrade needs it running and ready", m.Name, a.NotReady)
 	}
 	var err error
-	if u.Via == machines.UpgradeViaLifecycle {
+	if u.Via == talosapi.UpgradeViaLifecycle {
 		err = r.lifecycleUpgrade(ctx, m, u)
 	} else {
 		err = r.legacyUpgrade(ctx, m, u)
@@ -288,8 +289,8 @@ func (r *Rollout) legacyUpgrade(ctx context.Context, m *inventory.Machine, u *Up
 			return nil
 		}
 		r.say("    %s: upgrade not started: Talos did not answer the upgrade call within --pull-timeout %s", m.Name, bound)
-		return r.notStarted(m, u, machines.UpgradeViaLegacy, bound, err)
-	case machines.IsUnreachable(err):
+		return r.notStarted(m, u, talosapi.UpgradeViaLegacy, bound, err)
+	case talosapi.IsUnreachable(err):
 		// Talos replies before it drains and reboots; a dropped call may
 		// still have started the upgrade: judge by the version it comes back on.
 		r.say("    %s: connection lost during the upgrade call (%v); waiting to see whether it upgrades", m.Name, err)
@@ -326,7 +327,7 @@ func ranOut(ctx context.Context) bool {
 func (r *Rollout) upgradeStage(ctx context.Context, m *inventory.Machine) string {
 	octx, cancel := context.WithTimeout(ctx, r.Timeout)
 	defer cancel()
-	switch o := machines.Observe(octx, r.Dialer, m); {
+	switch o := talosapi.Observe(octx, r.Dialer, m); {
 	case o.Err != nil:
 		return ""
 	case o.Stage == "upgrading" || o.Stage == "rebooting":
@@ -345,12 +346,12 @@ func (r *Rollout) upgradeStage(ctx context.Context, m *inventory.Machine) string
 func (r *Rollout) notStarted(m *inventory.Machine, u *UpgradeStep, via string, bound time.Duration, err error) error {
 	what := fmt.Sprintf("Talos did not answer the upgrade call within --pull-timeout %s: it pulls %s inside MachineService.Upgrade, then checks etcd on a control plane, and stops both at the call's deadline", bound, u.Image)
 	help := "pull from a faster registry or a registry mirror near the machine (a RegistryMirrorConfig document from Talos 1.12, machine.registries.mirrors before), or give a longer --pull-timeout"
-	if via == machines.UpgradeViaLifecycle {
+	if via == talosapi.UpgradeViaLifecycle {
 		what = fmt.Sprintf("Talos did not finish pulling %s within --pull-timeout %s: ImageService.Pull stops at the call's deadline and keeps nothing", u.Image, bound)
 		help = fmt.Sprintf("pull it beforehand (%s image pull --namespace system %s; devata's pull then finds it), pull from a faster registry or a registry mirror near the machine (a RegistryMirrorConfig document from Talos 1.12, machine.registries.mirrors before), or give a longer --pull-timeout", r.Dialer.Talosctl(m), u.Image)
 	}
 	return fmt.Errorf("%s: upgrade to %s not started: %s (the call ended: %v); %s still runs %s and nothing was installed: %s, then run devata upgrade again",
-		m.Name, u.To, what, machines.PlainError(err), m.Name, u.From, help)
+		m.Name, u.To, what, talosapi.PlainError(err), m.Name, u.From, help)
 }
 
 // lifecycleUpgrade is ImageService.Pull, then LifecycleService.Upgrade:
@@ -370,23 +371,23 @@ func (r *Rollout) lifecycleUpgrade(ctx context.Context, m *inventory.Machine, u 
 	pctx, pcancel := context.WithTimeout(ctx, bound)
 	defer pcancel()
 	beat := heartbeat.Start(r.Say, r.Heartbeat, bound, m.Name+" to pull "+u.Image+" (ImageService.Pull)")
-	err = machines.PullInstaller(pctx, c, u.Image, beat.Saw)
+	err = talosapi.PullInstaller(pctx, c, u.Image, beat.Saw)
 	beat.Stop()
 	switch {
 	case err != nil && ctx.Err() == nil && ranOut(pctx):
 		r.say("    %s: upgrade not started: the installer pull did not finish within --pull-timeout %s", m.Name, bound)
-		return r.notStarted(m, u, machines.UpgradeViaLifecycle, bound, err)
+		return r.notStarted(m, u, talosapi.UpgradeViaLifecycle, bound, err)
 	case err != nil:
 		return fmt.Errorf("%s: upgrade to %s: %w; the machine still runs %s (nothing is installed until the installer exits 0)", m.Name, u.To, err, u.From)
 	}
 	wctx, cancel := context.WithTimeout(ctx, r.Wait)
 	defer cancel()
 	beat = heartbeat.Start(r.Say, r.Heartbeat, r.Wait, m.Name+"'s installer ("+u.Image+")")
-	out, err := machines.LifecycleUpgrade(wctx, c, u.Image, func(line string) { beat.Saw("installer: " + printable(line)) })
+	out, err := talosapi.LifecycleUpgrade(wctx, c, u.Image, func(line string) { beat.Saw("installer: " + printable(line)) })
 	beat.Stop()
 	u.Installer = out[max(0, len(out)-installerLines):]
 	if err != nil {
-		return fmt.Errorf("%s: upgrade to %s through %s: %w; the machine still runs %s (nothing is installed until the installer exits 0)", m.Name, u.To, machines.UpgradeViaLifecycle, err, u.From)
+		return fmt.Errorf("%s: upgrade to %s through %s: %w; the machine still runs %s (nothing is installed until the installer exits 0)", m.Name, u.To, talosapi.UpgradeViaLifecycle, err, u.From)
 	}
 	r.say("    %s: installer done (%d lines of output); rebooting into %s: waiting for it to return", m.Name, len(out), u.To)
 	return nil
@@ -417,15 +418,15 @@ func (r *Rollout) waitUpgraded(ctx context.Context, m *inventory.Machine, u *Upg
 	defer cancel()
 	last, wentDown := "no answer yet", false
 	reinstall := u.From == u.To
-	var reads []machines.Read
+	var reads []talosapi.Read
 	if reinstall || u.want.Known {
-		reads = append(reads, machines.ReadBootImage)
+		reads = append(reads, talosapi.ReadBootImage)
 	}
 	beat := heartbeat.Start(r.Say, r.Heartbeat, r.Wait, m.Name+" to come back on Talos "+u.To)
 	defer beat.Stop()
 	for {
 		octx, ocancel := context.WithTimeout(ctx, r.Timeout)
-		o := machines.Observe(octx, r.Dialer, m, reads...)
+		o := talosapi.Observe(octx, r.Dialer, m, reads...)
 		ocancel()
 		ready := o.Stage == "running" && o.Ready
 		nodeWait := ""

@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"devata.dev/devata/internal/simtest"
-	"devata.dev/devata/machines"
 	"devata.dev/devata/reconcile"
 	"devata.dev/devata/sim"
+	"devata.dev/devata/talosapi"
 )
 
 // upgradeHarness is a fleet that starts on an older Talos than the
@@ -37,7 +37,7 @@ func (h *harness) versions(t *testing.T) map[string]string {
 	out := map[string]string{}
 	for i := range h.f.Inventory.Machines {
 		m := &h.f.Inventory.Machines[i]
-		out[m.Name] = machines.Observe(t.Context(), h.f.Dialer, m).Version
+		out[m.Name] = talosapi.Observe(t.Context(), h.f.Dialer, m).Version
 	}
 	return out
 }

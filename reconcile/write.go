@@ -6,7 +6,7 @@ import (
 	"slices"
 	"strings"
 
-	"devata.dev/devata/machines"
+	"devata.dev/devata/talosapi"
 )
 
 // shownNames is how many machine names a line of people's output lists
@@ -88,7 +88,7 @@ func (p *Plan) Write(w io.Writer) {
 			if u.Final != "" {
 				fmt.Fprintf(w, "      one minor release at a time: this hop to %s, then on to %s (cluster.installImage)\n", u.To, u.Final)
 			}
-			if via := machines.UpgradeVia(u.From); via == machines.UpgradeViaLifecycle && !u.Stage {
+			if via := talosapi.UpgradeVia(u.From); via == talosapi.UpgradeViaLifecycle && !u.Stage {
 				fmt.Fprintf(w, "      through %s: the installer is pulled and run while it runs, then it reboots\n", via)
 			}
 			if act.NotReady != "" {

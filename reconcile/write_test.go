@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"devata.dev/devata/inventory"
-	"devata.dev/devata/machines"
 	"devata.dev/devata/reconcile"
+	"devata.dev/devata/talosapi"
 )
 
 // A thousand workers that drifted the same way are one change in the plan,
@@ -16,16 +16,16 @@ import (
 // machines not started is cut to a few names and a count (issue 17:
 // apply --dry-run printed the same diff 1,000 times).
 func TestPlanWriteScales(t *testing.T) {
-	diff := machines.ConfigDiff{Text: "--- applied\n+++ desired\n@@ -1 +1 @@\n-a\n+b\n"}
+	diff := talosapi.ConfigDiff{Text: "--- applied\n+++ desired\n@@ -1 +1 @@\n-a\n+b\n"}
 	var plan reconcile.Plan
 	for i := range 1000 {
 		m := &inventory.Machine{Name: fmt.Sprintf("worker-%04d", i), Role: inventory.RoleWorker}
 		switch {
 		case i < 900:
-			plan.Actions = append(plan.Actions, reconcile.Action{Machine: m, Kind: reconcile.KindApply, Mode: machines.ModeNoReboot, Diff: diff})
+			plan.Actions = append(plan.Actions, reconcile.Action{Machine: m, Kind: reconcile.KindApply, Mode: talosapi.ModeNoReboot, Diff: diff})
 		case i == 900:
-			odd := machines.ConfigDiff{Text: "--- applied\n+++ desired\n@@ -1 +1 @@\n-x\n+y\n"}
-			plan.Actions = append(plan.Actions, reconcile.Action{Machine: m, Kind: reconcile.KindApply, Mode: machines.ModeNoReboot, Diff: odd})
+			odd := talosapi.ConfigDiff{Text: "--- applied\n+++ desired\n@@ -1 +1 @@\n-x\n+y\n"}
+			plan.Actions = append(plan.Actions, reconcile.Action{Machine: m, Kind: reconcile.KindApply, Mode: talosapi.ModeNoReboot, Diff: odd})
 		case i < 990:
 			plan.Actions = append(plan.Actions, reconcile.Action{Machine: m, Kind: reconcile.KindNone})
 		default:
@@ -65,12 +65,12 @@ func TestPlanWriteScales(t *testing.T) {
 
 // A change lists its paths under "changes:" before the unified diff.
 func TestPlanWriteListsChangesBeforeTheDiff(t *testing.T) {
-	diff := machines.ConfigDiff{
+	diff := talosapi.ConfigDiff{
 		Text:    "--- applied\n+++ desired\n@@ -1 +1 @@\n-    hostname: a\n+    hostname: b\n",
 		Changes: []string{`machine.network.hostname: "a" → "b"`},
 	}
 	plan := reconcile.Plan{Actions: []reconcile.Action{{
-		Machine: &inventory.Machine{Name: "cp-1", Role: inventory.RoleControlPlane}, Kind: reconcile.KindApply, Mode: machines.ModeNoReboot, Diff: diff,
+		Machine: &inventory.Machine{Name: "cp-1", Role: inventory.RoleControlPlane}, Kind: reconcile.KindApply, Mode: talosapi.ModeNoReboot, Diff: diff,
 	}}}
 	var buf bytes.Buffer
 	plan.Write(&buf)

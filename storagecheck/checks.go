@@ -32,7 +32,7 @@ type Target struct {
 	// the inventory's volumes are expected.
 	Desired []byte
 	// Active is the node's active MachineConfig (v1alpha1) as Talos stores it
-	// (machines.Observation.Active); ActiveErr says why it could not be read.
+	// (talosapi.Observation.Active); ActiveErr says why it could not be read.
 	// Only storage-declaration needs it.
 	Active    []byte
 	ActiveErr error
@@ -40,7 +40,7 @@ type Target struct {
 	Obs *Observation
 
 	// Talosctl is how next steps reach the node with talosctl, as devata
-	// did (machines.Dialer.Talosctl); empty means "talosctl -n ADDRESS".
+	// did (talosapi.Dialer.Talosctl); empty means "talosctl -n ADDRESS".
 	Talosctl string
 
 	exp *expectations // set by NewTarget; else derived per check

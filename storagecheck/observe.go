@@ -22,7 +22,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/resources/k8s"
 
 	"devata.dev/devata/inventory"
-	"devata.dev/devata/machines"
+	"devata.dev/devata/talosapi"
 )
 
 // Observation is what one pass read about a node's storage. Each fact carries
@@ -128,7 +128,7 @@ func Observe(ctx context.Context, c *client.Client, m *inventory.Machine) *Obser
 	read(func() {
 		list, err := safe.StateListAll[*block.VolumeStatus](ctx, c.COSI)
 		if err != nil {
-			o.VolumesErr = fmt.Errorf("list VolumeStatus: %w", machines.PlainError(err))
+			o.VolumesErr = fmt.Errorf("list VolumeStatus: %w", talosapi.PlainError(err))
 			return
 		}
 		o.Volumes = make(map[string]Volume, list.Len())
@@ -150,7 +150,7 @@ func Observe(ctx context.Context, c *client.Client, m *inventory.Machine) *Obser
 	read(func() {
 		list, err := safe.StateListAll[*block.MountStatus](ctx, c.COSI)
 		if err != nil {
-			o.MountsErr = fmt.Errorf("list MountStatus: %w", machines.PlainError(err))
+			o.MountsErr = fmt.Errorf("list MountStatus: %w", talosapi.PlainError(err))
 			return
 		}
 		for r := range list.All() {
@@ -165,7 +165,7 @@ func Observe(ctx context.Context, c *client.Client, m *inventory.Machine) *Obser
 	read(func() {
 		resp, err := c.Mounts(ctx)
 		if err != nil {
-			o.UsageErr = fmt.Errorf("mounts: %w", machines.PlainError(err))
+			o.UsageErr = fmt.Errorf("mounts: %w", talosapi.PlainError(err))
 			return
 		}
 		for _, msg := range resp.GetMessages() {
@@ -180,7 +180,7 @@ func Observe(ctx context.Context, c *client.Client, m *inventory.Machine) *Obser
 		case state.IsNotFoundError(err):
 			return
 		case err != nil:
-			o.KubeletErr = fmt.Errorf("read KubeletSpec: %w", machines.PlainError(err))
+			o.KubeletErr = fmt.Errorf("read KubeletSpec: %w", talosapi.PlainError(err))
 			return
 		}
 		o.KubeletFound = true
@@ -191,7 +191,7 @@ func Observe(ctx context.Context, c *client.Client, m *inventory.Machine) *Obser
 	read(func() {
 		list, err := safe.StateListAll[*block.DiscoveredVolume](ctx, c.COSI)
 		if err != nil {
-			o.DiscoveredErr = fmt.Errorf("list DiscoveredVolume: %w", machines.PlainError(err))
+			o.DiscoveredErr = fmt.Errorf("list DiscoveredVolume: %w", talosapi.PlainError(err))
 			return
 		}
 		for r := range list.All() {
@@ -208,7 +208,7 @@ func Observe(ctx context.Context, c *client.Client, m *inventory.Machine) *Obser
 		read(func() {
 			list, err := safe.StateListAll[*block.Disk](ctx, c.COSI)
 			if err != nil {
-				disksErr = fmt.Errorf("list Disk: %w", machines.PlainError(err))
+				disksErr = fmt.Errorf("list Disk: %w", talosapi.PlainError(err))
 				return
 			}
 			for r := range list.All() {
@@ -225,7 +225,7 @@ func Observe(ctx context.Context, c *client.Client, m *inventory.Machine) *Obser
 			switch {
 			case state.IsNotFoundError(err):
 			case err != nil:
-				systemErr = fmt.Errorf("read SystemDisk: %w", machines.PlainError(err))
+				systemErr = fmt.Errorf("read SystemDisk: %w", talosapi.PlainError(err))
 			default:
 				o.SystemDisk = sd.TypedSpec().DiskID
 			}
@@ -239,7 +239,7 @@ func Observe(ctx context.Context, c *client.Client, m *inventory.Machine) *Obser
 	if o.DisksRead {
 		errs = append(errs, o.DisksErr)
 	}
-	if !slices.ContainsFunc(errs, func(err error) bool { return !machines.IsUnreachable(err) }) {
+	if !slices.ContainsFunc(errs, func(err error) bool { return !talosapi.IsUnreachable(err) }) {
 		o.Err = fmt.Errorf("talos api: %w", o.VolumesErr)
 	}
 

@@ -13,9 +13,9 @@ import (
 	"devata.dev/devata/drift"
 	"devata.dev/devata/internal/simtest"
 	"devata.dev/devata/inventory"
-	"devata.dev/devata/machines"
 	"devata.dev/devata/sim"
 	"devata.dev/devata/storagecheck"
+	"devata.dev/devata/talosapi"
 )
 
 // check runs every storage check against one machine of the fleet, observed
@@ -29,7 +29,7 @@ func check(t *testing.T, f *simtest.Fleet, m *inventory.Machine, desired []byte)
 	}
 	defer c.Close()
 	obs := storagecheck.Observe(ctx, c, m)
-	mo := machines.Observe(ctx, f.Dialer, m) // the active config, as devata drift has it
+	mo := talosapi.Observe(ctx, f.Dialer, m) // the active config, as devata drift has it
 	target := storagecheck.NewTarget(m, desired, mo.Active, mo.ConfigErr, obs)
 	out := map[string][]drift.Result{}
 	for _, ch := range storagecheck.Checks() {

@@ -10,7 +10,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 
 	"devata.dev/devata/inventory"
-	"devata.dev/devata/machines"
+	"devata.dev/devata/talosapi"
 )
 
 // etcdDataPath is Talos' constants.EtcdDataPath.
@@ -28,7 +28,7 @@ const etcdDataPath = "/var/lib/etcd"
 // applies (a Bootstrap right after a boot is refused until CRI runs).
 // When the listing is refused or fails the fact stays as it was, and
 // --etcd-settle's watch of Preparing holding is all there is.
-func dataDirFact(ctx context.Context, d *machines.Dialer, m *inventory.Machine, fact etcdFact) etcdFact {
+func dataDirFact(ctx context.Context, d *talosapi.Dialer, m *inventory.Machine, fact etcdFact) etcdFact {
 	entries, err := listEtcdDataDir(ctx, d, m)
 	switch {
 	case err != nil:
@@ -45,7 +45,7 @@ func dataDirFact(ctx context.Context, d *machines.Dialer, m *inventory.Machine, 
 }
 
 // listEtcdDataDir lists the entries of m's etcd data directory, one level.
-func listEtcdDataDir(ctx context.Context, d *machines.Dialer, m *inventory.Machine) ([]string, error) {
+func listEtcdDataDir(ctx context.Context, d *talosapi.Dialer, m *inventory.Machine) ([]string, error) {
 	c, err := d.Client(ctx, m)
 	if err != nil {
 		return nil, err
@@ -53,7 +53,7 @@ func listEtcdDataDir(ctx context.Context, d *machines.Dialer, m *inventory.Machi
 	defer c.Close()
 	stream, err := c.LS(ctx, &machine.ListRequest{Root: etcdDataPath})
 	if err != nil {
-		return nil, machines.PlainError(err)
+		return nil, talosapi.PlainError(err)
 	}
 	var entries []string
 	for {
@@ -62,7 +62,7 @@ func listEtcdDataDir(ctx context.Context, d *machines.Dialer, m *inventory.Machi
 			return entries, nil
 		}
 		if err != nil {
-			return nil, machines.PlainError(err)
+			return nil, talosapi.PlainError(err)
 		}
 		if fi.GetError() != "" {
 			return nil, errors.New(fi.GetError())

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"devata.dev/devata/inventory"
-	"devata.dev/devata/machines"
+	"devata.dev/devata/talosapi"
 )
 
 // The etcd service's Failed events that say what the node's data
@@ -32,7 +32,7 @@ const (
 
 // failedFact reads a Failed etcd service's event, or returns nil when it
 // does not say what the data directory holds.
-func failedFact(svc *machines.EtcdService) *etcdFact {
+func failedFact(svc *talosapi.EtcdService) *etcdFact {
 	since := svc.Since.UTC().Format(time.RFC3339)
 	switch ev := svc.Event; {
 	case strings.Contains(ev, eventJoinFailed):

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"devata.dev/devata/inventory"
-	"devata.dev/devata/machines"
+	"devata.dev/devata/talosapi"
 )
 
 // A control plane whose etcd runs without a leader (no quorum) holds data:
@@ -20,9 +20,9 @@ func TestEtcdVerdictWithoutQuorum(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	noLeader := &machines.Observation{
-		EtcdErr:   fmt.Errorf("%w: etcd member list: etcdserver: no leader (Unknown)", machines.ErrEtcdNoLeader),
-		EtcdLocal: &machines.EtcdMemberStatus{MemberID: 7, Errors: []string{"etcdserver: no leader"}},
+	noLeader := &talosapi.Observation{
+		EtcdErr:   fmt.Errorf("%w: etcd member list: etcdserver: no leader (Unknown)", talosapi.ErrEtcdNoLeader),
+		EtcdLocal: &talosapi.EtcdMemberStatus{MemberID: 7, Errors: []string{"etcdserver: no leader"}},
 	}
 	fact := etcdFactOf(noLeader)
 	if !fact.HasData || !fact.NoLeader || fact.None || fact.Err != nil || !strings.Contains(fact.Seen, "no leader, so no quorum") {
@@ -43,9 +43,9 @@ func TestEtcdVerdictWithoutQuorum(t *testing.T) {
 		{"one without a leader for a moment", map[string]etcdFact{"cp-1": fact, "cp-2": listing, "cp-3": listing}, etcdOurs,
 			"etcd exists: cp-2, cp-3 report members [cp-1 cp-2 cp-3]"},
 	} {
-		st := &fleetState{obs: map[string]*machines.Observation{}, etcd: tc.facts}
+		st := &fleetState{obs: map[string]*talosapi.Observation{}, etcd: tc.facts}
 		for name := range tc.facts {
-			st.obs[name] = &machines.Observation{}
+			st.obs[name] = &talosapi.Observation{}
 		}
 		got, why := etcdVerdict(inv, st)
 		if got != tc.want || !strings.Contains(why, tc.says) {

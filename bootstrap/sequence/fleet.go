@@ -13,7 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"devata.dev/devata/inventory"
-	"devata.dev/devata/machines"
+	"devata.dev/devata/talosapi"
 )
 
 // etcdFact is what one control plane said about etcd.
@@ -56,11 +56,11 @@ type etcdFact struct {
 // fleetState is one observation of every machine, with the facts the
 // sequence decides on.
 type fleetState struct {
-	obs  map[string]*machines.Observation
+	obs  map[string]*talosapi.Observation
 	etcd map[string]etcdFact
 	// diff and dry are set for configured machines whose applied config differs.
-	diff map[string]machines.ConfigDiff
-	dry  map[string]machines.ApplyOutcome
+	diff map[string]talosapi.ConfigDiff
+	dry  map[string]talosapi.ApplyOutcome
 	// dryErr holds dry runs that were refused.
 	dryErr map[string]error
 }
@@ -82,11 +82,11 @@ func (st *fleetState) configured(name string) bool {
 
 // foreignCA names the machines whose TLS handshake failed because their
 // certificates are signed by another CA than the talosconfig's
-// (machines.IsForeignCA).
+// (talosapi.IsForeignCA).
 func (st *fleetState) foreignCA(inv *inventory.Inventory) []string {
 	var out []string
 	for i := range inv.Machines {
-		if o := st.obs[inv.Machines[i].Name]; o != nil && machines.IsForeignCA(o.Err) {
+		if o := st.obs[inv.Machines[i].Name]; o != nil && talosapi.IsForeignCA(o.Err) {
 			out = append(out, inv.Machines[i].Name)
 		}
 	}
@@ -122,18 +122,18 @@ func (st *fleetState) inconclusive(inv *inventory.Inventory) (out []string, perm
 // observeFleet observes every machine at once; with dryRun, for configured
 // machines whose applied config differs it also asks Talos (a dry run, no
 // write) what applying would do.
-func observeFleet(ctx context.Context, inv *inventory.Inventory, d *machines.Dialer, desiredFor machines.DesiredFunc, concurrency int, timeout time.Duration, dryRun bool) *fleetState {
+func observeFleet(ctx context.Context, inv *inventory.Inventory, d *talosapi.Dialer, desiredFor talosapi.DesiredFunc, concurrency int, timeout time.Duration, dryRun bool) *fleetState {
 	st := &fleetState{
-		obs: map[string]*machines.Observation{}, etcd: map[string]etcdFact{},
-		diff: map[string]machines.ConfigDiff{}, dry: map[string]machines.ApplyOutcome{}, dryErr: map[string]error{},
+		obs: map[string]*talosapi.Observation{}, etcd: map[string]etcdFact{},
+		diff: map[string]talosapi.ConfigDiff{}, dry: map[string]talosapi.ApplyOutcome{}, dryErr: map[string]error{},
 	}
 	var ms []*inventory.Machine
 	for i := range inv.Machines {
 		ms = append(ms, &inv.Machines[i])
 	}
 	var mu sync.Mutex
-	_ = machines.ForEach(ctx, ms, concurrency, timeout, func(ctx context.Context, m *inventory.Machine) error {
-		sv := machines.SurveyMachine(ctx, d, inv, m, desiredFor, machines.ModeAuto, dryRun)
+	_ = talosapi.ForEach(ctx, ms, concurrency, timeout, func(ctx context.Context, m *inventory.Machine) error {
+		sv := talosapi.SurveyMachine(ctx, d, inv, m, desiredFor, talosapi.ModeAuto, dryRun)
 		o := sv.Obs
 		var fact etcdFact
 		if m.IsControlPlane() {
@@ -185,17 +185,17 @@ var errPendingConfig = errors.New("its active config is not the one it would boo
 // code: Talos' etcd calls on such a node wait until the caller's deadline
 // or fail on missing certificates (internal/pkg/etcd/etcd.go). Anything else
 // is inconclusive and blocks bootstrapping (fail closed).
-func etcdFactOf(o *machines.Observation) etcdFact {
+func etcdFactOf(o *talosapi.Observation) etcdFact {
 	switch {
 	case o.Maintenance:
 		return etcdFact{None: true, Seen: "maintenance mode: not configured, no etcd"}
 	case o.Err != nil:
 		return etcdFact{Err: o.Err, Seen: "did not answer: " + o.Err.Error()}
-	case errors.Is(o.EtcdErr, machines.ErrEtcdNoLeader):
+	case errors.Is(o.EtcdErr, talosapi.ErrEtcdNoLeader):
 		// EtcdStatus answered: etcd runs on data, but without a leader
 		// EtcdMemberList cannot say whose cluster it is
 		return etcdFact{HasData: true, NoLeader: true, Seen: "etcd runs but has no leader, so no quorum, and its members cannot be read (" + o.EtcdErr.Error() + ")"}
-	case errors.Is(o.EtcdErr, machines.ErrEtcdLearner):
+	case errors.Is(o.EtcdErr, talosapi.ErrEtcdLearner):
 		// added to a cluster and its etcd runs: it holds data
 		return etcdFact{HasData: true, Starting: true, Seen: "etcd runs as a learner of a cluster, not yet promoted (etcd refuses a learner the member list: " + o.EtcdErr.Error() + ")"}
 	case o.Etcd != nil:

@@ -8,9 +8,9 @@ import (
 	"devata.dev/devata/drift"
 	"devata.dev/devata/gate"
 	"devata.dev/devata/inventory"
-	"devata.dev/devata/machines"
 	"devata.dev/devata/provenance"
 	"devata.dev/devata/snapshot"
+	"devata.dev/devata/talosapi"
 )
 
 // Step names of plan actions, in the order the sequence takes them.
@@ -75,7 +75,7 @@ type Action struct {
 	// change devata apply rolls out (as apply --dry-run says it).
 	Drain string `json:"drain,omitempty"`
 	// Changes is an apply's config diff by YAML path, redacted
-	// (machines.ConfigDiff.Changes): what the apply would change.
+	// (talosapi.ConfigDiff.Changes): what the apply would change.
 	Changes []string `json:"changes,omitempty"`
 }
 
@@ -229,10 +229,10 @@ func (s *Sequence) Plan(ctx context.Context) (*Plan, error) {
 	in.kubeconfig = s.kubeconfigState()
 	if !s.opts.SkipNodes {
 		if kc := s.NodesKubeconfig(); fileExists(kc) {
-			if kube, err := machines.KubeClient(kc); err == nil {
+			if kube, err := talosapi.KubeClient(kc); err == nil {
 				// A plan only glances at Kubernetes: an API server that is not up yet must not hold it.
 				nctx, cancel := context.WithTimeout(ctx, min(s.opts.Timeout, 5*time.Second))
-				n := machines.ObserveNodes(nctx, kube)
+				n := talosapi.ObserveNodes(nctx, kube)
 				cancel()
 				in.nodes = &n
 			}
@@ -257,7 +257,7 @@ type planInput struct {
 	st             *fleetState
 	etcdHealthy    error // nil when healthy; only meaningful when every control plane is configured
 	kubeconfig     kubeconfigState
-	nodes          *machines.Nodes
+	nodes          *talosapi.Nodes
 	skipNodes      bool
 	// recover is the snapshot etcd is rebuilt from (nil: bootstrap an
 	// empty one); recoverRunning the control planes still running the

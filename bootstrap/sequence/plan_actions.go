@@ -10,7 +10,7 @@ import (
 
 	"devata.dev/devata/drift"
 	"devata.dev/devata/inventory"
-	"devata.dev/devata/machines"
+	"devata.dev/devata/talosapi"
 )
 
 // rel shows a path relative to the inventory's directory when it is inside it,
@@ -274,7 +274,7 @@ func planWaitNodes(in planInput) Action {
 		for i := range inv.Machines {
 			n, ok := in.nodes.ByName[inv.Machines[i].Name]
 			switch {
-			case ok && !n.Ready && inv.Cluster.Network.CNI == "none" && machines.NetworkNotReady(n.ReadyReason):
+			case ok && !n.Ready && inv.Cluster.Network.CNI == "none" && talosapi.NetworkNotReady(n.ReadyReason):
 				noCNI++
 			case !ok || !n.Ready:
 				missing = append(missing, inv.Machines[i].Name)

@@ -24,8 +24,8 @@ import (
 
 	"devata.dev/devata/bootstrap"
 	"devata.dev/devata/inventory"
-	"devata.dev/devata/machines"
 	"devata.dev/devata/snapshot"
+	"devata.dev/devata/talosapi"
 )
 
 // Options configure one bootstrap run or plan.
@@ -40,7 +40,7 @@ type Options struct {
 	// Overrides maps machine names to the host:port to dial instead of their address.
 	Overrides map[string]string
 	// Dial chooses the talosconfig context and endpoints (talosctl --context, -e).
-	Dial []machines.DialOption
+	Dial []talosapi.DialOption
 	// KubeconfigOut is where the admin kubeconfig is written; default
 	// "kubeconfig" next to the inventory.
 	KubeconfigOut string
@@ -90,8 +90,8 @@ type Sequence struct {
 	desired        map[string][]byte
 	// desiredFor is a machine's desired config for the Talos it runs: an
 	// older release's contract while it runs one (bootstrap Desired.For).
-	desiredFor machines.DesiredFunc
-	dialer     *machines.Dialer
+	desiredFor talosapi.DesiredFunc
+	dialer     *talosapi.Dialer
 	st         *fleetState
 
 	mu sync.Mutex // serialises Out
@@ -127,7 +127,7 @@ func (s *Sequence) Inventory() *inventory.Inventory { return s.inv }
 func (s *Sequence) Desired() map[string][]byte { return s.desired }
 
 // Dialer returns the dialer the run used.
-func (s *Sequence) Dialer() *machines.Dialer { return s.dialer }
+func (s *Sequence) Dialer() *talosapi.Dialer { return s.dialer }
 
 // KubeconfigPath is where the admin kubeconfig is (or would be) written.
 func (s *Sequence) KubeconfigPath() string {

@@ -16,8 +16,8 @@ import (
 
 	"devata.dev/devata/bootstrap/sequence"
 	"devata.dev/devata/internal/simtest"
-	"devata.dev/devata/machines"
 	"devata.dev/devata/sim"
+	"devata.dev/devata/talosapi"
 )
 
 // A configured machine answers on mTLS: it is never sent an insecure apply.
@@ -226,7 +226,7 @@ func TestRunFromMaintenanceAcceptsBootingControlPlanes(t *testing.T) {
 		}
 	}
 	for _, m := range f.Inventory.ControlPlanes() {
-		if o := machines.Observe(context.Background(), f.Dialer, m); o.Stage != "running" {
+		if o := talosapi.Observe(context.Background(), f.Dialer, m); o.Stage != "running" {
 			t.Errorf("%s after bootstrap: stage %s, want running", m.Name, o.Stage)
 		}
 	}

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"devata.dev/devata/inventory"
-	"devata.dev/devata/machines"
+	"devata.dev/devata/talosapi"
 )
 
 var errBackInMaintenance = errors.New("back in maintenance mode")
@@ -22,7 +22,7 @@ func (s *Sequence) applyMaintenance(ctx context.Context, m *inventory.Machine) e
 		switch {
 		case err == nil:
 			s.say("    %s: config applied over the maintenance connection (mode auto); waiting for it to answer on mTLS", m.Name)
-		case errors.Is(err, ErrRefused) || !machines.IsUnreachable(err) || ctx.Err() != nil:
+		case errors.Is(err, ErrRefused) || !talosapi.IsUnreachable(err) || ctx.Err() != nil:
 			return err
 		default:
 			// The connection dropped mid-apply: the machine may have rebooted into its config, or not.
@@ -37,11 +37,11 @@ func (s *Sequence) applyMaintenance(ctx context.Context, m *inventory.Machine) e
 	}
 }
 
-// ApplyMaintenance is machines.ApplyMaintenance, its refusal of a
+// ApplyMaintenance is talosapi.ApplyMaintenance, its refusal of a
 // configured machine wrapping ErrRefused.
-func ApplyMaintenance(ctx context.Context, d *machines.Dialer, m *inventory.Machine, config []byte, timeout time.Duration) error {
-	err := machines.ApplyMaintenance(ctx, d, m, config, timeout)
-	if errors.Is(err, machines.ErrConfigured) {
+func ApplyMaintenance(ctx context.Context, d *talosapi.Dialer, m *inventory.Machine, config []byte, timeout time.Duration) error {
+	err := talosapi.ApplyMaintenance(ctx, d, m, config, timeout)
+	if errors.Is(err, talosapi.ErrConfigured) {
 		return fmt.Errorf("%w: %w", ErrRefused, err)
 	}
 	return err
@@ -49,18 +49,18 @@ func ApplyMaintenance(ctx context.Context, d *machines.Dialer, m *inventory.Mach
 
 // applyRunning applies the desired config to a configured machine before the
 // cluster exists, in the mode its dry run resolved, and waits for it.
-func (s *Sequence) applyRunning(ctx context.Context, m *inventory.Machine, mode machines.Mode) error {
+func (s *Sequence) applyRunning(ctx context.Context, m *inventory.Machine, mode talosapi.Mode) error {
 	actx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	c, err := s.dialer.Client(actx, m)
 	if err == nil {
 		var cfg []byte
 		if cfg, err = s.desiredFor(m, s.runs(m)); err == nil {
-			_, err = machines.Apply(actx, c, cfg, mode, 0)
+			_, err = talosapi.Apply(actx, c, cfg, mode, 0)
 		}
 		c.Close()
 	}
 	cancel()
-	if err != nil && !machines.IsUnreachable(err) {
+	if err != nil && !talosapi.IsUnreachable(err) {
 		return fmt.Errorf("apply: %w", err)
 	}
 	s.say("    %s: desired config applied (%s); waiting for it to run it", m.Name, mode)

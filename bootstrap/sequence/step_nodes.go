@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"devata.dev/devata/internal/heartbeat"
-	"devata.dev/devata/machines"
+	"devata.dev/devata/talosapi"
 )
 
 // waitNodes waits until every machine's Node is registered and Ready. With
@@ -20,7 +20,7 @@ func (s *Sequence) waitNodes(ctx context.Context) (string, error) {
 		return "skipped (--skip-nodes)", nil
 	}
 	path := s.NodesKubeconfig()
-	kube, err := machines.KubeClient(path)
+	kube, err := talosapi.KubeClient(path)
 	if err != nil {
 		return "", err
 	}
@@ -30,7 +30,7 @@ func (s *Sequence) waitNodes(ctx context.Context) (string, error) {
 	defer beat.Stop()
 	for {
 		nctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
-		nodes := machines.ObserveNodes(nctx, kube)
+		nodes := talosapi.ObserveNodes(nctx, kube)
 		cancel()
 		var waiting []string
 		noCNI := 0
@@ -43,7 +43,7 @@ func (s *Sequence) waitNodes(ctx context.Context) (string, error) {
 				switch {
 				case !ok:
 					waiting = append(waiting, name+" not registered")
-				case !n.Ready && s.CNINone() && machines.NetworkNotReady(n.ReadyReason):
+				case !n.Ready && s.CNINone() && talosapi.NetworkNotReady(n.ReadyReason):
 					noCNI++
 				case !n.Ready:
 					waiting = append(waiting, name+" not Ready ("+n.ReadyReason+")")

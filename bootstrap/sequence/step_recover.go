@@ -17,7 +17,7 @@ import (
 
 	"devata.dev/devata/internal/heartbeat"
 	"devata.dev/devata/inventory"
-	"devata.dev/devata/machines"
+	"devata.dev/devata/talosapi"
 )
 
 // snapshotMembersRunning are the control planes whose etcd reports a
@@ -101,7 +101,7 @@ func (s *Sequence) recoverFirst(ctx context.Context, m *inventory.Machine, why s
 // recovery, and the way on is a wipe of m's EPHEMERAL partition.
 func (s *Sequence) alreadyRecovered(ctx context.Context, m *inventory.Machine) (string, error) {
 	octx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
-	o := machines.Observe(octx, s.dialer, m)
+	o := talosapi.Observe(octx, s.dialer, m)
 	cancel()
 	old := map[uint64]bool{}
 	for _, mem := range s.opts.Recover.Members {
@@ -197,7 +197,7 @@ func (s *Sequence) waitRecovered(ctx context.Context, m *inventory.Machine) (str
 	defer cancel()
 	for {
 		octx, ocancel := context.WithTimeout(wctx, s.opts.Timeout)
-		o := machines.Observe(octx, s.dialer, m)
+		o := talosapi.Observe(octx, s.dialer, m)
 		ocancel()
 		switch {
 		case o != nil && o.Etcd != nil && slices.Contains(o.Etcd.Members, m.Name):
@@ -219,7 +219,7 @@ func (s *Sequence) waitRecovered(ctx context.Context, m *inventory.Machine) (str
 // rerun is enough; any other failure may have written the data
 // directory (etcdutl writes the database before it checks the hash), and
 // only a wipe of EPHEMERAL clears it.
-func (s *Sequence) recoveryFailed(m *inventory.Machine, svc *machines.EtcdService) error {
+func (s *Sequence) recoveryFailed(m *inventory.Machine, svc *talosapi.EtcdService) error {
 	path := s.recoverFrom()
 	if f := failedFact(svc); f != nil && f.None {
 		return fmt.Errorf("%s: etcd did not restore %s: %s; nothing was written there, so run devata bootstrap --recover-from again once the snapshot is checked (devata backup etcd writes verified ones)", m.Name, path, svc.Event)

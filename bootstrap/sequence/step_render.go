@@ -7,7 +7,7 @@ import (
 	clientconfig "github.com/siderolabs/talos/pkg/machinery/client/config"
 
 	"devata.dev/devata/bootstrap"
-	"devata.dev/devata/machines"
+	"devata.dev/devata/talosapi"
 )
 
 // render renders and validates every machine's config and makes the dialer,
@@ -36,7 +36,7 @@ func (s *Sequence) render(ctx context.Context) (string, error) {
 	} else if !sameCA(tc, s.bundle) {
 		s.say("    warning: the talosconfig's CA is not the secrets bundle's OS CA: machines configured from this bundle will not accept it")
 	}
-	if s.dialer, err = machines.NewDialer(tc, s.opts.Overrides, s.opts.Dial...); err != nil {
+	if s.dialer, err = talosapi.NewDialer(tc, s.opts.Overrides, s.opts.Dial...); err != nil {
 		return "", err
 	}
 	return fmt.Sprintf("%d configs rendered and validated%s", len(s.desired), note), nil

@@ -7,7 +7,7 @@ import (
 
 	"devata.dev/devata/internal/heartbeat"
 	"devata.dev/devata/inventory"
-	"devata.dev/devata/machines"
+	"devata.dev/devata/talosapi"
 )
 
 // waitConfigured polls until the machine answers on mTLS and runs the
@@ -25,7 +25,7 @@ func (s *Sequence) waitConfigured(ctx context.Context, m *inventory.Machine, rea
 	defer beat.Stop()
 	for {
 		octx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
-		o := machines.Observe(octx, s.dialer, m)
+		o := talosapi.Observe(octx, s.dialer, m)
 		cancel()
 		switch {
 		case o.Maintenance && reapply:
@@ -36,9 +36,9 @@ func (s *Sequence) waitConfigured(ctx context.Context, m *inventory.Machine, rea
 			last = o.ConfigErr.Error()
 		default:
 			desired, err := s.desiredFor(m, o.Version)
-			var d machines.ConfigDiff
+			var d talosapi.ConfigDiff
 			if err == nil {
-				d, err = machines.DiffConfigs(o.Active, desired)
+				d, err = talosapi.DiffConfigs(o.Active, desired)
 			}
 			switch {
 			case err != nil:

@@ -13,8 +13,8 @@ import (
 	"golang.org/x/term"
 
 	"devata.dev/devata/inventory"
-	"devata.dev/devata/machines"
 	"devata.dev/devata/reconcile"
+	"devata.dev/devata/talosapi"
 )
 
 // applyFlags are apply's flags.
@@ -265,7 +265,7 @@ func (a *app) confirmReboots(plan *reconcile.Plan) error {
 // apply plans under the cluster's lock (unless a dry run), prints the plan,
 // confirms reboots and rolls it out.
 func (a *app) apply(ctx context.Context, flags applyFlags) error {
-	mode, err := machines.ParseMode(flags.mode)
+	mode, err := talosapi.ParseMode(flags.mode)
 	if err != nil {
 		return usageError(err)
 	}

@@ -20,7 +20,7 @@ import (
 	"devata.dev/devata/backup/store"
 	"devata.dev/devata/bootstrap"
 	"devata.dev/devata/inventory"
-	"devata.dev/devata/machines"
+	"devata.dev/devata/talosapi"
 
 	"devata.dev/devata/internal/outfile"
 	"devata.dev/devata/internal/termsafe"
@@ -386,7 +386,7 @@ type afterBackup struct {
 // file and a URL alike: the inventory (its warnings printed, its cluster
 // recorded in after.outcome), the recipients to encrypt to (into
 // after.encryptTo) and a dialer from the talosconfig.
-func (a *app) openBackup(ctx context.Context, after *afterBackup) (*inventory.Inventory, *machines.Dialer, error) {
+func (a *app) openBackup(ctx context.Context, after *afterBackup) (*inventory.Inventory, *talosapi.Dialer, error) {
 	inv, err := inventory.LoadContext(ctx, a.settings.Inventory)
 	if err != nil {
 		fmt.Fprintln(a.streams.Err, err)
@@ -399,7 +399,7 @@ func (a *app) openBackup(ctx context.Context, after *afterBackup) (*inventory.In
 	if after.encryptTo, err = recipientsFor(inv, *after); err != nil {
 		return nil, nil, exitWith(exitTrouble, err)
 	}
-	tc, err := machines.LoadTalosconfig(a.settings.Talosconfig)
+	tc, err := talosapi.LoadTalosconfig(a.settings.Talosconfig)
 	if err != nil {
 		return nil, nil, exitWith(exitTrouble, err)
 	}

@@ -20,7 +20,7 @@ import (
 	"devata.dev/devata/bootstrap/sequence"
 	"devata.dev/devata/drift"
 	"devata.dev/devata/inventory"
-	"devata.dev/devata/machines"
+	"devata.dev/devata/talosapi"
 )
 
 // sequenceFlags are the flags bootstrap and plan share.
@@ -164,7 +164,7 @@ func (a *app) bootstrap(ctx context.Context, flags bootstrapFlags) error {
 	fmt.Fprintln(out, "==> drift report")
 	var kube kubernetes.Interface
 	if !flags.skipNodes {
-		if kube, err = machines.KubeClient(seq.NodesKubeconfig()); err != nil {
+		if kube, err = talosapi.KubeClient(seq.NodesKubeconfig()); err != nil {
 			return exitWith(exitTrouble, err)
 		}
 	}
@@ -242,9 +242,9 @@ func (a *app) sequenceOptions(ctx context.Context, f sequenceFlags) (sequence.Op
 	if err != nil {
 		return opts, nil, cleanup, err
 	}
-	tc, err := machines.LoadTalosconfig(a.settings.Talosconfig)
+	tc, err := talosapi.LoadTalosconfig(a.settings.Talosconfig)
 	switch {
-	case errors.Is(err, machines.ErrNoTalosconfig):
+	case errors.Is(err, talosapi.ErrNoTalosconfig):
 		// Without a talosconfig anywhere, the sequence derives one from the bundle.
 	case err != nil:
 		cleanup()

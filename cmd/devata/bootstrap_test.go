@@ -17,8 +17,8 @@ import (
 	"devata.dev/devata/gate"
 	"devata.dev/devata/internal/simtest"
 	"devata.dev/devata/internal/testenv"
-	"devata.dev/devata/machines"
 	"devata.dev/devata/sim"
+	"devata.dev/devata/talosapi"
 )
 
 var allMachines = []string{"cp-1", "cp-2", "cp-3", "worker-1", "worker-2"}
@@ -109,9 +109,9 @@ func assertBuilt(t *testing.T, sf *simFleet, k *kube) {
 	// clean too.
 	args := []string{"drift", "--config", sf.settings}
 	if k != nil {
-		nodes := machines.ObserveNodes(ctx, k.kc)
+		nodes := talosapi.ObserveNodes(ctx, k.kc)
 		for _, name := range allMachines {
-			if n, ok := nodes.ByName[name]; !ok || (!n.Ready && !machines.NetworkNotReady(n.ReadyReason)) {
+			if n, ok := nodes.ByName[name]; !ok || (!n.Ready && !talosapi.NetworkNotReady(n.ReadyReason)) {
 				t.Errorf("Node %s: registered %t, ready %t %s (%v)", name, ok, n.Ready, n.ReadyReason, nodes.Err)
 			}
 		}
@@ -119,7 +119,7 @@ func assertBuilt(t *testing.T, sf *simFleet, k *kube) {
 			t.Fatal(err)
 		}
 		for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-			nodes := machines.ObserveNodes(ctx, k.kc)
+			nodes := talosapi.ObserveNodes(ctx, k.kc)
 			ready := 0
 			for _, name := range allMachines {
 				if n := nodes.ByName[name]; n.Ready {

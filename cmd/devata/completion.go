@@ -10,7 +10,7 @@ import (
 	"devata.dev/devata/config"
 	"devata.dev/devata/drift"
 	"devata.dev/devata/inventory"
-	"devata.dev/devata/machines"
+	"devata.dev/devata/talosapi"
 )
 
 // registerCompletions gives the flags whose values devata knows their shell
@@ -26,8 +26,8 @@ func (a *app) registerCompletions(root *cobra.Command) {
 		"apply":   {"text", "json"},
 		"upgrade": {"text", "json"},
 	}
-	modes := make([]string, 0, len(machines.Modes))
-	for _, m := range machines.Modes {
+	modes := make([]string, 0, len(talosapi.Modes))
+	for _, m := range talosapi.Modes {
 		modes = append(modes, string(m))
 	}
 	register := func(c *cobra.Command, flag string, complete cobra.CompletionFunc) {

@@ -17,7 +17,6 @@ import (
 	"devata.dev/devata/drift"
 	"devata.dev/devata/internal/outfile"
 	"devata.dev/devata/inventory"
-	"devata.dev/devata/machines"
 	"devata.dev/devata/netcheck"
 )
 
@@ -166,7 +165,7 @@ func (a *app) drift(ctx context.Context, flags driftFlags) error {
 
 // driftStream writes the JSON report as machines finish, holding no
 // results: for fleets too large to keep a report in memory.
-func (a *app) driftStream(ctx context.Context, fc *machines.FleetCheck, h drift.Header) error {
+func (a *app) driftStream(ctx context.Context, fc *checks.FleetCheck, h drift.Header) error {
 	st := drift.NewJSONStream(a.streams.Out)
 	if err := st.Begin(h); err != nil {
 		return exitWith(exitTrouble, err)

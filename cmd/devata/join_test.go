@@ -14,8 +14,8 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/client"
 
 	"devata.dev/devata/internal/simtest"
-	"devata.dev/devata/machines"
 	"devata.dev/devata/sim"
+	"devata.dev/devata/talosapi"
 )
 
 // etcdWatch samples the fleet's etcd clusters while a rollout goes and
@@ -229,7 +229,7 @@ func TestReconcileJoinKeepsTheInstalledVersion(t *testing.T) {
 		t.Fatalf("upgrade worker-2: %v", err)
 	}
 	waitFor(t, "worker-2 running on v1.11.2", func() bool {
-		o := machines.Observe(t.Context(), sf.Dialer, w)
+		o := talosapi.Observe(t.Context(), sf.Dialer, w)
 		return o.Err == nil && o.Version == "v1.11.2" && o.Stage == "running" && (o.Ready || o.NotReadyOnlyForNode())
 	})
 	// the upgrade's connection died with its reboot: a new one

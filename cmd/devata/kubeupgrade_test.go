@@ -13,8 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"devata.dev/devata/internal/simtest"
-	"devata.dev/devata/machines"
 	"devata.dev/devata/sim"
+	"devata.dev/devata/talosapi"
 )
 
 // moveWatch polls what every simulated machine's Kubernetes components run
@@ -55,7 +55,7 @@ func (w *moveWatch) sample(f *sim.Fleet) {
 	for _, m := range f.Machines() {
 		runs[m.Name()] = map[string]semver.Version{}
 		for c, img := range m.Observe().Images {
-			v, err := semver.ParseTolerant(machines.ImageTag(img))
+			v, err := semver.ParseTolerant(talosapi.ImageTag(img))
 			if err != nil {
 				continue
 			}
@@ -65,7 +65,7 @@ func (w *moveWatch) sample(f *sim.Fleet) {
 					w.first[m.Name()+"/"+c] = w.n
 				}
 			}
-			if c == machines.KubeAPIServer {
+			if c == talosapi.KubeAPIServer {
 				apiservers = append(apiservers, v)
 			}
 		}
@@ -73,14 +73,14 @@ func (w *moveWatch) sample(f *sim.Fleet) {
 	for name, cs := range runs {
 		for c, v := range cs {
 			switch c {
-			case machines.Kubelet:
+			case talosapi.Kubelet:
 				for _, a := range apiservers {
 					if v.GT(a) {
 						w.broken = append(w.broken, fmt.Sprintf("sample %d: %s kubelet %s newer than a kube-apiserver %s", w.n, name, v, a))
 					}
 				}
-			case machines.KubeControllerManager, machines.KubeScheduler:
-				if a, ok := cs[machines.KubeAPIServer]; ok && v.GT(a) {
+			case talosapi.KubeControllerManager, talosapi.KubeScheduler:
+				if a, ok := cs[talosapi.KubeAPIServer]; ok && v.GT(a) {
 					w.broken = append(w.broken, fmt.Sprintf("sample %d: %s %s %s newer than its kube-apiserver %s", w.n, name, c, v, a))
 				}
 			}
@@ -213,7 +213,7 @@ func TestKubernetesUpgrade(t *testing.T) {
 		t.Error(b)
 	}
 	var want []string
-	for _, c := range machines.KubeOrder {
+	for _, c := range talosapi.KubeOrder {
 		for _, m := range []string{"cp-1", "cp-2", "cp-3"} {
 			want = append(want, m+"/"+c)
 		}
@@ -246,7 +246,7 @@ func TestKubernetesUpgradeHeldByAControlPlane(t *testing.T) {
 
 	ctx := context.Background()
 	cp3 := sf.Inventory.Machine("cp-3")
-	o := machines.Observe(ctx, sf.Dialer, cp3)
+	o := talosapi.Observe(ctx, sf.Dialer, cp3)
 	if o.Err != nil || o.ConfigErr != nil {
 		t.Fatal(o.Err, o.ConfigErr)
 	}
@@ -256,7 +256,7 @@ func TestKubernetesUpgradeHeldByAControlPlane(t *testing.T) {
 	}
 	defer c.Close()
 	tried := []byte(strings.Replace(string(o.Active), "time.cloudflare.com", "pool.ntp.org", 1))
-	if _, err := machines.Apply(ctx, c, tried, machines.ModeTry, 8*time.Second); err != nil {
+	if _, err := talosapi.Apply(ctx, c, tried, talosapi.ModeTry, 8*time.Second); err != nil {
 		t.Fatalf("try: %v", err)
 	}
 
@@ -282,7 +282,7 @@ func TestKubernetesUpgradeHeldByAControlPlane(t *testing.T) {
 
 	// the try rolls back; then nothing holds the rest
 	deadline := time.Now().Add(20 * time.Second)
-	for o := machines.Observe(ctx, sf.Dialer, cp3); o.PendingConfig(); o = machines.Observe(ctx, sf.Dialer, cp3) {
+	for o := talosapi.Observe(ctx, sf.Dialer, cp3); o.PendingConfig(); o = talosapi.Observe(ctx, sf.Dialer, cp3) {
 		if time.Now().After(deadline) {
 			t.Fatal("cp-3's try did not roll back")
 		}
@@ -338,7 +338,7 @@ func TestReconcileKubernetesUpgrade(t *testing.T) {
 		t.Fatalf("first pass moved %v; want the three API servers, then the rest of one control plane", moves)
 	}
 	for _, m := range moves[:3] {
-		if !strings.HasSuffix(m, "/"+machines.KubeAPIServer) {
+		if !strings.HasSuffix(m, "/"+talosapi.KubeAPIServer) {
 			t.Errorf("first pass moved %v; want the three API servers first", moves)
 		}
 	}

@@ -15,7 +15,7 @@ import (
 
 	"devata.dev/devata/inventory"
 	"devata.dev/devata/lock"
-	"devata.dev/devata/machines"
+	"devata.dev/devata/talosapi"
 )
 
 // lockFlags are how a writing command takes the cluster's lock.
@@ -142,7 +142,7 @@ func existingKubeClient(path string) (kubernetes.Interface, error) {
 	// KUBECONFIG may be a list (kubectl's form): any file of it will do
 	for _, p := range filepath.SplitList(path) {
 		if _, err := os.Stat(p); err == nil {
-			return machines.KubeClient(path)
+			return talosapi.KubeClient(path)
 		}
 	}
 	return nil, nil // no kubeconfig yet: no API to take a Lease in

@@ -11,9 +11,9 @@ import (
 
 	"devata.dev/devata/bootstrap/sequence"
 	"devata.dev/devata/inventory"
-	"devata.dev/devata/machines"
 	"devata.dev/devata/membership"
 	"devata.dev/devata/reconcile"
+	"devata.dev/devata/talosapi"
 )
 
 func (a *app) newPlanCommand() *cobra.Command {
@@ -109,7 +109,7 @@ Exit 0 nothing to do, 1 actions pending, 2 error or a blocked action.`,
 // longer has, through the inventory and dialer the plan already built. It
 // is best effort: before the cluster exists (no control plane reporting
 // etcd) there are none to list, and plan says nothing about them.
-func (a *app) planOrphans(ctx context.Context, inv *inventory.Inventory, d *machines.Dialer, kube kubernetes.Interface) []sequence.Orphan {
+func (a *app) planOrphans(ctx context.Context, inv *inventory.Inventory, d *talosapi.Dialer, kube kubernetes.Interface) []sequence.Orphan {
 	if inv == nil || d == nil {
 		return nil
 	}
@@ -131,7 +131,7 @@ func (a *app) planKubernetes(ctx context.Context, seq *sequence.Sequence, plan *
 	if seq.Inventory() == nil || seq.Dialer() == nil || !slices.ContainsFunc(plan.Pending(), func(x sequence.Action) bool { return x.Step == sequence.StepApply }) {
 		return nil
 	}
-	p := &reconcile.Planner{Inventory: seq.Inventory(), Desired: seq.Desired(), Dialer: seq.Dialer(), Mode: machines.ModeAuto,
+	p := &reconcile.Planner{Inventory: seq.Inventory(), Desired: seq.Desired(), Dialer: seq.Dialer(), Mode: talosapi.ModeAuto,
 		Concurrency: a.settings.Concurrency, Timeout: a.settings.Timeout, Kube: kube}
 	rp, err := p.Plan(ctx, nil)
 	if err != nil || rp.Kubernetes == nil {
@@ -142,7 +142,7 @@ func (a *app) planKubernetes(ctx context.Context, seq *sequence.Sequence, plan *
 	if k.Refused != "" {
 		return out
 	}
-	for _, c := range machines.KubeOrder {
+	for _, c := range talosapi.KubeOrder {
 		switch {
 		case k.Held[c] != "":
 			out.Steps = append(out.Steps, sequence.KubernetesStep{Component: c, Held: k.Held[c]})

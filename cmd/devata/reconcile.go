@@ -21,9 +21,10 @@ import (
 	"devata.dev/devata/checks"
 	"devata.dev/devata/drift"
 	"devata.dev/devata/inventory"
-	"devata.dev/devata/machines"
+	"devata.dev/devata/machinecheck"
 	"devata.dev/devata/netcheck"
 	"devata.dev/devata/reconcile"
+	"devata.dev/devata/talosapi"
 )
 
 // reconcileFlags are reconcile's flags.
@@ -126,7 +127,7 @@ func (a *app) reconcile(ctx context.Context, flags reconcileFlags) error {
 	if err := knownChecks(flags.checks); err != nil {
 		return usageError(err)
 	}
-	mode, err := machines.ParseMode(flags.mode)
+	mode, err := talosapi.ParseMode(flags.mode)
 	if err != nil {
 		return usageError(err)
 	}
@@ -148,7 +149,7 @@ func (a *app) reconcile(ctx context.Context, flags reconcileFlags) error {
 	}
 	log := a.loopLogger()
 	routeLibraryLogs(log) // client-go's leader election logs at info
-	tc, err := machines.LoadTalosconfig(a.settings.Talosconfig)
+	tc, err := talosapi.LoadTalosconfig(a.settings.Talosconfig)
 	if err != nil {
 		return exitWith(exitTrouble, err)
 	}
@@ -188,7 +189,7 @@ func (a *app) reconcile(ctx context.Context, flags reconcileFlags) error {
 	certs := a.certOptions(nil, dialer)
 	loop := &reconcile.Loop{
 		Source: reconcile.FileSourceWith(a.settings.Inventory, a.ageIdentities()), Dialer: dialer, Kube: kube,
-		Extensions: func(inv *inventory.Inventory) []machines.Extension {
+		Extensions: func(inv *inventory.Inventory) []machinecheck.Extension {
 			return checks.Extensions(inv, checks.Options{Kube: kube, Exec: ex, Certs: certs})
 		},
 		Checks: flags.checks, Simulated: a.settings.Simulated,

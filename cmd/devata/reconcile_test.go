@@ -19,15 +19,15 @@ import (
 
 	"devata.dev/devata/internal/simtest"
 	"devata.dev/devata/internal/testenv"
-	"devata.dev/devata/machines"
 	"devata.dev/devata/reconcile"
+	"devata.dev/devata/talosapi"
 )
 
 var loopChecks = "--checks=config,talos-version,machine-stage,etcd"
 
 func inSync(sf *simFleet, machine string) bool {
-	o := machines.Observe(context.Background(), sf.Dialer, sf.Inventory.Machine(machine))
-	d, err := machines.DiffConfigs(o.Active, sf.Desired[machine])
+	o := talosapi.Observe(context.Background(), sf.Dialer, sf.Inventory.Machine(machine))
+	d, err := talosapi.DiffConfigs(o.Active, sf.Desired[machine])
 	return o.Err == nil && err == nil && d.Equal
 }
 

@@ -17,9 +17,9 @@ import (
 	"devata.dev/devata/checks"
 	"devata.dev/devata/drift"
 	"devata.dev/devata/inventory"
-	"devata.dev/devata/machines"
 	"devata.dev/devata/netcheck"
 	"devata.dev/devata/provenance"
+	"devata.dev/devata/talosapi"
 
 	"devata.dev/devata/internal/termsafe"
 )
@@ -33,7 +33,7 @@ type session struct {
 	// takes names or addresses); empty means all.
 	only    []string
 	desired *bootstrap.Desired
-	dialer  *machines.Dialer
+	dialer  *talosapi.Dialer
 	kube    kubernetes.Interface
 	exec    netcheck.Execer // pods/exec on kube's cluster
 }
@@ -72,7 +72,7 @@ func (a *app) openSession(ctx context.Context, leanOK bool, only ...string) (*se
 		fmt.Fprintln(a.streams.Err, err)
 		return nil, exitWith(exitTrouble, fmt.Errorf("rendering failed: nothing was sent to any machine; run devata validate"))
 	}
-	tc, err := machines.LoadTalosconfig(a.settings.Talosconfig)
+	tc, err := talosapi.LoadTalosconfig(a.settings.Talosconfig)
 	if err != nil {
 		return nil, exitWith(exitTrouble, err)
 	}
@@ -97,19 +97,19 @@ func (a *app) openSession(ctx context.Context, leanOK bool, only ...string) (*se
 // dialOptions are the talosctl-style choices of context and endpoints; a
 // talosconfig named by path is read again when it changes (Talos renews a
 // pod's kubernetesTalosAPIAccess certificate every few hours).
-func (a *app) dialOptions() []machines.DialOption {
-	return []machines.DialOption{machines.WithContext(a.settings.Context), machines.WithEndpoints(a.settings.Endpoints...), machines.WithReload(a.settings.Talosconfig)}
+func (a *app) dialOptions() []talosapi.DialOption {
+	return []talosapi.DialOption{talosapi.WithContext(a.settings.Context), talosapi.WithEndpoints(a.settings.Endpoints...), talosapi.WithReload(a.settings.Talosconfig)}
 }
 
 // newDialer reaches the inventory's machines as the settings say: the
 // talosconfig context, the endpoints and the dial overrides.
-func (a *app) newDialer(tc *clientconfig.Config) (*machines.Dialer, error) {
-	return machines.NewDialer(tc, a.settings.Dial, a.dialOptions()...)
+func (a *app) newDialer(tc *clientconfig.Config) (*talosapi.Dialer, error) {
+	return talosapi.NewDialer(tc, a.settings.Dial, a.dialOptions()...)
 }
 
 // kubeClients are the kubeconfig's API client and pods/exec transport.
 func kubeClients(kubeconfig string) (kubernetes.Interface, netcheck.Execer, error) {
-	cfg, err := machines.KubeConfig(kubeconfig)
+	cfg, err := talosapi.KubeConfig(kubeconfig)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -131,8 +131,8 @@ func kubeClientsFor(cfg *rest.Config) (kubernetes.Interface, netcheck.Execer, er
 // fleetCheck is every check devata drift knows, for one pass over inv: the
 // machine checks and, on the same connection, the storage and Cilium checks.
 // Build one per pass: the Cilium checks read the Kubernetes side once per value.
-func (a *app) fleetCheck(inv *inventory.Inventory, desired map[string][]byte, d *machines.Dialer, kube kubernetes.Interface, ex netcheck.Execer) *machines.FleetCheck {
-	return &machines.FleetCheck{
+func (a *app) fleetCheck(inv *inventory.Inventory, desired map[string][]byte, d *talosapi.Dialer, kube kubernetes.Interface, ex netcheck.Execer) *checks.FleetCheck {
+	return &checks.FleetCheck{
 		Inventory: inv, Desired: desired, Dialer: d, Kube: kube,
 		Extensions:  checks.Extensions(inv, checks.Options{Kube: kube, Exec: ex, Certs: a.certOptions(inv, d)}),
 		Concurrency: a.settings.Concurrency, Timeout: a.settings.Timeout,
@@ -141,7 +141,7 @@ func (a *app) fleetCheck(inv *inventory.Inventory, desired map[string][]byte, d 
 
 // reportHeader is a report's header for inv, with the inventory's
 // provenance (its sha256 and, in Git, the commit); the pass adds its
-// machines (machines.FleetCheck.Report). A Git that does not answer is a
+// machines (checks.FleetCheck.Report). A Git that does not answer is a
 // warning: the report goes on without the commit.
 func (a *app) reportHeader(ctx context.Context, inv *inventory.Inventory) drift.Header {
 	return drift.Header{Cluster: inv.Cluster.Name, Inventory: inv.Path, Simulated: a.settings.Simulated, Provenance: a.inventoryProvenance(ctx, inv.Path)}

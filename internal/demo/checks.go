@@ -4,7 +4,7 @@ import (
 	"slices"
 
 	"devata.dev/devata/checks"
-	"devata.dev/devata/machines"
+	"devata.dev/devata/machinecheck"
 	"devata.dev/devata/storagecheck"
 )
 
@@ -18,6 +18,6 @@ func checkNames(kubernetes bool) []string {
 		families = append(families, checks.FamilyCilium)
 	}
 	return slices.DeleteFunc(checks.Of(families...), func(n string) bool {
-		return n == storagecheck.CheckDeclaration || n == storagecheck.CheckRawDisks || !kubernetes && n == machines.CheckKubelet
+		return n == storagecheck.CheckDeclaration || n == storagecheck.CheckRawDisks || !kubernetes && n == machinecheck.CheckKubelet
 	})
 }

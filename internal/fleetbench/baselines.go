@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"devata.dev/devata/inventory"
-	"devata.dev/devata/machines"
+	"devata.dev/devata/talosapi"
 )
 
 // floor dials every machine over mTLS and asks its Version once, with the
@@ -32,7 +32,7 @@ func floor(s *simFleet, concurrency int) (Run, error) {
 	}
 	simBefore, cpuBefore, loBefore := s.cpu(), selfCPU(), loopbackBytes()
 	start := time.Now()
-	err = machines.ForEach(context.Background(), ms, concurrency, 30*time.Second, func(ctx context.Context, m *inventory.Machine) error {
+	err = talosapi.ForEach(context.Background(), ms, concurrency, 30*time.Second, func(ctx context.Context, m *inventory.Machine) error {
 		c, err := d.Client(ctx, m)
 		if err != nil {
 			return err

@@ -73,7 +73,7 @@ func measure(o options, dir string, n int) (Result, error) {
 // driftCalls is the number of Talos API calls one drift pass makes with the
 // benchmark's checks: Version, both MachineConfigs, MachineStatus and the
 // kubelet service per machine, and the etcd service, members and status on
-// each of the three control planes (machines.ObserveWith). The sim counts only a
+// each of the three control planes (talosapi.ObserveWith). The sim counts only a
 // total when it stops, over every run; a drift-only run served exactly this.
 func driftCalls(n int) int { return 5*n + 3*min(n, 3) }
 

@@ -14,7 +14,7 @@ import (
 
 	"devata.dev/devata/bootstrap"
 	"devata.dev/devata/inventory"
-	"devata.dev/devata/machines"
+	"devata.dev/devata/talosapi"
 )
 
 // reconcileRun edits the applied config of driftPercent of the workers behind
@@ -129,7 +129,7 @@ func writeFaults(s *simFleet, faults map[string]string) error {
 // runReconcile runs `devata reconcile --once`, counts the drifted machines'
 // outcomes from its output and checks that every one runs its desired config
 // again.
-func runReconcile(o options, s *simFleet, d *machines.Dialer, drifted []*inventory.Machine, desired map[string][32]byte) *Reconcile {
+func runReconcile(o options, s *simFleet, d *talosapi.Dialer, drifted []*inventory.Machine, desired map[string][32]byte) *Reconcile {
 	rec := &Reconcile{Drifted: len(drifted), Outcomes: map[string]int{}}
 	rec.Flags = []string{"--once", "--checks", o.checks, "--concurrency", strconv.Itoa(o.concurrency),
 		"--max-unavailable", strconv.Itoa(o.maxUnavailable), "--write-rate", strconv.FormatFloat(o.writeRate, 'g', -1, 64)}
@@ -157,11 +157,11 @@ func runReconcile(o options, s *simFleet, d *machines.Dialer, drifted []*invento
 }
 
 // hashes reads the hash of each machine's active config.
-func hashes(d *machines.Dialer, ms []*inventory.Machine, concurrency int) (map[string][32]byte, error) {
+func hashes(d *talosapi.Dialer, ms []*inventory.Machine, concurrency int) (map[string][32]byte, error) {
 	var mu sync.Mutex
 	out := map[string][32]byte{}
-	err := machines.ForEach(context.Background(), ms, concurrency, 30*time.Second, func(ctx context.Context, m *inventory.Machine) error {
-		obs := machines.Observe(ctx, d, m)
+	err := talosapi.ForEach(context.Background(), ms, concurrency, 30*time.Second, func(ctx context.Context, m *inventory.Machine) error {
+		obs := talosapi.Observe(ctx, d, m)
 		if obs.Err != nil || obs.ConfigErr != nil {
 			return errors.Join(obs.Err, obs.ConfigErr)
 		}
@@ -175,7 +175,7 @@ func hashes(d *machines.Dialer, ms []*inventory.Machine, concurrency int) (map[s
 
 // waitFor polls the machines' active configs until ok holds for every one,
 // or within (0: look once).
-func waitFor(d *machines.Dialer, ms []*inventory.Machine, concurrency int, ok func(string, [32]byte) bool, within time.Duration) error {
+func waitFor(d *talosapi.Dialer, ms []*inventory.Machine, concurrency int, ok func(string, [32]byte) bool, within time.Duration) error {
 	deadline := time.Now().Add(within)
 	for {
 		hs, err := hashes(d, ms, concurrency)

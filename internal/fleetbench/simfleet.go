@@ -13,7 +13,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"devata.dev/devata/machines"
+	"devata.dev/devata/talosapi"
 )
 
 // simFleet is the `devata sim` processes serving one fleet: one process when
@@ -142,12 +142,12 @@ func startSims(bin, dir string, parts [][]string, endpoints map[string]string) (
 	return f, os.WriteFile(f.config(), data, 0o600)
 }
 
-func (f *simFleet) dialer() (*machines.Dialer, error) {
-	tc, err := machines.LoadTalosconfig(f.talosconfig())
+func (f *simFleet) dialer() (*talosapi.Dialer, error) {
+	tc, err := talosapi.LoadTalosconfig(f.talosconfig())
 	if err != nil {
 		return nil, err
 	}
-	return machines.NewDialer(tc, nil)
+	return talosapi.NewDialer(tc, nil)
 }
 
 // writeInventory writes the fleet's inventory and secrets into dir and

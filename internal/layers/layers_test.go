@@ -45,34 +45,35 @@ var allowed = []struct {
 	{"inventory", []string{"internal/talos", "redact"}},
 	{"bootstrap", []string{"internal/configview", "internal/outfile", "internal/talos", "inventory", "redact"}},
 	// the Talos API and the checks of what it reports
-	{"machines", []string{"drift", "internal/configview", "internal/talos", "inventory", "redact"}},
-	{"gate", []string{"internal/heartbeat", "inventory", "machines"}},
-	{"netcheck", []string{"drift", "internal/configview", "inventory", "machines"}},
-	{"storagecheck", []string{"drift", "inventory", "machines"}},
-	{"certcheck", []string{"drift", "machines"}},
-	{"dnscheck", []string{"drift", "machines"}},
+	{"talosapi", []string{"internal/configview", "inventory", "redact"}},
+	{"machinecheck", []string{"drift", "internal/talos", "inventory", "redact", "talosapi"}},
+	{"gate", []string{"internal/heartbeat", "inventory", "talosapi"}},
+	{"netcheck", []string{"drift", "internal/configview", "inventory", "machinecheck", "talosapi"}},
+	{"storagecheck", []string{"drift", "inventory", "machinecheck", "talosapi"}},
+	{"certcheck", []string{"drift", "machinecheck", "talosapi"}},
+	{"dnscheck", []string{"drift", "machinecheck"}},
 	// the one list of checks
-	{"checks", []string{"certcheck", "dnscheck", "drift", "inventory", "machines", "netcheck", "storagecheck"}},
+	{"checks", []string{"certcheck", "dnscheck", "drift", "inventory", "machinecheck", "netcheck", "storagecheck", "talosapi"}},
 	// what changes machines
-	{"reconcile", []string{"bootstrap", "drift", "gate", "internal/drain", "internal/heartbeat", "internal/talos", "inventory", "machines", "provenance"}},
-	{"bootstrap/sequence", []string{"bootstrap", "checks", "drift", "gate", "internal/heartbeat", "internal/talos", "inventory", "machines", "provenance", "snapshot"}},
+	{"reconcile", []string{"bootstrap", "checks", "drift", "gate", "internal/drain", "internal/heartbeat", "internal/talos", "inventory", "machinecheck", "provenance", "talosapi"}},
+	{"bootstrap/sequence", []string{"bootstrap", "checks", "drift", "gate", "internal/heartbeat", "internal/talos", "inventory", "machinecheck", "provenance", "snapshot", "talosapi"}},
 	{"backup/store", []string{"redact"}},
-	{"backup", []string{"backup/store", "gate", "internal/outfile", "inventory", "machines", "provenance", "snapshot"}},
-	{"membership", []string{"gate", "internal/configview", "internal/drain", "internal/heartbeat", "inventory", "machines"}},
+	{"backup", []string{"backup/store", "gate", "internal/outfile", "inventory", "provenance", "snapshot", "talosapi"}},
+	{"membership", []string{"gate", "internal/configview", "internal/drain", "internal/heartbeat", "inventory", "talosapi"}},
 	// test bed and tools
-	{"internal/simfleet", []string{"bootstrap", "internal/testenv", "inventory", "machines", "sim"}},
-	{"internal/simtest", []string{"bootstrap", "examples", "internal/simfleet", "inventory", "machines", "sim"}},
+	{"internal/simfleet", []string{"bootstrap", "internal/testenv", "inventory", "sim", "talosapi"}},
+	{"internal/simtest", []string{"bootstrap", "examples", "internal/simfleet", "inventory", "sim", "talosapi"}},
 	{"internal/demo", []string{
-		"bootstrap", "checks", "examples", "internal/simfleet", "internal/testenv", "inventory", "machines", "netcheck", "sim", "storagecheck",
+		"bootstrap", "checks", "examples", "internal/simfleet", "internal/testenv", "inventory", "machinecheck", "netcheck", "sim", "storagecheck",
 	}},
 	{"internal/testenv/cmd/testbin", []string{"internal/testenv"}},
-	{"internal/fleetbench", []string{"bootstrap", "internal/testenv", "inventory", "machines"}},
+	{"internal/fleetbench", []string{"bootstrap", "internal/testenv", "inventory", "talosapi"}},
 	{"internal/image", nil},
 	{"internal/image/cmd/mkimage", []string{"internal/image"}},
 	// the command: parse, call, render
 	{"cmd/devata", []string{
 		"backup", "backup/store", "bootstrap", "bootstrap/sequence", "certcheck", "checks", "config", "drift", "examples", "gate", "internal/demo", "internal/simfleet",
-		"internal/outfile", "internal/termsafe", "internal/testenv", "inventory", "lock", "machines", "membership", "netcheck", "provenance", "reconcile", "redact", "sim", "snapshot", "storagecheck",
+		"internal/outfile", "internal/termsafe", "internal/testenv", "inventory", "lock", "machinecheck", "membership", "netcheck", "provenance", "reconcile", "redact", "sim", "snapshot", "storagecheck", "talosapi",
 	}},
 }
 

@@ -13,7 +13,7 @@ import (
 
 	"devata.dev/devata/internal/testenv"
 	"devata.dev/devata/inventory"
-	"devata.dev/devata/machines"
+	"devata.dev/devata/talosapi"
 )
 
 // Kubernetes is a real kube-apiserver (envtest) shaped as the cluster's,
@@ -70,7 +70,7 @@ func apiServer(inv *inventory.Inventory, bundle *secrets.Bundle) testenv.Options
 func WaitNodesReady(ctx context.Context, kc kubernetes.Interface, n int, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
-		nodes := machines.ObserveNodes(ctx, kc)
+		nodes := talosapi.ObserveNodes(ctx, kc)
 		ready := 0
 		for _, f := range nodes.ByName {
 			if f.Ready {

@@ -23,8 +23,8 @@ import (
 	"devata.dev/devata/examples"
 	"devata.dev/devata/internal/simfleet"
 	"devata.dev/devata/inventory"
-	"devata.dev/devata/machines"
 	"devata.dev/devata/sim"
+	"devata.dev/devata/talosapi"
 )
 
 // Fleet is the homelab example served by the sim.
@@ -38,7 +38,7 @@ type Fleet struct {
 	// unless KubernetesVersion or an older Talos made it another).
 	Started map[string][]byte
 	Sim     *sim.Fleet
-	Dialer  *machines.Dialer
+	Dialer  *talosapi.Dialer
 	// Overrides maps machine names to their simulated addresses.
 	Overrides map[string]string
 }
@@ -215,7 +215,7 @@ func Start(t testing.TB, opts Options) *Fleet {
 	for _, m := range f.Sim.Machines() {
 		f.Overrides[m.Name()] = m.Addr()
 	}
-	if f.Dialer, err = machines.NewDialer(f.Talosconfig(t), f.Overrides); err != nil {
+	if f.Dialer, err = talosapi.NewDialer(f.Talosconfig(t), f.Overrides); err != nil {
 		t.Fatal(err)
 	}
 	if opts.Bootstrap {
@@ -265,7 +265,7 @@ func (f *Fleet) BootstrapEtcd(t testing.TB, members int) {
 	for {
 		ok := true
 		for _, m := range f.Inventory.ControlPlanes() {
-			o := machines.Observe(ctx, f.Dialer, m)
+			o := talosapi.Observe(ctx, f.Dialer, m)
 			if o.Maintenance {
 				continue
 			}

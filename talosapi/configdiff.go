@@ -1,0 +1,102 @@
+package talosapi
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"fmt"
+	"slices"
+	"strings"
+
+	"devata.dev/devata/redact"
+	"github.com/hexops/gotextdiff"
+	"github.com/hexops/gotextdiff/myers"
+	"github.com/hexops/gotextdiff/span"
+)
+
+// ConfigDiff is the difference between an applied and a desired machine
+// config, safe to show: Text is a unified diff of the redacted documents and
+// secrets appear only as the paths of those that changed. Changes says the
+// same as Text by YAML path, one line per changed value
+// ("machine.network.hostname: "a" → "b""), at most 50 and then a count; it
+// is made from the same redacted documents, so a secret shows as
+// redact.Redacted there too.
+type ConfigDiff struct {
+	Equal          bool
+	Text           string
+	Changes        []string
+	ChangedSecrets []string
+}
+
+// DiffConfigs compares the applied config with the desired one. Byte-equal
+// configs are equal without parsing; otherwise both are redacted (machinery's
+// RedactSecrets and what it misses) and diffed as YAML, and secrets are
+// compared by hash per field path.
+func DiffConfigs(active, desired []byte) (ConfigDiff, error) {
+	if bytes.Equal(active, desired) {
+		return ConfigDiff{Equal: true}, nil
+	}
+	redActive, hashActive, err := redact.Config(active)
+	if err != nil {
+		return ConfigDiff{}, fmt.Errorf("applied config: %w", err)
+	}
+	redDesired, hashDesired, err := redact.Config(desired)
+	if err != nil {
+		return ConfigDiff{}, fmt.Errorf("desired config: %w", err)
+	}
+	var changed []string
+	for path, h := range hashDesired {
+		if old, ok := hashActive[path]; !ok || old != h {
+			changed = append(changed, path)
+		}
+	}
+	for path := range hashActive {
+		if _, ok := hashDesired[path]; !ok {
+			changed = append(changed, path)
+		}
+	}
+	slices.Sort(changed)
+	d := ConfigDiff{ChangedSecrets: changed}
+	if !bytes.Equal(redActive, redDesired) {
+		edits := myers.ComputeEdits(span.URIFromPath("applied"), string(redActive), string(redDesired))
+		d.Text = fmt.Sprint(gotextdiff.ToUnified("applied", "desired", string(redActive), edits))
+		if d.Changes, err = pathChanges(redActive, redDesired, maxChanges); err != nil {
+			return ConfigDiff{}, fmt.Errorf("compare redacted configs: %w", err)
+		}
+	}
+	d.Equal = d.Text == "" && len(changed) == 0
+	return d, nil
+}
+
+// Summary is a one-line description of a diff, e.g. "3 lines changed, 1 secret changed".
+func (d ConfigDiff) Summary() string {
+	if d.Equal {
+		return "no changes"
+	}
+	var parts []string
+	if d.Text != "" {
+		var add, del int
+		for _, line := range strings.Split(d.Text, "\n") {
+			switch {
+			case strings.HasPrefix(line, "+++"), strings.HasPrefix(line, "---"):
+			case strings.HasPrefix(line, "+"):
+				add++
+			case strings.HasPrefix(line, "-"):
+				del++
+			}
+		}
+		parts = append(parts, fmt.Sprintf("+%d -%d lines", add, del))
+	}
+	if n := len(d.ChangedSecrets); n > 0 {
+		parts = append(parts, fmt.Sprintf("%d %s changed (%s)", n, pluralize(n, "secret", "secrets"), strings.Join(d.ChangedSecrets, ", ")))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func pluralize(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
+func sumOf(b []byte) [32]byte { return sha256.Sum256(b) }
