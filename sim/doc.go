@@ -726,7 +726,9 @@
 //     mode, or a change Talos applies by rebooting) and wait up to ten
 //     minutes for the boot ID of a real VM to change and the cluster to be
 //     healthy again through the provisioner (AssertClusterHealthy skips
-//     without it).
+//     without it). On v1.11.0 the suites read the boot ID through
+//     MachineService.Read (base/api.go ReadBootID), which the sim now
+//     serves, new at every boot; these tests have not been run again since.
 //   - Suites that need a kernel, hardware, containers, images or a network
 //     stack of the node's own, which the sim does not run (Dmesg, Logs,
 //     Containers, Images, Hardware, Kernel, Mounts, Volumes, Storage,
