@@ -36,6 +36,7 @@ var rules = map[string]role.Set{
 	"/machine.MachineService/List":               allRoles,
 	"/machine.MachineService/Memory":             allRoles,
 	"/machine.MachineService/Mounts":             allRoles,
+	"/machine.MachineService/Read":               adminRole,
 	"/machine.MachineService/Reboot":             operatorUp,
 	"/machine.MachineService/ServiceList":        allRoles,
 	"/machine.MachineService/Upgrade":            adminRole,

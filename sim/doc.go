@@ -263,6 +263,22 @@
 //     otherwise; on a worker the Lstat fails; any other root is
 //     Unimplemented (not modelled). Roles as machined's rules (os:reader
 //     may) (TestEtcdPreparingOnEveryBoot).
+//   - Read (read.go; v1alpha1_server.go Read in v1.11.0 and v1.14.1 alike;
+//     talosctl read): os.Stat of the path (machined runs in /, so a
+//     relative path is read from there), NotFound with os.Stat's text for
+//     a path that is not there, "path must be a regular file" (code
+//     Unknown) for a directory, then the file in common.Data messages of
+//     1024 bytes (pkg/chunker/stream). os:admin only (services/machined.go
+//     rules); Unimplemented in maintenance mode. The sim has no
+//     filesystem: it serves the files whose content it knows,
+//     /etc/os-release (machinery's version.OSReleaseFor for the release it
+//     runs), /proc/sys/kernel/random/boot_id (a version 4 UUID, new at
+//     every boot, the one its kubelet posts as the Node's
+//     status.nodeInfo.bootID: kubelet nodestatus MachineInfo) and
+//     /system/state/config.yaml (the config saved on STATE,
+//     constants.StateMountPoint and ConfigFilename), and answers every
+//     other path NotFound; the directories above those files are
+//     directories (TestReadServesTheFilesTalosHas).
 //   - One learner at a time (etcd.go joinEtcd; etcd v3.6
 //     server/etcdserver/api/membership/cluster.go ValidateConfigurationChange
 //     and ValidateMaxLearnerConfig with --max-learners 1, Talos' addMember
@@ -775,7 +791,9 @@
 //     mode, or a change Talos applies by rebooting) and wait up to ten
 //     minutes for the boot ID of a real VM to change and the cluster to be
 //     healthy again through the provisioner (AssertClusterHealthy skips
-//     without it).
+//     without it). On v1.11.0 the suites read the boot ID through
+//     MachineService.Read (base/api.go ReadBootID), which the sim now
+//     serves, new at every boot; these tests have not been run again since.
 //   - Suites that need a kernel, hardware, containers, images or a network
 //     stack of the node's own, which the sim does not run (Dmesg, Logs,
 //     Containers, Images, Hardware, Kernel, Mounts, Volumes, Storage,

@@ -207,6 +207,7 @@ func (m *Machine) syncKubelet(ctx context.Context, kc kubernetes.Interface) (str
 		node.Status.NodeInfo.OSImage = "Talos (" + s.version + ")"
 		node.Status.NodeInfo.OperatingSystem, node.Status.NodeInfo.Architecture = "linux", "amd64"
 		node.Status.NodeInfo.ContainerRuntimeVersion = "containerd://2.1.4"
+		node.Status.NodeInfo.BootID = s.bootID()
 		node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: s.host}, {Type: corev1.NodeHostName, Address: nodeName}}
 		port, err := m.kubelet()
 		if err != nil {

@@ -46,6 +46,9 @@ import (
 //     a snapshot that verifies, or exits 2 saying why;
 //
 // and that, with the faults lifted, one apply converges and drift is clean.
+// After the rounds, the disaster day plays no quorum, a corrupt snapshot
+// restored and a slow installer pull once each, and judges each by issue
+// 32's acceptance (faultDisasterDay).
 //
 // The schedule comes from a seed: DEVATA_FAULT_SEED replays it (the faults,
 // writers and times; not the goroutines' interleaving), DEVATA_FAULT_ROUNDS
@@ -86,6 +89,9 @@ func TestFaultMatrix(t *testing.T) {
 			t.Logf("round %d failed; replay it alone with %s=%d %s=1 go test -run TestFaultMatrix -count=1 -v ./cmd/devata", i, faultSeedEnv, rs, faultRoundsEnv)
 		}
 	}
+	// no quorum, a corrupt snapshot restored, a slow installer pull: each
+	// once, held long enough to judge (faultmatrix_disaster_test.go)
+	t.Run("disaster-day", faultDisasterDay)
 }
 
 // raceEnabled reports whether the test binary was built with -race.
