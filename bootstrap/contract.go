@@ -2,186 +2,96 @@ package bootstrap
 
 import (
 	"fmt"
-	"maps"
 	"slices"
+	"strings"
 
-	"github.com/siderolabs/go-pointer"
-	coreconfig "github.com/siderolabs/talos/pkg/machinery/config"
-	"github.com/siderolabs/talos/pkg/machinery/config/config"
-	"github.com/siderolabs/talos/pkg/machinery/config/container"
-	"github.com/siderolabs/talos/pkg/machinery/config/types/k8s"
-	"github.com/siderolabs/talos/pkg/machinery/config/types/network"
-	"github.com/siderolabs/talos/pkg/machinery/config/types/runtime"
-	"github.com/siderolabs/talos/pkg/machinery/config/types/v1alpha1"
-
+	"devata.dev/devata/internal/talos"
 	"devata.dev/devata/inventory"
 )
 
-// Where a config contract keeps what devata declares (machinery v1.14.1
-// config/contract.go and generate/init.go, worker.go, kubernetes.go):
-//
-//   - up to Talos 1.11 everything is a v1alpha1 field;
-//   - from 1.12 (MultidocNetworkConfigSupported) generate emits a
-//     HostnameConfig document (auto: stable), and a v1alpha1
-//     machine.network.hostname beside it is refused ("static hostname is
-//     already set in v1alpha1 config"): the hostname goes into that document;
-//   - from 1.14 (MultidocKubernetesConfigSupported) the Kubernetes settings
-//     are documents of their own: no CNI is a config without a
-//     KubeFlannelCNIConfig document (talos control_plane.go sets NoneCNI
-//     when K8sFlannelCNIConfig is nil); kube-proxy is off by a
-//     KubeProxyConfig with enabled: false (deleting the document falls back
-//     to v1alpha1's default, which is on); node labels live in
-//     KubeNodeConfig; the install is an UnattendedInstallConfig (generate
-//     emits none without an install disk, and without one Talos installs
-//     nothing). Kubelet extraMounts have no document form
-//     (KubeletConfigV1Alpha1.ExtraMounts is nil): a machine that needs them
-//     keeps machine.kubelet in v1alpha1 instead of a KubeletConfig document,
-//     which Talos 1.14 accepts and its validation checks.
-
-// hostnameDocument says whether the contract's hostname is a HostnameConfig.
-func hostnameDocument(c *coreconfig.VersionContract) bool {
-	return c.MultidocNetworkConfigSupported()
+// Contract is the Talos config contract a plan's configs are rendered
+// for: the oldest release a machine runs, as each answered (Version), or
+// cluster.talosVersion when none runs an older one or none answered. A
+// machine that runs an older release than cluster.talosVersion is sent a
+// config of its own release's contract until it is upgraded (bootstrap
+// Desired.For), so that Talos never refuses a document or field it does not
+// know; a machine in maintenance mode installs cluster.talosVersion's.
+type Contract struct {
+	// Talos is the release whose contract the oldest config follows,
+	// "1.13"; Target is cluster.talosVersion.
+	Talos  string `json:"talos"`
+	Target string `json:"target"`
+	// Reason says why, naming the machines that decided it.
+	Reason string `json:"reason"`
+	// Older are the machines that run an older release than Target, each
+	// with the release it runs; their configs follow that release.
+	Older []ContractMachine `json:"older,omitempty"`
 }
 
-// kubernetesDocuments says whether the contract's Kubernetes settings are documents.
-func kubernetesDocuments(c *coreconfig.VersionContract) bool {
-	return c.MultidocKubernetesConfigSupported()
+// ContractMachine is a machine whose config follows an older release.
+type ContractMachine struct {
+	Machine string `json:"machine"`
+	Runs    string `json:"runs"`
+	Talos   string `json:"talos"`
 }
 
-// declareNetwork sets the inventory's CNI and kube-proxy choice on a
-// generated role base, where the contract keeps them.
-func declareNetwork(cfg coreconfig.Provider, c *inventory.Cluster, contract *coreconfig.VersionContract) (coreconfig.Provider, error) {
-	if !kubernetesDocuments(contract) {
-		return cfg.PatchV1Alpha1(func(cfg *v1alpha1.Config) error {
-			cfg.ClusterConfig.ProxyConfig = &v1alpha1.ProxyConfig{Disabled: pointer.To(!*c.Network.KubeProxy)} //nolint:staticcheck // the field Talos up to 1.13 reads
-			if cfg.ClusterConfig.ClusterNetwork != nil {
-				cfg.ClusterConfig.ClusterNetwork.CNI = &v1alpha1.CNIConfig{CNIName: c.Network.CNI} //nolint:staticcheck // idem
-			}
-			return nil
+// String is the contract line of the text plan and the runbook.
+func (c Contract) String() string {
+	return fmt.Sprintf("configs rendered for the Talos %s config contract: %s", c.Talos, c.Reason)
+}
+
+// contractOf decides the contract from what the machines reported.
+func contractOf(inv *inventory.Inventory, st *fleetState) Contract {
+	target := inv.Cluster.TalosVersion
+	tm, ok := talos.Minor(target)
+	c := Contract{Target: target, Talos: strings.TrimPrefix(target, "v")}
+	if ok {
+		c.Talos = fmt.Sprintf("1.%d", tm)
+	}
+	answered := 0
+	for i := range inv.Machines {
+		m := &inv.Machines[i]
+		o := st.obs[m.Name]
+		if o == nil || o.Err != nil || o.Maintenance || o.Version == "" {
+			continue
+		}
+		answered++
+		rm, rok := talos.Minor(o.Version)
+		if !ok || !rok || rm >= tm || rm < talos.OldestMinor {
+			continue
+		}
+		c.Older = append(c.Older, ContractMachine{Machine: m.Name, Runs: o.Version, Talos: fmt.Sprintf("1.%d", rm)})
+	}
+	switch {
+	case len(c.Older) > 0:
+		oldest := slices.MinFunc(c.Older, func(a, b ContractMachine) int {
+			am, _ := talos.Minor(a.Runs)
+			bm, _ := talos.Minor(b.Runs)
+			return am - bm
 		})
-	}
-	docs := make([]config.Document, 0, len(cfg.Documents()))
-	for _, d := range cfg.Documents() {
-		switch d := d.(type) {
-		case *k8s.KubeFlannelCNIConfigV1Alpha1:
-			if c.Network.CNI != "flannel" {
-				continue // no CNI document: Talos deploys none
-			}
-		case *k8s.KubeProxyConfigV1Alpha1:
-			p := d.DeepCopy()
-			p.ProxyEnabled = pointer.To(*c.Network.KubeProxy)
-			docs = append(docs, p)
-			continue
+		c.Talos = oldest.Talos
+		var runs []string
+		for _, o := range c.Older {
+			runs = append(runs, o.Machine+" runs "+o.Runs)
 		}
-		docs = append(docs, d)
+		c.Reason = fmt.Sprintf("the oldest release a machine runs (%s; cluster.talosVersion is %s): each machine older than %s gets a config its own release accepts until it is upgraded, the others %s's",
+			strings.Join(runs, ", "), target, target, target)
+	case answered == 0:
+		c.Reason = fmt.Sprintf("cluster.talosVersion %s, since no machine answered with its Talos version (maintenance mode or unreachable)", target)
+	default:
+		c.Reason = fmt.Sprintf("cluster.talosVersion %s, since no machine runs an older release (%d of %d answered with their version)", target, answered, len(inv.Machines))
 	}
-	return container.New(docs...)
+	return c
 }
 
-// declareMachine sets a machine's own fields (hostname, install, labels,
-// kubelet mounts) on its role's base, where the contract keeps each, and
-// adds its user volumes.
-func (r *Renderer) declareMachine(base coreconfig.Provider, m *inventory.Machine) (coreconfig.Provider, error) {
-	contract := r.contract
-	raw := base.RawV1Alpha1().DeepCopy()
-	if err := applyMachineFields(raw, m, contract, r.inv.MachineInstallImage(m)); err != nil {
-		return nil, err
+// runs is the Talos version m reported in the last observation, "" when
+// not known.
+func (s *Sequence) runs(m *inventory.Machine) string {
+	if s.st == nil {
+		return ""
 	}
-	var kubeletImage string
-	docs := []config.Document{raw}
-	for _, d := range base.Documents() {
-		switch d := d.(type) {
-		case *v1alpha1.Config:
-			continue // raw, above
-		case *network.HostnameConfigV1Alpha1:
-			h := d.DeepCopy()
-			h.ConfigAuto, h.ConfigHostname = nil, m.Name // auto and hostname cannot both be set
-			docs = append(docs, h)
-			continue
-		case *k8s.KubeNodeConfigV1Alpha1:
-			// labels and taints (machinery v1.14.1 types/k8s/node.go:
-			// LabelsConfig, TaintsConfig) of the machine and its groups
-			if labels, taints := m.NodeLabels(), m.NodeTaints(); len(labels) > 0 || len(taints) > 0 {
-				n := d.DeepCopy()
-				n.LabelsConfig = withAll(n.LabelsConfig, labels)
-				n.TaintsConfig = withAll(n.TaintsConfig, taints)
-				docs = append(docs, n)
-				continue
-			}
-		case *k8s.KubeletConfigV1Alpha1:
-			if kubeletMounts(m) {
-				kubeletImage = d.KubeletImage
-				continue // machine.kubelet carries the mounts instead
-			}
-		}
-		docs = append(docs, d)
+	if o := s.st.obs[m.Name]; o != nil {
+		return o.Version
 	}
-	if hostnameDocument(contract) && !slices.ContainsFunc(docs, func(d config.Document) bool { _, ok := d.(*network.HostnameConfigV1Alpha1); return ok }) {
-		h := network.NewHostnameConfigV1Alpha1()
-		h.ConfigHostname = m.Name
-		docs = append(docs, h)
-	}
-	if kubernetesDocuments(contract) {
-		install, err := r.unattendedInstall(m)
-		if err != nil {
-			return nil, err
-		}
-		docs = append(docs, install)
-		if kubeletImage != "" {
-			raw.MachineConfig.MachineKubelet.KubeletImage = kubeletImage                                   //nolint:staticcheck // no document form for extraMounts
-			raw.MachineConfig.MachineKubelet.KubeletDefaultRuntimeSeccompProfileEnabled = pointer.To(true) //nolint:staticcheck // as generate sets it
-			raw.MachineConfig.MachineKubelet.KubeletDisableManifestsDirectory = pointer.To(true)           //nolint:staticcheck // the document form forces it
-		}
-	}
-	for _, vol := range m.Volumes {
-		doc, err := userVolume(vol)
-		if err != nil {
-			return nil, fmt.Errorf("volume %s: %w", vol.Name, err)
-		}
-		docs = append(docs, doc)
-	}
-	return container.New(docs...)
-}
-
-// withAll is base with add over it, a copy; base when add is empty.
-func withAll(base, add map[string]string) map[string]string {
-	if len(add) == 0 {
-		return base
-	}
-	out := make(map[string]string, len(base)+len(add))
-	maps.Copy(out, base)
-	maps.Copy(out, add)
-	return out
-}
-
-func kubeletMounts(m *inventory.Machine) bool {
-	return slices.ContainsFunc(m.Volumes, func(v inventory.Volume) bool { return v.KubeletMount != "" })
-}
-
-// unattendedInstall is the machine's install as Talos 1.14 reads it: the
-// cluster's installer, and its disk as a CEL match (a device path as
-// generate's unattendedInstallConfig writes it; a selector as machinery's
-// InstallConfig.DiskMatchExpression converts one), never wiping.
-func (r *Renderer) unattendedInstall(m *inventory.Machine) (*runtime.UnattendedInstallConfigV1Alpha1, error) {
-	doc := runtime.NewUnattendedInstallConfigV1Alpha1()
-	doc.Installer.Image = r.inv.MachineInstallImage(m)
-	doc.ProvisioningSpec.Wipe = pointer.To(false)
-	legacy := &v1alpha1.InstallConfig{}
-	if err := setInstallDisk(legacy, m); err != nil {
-		return nil, err
-	}
-	if legacy.InstallDisk != "" {
-		if err := doc.ProvisioningSpec.DiskSelector.Match.UnmarshalText(fmt.Appendf(nil, "disk.dev_path == %q", legacy.InstallDisk)); err != nil {
-			return nil, fmt.Errorf("installDisk: %w", err)
-		}
-		return doc, nil
-	}
-	expr, err := legacy.DiskMatchExpression()
-	if err != nil {
-		return nil, fmt.Errorf("installDiskSelector: %w (Talos %s's UnattendedInstallConfig matches disks by CEL: use model, serial, wwid, uuid, modalias, size or type)", err, r.contract)
-	}
-	if expr != nil {
-		doc.ProvisioningSpec.DiskSelector.Match = *expr
-	}
-	return doc, nil
+	return ""
 }

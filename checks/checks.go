@@ -10,11 +10,11 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"devata.dev/devata/certcheck"
+	"devata.dev/devata/ciliumcheck"
 	"devata.dev/devata/dnscheck"
 	"devata.dev/devata/drift"
 	"devata.dev/devata/inventory"
 	"devata.dev/devata/machinecheck"
-	"devata.dev/devata/netcheck"
 	"devata.dev/devata/storagecheck"
 )
 
@@ -24,7 +24,7 @@ type Family string
 const (
 	FamilyMachine Family = "machine" // package machinecheck: Talos config, versions, stage, kubelet, etcd
 	FamilyStorage Family = "storage" // package storagecheck: volumes and mounts
-	FamilyCilium  Family = "cilium"  // package netcheck: Cilium kube-proxy-free routing
+	FamilyCilium  Family = "cilium"  // package ciliumcheck: Cilium kube-proxy-free routing
 	FamilyCerts   Family = "certs"   // package certcheck: credentials that expire
 	FamilyDNS     Family = "dns"     // package dnscheck: the cluster DNS
 )
@@ -52,8 +52,8 @@ func All() []Entry {
 	add(FamilyStorage, "", drift.Infos(storagecheck.Checks())...)
 	add(FamilyCerts, "", certcheck.Info())
 	add(FamilyDNS, "", dnscheck.Info())
-	add(FamilyCilium, "", drift.Infos(netcheck.Checks())...)
-	add(FamilyCilium, "--probe", netcheck.ProbeCheck(nil, netcheck.ProbeOptions{}).Info())
+	add(FamilyCilium, "", drift.Infos(ciliumcheck.Checks())...)
+	add(FamilyCilium, "--probe", ciliumcheck.ProbeCheck(nil, ciliumcheck.ProbeOptions{}).Info())
 	return out
 }
 
@@ -86,9 +86,9 @@ type Options struct {
 	Kube kubernetes.Interface
 	// Exec reaches the Cilium agents (pods/exec); nil leaves the agents'
 	// own status Unknown.
-	Exec netcheck.Execer
+	Exec ciliumcheck.Execer
 	// Probe, when set, adds cilium-probe (it creates pods).
-	Probe *netcheck.ProbeOptions
+	Probe *ciliumcheck.ProbeOptions
 	// Certs is what the certificates check reads besides the machines (the
 	// dialer's talosconfig, the kubeconfig) and its threshold.
 	Certs certcheck.Options
@@ -98,9 +98,9 @@ type Options struct {
 // pass over inv (FleetCheck.Extensions), in All's order. Build them
 // per pass: the cilium family keeps one Kubernetes snapshot per pass.
 func Extensions(inv *inventory.Inventory, o Options) []machinecheck.Extension {
-	var opts []netcheck.Option
+	var opts []ciliumcheck.Option
 	if o.Probe != nil {
-		opts = append(opts, netcheck.WithProbe(*o.Probe))
+		opts = append(opts, ciliumcheck.WithProbe(*o.Probe))
 	}
-	return []machinecheck.Extension{storagecheck.Extension(), certcheck.Extension(o.Certs), dnscheck.Extension(o.Kube), netcheck.Extension(o.Kube, o.Exec, inv, opts...)}
+	return []machinecheck.Extension{storagecheck.Extension(), certcheck.Extension(o.Certs), dnscheck.Extension(o.Kube), ciliumcheck.Extension(o.Kube, o.Exec, inv, opts...)}
 }

@@ -8,10 +8,10 @@ import (
 	"testing"
 
 	"devata.dev/devata/checks"
+	"devata.dev/devata/ciliumcheck"
 	"devata.dev/devata/drift"
 	"devata.dev/devata/inventory"
 	"devata.dev/devata/machinecheck"
-	"devata.dev/devata/netcheck"
 )
 
 func TestNamesAreUniqueAndInLadderOrderPerFamily(t *testing.T) {
@@ -35,7 +35,7 @@ func TestNamesAreUniqueAndInLadderOrderPerFamily(t *testing.T) {
 	if got, want := checks.Of(checks.FamilyMachine), []string{machinecheck.CheckConfig, machinecheck.CheckTalosVersion, machinecheck.CheckExtensions, machinecheck.CheckMachineStage, machinecheck.CheckKubelet, machinecheck.CheckEtcd}; !slices.Equal(got, want) {
 		t.Errorf("machine checks %v, want %v", got, want)
 	}
-	if slices.Contains(checks.Of(checks.FamilyCilium), netcheck.CheckProbe) {
+	if slices.Contains(checks.Of(checks.FamilyCilium), ciliumcheck.CheckProbe) {
 		t.Error("Of lists cilium-probe, which runs only with --probe")
 	}
 }
@@ -65,7 +65,7 @@ func TestExtensionsRunWhatAllLists(t *testing.T) {
 	if got := run(checks.Options{}); !slices.Equal(got, always) {
 		t.Errorf("a pass runs %v, the catalogue lists %v", got, always)
 	}
-	if got := run(checks.Options{Probe: &netcheck.ProbeOptions{}}); !slices.Equal(got, checks.Names()) {
+	if got := run(checks.Options{Probe: &ciliumcheck.ProbeOptions{}}); !slices.Equal(got, checks.Names()) {
 		t.Errorf("a pass with the probe runs %v, the catalogue lists %v", got, checks.Names())
 	}
 }

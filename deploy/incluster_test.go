@@ -45,11 +45,11 @@ import (
 	"sigs.k8s.io/kustomize/api/resource"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
-	"devata.dev/devata/bootstrap"
 	"devata.dev/devata/examples"
 	"devata.dev/devata/internal/simfleet"
 	"devata.dev/devata/internal/simtest"
 	"devata.dev/devata/inventory"
+	"devata.dev/devata/render"
 )
 
 // serviceAccountDir is where client-go's rest.InClusterConfig reads a
@@ -144,7 +144,7 @@ func newPodBed(t *testing.T) *podBed {
 	if b.inv, err = inventory.Load(b.invPath); err != nil {
 		t.Fatal(err)
 	}
-	bundle, err := bootstrap.LoadSecrets(filepath.Join(b.invDir, "secrets.yaml"))
+	bundle, err := render.LoadSecrets(filepath.Join(b.invDir, "secrets.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}

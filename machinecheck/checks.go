@@ -51,7 +51,7 @@ type Target struct {
 }
 
 // Extension is a family of checks that read more from each machine on the
-// connection the machine checks use (storagecheck, netcheck).
+// connection the machine checks use (storagecheck, ciliumcheck).
 type Extension interface {
 	// Checks lists the family's checks in the order they run: their names
 	// are what --checks takes.

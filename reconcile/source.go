@@ -4,9 +4,9 @@ import (
 	"context"
 	"fmt"
 
-	"devata.dev/devata/bootstrap"
 	"devata.dev/devata/inventory"
 	"devata.dev/devata/provenance"
+	"devata.dev/devata/render"
 )
 
 // Where desired state comes from. A controller-runtime controller watches
@@ -18,7 +18,7 @@ import (
 // rendered again where needed: bootstrap.Desired decides).
 type Desired struct {
 	Inventory *inventory.Inventory
-	Configs   *bootstrap.Desired
+	Configs   *render.Desired
 	// Provenance is where the inventory came from (provenance.Of), for the
 	// pass's report and devata_inventory_info; zero when the source does not
 	// say. ProvenanceErr is what could not be learnt of it: the pass goes on.
@@ -35,22 +35,22 @@ type Source func(ctx context.Context) (*Desired, error)
 // encrypted bundle opens with the age identities the process environment
 // names, as sops reads them.
 func FileSource(path string) Source {
-	return FileSourceWith(path, bootstrap.AgeIdentitiesFromEnv(nil))
+	return FileSourceWith(path, render.AgeIdentitiesFromEnv(nil))
 }
 
 // FileSourceWith is FileSource opening an encrypted bundle with ids.
-func FileSourceWith(path string, ids bootstrap.AgeIdentities) Source {
+func FileSourceWith(path string, ids render.AgeIdentities) Source {
 	return func(ctx context.Context) (*Desired, error) {
 		inv, err := inventory.Load(path)
 		if err != nil {
 			return nil, err
 		}
 		prov, provErr := provenance.Of(ctx, path)
-		bundle, err := bootstrap.LoadSecretsWith(inv.SecretsPath(), ids)
+		bundle, err := render.LoadSecretsWith(inv.SecretsPath(), ids)
 		if err != nil {
 			return nil, err
 		}
-		configs, err := bootstrap.RenderDesired(context.Background(), inv, bundle, nil, true)
+		configs, err := render.RenderDesired(context.Background(), inv, bundle, nil, true)
 		if err != nil {
 			return nil, fmt.Errorf("render %s: %w", path, err)
 		}

@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"devata.dev/devata/bootstrap"
 	"devata.dev/devata/internal/simtest"
 	"devata.dev/devata/reconcile"
+	"devata.dev/devata/render"
 )
 
 func TestInvalidInventoryEditKeepsTheLastValidOne(t *testing.T) {
@@ -54,9 +54,9 @@ func TestInvalidInventoryEditKeepsTheLastValidOne(t *testing.T) {
 // Past bootstrap.LeanAbove machines the spec holds no configs: the pass renders each
 // where it observes or changes it, and converges all the same.
 func TestLeanDesiredConverges(t *testing.T) {
-	before := bootstrap.LeanAbove
-	bootstrap.LeanAbove = 0
-	defer func() { bootstrap.LeanAbove = before }()
+	before := render.LeanAbove
+	render.LeanAbove = 0
+	defer func() { render.LeanAbove = before }()
 	f := simtest.Start(t, simtest.Options{Bootstrap: true})
 	f.Drift(t, "worker-1", "time.cloudflare.com", "pool.ntp.org")
 	m := f.Sim.Machine("worker-1")

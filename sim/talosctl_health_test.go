@@ -14,7 +14,7 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 
-	"devata.dev/devata/bootstrap/sequence"
+	"devata.dev/devata/bootstrap"
 	"devata.dev/devata/internal/simtest"
 	"devata.dev/devata/internal/testenv"
 	"devata.dev/devata/sim"
@@ -88,7 +88,7 @@ func TestRealTalosctlHealth(t *testing.T) {
 
 	// devata bootstrap from maintenance mode, then the demo's Cilium step
 	var log strings.Builder
-	seq := sequence.New(sequence.Options{
+	seq := bootstrap.New(bootstrap.Options{
 		InventoryPath: f.Inventory.Path, Talosconfig: f.Talosconfig(t), Overrides: f.Overrides, KubeconfigOut: filepath.Join(dir, "kubeconfig"),
 		SkipNodes: true, Timeout: 5 * time.Second, Wait: 30 * time.Second, Poll: 50 * time.Millisecond, EtcdSettle: 200 * time.Millisecond, Out: &log,
 	})

@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"devata.dev/devata/bootstrap"
 	"devata.dev/devata/internal/simtest"
+	"devata.dev/devata/render"
 	"devata.dev/devata/talosapi"
 )
 
@@ -33,11 +33,11 @@ func TestCompareIdentity(t *testing.T) {
 		t.Fatalf("identities not read: worker-1 %+v, cp-1 %+v", w1, cp1)
 	}
 
-	b, err := bootstrap.NewSecrets(f.Inventory.Cluster.TalosVersion)
+	b, err := render.NewSecrets(f.Inventory.Cluster.TalosVersion)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := bootstrap.NewRenderer(f.Inventory, b)
+	r, err := render.NewRenderer(f.Inventory, b)
 	if err != nil {
 		t.Fatal(err)
 	}

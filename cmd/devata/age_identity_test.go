@@ -8,8 +8,8 @@ import (
 
 	"filippo.io/age"
 
-	"devata.dev/devata/bootstrap"
 	"devata.dev/devata/internal/simtest"
+	"devata.dev/devata/render"
 )
 
 // ageKeyFile writes a fresh age identity to dir/name (0600).
@@ -37,16 +37,16 @@ func TestAgeIdentityOpensTheBundleForEveryCommand(t *testing.T) {
 	keys := t.TempDir()
 	right, rightFile := ageKeyFile(t, keys, "right.txt")
 	wrong, wrongFile := ageKeyFile(t, keys, "wrong.txt")
-	to, err := bootstrap.ParseAgeRecipients([]string{right.Recipient().String()})
+	to, err := render.ParseAgeRecipients([]string{right.Recipient().String()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	bundle := filepath.Join(sf.Dir, "secrets.yaml")
-	if err := bootstrap.WriteSecretsEncrypted(bundle, sf.Bundle, to, true); err != nil {
+	if err := render.WriteSecretsEncrypted(bundle, sf.Bundle, to, true); err != nil {
 		t.Fatal(err)
 	}
 	// the sops variables name the wrong key: with the setting they are not read
-	sops := map[string]string{bootstrap.EnvAgeKeyFile: wrongFile}
+	sops := map[string]string{render.EnvAgeKeyFile: wrongFile}
 	with := func(extra map[string]string) map[string]string {
 		env := map[string]string{}
 		for k, v := range sops {
@@ -79,7 +79,7 @@ func TestAgeIdentityOpensTheBundleForEveryCommand(t *testing.T) {
 		if r.code != c.fail || !strings.Contains(r.err, bundle+" is age-encrypted: it does not open with the 1 age identity from SOPS_AGE_KEY_FILE ("+wrongFile+")") {
 			t.Errorf("%s with SOPS_AGE_KEY_FILE naming the wrong key: exit %d, want %d and the bundle and key file named\n%s", name, r.code, c.fail, r.err)
 		}
-		r = devata(t, map[string]string{bootstrap.EnvAgeKeyFile: rightFile}, append(args, "--age-identity", wrongFile)...)
+		r = devata(t, map[string]string{render.EnvAgeKeyFile: rightFile}, append(args, "--age-identity", wrongFile)...)
 		if r.code != c.fail || !strings.Contains(r.err, bundle+" is age-encrypted: it does not open with the 1 age identity from age identity file "+wrongFile) || !strings.Contains(r.err, "are not read while it is set") {
 			t.Errorf("%s --age-identity WRONG with the right SOPS_AGE_KEY_FILE: exit %d, want %d, naming the file and saying the variables are not read\n%s", name, r.code, c.fail, r.err)
 		}

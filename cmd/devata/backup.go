@@ -18,8 +18,8 @@ import (
 
 	"devata.dev/devata/backup"
 	"devata.dev/devata/backup/store"
-	"devata.dev/devata/bootstrap"
 	"devata.dev/devata/inventory"
+	"devata.dev/devata/render"
 	"devata.dev/devata/talosapi"
 
 	"devata.dev/devata/internal/outfile"
@@ -186,14 +186,14 @@ error.`,
 				after.prune = &flags.policy.p
 			}
 			if cmd.Flags().Changed("encrypt-to") {
-				rs, err := bootstrap.ParseAgeRecipients(flags.encryptTo)
+				rs, err := render.ParseAgeRecipients(flags.encryptTo)
 				if err != nil {
 					return usageError(fmt.Errorf("--encrypt-to: %w", err))
 				}
 				after.encryptTo = rs
 			} else if set := a.settings.Backup; len(set.EncryptTo) > 0 {
 				// the setting: what deploy/'s CronJob encrypts to without a flag
-				rs, err := bootstrap.ParseAgeRecipients(set.EncryptTo)
+				rs, err := render.ParseAgeRecipients(set.EncryptTo)
 				if err != nil {
 					return exitWith(exitTrouble, fmt.Errorf("%s: %w; nothing was backed up", set.EncryptToFrom, err))
 				}
@@ -424,11 +424,11 @@ func recipientsFor(inv *inventory.Inventory, after afterBackup) ([]age.Recipient
 	if !after.bundleRecipients {
 		return after.encryptTo, nil
 	}
-	names, err := bootstrap.BundleRecipients(inv.SecretsPath())
+	names, err := render.BundleRecipients(inv.SecretsPath())
 	if err != nil {
 		return nil, fmt.Errorf("--encrypt-to-bundle-recipients: %w; nothing was backed up", err)
 	}
-	rs, err := bootstrap.ParseAgeRecipients(names)
+	rs, err := render.ParseAgeRecipients(names)
 	if err != nil {
 		return nil, fmt.Errorf("--encrypt-to-bundle-recipients: %s: %w; nothing was backed up", inv.SecretsPath(), err)
 	}

@@ -16,10 +16,10 @@ import (
 	"filippo.io/age"
 
 	"devata.dev/devata/backup"
-	"devata.dev/devata/bootstrap"
 	"devata.dev/devata/config"
 	"devata.dev/devata/internal/simtest"
 	"devata.dev/devata/internal/testenv"
+	"devata.dev/devata/render"
 	"devata.dev/devata/sim"
 )
 
@@ -288,11 +288,11 @@ func TestBootstrapRecoverFromEncrypted(t *testing.T) {
 	before := sf.Sim.EtcdClusters()[0].Revision
 	// the operator's bundle is encrypted to the same key: a bundle in clear
 	// is refused while an identity is given (bootstrap's readBundle)
-	to, err := bootstrap.ParseAgeRecipients([]string{right.Recipient().String()})
+	to, err := render.ParseAgeRecipients([]string{right.Recipient().String()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := bootstrap.WriteSecretsEncrypted(filepath.Join(sf.Dir, "secrets.yaml"), sf.Bundle, to, true); err != nil {
+	if err := render.WriteSecretsEncrypted(filepath.Join(sf.Dir, "secrets.yaml"), sf.Bundle, to, true); err != nil {
 		t.Fatal(err)
 	}
 	for _, name := range []string{"cp-1", "cp-2", "cp-3"} {

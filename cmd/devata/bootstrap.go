@@ -17,7 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"devata.dev/devata/backup"
-	"devata.dev/devata/bootstrap/sequence"
+	"devata.dev/devata/bootstrap"
 	"devata.dev/devata/drift"
 	"devata.dev/devata/inventory"
 	"devata.dev/devata/talosapi"
@@ -143,7 +143,7 @@ func (a *app) bootstrap(ctx context.Context, flags bootstrapFlags) error {
 	if a.settings.Simulated {
 		fmt.Fprintln(out, "SIMULATED: the machines are devata's simulated fleet.")
 	}
-	seq := sequence.New(opts)
+	seq := bootstrap.New(opts)
 	// a resumed bootstrap finds the kubeconfig it wrote: then the
 	// cluster's Lease is taken too
 	lockKube, err := existingKubeClient(seq.NodesKubeconfig())
@@ -224,8 +224,8 @@ func nodesReady(ctx context.Context, kube kubernetes.Interface) (ready, known bo
 // settings; with --recover-from URL also the snapshot's source, and
 // cleanup, which removes a fetched copy: call it whatever happens, once
 // the sequence is done.
-func (a *app) sequenceOptions(ctx context.Context, f sequenceFlags) (sequence.Options, *sequence.RecoverSource, func(), error) {
-	opts := sequence.Options{
+func (a *app) sequenceOptions(ctx context.Context, f sequenceFlags) (bootstrap.Options, *bootstrap.RecoverSource, func(), error) {
+	opts := bootstrap.Options{
 		InventoryPath: a.settings.Inventory,
 		AgeIdentities: new(a.ageIdentities()),
 		Overrides:     a.settings.Dial,
@@ -260,12 +260,12 @@ func (a *app) sequenceOptions(ctx context.Context, f sequenceFlags) (sequence.Op
 // (s3://…/latest|NAME, file:///dir/latest|NAME) is, for plan, described by
 // its sidecar alone, and for bootstrap fetched into a private copy and
 // verified there, which cleanup removes (called whatever happens).
-func (a *app) recoverFrom(ctx context.Context, f sequenceFlags, opts *sequence.Options) (*sequence.RecoverSource, func(), error) {
+func (a *app) recoverFrom(ctx context.Context, f sequenceFlags, opts *bootstrap.Options) (*bootstrap.RecoverSource, func(), error) {
 	none := func() {}
 	if f.recoverFrom == "" {
 		return nil, none, nil
 	}
-	refused := func(err error) (*sequence.RecoverSource, func(), error) {
+	refused := func(err error) (*bootstrap.RecoverSource, func(), error) {
 		var ee *exitError
 		if errors.As(err, &ee) { // a usage error, or recoverSnapshot's, which says nothing was sent
 			return nil, none, err
@@ -302,7 +302,7 @@ func (a *app) recoverFrom(ctx context.Context, f sequenceFlags, opts *sequence.O
 }
 
 // driftReport renders the closing drift report and returns its exit code.
-func (a *app) driftReport(ctx context.Context, seq *sequence.Sequence, kube kubernetes.Interface, checks []string) (int, error) {
+func (a *app) driftReport(ctx context.Context, seq *bootstrap.Sequence, kube kubernetes.Interface, checks []string) (int, error) {
 	inv := seq.Inventory()
 	// Cilium comes after bootstrap: its checks are not in this report.
 	fc := a.fleetCheck(inv, seq.Desired(), seq.Dialer(), kube, nil)
@@ -321,7 +321,7 @@ func (a *app) driftReport(ctx context.Context, seq *sequence.Sequence, kube kube
 func (a *app) confirmBootstrapReboots(rebooting []string) error {
 	f, ok := a.streams.In.(*os.File)
 	if !ok || !term.IsTerminal(int(f.Fd())) {
-		return fmt.Errorf("%w: applying the desired config reboots %s and there is no terminal to confirm: rerun with --yes to proceed", sequence.ErrRefused, strings.Join(rebooting, ", "))
+		return fmt.Errorf("%w: applying the desired config reboots %s and there is no terminal to confirm: rerun with --yes to proceed", bootstrap.ErrRefused, strings.Join(rebooting, ", "))
 	}
 	fmt.Fprintf(a.streams.Err, "Applying the desired config reboots %s. Continue? [y/N] ", strings.Join(rebooting, ", "))
 	line, _ := bufio.NewReader(f).ReadString('\n')

@@ -5,7 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"devata.dev/devata/bootstrap/sequence"
+	"devata.dev/devata/bootstrap"
 	"devata.dev/devata/checks"
 	"devata.dev/devata/config"
 	"devata.dev/devata/drift"
@@ -22,7 +22,7 @@ import (
 func (a *app) registerCompletions(root *cobra.Command) {
 	outputs := map[string][]string{ // commands whose -o is a format, not a path
 		"drift":   formatNames(),
-		"plan":    {sequence.FormatText, sequence.FormatMarkdown, sequence.FormatJSON},
+		"plan":    {bootstrap.FormatText, bootstrap.FormatMarkdown, bootstrap.FormatJSON},
 		"apply":   {"text", "json"},
 		"upgrade": {"text", "json"},
 	}

@@ -11,8 +11,8 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 	"github.com/spf13/cobra"
 
-	"devata.dev/devata/bootstrap"
 	"devata.dev/devata/inventory"
+	"devata.dev/devata/render"
 )
 
 func (a *app) newGenCommand() *cobra.Command {
@@ -69,10 +69,10 @@ exists, else ./secrets.yaml.`,
 			if version == "" {
 				version = inventory.DefaultTalosVersion
 			}
-			var to bootstrap.AgeRecipients
+			var to render.AgeRecipients
 			if len(flags.encryptTo) > 0 {
 				var err error
-				if to, err = bootstrap.ParseAgeRecipients(flags.encryptTo); err != nil {
+				if to, err = render.ParseAgeRecipients(flags.encryptTo); err != nil {
 					return exitWith(exitUsage, fmt.Errorf("--encrypt-to: %w", err))
 				}
 			}
@@ -86,10 +86,10 @@ exists, else ./secrets.yaml.`,
 				err error
 			)
 			if flags.fromConfig != "" {
-				b, err = bootstrap.SecretsFromConfig(flags.fromConfig)
+				b, err = render.SecretsFromConfig(flags.fromConfig)
 			} else {
 				fmt.Fprintf(a.streams.Err, "generating secrets for Talos %s (a few seconds: RSA-4096)…\n", version)
-				b, err = bootstrap.NewSecrets(version)
+				b, err = render.NewSecrets(version)
 			}
 			if err != nil {
 				return exitWith(exitTrouble, err)
@@ -99,14 +99,14 @@ exists, else ./secrets.yaml.`,
 				how = "recovered from " + flags.fromConfig
 			}
 			if to != nil {
-				if err := bootstrap.WriteSecretsEncrypted(out, b, to, flags.force); err != nil {
+				if err := render.WriteSecretsEncrypted(out, b, to, flags.force); err != nil {
 					return exitWith(exitTrouble, err)
 				}
 				fmt.Fprintf(a.streams.Out, "wrote %s secrets bundle %s, age-encrypted (armored) to %d %s (mode 0600): devata opens it with --age-identity FILE or %s set to a matching identity file; back that identity up, without it the bundle cannot be opened\n",
-					how, out, len(to), plural(len(to), "recipient", "recipients"), bootstrap.EnvAgeKeyFile)
+					how, out, len(to), plural(len(to), "recipient", "recipients"), render.EnvAgeKeyFile)
 				return nil
 			}
-			if err := bootstrap.WriteSecrets(out, b, flags.force); err != nil {
+			if err := render.WriteSecrets(out, b, flags.force); err != nil {
 				return exitWith(exitTrouble, err)
 			}
 			fmt.Fprintf(a.streams.Out, "wrote %s secrets bundle %s (mode 0600): keep it safe and backed up; it holds every CA key of the cluster\n", how, out)
@@ -148,7 +148,7 @@ only replaced with --force. An existing talosconfig is kept unless --force.`,
 			if err != nil {
 				return exitWith(exitTrouble, err)
 			}
-			rendered, err := bootstrap.RenderValidated(inv, b)
+			rendered, err := render.RenderValidated(inv, b)
 			if err != nil {
 				return a.invalid(err)
 			}
@@ -169,7 +169,7 @@ only replaced with --force. An existing talosconfig is kept unless --force.`,
 			if _, err := os.Lstat(tcPath); err == nil && !flags.force {
 				fmt.Fprintf(a.streams.Out, "%-9s %s (exists; --force makes a new client certificate)\n", "kept", tcPath)
 			} else {
-				r, err := bootstrap.NewRenderer(inv, b)
+				r, err := render.NewRenderer(inv, b)
 				if err != nil {
 					return exitWith(exitTrouble, err)
 				}
@@ -177,7 +177,7 @@ only replaced with --force. An existing talosconfig is kept unless --force.`,
 				if err != nil {
 					return exitWith(exitTrouble, err)
 				}
-				if err := bootstrap.WriteSecretFile(tcPath, tc, true); err != nil {
+				if err := render.WriteSecretFile(tcPath, tc, true); err != nil {
 					return exitWith(exitTrouble, err)
 				}
 				fmt.Fprintf(a.streams.Out, "%-9s %s\n", "wrote", tcPath)
@@ -208,7 +208,7 @@ func writeRendered(path string, data []byte, force bool) (string, error) {
 	case err != nil && !errors.Is(err, os.ErrNotExist):
 		return "", err
 	}
-	if err := bootstrap.WriteSecretFile(path, data, true); err != nil {
+	if err := render.WriteSecretFile(path, data, true); err != nil {
 		return "", err
 	}
 	if old != nil {

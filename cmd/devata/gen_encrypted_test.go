@@ -8,7 +8,7 @@ import (
 
 	"filippo.io/age"
 
-	"devata.dev/devata/bootstrap"
+	"devata.dev/devata/render"
 )
 
 // gen secrets --encrypt-to writes an armored age bundle (0600, no clear
@@ -57,8 +57,8 @@ func TestGenSecretsEncryptToRoundTrip(t *testing.T) {
 
 	// without an identity: a clear error naming the bundle and the variable,
 	// and no throwaway bundle in its place
-	t.Setenv(bootstrap.EnvAgeKeyFile, "")
-	t.Setenv(bootstrap.EnvAgeKey, "")
+	t.Setenv(render.EnvAgeKeyFile, "")
+	t.Setenv(render.EnvAgeKey, "")
 	r = devata(t, nil, "validate", "-i", inv)
 	if r.code == 0 || !strings.Contains(r.err, bundle+" is age-encrypted: no age identity is set: pass --age-identity FILE, or set SOPS_AGE_KEY_FILE") || strings.Contains(r.err, "throwaway") {
 		t.Errorf("validate without a key: exit %d, stderr %q", r.code, r.err)
@@ -70,17 +70,17 @@ func TestGenSecretsEncryptToRoundTrip(t *testing.T) {
 	assertNoKey(t, r.err, id)
 
 	// with it
-	r = devata(t, map[string]string{bootstrap.EnvAgeKeyFile: keyFile}, "validate", "-i", inv)
+	r = devata(t, map[string]string{render.EnvAgeKeyFile: keyFile}, "validate", "-i", inv)
 	if r.code != 0 || !strings.Contains(r.stdout, "is valid: 5 machines") || strings.Contains(r.err, "throwaway") {
 		t.Fatalf("validate with SOPS_AGE_KEY_FILE: exit %d\n%s%s", r.code, r.stdout, r.err)
 	}
 	out := filepath.Join(dir, "out")
-	r = devata(t, map[string]string{bootstrap.EnvAgeKeyFile: keyFile}, "gen", "config", "-i", inv, "-o", out)
+	r = devata(t, map[string]string{render.EnvAgeKeyFile: keyFile}, "gen", "config", "-i", inv, "-o", out)
 	if r.code != 0 || strings.Count(r.stdout, "wrote") != 6 {
 		t.Fatalf("gen config with SOPS_AGE_KEY_FILE: exit %d\n%s%s", r.code, r.stdout, r.err)
 	}
 	// the configs carry the encrypted bundle's CA
-	b, err := bootstrap.LoadSecretsWith(bundle, bootstrap.AgeIdentities{KeyFile: keyFile})
+	b, err := render.LoadSecretsWith(bundle, render.AgeIdentities{KeyFile: keyFile})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,8 +14,8 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/role"
 	"github.com/spf13/cobra"
 
-	"devata.dev/devata/bootstrap"
 	"devata.dev/devata/inventory"
+	"devata.dev/devata/render"
 )
 
 func (a *app) newGenTalosconfigCommand() *cobra.Command {
@@ -99,7 +99,7 @@ unless --force, and only a regular file is ever replaced.`,
 			if err != nil {
 				return exitWith(exitTrouble, err)
 			}
-			if err := bootstrap.WriteSecretFile(flags.file, data, flags.force); err != nil {
+			if err := render.WriteSecretFile(flags.file, data, flags.force); err != nil {
 				return exitWith(exitTrouble, err)
 			}
 			fmt.Fprintf(a.streams.Out, "wrote %s: context %s, roles %s, valid until %s\n", flags.file, name, strings.Join(roles.Strings(), ","), time.Now().Add(flags.ttl).UTC().Format(time.RFC3339))

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"devata.dev/devata/bootstrap"
 	"devata.dev/devata/internal/simtest"
+	"devata.dev/devata/render"
 )
 
 // pointAt rewrites sf's settings so that machine name is dialled at the
@@ -89,14 +89,14 @@ func TestWrongAddressIsRefusedBeforeAnyWrite(t *testing.T) {
 func TestAnotherBundleIsRefusedBeforeAnyWrite(t *testing.T) {
 	sf := startSim(t, simtest.Options{Bootstrap: true})
 	path := filepath.Join(sf.Dir, "secrets.yaml")
-	b, err := bootstrap.NewSecrets(sf.Inventory.Cluster.TalosVersion)
+	b, err := render.NewSecrets(sf.Inventory.Cluster.TalosVersion)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Remove(path); err != nil {
 		t.Fatal(err)
 	}
-	if err := bootstrap.WriteSecrets(path, b, false); err != nil {
+	if err := render.WriteSecrets(path, b, false); err != nil {
 		t.Fatal(err)
 	}
 
@@ -113,7 +113,7 @@ func TestAnotherBundleIsRefusedBeforeAnyWrite(t *testing.T) {
 	// the talosconfig of another cluster: every machine answers, with a
 	// certificate it does not trust
 	tcPath := filepath.Join(t.TempDir(), "talosconfig")
-	r0, err := bootstrap.NewRenderer(sf.Inventory, b)
+	r0, err := render.NewRenderer(sf.Inventory, b)
 	if err != nil {
 		t.Fatal(err)
 	}

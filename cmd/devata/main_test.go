@@ -10,8 +10,8 @@ import (
 
 	clientconfig "github.com/siderolabs/talos/pkg/machinery/client/config"
 
-	"devata.dev/devata/bootstrap"
 	"devata.dev/devata/examples"
+	"devata.dev/devata/render"
 )
 
 type result struct {
@@ -175,7 +175,7 @@ func TestGenConfigAndRecoverSecrets(t *testing.T) {
 	if r := devata(t, nil, "gen", "secrets", "-i", inv, "--from-controlplane-config", filepath.Join(out, "cp-1.yaml")); r.code != 0 {
 		t.Fatalf("recover: exit %d: %s", r.code, r.err)
 	}
-	b, err := bootstrap.LoadSecrets(filepath.Join(dir, "secrets.yaml"))
+	b, err := render.LoadSecrets(filepath.Join(dir, "secrets.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}

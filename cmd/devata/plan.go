@@ -9,7 +9,7 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/kubernetes"
 
-	"devata.dev/devata/bootstrap/sequence"
+	"devata.dev/devata/bootstrap"
 	"devata.dev/devata/inventory"
 	"devata.dev/devata/membership"
 	"devata.dev/devata/reconcile"
@@ -59,7 +59,7 @@ Exit 0 nothing to do, 1 actions pending, 2 error or a blocked action.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			switch flags.output {
-			case sequence.FormatText, sequence.FormatMarkdown, sequence.FormatJSON:
+			case bootstrap.FormatText, bootstrap.FormatMarkdown, bootstrap.FormatJSON:
 			default:
 				return usageError(fmt.Errorf("unknown output %q: use text, markdown or json", flags.output))
 			}
@@ -70,7 +70,7 @@ Exit 0 nothing to do, 1 actions pending, 2 error or a blocked action.`,
 			}
 			defer cleanup()
 			opts.Out = a.streams.Err // warnings only
-			seq := sequence.New(opts)
+			seq := bootstrap.New(opts)
 			plan, err := seq.Plan(cmd.Context())
 			if err != nil {
 				return exitWith(exitTrouble, err)
@@ -86,9 +86,9 @@ Exit 0 nothing to do, 1 actions pending, 2 error or a blocked action.`,
 			plan.Orphans = a.planOrphans(cmd.Context(), seq.Inventory(), seq.Dialer(), kube)
 			plan.Kubernetes = a.planKubernetes(cmd.Context(), seq, plan, kube)
 			if inv := seq.Inventory(); inv != nil && len(inv.Groups) > 0 {
-				plan.Patches = sequence.PatchOrders(inv)
+				plan.Patches = bootstrap.PatchOrders(inv)
 			}
-			if err := sequence.WritePlan(a.streams.Out, flags.output, plan, a.settings.Simulated); err != nil {
+			if err := bootstrap.WritePlan(a.streams.Out, flags.output, plan, a.settings.Simulated); err != nil {
 				return exitWith(exitTrouble, err)
 			}
 			if blocked := plan.Blocked(); len(blocked) > 0 {
@@ -101,7 +101,7 @@ Exit 0 nothing to do, 1 actions pending, 2 error or a blocked action.`,
 		},
 	}
 	flags.register(cmd, true)
-	cmd.Flags().StringVarP(&flags.output, "output", "o", sequence.FormatText, "plan format: text, markdown (a runbook) or json")
+	cmd.Flags().StringVarP(&flags.output, "output", "o", bootstrap.FormatText, "plan format: text, markdown (a runbook) or json")
 	return cmd
 }
 
@@ -109,7 +109,7 @@ Exit 0 nothing to do, 1 actions pending, 2 error or a blocked action.`,
 // longer has, through the inventory and dialer the plan already built. It
 // is best effort: before the cluster exists (no control plane reporting
 // etcd) there are none to list, and plan says nothing about them.
-func (a *app) planOrphans(ctx context.Context, inv *inventory.Inventory, d *talosapi.Dialer, kube kubernetes.Interface) []sequence.Orphan {
+func (a *app) planOrphans(ctx context.Context, inv *inventory.Inventory, d *talosapi.Dialer, kube kubernetes.Interface) []bootstrap.Orphan {
 	if inv == nil || d == nil {
 		return nil
 	}
@@ -117,9 +117,9 @@ func (a *app) planOrphans(ctx context.Context, inv *inventory.Inventory, d *talo
 	if err != nil {
 		a.log.Debug("orphans not fully observed", "error", err)
 	}
-	out := make([]sequence.Orphan, 0, len(found))
+	out := make([]bootstrap.Orphan, 0, len(found))
 	for _, o := range found {
-		out = append(out, sequence.Orphan{Name: o.Name, What: o.What(), Remove: "devata remove " + o.Name})
+		out = append(out, bootstrap.Orphan{Name: o.Name, What: o.What(), Remove: "devata remove " + o.Name})
 	}
 	return out
 }
@@ -127,8 +127,8 @@ func (a *app) planOrphans(ctx context.Context, inv *inventory.Inventory, d *talo
 // planKubernetes is the Kubernetes version change devata apply would make
 // now, from its own plan (dry runs only: nothing is written); nil when no
 // configured machine's config changes or none moves a version.
-func (a *app) planKubernetes(ctx context.Context, seq *sequence.Sequence, plan *sequence.Plan, kube kubernetes.Interface) *sequence.KubernetesChange {
-	if seq.Inventory() == nil || seq.Dialer() == nil || !slices.ContainsFunc(plan.Pending(), func(x sequence.Action) bool { return x.Step == sequence.StepApply }) {
+func (a *app) planKubernetes(ctx context.Context, seq *bootstrap.Sequence, plan *bootstrap.Plan, kube kubernetes.Interface) *bootstrap.KubernetesChange {
+	if seq.Inventory() == nil || seq.Dialer() == nil || !slices.ContainsFunc(plan.Pending(), func(x bootstrap.Action) bool { return x.Step == bootstrap.StepApply }) {
 		return nil
 	}
 	p := &reconcile.Planner{Inventory: seq.Inventory(), Desired: seq.Desired(), Dialer: seq.Dialer(), Mode: talosapi.ModeAuto,
@@ -138,16 +138,16 @@ func (a *app) planKubernetes(ctx context.Context, seq *sequence.Sequence, plan *
 		return nil
 	}
 	k := rp.Kubernetes
-	out := &sequence.KubernetesChange{From: k.From, To: k.To, Refused: k.Refused, Next: k.Next()}
+	out := &bootstrap.KubernetesChange{From: k.From, To: k.To, Refused: k.Refused, Next: k.Next()}
 	if k.Refused != "" {
 		return out
 	}
 	for _, c := range talosapi.KubeOrder {
 		switch {
 		case k.Held[c] != "":
-			out.Steps = append(out.Steps, sequence.KubernetesStep{Component: c, Held: k.Held[c]})
+			out.Steps = append(out.Steps, bootstrap.KubernetesStep{Component: c, Held: k.Held[c]})
 		case len(k.Moves[c]) > 0:
-			out.Steps = append(out.Steps, sequence.KubernetesStep{Component: c, Machines: k.Moves[c]})
+			out.Steps = append(out.Steps, bootstrap.KubernetesStep{Component: c, Machines: k.Moves[c]})
 		}
 	}
 	if cps := seq.Inventory().ControlPlanes(); len(cps) > 0 {

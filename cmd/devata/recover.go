@@ -8,7 +8,7 @@ import (
 	"os"
 
 	"devata.dev/devata/backup"
-	"devata.dev/devata/bootstrap/sequence"
+	"devata.dev/devata/bootstrap"
 	"devata.dev/devata/inventory"
 	"devata.dev/devata/snapshot"
 )
@@ -30,7 +30,7 @@ const ageHeader = "age-encryption.org/v1\n"
 // opts.Recover (the file the sequence sends), RecoverFrom (path, as
 // messages name it) and RecoverEncrypted; cleanup removes the decrypted
 // copy and must run once the sequence is done, also on an error.
-func (a *app) recoverSnapshot(ctx context.Context, opts *sequence.Options, path string, side *backup.Sidecar, foreign bool) (cleanup func(), err error) {
+func (a *app) recoverSnapshot(ctx context.Context, opts *bootstrap.Options, path string, side *backup.Sidecar, foreign bool) (cleanup func(), err error) {
 	cleanup = func() {}
 	refuse := func(err error) (func(), error) {
 		cleanup()

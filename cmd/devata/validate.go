@@ -12,8 +12,8 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 	"github.com/spf13/cobra"
 
-	"devata.dev/devata/bootstrap"
 	"devata.dev/devata/inventory"
+	"devata.dev/devata/render"
 )
 
 func (a *app) newValidateCommand() *cobra.Command {
@@ -43,7 +43,7 @@ Exit 0 valid, 1 invalid, 2 interrupted or could not complete.`,
 			if err != nil {
 				return exitWith(exitFailed, err)
 			}
-			rendered, err := bootstrap.RenderValidatedContext(ctx, inv, bundle)
+			rendered, err := render.RenderValidatedContext(ctx, inv, bundle)
 			if interrupted(err) {
 				return exitWith(exitTrouble, err)
 			}
@@ -100,13 +100,13 @@ func (a *app) secretsForRender(inv *inventory.Inventory) (*secrets.Bundle, bool,
 		return nil, false, err
 	}
 	fmt.Fprintf(a.streams.Err, "note: no secrets bundle at %s yet; rendering with a throwaway one (create the real one with: devata gen secrets)\n", path)
-	b, err = bootstrap.NewSecrets(inv.Cluster.TalosVersion)
+	b, err = render.NewSecrets(inv.Cluster.TalosVersion)
 	return b, true, err
 }
 
 // printRendered prints a line per rendered config and machinery's warnings
 // (validate's table, and the demo's).
-func printRendered(w io.Writer, inv *inventory.Inventory, rendered []*bootstrap.Rendered) {
+func printRendered(w io.Writer, inv *inventory.Inventory, rendered []*render.Rendered) {
 	if len(rendered) == 0 {
 		return
 	}
@@ -146,7 +146,7 @@ func plural(n int, one, many string) string {
 // loadSecrets reads the bundle at path, opening an encrypted one with the
 // age identities of ageIdentities.
 func (a *app) loadSecrets(path string) (*secrets.Bundle, error) {
-	return bootstrap.LoadSecretsWith(path, a.ageIdentities())
+	return render.LoadSecretsWith(path, a.ageIdentities())
 }
 
 // ageIdentities are where every command that loads the bundle reads age
@@ -154,8 +154,8 @@ func (a *app) loadSecrets(path string) (*secrets.Bundle, error) {
 // DEVATA_AGE_IDENTITY, the settings file) when set, else devata's
 // environment as sops reads it (SOPS_AGE_KEY, SOPS_AGE_KEY_FILE, sops'
 // keys.txt).
-func (a *app) ageIdentities() bootstrap.AgeIdentities {
-	ids := bootstrap.AgeIdentitiesFromEnv(a.getenv)
+func (a *app) ageIdentities() render.AgeIdentities {
+	ids := render.AgeIdentitiesFromEnv(a.getenv)
 	ids.Files = a.settings.AgeIdentity
 	ids.AllowShared = a.settings.AllowSharedAgeIdentity
 	return ids

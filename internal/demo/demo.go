@@ -14,9 +14,9 @@ import (
 
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 
-	"devata.dev/devata/bootstrap"
 	"devata.dev/devata/internal/simfleet"
 	"devata.dev/devata/inventory"
+	"devata.dev/devata/render"
 	"devata.dev/devata/sim"
 )
 
@@ -31,7 +31,7 @@ type Options struct {
 	// exit code.
 	Devata func(ctx context.Context, args []string) int
 	// PrintRendered prints the rendered configs as devata validate does.
-	PrintRendered func(w io.Writer, inv *inventory.Inventory, rendered []*bootstrap.Rendered)
+	PrintRendered func(w io.Writer, inv *inventory.Inventory, rendered []*render.Rendered)
 	// DescribeFleet counts the inventory's machines by role as devata
 	// validate's summary does.
 	DescribeFleet func(inv *inventory.Inventory) string
@@ -68,7 +68,7 @@ type scenario struct {
 	invPath  string
 	inv      *inventory.Inventory
 	bundle   *secrets.Bundle
-	rendered []*bootstrap.Rendered
+	rendered []*render.Rendered
 	kube     *simfleet.Kubernetes // nil without Kubernetes
 	sim      *sim.Fleet
 	// pinned are the flags every devata command of the demo gets.

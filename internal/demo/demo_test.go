@@ -10,10 +10,10 @@ import (
 	"strings"
 	"testing"
 
-	"devata.dev/devata/bootstrap"
+	"devata.dev/devata/ciliumcheck"
 	"devata.dev/devata/inventory"
 	"devata.dev/devata/machinecheck"
-	"devata.dev/devata/netcheck"
+	"devata.dev/devata/render"
 	"devata.dev/devata/storagecheck"
 )
 
@@ -24,7 +24,7 @@ func TestCheckNames(t *testing.T) {
 			t.Errorf("%s is not a demo check", n)
 		}
 	}
-	for _, n := range []string{machinecheck.CheckKubelet, netcheck.CheckAgent} {
+	for _, n := range []string{machinecheck.CheckKubelet, ciliumcheck.CheckAgent} {
 		if slices.Contains(without, n) || !slices.Contains(with, n) {
 			t.Errorf("%s: want it with Kubernetes only; without %v, with %v", n, without, with)
 		}
@@ -62,7 +62,7 @@ func TestRunTellsTheStoryInOrder(t *testing.T) {
 			}
 			return 0
 		},
-		PrintRendered: func(w io.Writer, _ *inventory.Inventory, r []*bootstrap.Rendered) {
+		PrintRendered: func(w io.Writer, _ *inventory.Inventory, r []*render.Rendered) {
 			io.WriteString(w, "RENDERED\n") //nolint:errcheck // a buffer
 		},
 		DescribeFleet: func(inv *inventory.Inventory) string { return "FLEET" },

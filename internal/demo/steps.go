@@ -11,11 +11,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"devata.dev/devata/bootstrap"
 	"devata.dev/devata/examples"
 	"devata.dev/devata/internal/simfleet"
 	"devata.dev/devata/internal/testenv"
 	"devata.dev/devata/inventory"
+	"devata.dev/devata/render"
 	"devata.dev/devata/sim"
 )
 
@@ -37,10 +37,10 @@ func (s *scenario) inventory(context.Context) error {
 func (s *scenario) secrets(context.Context) error {
 	st := startStep(s.Out, "secrets: a new bundle for this demo only")
 	var err error
-	if s.bundle, err = bootstrap.NewSecrets(s.inv.Cluster.TalosVersion); err != nil {
+	if s.bundle, err = render.NewSecrets(s.inv.Cluster.TalosVersion); err != nil {
 		return err
 	}
-	if err := bootstrap.WriteSecrets(filepath.Join(s.dir, s.inv.Cluster.Secrets), s.bundle, false); err != nil {
+	if err := render.WriteSecrets(filepath.Join(s.dir, s.inv.Cluster.Secrets), s.bundle, false); err != nil {
 		return err
 	}
 	st.done("generated for Talos %s, written 0600 into the demo's temporary directory", s.inv.Cluster.TalosVersion)
@@ -50,7 +50,7 @@ func (s *scenario) secrets(context.Context) error {
 func (s *scenario) render(context.Context) error {
 	st := startStep(s.Out, "render: each machine's config, validated by Talos machinery (metal mode)")
 	var err error
-	if s.rendered, err = bootstrap.RenderValidated(s.inv, s.bundle); err != nil {
+	if s.rendered, err = render.RenderValidated(s.inv, s.bundle); err != nil {
 		return err
 	}
 	s.PrintRendered(s.Out, s.inv, s.rendered)
@@ -77,7 +77,7 @@ func (s *scenario) kubernetes(ctx context.Context) error {
 // devata's commands at it and pins them on every command line.
 func (s *scenario) fleet(ctx context.Context) error {
 	st := startStep(s.Out, "fleet: %d SIMULATED Talos machines on 127.0.0.1, in maintenance mode (real gRPC; mTLS from the bundle's CA once configured)", len(s.inv.Machines))
-	renderer, err := bootstrap.NewRenderer(s.inv, s.bundle)
+	renderer, err := render.NewRenderer(s.inv, s.bundle)
 	if err != nil {
 		return err
 	}

@@ -12,8 +12,8 @@ import (
 	"sync"
 	"time"
 
-	"devata.dev/devata/bootstrap"
 	"devata.dev/devata/inventory"
+	"devata.dev/devata/render"
 	"devata.dev/devata/talosapi"
 )
 
@@ -27,11 +27,11 @@ func reconcileRun(o options, s *simFleet, dir string, n int) (*Reconcile, error)
 	if err != nil {
 		return nil, err
 	}
-	bundle, err := bootstrap.LoadSecrets(filepath.Join(dir, "secrets.yaml"))
+	bundle, err := render.LoadSecrets(filepath.Join(dir, "secrets.yaml"))
 	if err != nil {
 		return nil, err
 	}
-	rd, err := bootstrap.NewRenderer(inv, bundle)
+	rd, err := render.NewRenderer(inv, bundle)
 	if err != nil {
 		return nil, err
 	}
@@ -82,7 +82,7 @@ func pickDrifted(inv *inventory.Inventory, driftPercent float64, n int) ([]*inve
 // renderDrifted writes each drifted machine's edited config (its desired
 // config plus a node label) into editDir and returns, per machine, its line
 // in its sim's faults file.
-func renderDrifted(rd *bootstrap.Renderer, editDir string, drifted []*inventory.Machine) (map[string]string, error) {
+func renderDrifted(rd *render.Renderer, editDir string, drifted []*inventory.Machine) (map[string]string, error) {
 	if err := os.MkdirAll(editDir, 0o700); err != nil {
 		return nil, err
 	}

@@ -43,37 +43,37 @@ var allowed = []struct {
 	{"internal/drain", []string{"internal/heartbeat"}},
 	// the spec and what is rendered from it
 	{"inventory", []string{"internal/talos", "redact"}},
-	{"bootstrap", []string{"internal/configview", "internal/outfile", "internal/talos", "inventory", "redact"}},
+	{"render", []string{"internal/configview", "internal/outfile", "internal/talos", "inventory", "redact"}},
 	// the Talos API and the checks of what it reports
 	{"talosapi", []string{"internal/configview", "inventory", "redact"}},
 	{"machinecheck", []string{"drift", "internal/talos", "inventory", "redact", "talosapi"}},
 	{"gate", []string{"internal/heartbeat", "inventory", "talosapi"}},
-	{"netcheck", []string{"drift", "internal/configview", "inventory", "machinecheck", "talosapi"}},
+	{"ciliumcheck", []string{"drift", "internal/configview", "inventory", "machinecheck", "talosapi"}},
 	{"storagecheck", []string{"drift", "inventory", "machinecheck", "talosapi"}},
 	{"certcheck", []string{"drift", "machinecheck", "talosapi"}},
 	{"dnscheck", []string{"drift", "machinecheck"}},
 	// the one list of checks
-	{"checks", []string{"certcheck", "dnscheck", "drift", "inventory", "machinecheck", "netcheck", "storagecheck", "talosapi"}},
+	{"checks", []string{"certcheck", "dnscheck", "drift", "inventory", "machinecheck", "ciliumcheck", "storagecheck", "talosapi"}},
 	// what changes machines
-	{"reconcile", []string{"bootstrap", "checks", "drift", "gate", "internal/drain", "internal/heartbeat", "internal/talos", "inventory", "machinecheck", "provenance", "talosapi"}},
-	{"bootstrap/sequence", []string{"bootstrap", "checks", "drift", "gate", "internal/heartbeat", "internal/talos", "inventory", "machinecheck", "provenance", "snapshot", "talosapi"}},
+	{"reconcile", []string{"render", "checks", "drift", "gate", "internal/drain", "internal/heartbeat", "internal/talos", "inventory", "machinecheck", "provenance", "talosapi"}},
+	{"bootstrap", []string{"render", "checks", "drift", "gate", "internal/heartbeat", "internal/talos", "inventory", "machinecheck", "provenance", "snapshot", "talosapi"}},
 	{"backup/store", []string{"redact"}},
 	{"backup", []string{"backup/store", "gate", "internal/outfile", "inventory", "provenance", "snapshot", "talosapi"}},
 	{"membership", []string{"gate", "internal/configview", "internal/drain", "internal/heartbeat", "inventory", "talosapi"}},
 	// test bed and tools
-	{"internal/simfleet", []string{"bootstrap", "internal/testenv", "inventory", "sim", "talosapi"}},
-	{"internal/simtest", []string{"bootstrap", "examples", "internal/simfleet", "inventory", "sim", "talosapi"}},
+	{"internal/simfleet", []string{"render", "internal/testenv", "inventory", "sim", "talosapi"}},
+	{"internal/simtest", []string{"render", "examples", "internal/simfleet", "inventory", "sim", "talosapi"}},
 	{"internal/demo", []string{
-		"bootstrap", "checks", "examples", "internal/simfleet", "internal/testenv", "inventory", "machinecheck", "netcheck", "sim", "storagecheck",
+		"render", "checks", "examples", "internal/simfleet", "internal/testenv", "inventory", "machinecheck", "ciliumcheck", "sim", "storagecheck",
 	}},
 	{"internal/testenv/cmd/testbin", []string{"internal/testenv"}},
-	{"internal/fleetbench", []string{"bootstrap", "internal/testenv", "inventory", "talosapi"}},
+	{"internal/fleetbench", []string{"render", "internal/testenv", "inventory", "talosapi"}},
 	{"internal/image", nil},
 	{"internal/image/cmd/mkimage", []string{"internal/image"}},
 	// the command: parse, call, render
 	{"cmd/devata", []string{
-		"backup", "backup/store", "bootstrap", "bootstrap/sequence", "certcheck", "checks", "config", "drift", "examples", "gate", "internal/demo", "internal/simfleet",
-		"internal/outfile", "internal/termsafe", "internal/testenv", "inventory", "lock", "machinecheck", "membership", "netcheck", "provenance", "reconcile", "redact", "sim", "snapshot", "storagecheck", "talosapi",
+		"backup", "backup/store", "render", "bootstrap", "certcheck", "checks", "config", "drift", "examples", "gate", "internal/demo", "internal/simfleet",
+		"internal/outfile", "internal/termsafe", "internal/testenv", "inventory", "lock", "machinecheck", "membership", "ciliumcheck", "provenance", "reconcile", "redact", "sim", "snapshot", "storagecheck", "talosapi",
 	}},
 }
 

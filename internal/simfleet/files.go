@@ -7,8 +7,8 @@ import (
 	clientconfig "github.com/siderolabs/talos/pkg/machinery/client/config"
 	"gopkg.in/yaml.v3"
 
-	"devata.dev/devata/bootstrap"
 	"devata.dev/devata/inventory"
+	"devata.dev/devata/render"
 	"devata.dev/devata/sim"
 )
 
@@ -16,7 +16,7 @@ import (
 // addresses; nodes: every machine by name, which the sim routes) and the
 // settings file dir/devata.yaml with one dial override per machine, and the
 // kubeconfig when there is one; it returns both paths.
-func WriteFiles(dir string, inv *inventory.Inventory, r *bootstrap.Renderer, fleet *sim.Fleet, kubeconfig string) (talosconfig, settings string, err error) {
+func WriteFiles(dir string, inv *inventory.Inventory, r *render.Renderer, fleet *sim.Fleet, kubeconfig string) (talosconfig, settings string, err error) {
 	tcBytes, err := r.Talosconfig()
 	if err != nil {
 		return "", "", err
@@ -40,7 +40,7 @@ func WriteFiles(dir string, inv *inventory.Inventory, r *bootstrap.Renderer, fle
 		return "", "", err
 	}
 	tcPath := filepath.Join(dir, "talosconfig")
-	if err := bootstrap.WriteSecretFile(tcPath, tcBytes, true); err != nil {
+	if err := render.WriteSecretFile(tcPath, tcBytes, true); err != nil {
 		return "", "", err
 	}
 	invPath, err := filepath.Abs(inv.Path)

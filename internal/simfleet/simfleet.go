@@ -20,8 +20,8 @@ import (
 
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 
-	"devata.dev/devata/bootstrap"
 	"devata.dev/devata/inventory"
+	"devata.dev/devata/render"
 	"devata.dev/devata/sim"
 )
 
@@ -76,7 +76,7 @@ type Fleet struct {
 // rendered and started, bootstrapped, its API server up and its files
 // written, in that order. On an error nothing is left running.
 func Start(ctx context.Context, inv *inventory.Inventory, bundle *secrets.Bundle, opts Options) (f *Fleet, err error) {
-	r, err := bootstrap.NewRenderer(inv, bundle)
+	r, err := render.NewRenderer(inv, bundle)
 	if err != nil {
 		return nil, err
 	}
@@ -191,7 +191,7 @@ func Schematics(inv *inventory.Inventory) map[string]sim.Schematic {
 // Specs is a sim.MachineSpec per inventory machine, in inventory order:
 // configured with its rendered config unless opts.Maintenance names it, on
 // its inventory address with opts.InventoryAddresses.
-func Specs(inv *inventory.Inventory, r *bootstrap.Renderer, opts Options) ([]sim.MachineSpec, error) {
+func Specs(inv *inventory.Inventory, r *render.Renderer, opts Options) ([]sim.MachineSpec, error) {
 	specs := make([]sim.MachineSpec, 0, len(inv.Machines))
 	for i := range inv.Machines {
 		m := &inv.Machines[i]

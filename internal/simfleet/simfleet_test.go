@@ -12,11 +12,11 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 	"gopkg.in/yaml.v3"
 
-	"devata.dev/devata/bootstrap"
 	"devata.dev/devata/examples"
 	"devata.dev/devata/internal/simfleet"
 	"devata.dev/devata/internal/simtest"
 	"devata.dev/devata/inventory"
+	"devata.dev/devata/render"
 )
 
 // homelab is the example inventory with the fixture bundle next to it.
@@ -38,7 +38,7 @@ func homelab(t *testing.T) (*inventory.Inventory, *secrets.Bundle) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bundle, err := bootstrap.LoadSecrets(inv.SecretsPath())
+	bundle, err := render.LoadSecrets(inv.SecretsPath())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +47,7 @@ func homelab(t *testing.T) (*inventory.Inventory, *secrets.Bundle) {
 
 func TestSpecs(t *testing.T) {
 	inv, bundle := homelab(t)
-	r, err := bootstrap.NewRenderer(inv, bundle)
+	r, err := render.NewRenderer(inv, bundle)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,9 +5,9 @@ import (
 
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 
-	"devata.dev/devata/bootstrap"
 	"devata.dev/devata/examples"
 	"devata.dev/devata/inventory"
+	"devata.dev/devata/render"
 )
 
 // Rendered is the homelab example with the fixture bundle and each
@@ -23,11 +23,11 @@ func Rendered(tb testing.TB) (*inventory.Inventory, *secrets.Bundle, map[string]
 	if err != nil {
 		tb.Fatal(err)
 	}
-	b, err := bootstrap.LoadSecrets(FixtureSecrets())
+	b, err := render.LoadSecrets(FixtureSecrets())
 	if err != nil {
 		tb.Fatal(err)
 	}
-	out, err := bootstrap.Render(inv, b)
+	out, err := render.Render(inv, b)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -19,10 +19,10 @@ import (
 	clientconfig "github.com/siderolabs/talos/pkg/machinery/client/config"
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 
-	"devata.dev/devata/bootstrap"
 	"devata.dev/devata/examples"
 	"devata.dev/devata/internal/simfleet"
 	"devata.dev/devata/inventory"
+	"devata.dev/devata/render"
 	"devata.dev/devata/sim"
 	"devata.dev/devata/talosapi"
 )
@@ -32,7 +32,7 @@ type Fleet struct {
 	Dir       string // holds inventory.yaml, patches/ and secrets.yaml
 	Inventory *inventory.Inventory
 	Bundle    *secrets.Bundle
-	Renderer  *bootstrap.Renderer
+	Renderer  *render.Renderer
 	Desired   map[string][]byte
 	// Started are the configs the machines started with (the Desired one,
 	// unless KubernetesVersion or an older Talos made it another).
@@ -145,17 +145,17 @@ func Start(t testing.TB, opts Options) *Fleet {
 	if f.Inventory, err = inventory.Load(invPath); err != nil {
 		t.Fatal(err)
 	}
-	if f.Bundle, err = bootstrap.LoadSecrets(filepath.Join(dir, "secrets.yaml")); err != nil {
+	if f.Bundle, err = render.LoadSecrets(filepath.Join(dir, "secrets.yaml")); err != nil {
 		t.Fatal(err)
 	}
-	if f.Renderer, err = bootstrap.NewRenderer(f.Inventory, f.Bundle); err != nil {
+	if f.Renderer, err = render.NewRenderer(f.Inventory, f.Bundle); err != nil {
 		t.Fatal(err)
 	}
 	start := f.Renderer
 	if opts.KubernetesVersion != "" {
 		inv := *f.Inventory
 		inv.Cluster.KubernetesVersion = opts.KubernetesVersion
-		if start, err = bootstrap.NewRenderer(&inv, f.Bundle); err != nil {
+		if start, err = render.NewRenderer(&inv, f.Bundle); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -165,7 +165,7 @@ func Start(t testing.TB, opts Options) *Fleet {
 		inv.Cluster.KubernetesVersion = opts.KubernetesVersion
 		startInv = &inv
 	}
-	older, err := bootstrap.RenderDesired(context.Background(), startInv, f.Bundle, nil, false)
+	older, err := render.RenderDesired(context.Background(), startInv, f.Bundle, nil, false)
 	if err != nil {
 		t.Fatal(err)
 	}

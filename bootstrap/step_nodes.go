@@ -1,0 +1,71 @@
+package bootstrap
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"devata.dev/devata/internal/heartbeat"
+	"devata.dev/devata/talosapi"
+)
+
+// waitNodes waits until every machine's Node is registered and Ready. With
+// cluster.network.cni none no Node can be Ready before the operator installs
+// Cilium, which needs the API server this step waits for: then every Node
+// registered and NotReady only for want of a CNI is enough. Besides a line for
+// each new state, every heartbeat.Every it says what it waits for.
+func (s *Sequence) waitNodes(ctx context.Context) (string, error) {
+	if s.opts.SkipNodes {
+		return "skipped (--skip-nodes)", nil
+	}
+	path := s.NodesKubeconfig()
+	kube, err := talosapi.KubeClient(path)
+	if err != nil {
+		return "", err
+	}
+	deadline := time.Now().Add(s.opts.Wait)
+	last := ""
+	beat := heartbeat.Start(s.say, 0, s.opts.Wait, "every Node to register and be Ready (kubeconfig "+path+")")
+	defer beat.Stop()
+	for {
+		nctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+		nodes := talosapi.ObserveNodes(nctx, kube)
+		cancel()
+		var waiting []string
+		noCNI := 0
+		if nodes.Err != nil {
+			waiting = append(waiting, nodes.Err.Error())
+		} else {
+			for i := range s.inv.Machines {
+				name := s.inv.Machines[i].Name
+				n, ok := nodes.ByName[name]
+				switch {
+				case !ok:
+					waiting = append(waiting, name+" not registered")
+				case !n.Ready && s.CNINone() && talosapi.NetworkNotReady(n.ReadyReason):
+					noCNI++
+				case !n.Ready:
+					waiting = append(waiting, name+" not Ready ("+n.ReadyReason+")")
+				}
+			}
+		}
+		if len(waiting) == 0 && noCNI > 0 {
+			return fmt.Sprintf("%d Nodes registered; %d NotReady until a CNI runs (cluster.network.cni: none): install Cilium next", len(s.inv.Machines), noCNI), nil
+		}
+		if len(waiting) == 0 {
+			return fmt.Sprintf("%d Nodes registered and Ready", len(s.inv.Machines)), nil
+		}
+		beat.Saw(strings.Join(waiting, "; "))
+		if msg := strings.Join(waiting, "; "); msg != last {
+			s.say("    waiting (kubeconfig %s): %s", path, msg)
+			last = msg
+		}
+		if time.Now().After(deadline) {
+			return "", fmt.Errorf("nodes not Ready within %s: %s (pass --skip-nodes when no Kubernetes API is reachable from here)", s.opts.Wait, strings.Join(waiting, "; "))
+		}
+		if err := sleep(ctx, s.opts.Poll); err != nil {
+			return "", err
+		}
+	}
+}
