@@ -90,7 +90,7 @@ func TestPatchPathsAreConfinedAndNeverQuoted(t *testing.T) {
 	})
 	t.Run("bundle as a patch", func(t *testing.T) {
 		dir, path := homelab(t, "[patches/common.yaml, bundle.yaml]")
-		bundle, err := os.ReadFile(filepath.Join("..", "bootstrap", "testdata", "secrets.yaml"))
+		bundle, err := os.ReadFile(filepath.Join("..", "render", "testdata", "secrets.yaml"))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,6 +1,6 @@
 // Package bootstrap owns the secrets bundle (talosctl-compatible) and
 // rendering each machine's desired Talos config from the inventory. The
-// first-build sequence is bootstrap/sequence; redaction is package redact.
+// first build is package bootstrap; redaction is package redact.
 // It never decides drift; checks do.
 package render
 

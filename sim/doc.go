@@ -201,7 +201,7 @@
 //     as streamed, so a recovery from them restores their revision (the
 //     newest key of the key bucket, as etcdutl's Status reads it) with the
 //     sim's own key space (etcd_snapshot_data.go). devata reads the sim's database back with
-//     go.etcd.io/bbolt itself (machines/backup_test.go), so the hand-made
+//     go.etcd.io/bbolt itself (talosapi/backup_test.go), so the hand-made
 //     file is proven a bbolt file.
 //   - EtcdRecover (etcd_recover.go; v1alpha1_server.go EtcdRecover,
 //     services/etcd.go recoverFromSnapshot; talosctl's cmd/talosctl/cmd/

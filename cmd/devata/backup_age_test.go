@@ -380,7 +380,7 @@ func TestBootstrapRecoverFromEncrypted(t *testing.T) {
 // before anything is written.
 func TestBackupEncryptToBundleRecipients(t *testing.T) {
 	sf := startSim(t, simtest.Options{Bootstrap: true})
-	const fixtures = "../../bootstrap/testdata/encrypted/"
+	const fixtures = "../../render/testdata/encrypted/"
 	bundle := filepath.Join(sf.Dir, "secrets.yaml")
 	copyFile := func(from string) {
 		t.Helper()

@@ -159,7 +159,7 @@ func (f *simFleet) dialer() (*talosapi.Dialer, error) {
 // plane's address is in no rendered config, only in the talosconfig, so every
 // machine renders exactly as in the whole inventory.
 func writeInventory(dir string, n, perSim int) ([][]string, map[string]string, error) {
-	secrets, err := os.ReadFile("bootstrap/testdata/secrets.yaml")
+	secrets, err := os.ReadFile("render/testdata/secrets.yaml")
 	if err != nil {
 		return nil, nil, fmt.Errorf("run fleetbench from the repository root: %w", err)
 	}

@@ -1,7 +1,7 @@
 // Package heartbeat says, at a steady interval, that a wait still waits: what
 // for, for how long so far, of how long at most, and what the latest look saw.
 // It owns the ticker and the line only; each wait (gate, reconcile,
-// bootstrap/sequence) decides what it waits for and prints through its own
+// bootstrap) decides what it waits for and prints through its own
 // progress printer. It imports nothing of devata's.
 package heartbeat
 

@@ -110,7 +110,7 @@ func editInventory(t testing.TB, path string, edit func(string) string) {
 // FixtureSecrets is the path of the committed test bundle (a fake cluster's).
 func FixtureSecrets() string {
 	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..", "bootstrap", "testdata", "secrets.yaml")
+	return filepath.Join(filepath.Dir(file), "..", "..", "render", "testdata", "secrets.yaml")
 }
 
 // Start serves the homelab example with the fixture bundle; everything stops
