@@ -4,7 +4,7 @@ import (
 	"slices"
 
 	"devata.dev/devata/checks"
-	"devata.dev/devata/machinecheck"
+	"devata.dev/devata/machines"
 )
 
 // ReportChecks are the checks of the drift report that closes a bootstrap:
@@ -14,9 +14,9 @@ import (
 // then). Neither certificates (the credentials bootstrap just made) nor
 // coredns (Ready only once a CNI runs) is of the report.
 func (s *Sequence) ReportChecks() []string {
-	names := slices.DeleteFunc(checks.Of(checks.FamilyMachine, checks.FamilyStorage), func(n string) bool { return n == machinecheck.CheckKubelet })
+	names := slices.DeleteFunc(checks.Of(checks.FamilyMachine, checks.FamilyStorage), func(n string) bool { return n == machines.CheckKubelet })
 	if !s.opts.SkipNodes && !s.CNINone() {
-		names = append(names, machinecheck.CheckKubelet)
+		names = append(names, machines.CheckKubelet)
 	}
 	return names
 }

@@ -27,7 +27,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"devata.dev/devata/drift"
-	"devata.dev/devata/machinecheck"
+	"devata.dev/devata/machines"
 	"devata.dev/devata/talosapi"
 )
 
@@ -72,7 +72,7 @@ func check() drift.Check[*target] {
 // read once per pass and reported on each control plane (the API server
 // runs there, the talosconfig's endpoints are there); every machine
 // reports the serving certificate its apid presented. Build one per pass.
-func Extension(o Options) machinecheck.Extension {
+func Extension(o Options) machines.Extension {
 	if o.Threshold <= 0 {
 		o.Threshold = DefaultThreshold
 	}
@@ -90,7 +90,7 @@ type extension struct {
 
 func (e *extension) Checks() []drift.Info { return []drift.Info{Info()} }
 
-func (e *extension) Run(ctx context.Context, c *client.Client, mt *machinecheck.Target, _ []string) []drift.Result {
+func (e *extension) Run(ctx context.Context, c *client.Client, mt *machines.Target, _ []string) []drift.Result {
 	t := &target{machine: mt, threshold: e.o.Threshold, now: e.o.Now()}
 	if mt.Machine.IsControlPlane() {
 		e.once.Do(func() { e.fl = e.cluster(ctx) })
@@ -102,7 +102,7 @@ func (e *extension) Run(ctx context.Context, c *client.Client, mt *machinecheck.
 
 // target is one machine's certificates as a pass read them.
 type target struct {
-	machine   *machinecheck.Target
+	machine   *machines.Target
 	threshold time.Duration
 	now       time.Time
 	findings  []finding
@@ -331,7 +331,7 @@ func (e *extension) apiServer(ctx context.Context) finding {
 // apid reads the serving certificate the machine's apid presented on a
 // Version call. Through an endpoint the TLS peer is the endpoint's apid,
 // which its own machine reports.
-func (e *extension) apid(ctx context.Context, c *client.Client, mt *machinecheck.Target) finding {
+func (e *extension) apid(ctx context.Context, c *client.Client, mt *machines.Target) finding {
 	f := finding{credential: CredApid, what: "apid's serving certificate", renewedByTalos: true,
 		renew:       "machined issues apid's certificate from the OS CA and renews it at half its life (secrets APIController): one this close to its end was not renewed; " + talosctl(mt, "logs controller-runtime") + " says why",
 		unknownNext: talosctlHint(mt)}
@@ -360,7 +360,7 @@ func (e *extension) apid(ctx context.Context, c *client.Client, mt *machinecheck
 	return f
 }
 
-func talosctl(mt *machinecheck.Target, args string) string {
+func talosctl(mt *machines.Target, args string) string {
 	prefix := mt.Talosctl
 	if prefix == "" {
 		prefix = "talosctl -n " + mt.Machine.Address
@@ -368,7 +368,7 @@ func talosctl(mt *machinecheck.Target, args string) string {
 	return prefix + " " + args
 }
 
-func talosctlHint(mt *machinecheck.Target) string { return talosctl(mt, "version") }
+func talosctlHint(mt *machines.Target) string { return talosctl(mt, "version") }
 
 func firstCertificate(data []byte) (*x509.Certificate, error) {
 	for {

@@ -10,11 +10,11 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"devata.dev/devata/certcheck"
-	"devata.dev/devata/ciliumcheck"
 	"devata.dev/devata/dnscheck"
 	"devata.dev/devata/drift"
 	"devata.dev/devata/inventory"
-	"devata.dev/devata/machinecheck"
+	"devata.dev/devata/machines"
+	"devata.dev/devata/netcheck"
 	"devata.dev/devata/storagecheck"
 )
 
@@ -22,9 +22,9 @@ import (
 type Family string
 
 const (
-	FamilyMachine Family = "machine" // package machinecheck: Talos config, versions, stage, kubelet, etcd
+	FamilyMachine Family = "machine" // package machines: Talos config, versions, stage, kubelet, etcd
 	FamilyStorage Family = "storage" // package storagecheck: volumes and mounts
-	FamilyCilium  Family = "cilium"  // package ciliumcheck: Cilium kube-proxy-free routing
+	FamilyNet     Family = "net"     // package netcheck: Cilium kube-proxy-free routing
 	FamilyCerts   Family = "certs"   // package certcheck: credentials that expire
 	FamilyDNS     Family = "dns"     // package dnscheck: the cluster DNS
 )
@@ -48,12 +48,12 @@ func All() []Entry {
 			out = append(out, Entry{Info: i, Family: f, Optional: optional})
 		}
 	}
-	add(FamilyMachine, "", drift.Infos(machinecheck.Checks())...)
+	add(FamilyMachine, "", drift.Infos(machines.Checks())...)
 	add(FamilyStorage, "", drift.Infos(storagecheck.Checks())...)
 	add(FamilyCerts, "", certcheck.Info())
 	add(FamilyDNS, "", dnscheck.Info())
-	add(FamilyCilium, "", drift.Infos(ciliumcheck.Checks())...)
-	add(FamilyCilium, "--probe", ciliumcheck.ProbeCheck(nil, ciliumcheck.ProbeOptions{}).Info())
+	add(FamilyNet, "", drift.Infos(netcheck.Checks())...)
+	add(FamilyNet, "--probe", netcheck.ProbeCheck(nil, netcheck.ProbeOptions{}).Info())
 	return out
 }
 
@@ -86,9 +86,9 @@ type Options struct {
 	Kube kubernetes.Interface
 	// Exec reaches the Cilium agents (pods/exec); nil leaves the agents'
 	// own status Unknown.
-	Exec ciliumcheck.Execer
+	Exec netcheck.Execer
 	// Probe, when set, adds cilium-probe (it creates pods).
-	Probe *ciliumcheck.ProbeOptions
+	Probe *netcheck.ProbeOptions
 	// Certs is what the certificates check reads besides the machines (the
 	// dialer's talosconfig, the kubeconfig) and its threshold.
 	Certs certcheck.Options
@@ -97,10 +97,10 @@ type Options struct {
 // Extensions builds the families that ride on the machine checks for one
 // pass over inv (FleetCheck.Extensions), in All's order. Build them
 // per pass: the cilium family keeps one Kubernetes snapshot per pass.
-func Extensions(inv *inventory.Inventory, o Options) []machinecheck.Extension {
-	var opts []ciliumcheck.Option
+func Extensions(inv *inventory.Inventory, o Options) []machines.Extension {
+	var opts []netcheck.Option
 	if o.Probe != nil {
-		opts = append(opts, ciliumcheck.WithProbe(*o.Probe))
+		opts = append(opts, netcheck.WithProbe(*o.Probe))
 	}
-	return []machinecheck.Extension{storagecheck.Extension(), certcheck.Extension(o.Certs), dnscheck.Extension(o.Kube), ciliumcheck.Extension(o.Kube, o.Exec, inv, opts...)}
+	return []machines.Extension{storagecheck.Extension(), certcheck.Extension(o.Certs), dnscheck.Extension(o.Kube), netcheck.Extension(o.Kube, o.Exec, inv, opts...)}
 }

@@ -8,10 +8,10 @@ import (
 	"testing"
 
 	"devata.dev/devata/checks"
-	"devata.dev/devata/ciliumcheck"
 	"devata.dev/devata/drift"
 	"devata.dev/devata/inventory"
-	"devata.dev/devata/machinecheck"
+	"devata.dev/devata/machines"
+	"devata.dev/devata/netcheck"
 )
 
 func TestNamesAreUniqueAndInLadderOrderPerFamily(t *testing.T) {
@@ -32,10 +32,10 @@ func TestNamesAreUniqueAndInLadderOrderPerFamily(t *testing.T) {
 	if got := checks.Names(); len(got) != len(all) {
 		t.Errorf("Names has %d, All %d", len(got), len(all))
 	}
-	if got, want := checks.Of(checks.FamilyMachine), []string{machinecheck.CheckConfig, machinecheck.CheckTalosVersion, machinecheck.CheckExtensions, machinecheck.CheckMachineStage, machinecheck.CheckKubelet, machinecheck.CheckEtcd}; !slices.Equal(got, want) {
+	if got, want := checks.Of(checks.FamilyMachine), []string{machines.CheckConfig, machines.CheckTalosVersion, machines.CheckExtensions, machines.CheckMachineStage, machines.CheckKubelet, machines.CheckEtcd}; !slices.Equal(got, want) {
 		t.Errorf("machine checks %v, want %v", got, want)
 	}
-	if slices.Contains(checks.Of(checks.FamilyCilium), ciliumcheck.CheckProbe) {
+	if slices.Contains(checks.Of(checks.FamilyNet), netcheck.CheckProbe) {
 		t.Error("Of lists cilium-probe, which runs only with --probe")
 	}
 }
@@ -46,7 +46,7 @@ func TestExtensionsRunWhatAllLists(t *testing.T) {
 	inv := &inventory.Inventory{}
 	run := func(o checks.Options) []string {
 		var names []string
-		for _, c := range machinecheck.Checks() {
+		for _, c := range machines.Checks() {
 			names = append(names, c.Name)
 		}
 		for _, e := range checks.Extensions(inv, o) {
@@ -65,7 +65,7 @@ func TestExtensionsRunWhatAllLists(t *testing.T) {
 	if got := run(checks.Options{}); !slices.Equal(got, always) {
 		t.Errorf("a pass runs %v, the catalogue lists %v", got, always)
 	}
-	if got := run(checks.Options{Probe: &ciliumcheck.ProbeOptions{}}); !slices.Equal(got, checks.Names()) {
+	if got := run(checks.Options{Probe: &netcheck.ProbeOptions{}}); !slices.Equal(got, checks.Names()) {
 		t.Errorf("a pass with the probe runs %v, the catalogue lists %v", got, checks.Names())
 	}
 }

@@ -12,7 +12,7 @@ import (
 
 	"devata.dev/devata/drift"
 	"devata.dev/devata/inventory"
-	"devata.dev/devata/machinecheck"
+	"devata.dev/devata/machines"
 	"devata.dev/devata/talosapi"
 )
 
@@ -31,7 +31,7 @@ type FleetCheck struct {
 	// Kube is used for the Kubernetes side of the kubelet check; nil makes that side Unknown.
 	Kube kubernetes.Interface
 	// Extensions run after the machine checks, on the same connection.
-	Extensions []machinecheck.Extension
+	Extensions []machines.Extension
 	// Machines and Checks restrict the pass; empty means all.
 	Machines, Checks []string
 	Concurrency      int
@@ -42,7 +42,7 @@ type FleetCheck struct {
 
 // Select returns the machines a pass covers, in inventory order, or an error
 // naming any requested machine or check that does not exist.
-func (f *FleetCheck) Select() ([]*inventory.Machine, []drift.Check[*machinecheck.Target], error) {
+func (f *FleetCheck) Select() ([]*inventory.Machine, []drift.Check[*machines.Target], error) {
 	// A set, not a search per name: reconcile passes every machine it owns,
 	// and a search per name was quadratic (minutes at 100,000 machines).
 	var ms []*inventory.Machine
@@ -62,7 +62,7 @@ func (f *FleetCheck) Select() ([]*inventory.Machine, []drift.Check[*machinecheck
 			return nil, nil, fmt.Errorf("--machines: no machine %q in %s%s", name, f.Inventory.Path, didYouMean(name, machineNames(f.Inventory)))
 		}
 	}
-	all := machinecheck.Checks()
+	all := machines.Checks()
 	var names []string
 	for _, c := range all {
 		names = append(names, c.Name)
@@ -77,7 +77,7 @@ func (f *FleetCheck) Select() ([]*inventory.Machine, []drift.Check[*machinecheck
 			return nil, nil, fmt.Errorf("--checks: no check %q%s (have %s)", name, didYouMean(name, names), strings.Join(names, ", "))
 		}
 	}
-	var checks []drift.Check[*machinecheck.Target]
+	var checks []drift.Check[*machines.Target]
 	for _, c := range all {
 		if len(f.Checks) == 0 || slices.Contains(f.Checks, c.Name) {
 			checks = append(checks, c)
@@ -128,14 +128,14 @@ func (f *FleetCheck) Run(ctx context.Context, out drift.Collector) error {
 }
 
 // run is Run over a selection already made.
-func (f *FleetCheck) run(ctx context.Context, out drift.Collector, ms []*inventory.Machine, checks []drift.Check[*machinecheck.Target]) {
+func (f *FleetCheck) run(ctx context.Context, out drift.Collector, ms []*inventory.Machine, checks []drift.Check[*machines.Target]) {
 	var nodes *talosapi.Nodes
-	if f.Kube != nil || slices.ContainsFunc(checks, func(c drift.Check[*machinecheck.Target]) bool { return c.Name == machinecheck.CheckKubelet }) {
+	if f.Kube != nil || slices.ContainsFunc(checks, func(c drift.Check[*machines.Target]) bool { return c.Name == machines.CheckKubelet }) {
 		n := talosapi.ObserveNodes(ctx, f.Kube)
 		nodes = &n
 	}
 	var reads []talosapi.Read
-	if slices.ContainsFunc(checks, func(c drift.Check[*machinecheck.Target]) bool { return c.Name == machinecheck.CheckExtensions }) {
+	if slices.ContainsFunc(checks, func(c drift.Check[*machines.Target]) bool { return c.Name == machines.CheckExtensions }) {
 		reads = append(reads, talosapi.ReadBootImage)
 	}
 	var cps []string
@@ -146,13 +146,13 @@ func (f *FleetCheck) run(ctx context.Context, out drift.Collector, ms []*invento
 	// Per-machine problems become Unknown results, so ForEach's error is only
 	// about machines never started (cancelled); it is reported, not fatal.
 	ferr := talosapi.ForEach(ctx, ms, f.Concurrency, f.Timeout, func(ctx context.Context, m *inventory.Machine) error {
-		t := &machinecheck.Target{
+		t := &machines.Target{
 			Machine:           m,
 			Inventory:         f.Inventory,
 			Desired:           f.Desired[m.Name],
 			TalosVersion:      f.Inventory.Cluster.TalosVersion,
 			KubernetesVersion: f.Inventory.Cluster.KubernetesVersion,
-			Boot:              machinecheck.WantBootOf(f.Inventory, m),
+			Boot:              machines.WantBootOf(f.Inventory, m),
 			ControlPlanes:     cps,
 			Nodes:             nodes,
 			Talosctl:          f.Dialer.Talosctl(m),

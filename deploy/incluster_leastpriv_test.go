@@ -41,8 +41,8 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	"devata.dev/devata/ciliumcheck"
 	"devata.dev/devata/internal/testenv"
+	"devata.dev/devata/netcheck"
 	"devata.dev/devata/sim"
 )
 
@@ -468,12 +468,12 @@ func testLeastPrivilege(t *testing.T, b *podBed) {
 	if _, err := kube.CoreV1().Pods("kube-system").Create(ctx, decoy, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	ex, err := ciliumcheck.NewPodsExec(drift)
+	ex, err := netcheck.NewPodsExec(drift)
 	if err != nil {
 		t.Fatal(err)
 	}
 	try := func(ns, pod, container string) error {
-		_, _, err := ex.Exec(ctx, ns, pod, container, ciliumcheck.AgentCommand(nil))
+		_, _, err := ex.Exec(ctx, ns, pod, container, netcheck.AgentCommand(nil))
 		return err
 	}
 	const byPolicy = "devata-exec-cilium-agents-only"

@@ -43,10 +43,10 @@ var jobCalls = map[string][]grant{
 
 // checkCalls are the drift checks' reads, shared by reconcile and drift.
 var checkCalls = []grant{
-	// talosapi/kube.go ObserveNodes (kubelet check), ciliumcheck/cluster.go
+	// talosapi/kube.go ObserveNodes (kubelet check), netcheck/cluster.go
 	// (node labels)
 	{"", "", "nodes", "", "list"},
-	// ciliumcheck/cluster.go ObserveCluster and listNodeConfigs: agent pods and
+	// netcheck/cluster.go ObserveCluster and listNodeConfigs: agent pods and
 	// kube-proxy pods in any namespace, the agent's DaemonSet, its
 	// ConfigMap, the kubernetes Service and its EndpointSlices, the
 	// CiliumNodeConfigs
@@ -60,7 +60,7 @@ var checkCalls = []grant{
 	// Service (its pods and EndpointSlices are listed above)
 	{"", "", "services", "kube-dns", "get"},
 	{"", "apps", "deployments", "", "list"},
-	// ciliumcheck/exec.go: cilium-dbg in the agent pods (WebSocket GET, SPDY POST)
+	// netcheck/exec.go: cilium-dbg in the agent pods (WebSocket GET, SPDY POST)
 	{"kube-system", "", "pods/exec", "", "get,create"},
 }
 

@@ -26,7 +26,7 @@ import (
 	"devata.dev/devata/backup"
 	"devata.dev/devata/drift"
 	"devata.dev/devata/internal/simtest"
-	"devata.dev/devata/machinecheck"
+	"devata.dev/devata/machines"
 	"devata.dev/devata/provenance"
 	"devata.dev/devata/reconcile"
 	"devata.dev/devata/talosapi"
@@ -291,7 +291,7 @@ func exportedMetrics(t *testing.T) map[string]bool {
 		t.Fatal(err)
 	}
 	loop := &reconcile.Loop{
-		Source: reconcile.FileSource(f.Inventory.Path), Dialer: f.Dialer, Checks: []string{machinecheck.CheckConfig, machinecheck.CheckTalosVersion},
+		Source: reconcile.FileSource(f.Inventory.Path), Dialer: f.Dialer, Checks: []string{machines.CheckConfig, machines.CheckTalosVersion},
 		Mode: talosapi.ModeAuto, MaxUnavailable: 1, Concurrency: 4,
 		Timeout: 5 * time.Second, Wait: 5 * time.Second, Poll: 20 * time.Millisecond, Grace: 5 * time.Second,
 		Metrics: reconcile.NewMetrics(),

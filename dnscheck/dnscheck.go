@@ -19,7 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"devata.dev/devata/drift"
-	"devata.dev/devata/machinecheck"
+	"devata.dev/devata/machines"
 )
 
 // CheckCoreDNS is the check's name, as `devata drift --checks` takes it.
@@ -42,7 +42,7 @@ func check() drift.Check[*Observation] {
 // Extension plugs the coredns check into a checks.FleetCheck: the
 // cluster's CoreDNS is read once per pass and reported on each control
 // plane. A nil kube makes it Unknown. Build one per pass.
-func Extension(kube kubernetes.Interface) machinecheck.Extension { return &extension{kube: kube} }
+func Extension(kube kubernetes.Interface) machines.Extension { return &extension{kube: kube} }
 
 type extension struct {
 	kube kubernetes.Interface
@@ -52,7 +52,7 @@ type extension struct {
 
 func (e *extension) Checks() []drift.Info { return []drift.Info{Info()} }
 
-func (e *extension) Run(ctx context.Context, _ *client.Client, mt *machinecheck.Target, _ []string) []drift.Result {
+func (e *extension) Run(ctx context.Context, _ *client.Client, mt *machines.Target, _ []string) []drift.Result {
 	if !mt.Machine.IsControlPlane() {
 		return nil
 	}

@@ -12,7 +12,7 @@ import (
 )
 
 // ciliumDaemonSet is the Cilium agent's DaemonSet, found in any namespace
-// (kube-system first), as ciliumcheck finds it.
+// (kube-system first), as netcheck finds it.
 const ciliumDaemonSet = "cilium"
 
 // cniRuns says whether a CNI runs in the cluster, from positive evidence in

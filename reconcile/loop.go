@@ -12,7 +12,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"devata.dev/devata/inventory"
-	"devata.dev/devata/machinecheck"
+	"devata.dev/devata/machines"
 	"devata.dev/devata/talosapi"
 )
 
@@ -39,7 +39,7 @@ type Loop struct {
 	// Extensions returns the checks that ride on the machine checks'
 	// connection (storage, Cilium) for one pass over inv; they are reported
 	// and exported like the others, and fail open. Nil: none.
-	Extensions func(inv *inventory.Inventory) []machinecheck.Extension
+	Extensions func(inv *inventory.Inventory) []machines.Extension
 	// Checks restricts the observation (empty: all); config is always observed.
 	Checks []string
 	// Simulated marks reports of devata's simulated fleet.

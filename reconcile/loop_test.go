@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"devata.dev/devata/internal/simtest"
-	"devata.dev/devata/machinecheck"
+	"devata.dev/devata/machines"
 	"devata.dev/devata/reconcile"
 	"devata.dev/devata/sim"
 	"devata.dev/devata/talosapi"
@@ -77,7 +77,7 @@ type loopHarness struct {
 }
 
 // The checks that need no Kubernetes API.
-var talosChecks = []string{machinecheck.CheckConfig, machinecheck.CheckTalosVersion, machinecheck.CheckMachineStage, machinecheck.CheckEtcd}
+var talosChecks = []string{machines.CheckConfig, machines.CheckTalosVersion, machines.CheckMachineStage, machines.CheckEtcd}
 
 func newLoop(t *testing.T, f *simtest.Fleet) *loopHarness {
 	t.Helper()

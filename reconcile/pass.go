@@ -11,7 +11,7 @@ import (
 	"devata.dev/devata/drift"
 	"devata.dev/devata/gate"
 	"devata.dev/devata/inventory"
-	"devata.dev/devata/machinecheck"
+	"devata.dev/devata/machines"
 )
 
 // One pass: read the spec, observe the owned machines, compare (queue the
@@ -63,14 +63,14 @@ func (r *PassResult) ExitCode() int {
 	}
 	fixes := func(res drift.Result) bool {
 		// what any join confirmed of the checks maintenance mode failed
-		joinFixes := res.Check == machinecheck.CheckConfig || res.Check == machinecheck.CheckMachineStage || res.Check == machinecheck.CheckEtcd
+		joinFixes := res.Check == machines.CheckConfig || res.Check == machines.CheckMachineStage || res.Check == machines.CheckEtcd
 		switch r.Outcomes[res.Machine] {
 		case OutcomeConverged:
-			return res.Check == machinecheck.CheckConfig
+			return res.Check == machines.CheckConfig
 		case OutcomeUpgraded:
-			return res.Check == machinecheck.CheckTalosVersion
+			return res.Check == machines.CheckTalosVersion
 		case OutcomeJoined:
-			return joinFixes || res.Check == machinecheck.CheckTalosVersion
+			return joinFixes || res.Check == machines.CheckTalosVersion
 		case OutcomeJoinedOtherVersion:
 			return joinFixes
 		}
@@ -145,8 +145,8 @@ func (l *Loop) pass(ctx context.Context, t *term) *PassResult {
 	// control planes first: the queue hands keys out in order.
 	needs := map[string]bool{}
 	for _, r := range res.Report.Results {
-		if r.Check == machinecheck.CheckConfig && r.Status != drift.StatusInSync ||
-			l.Upgrades != nil && (r.Check == machinecheck.CheckTalosVersion || r.Check == machinecheck.CheckExtensions) && r.Status != drift.StatusInSync {
+		if r.Check == machines.CheckConfig && r.Status != drift.StatusInSync ||
+			l.Upgrades != nil && (r.Check == machines.CheckTalosVersion || r.Check == machines.CheckExtensions) && r.Status != drift.StatusInSync {
 			needs[r.Machine] = true
 		}
 	}
@@ -245,11 +245,11 @@ func (l *Loop) observe(ctx context.Context, d *Desired, owned []*inventory.Machi
 		names = append(names, m.Name)
 	}
 	selected := l.Checks
-	if len(selected) > 0 && !slices.Contains(selected, machinecheck.CheckConfig) {
-		selected = append(slices.Clone(selected), machinecheck.CheckConfig)
+	if len(selected) > 0 && !slices.Contains(selected, machines.CheckConfig) {
+		selected = append(slices.Clone(selected), machines.CheckConfig)
 	}
 	if len(selected) > 0 && l.Upgrades != nil {
-		for _, c := range []string{machinecheck.CheckTalosVersion, machinecheck.CheckExtensions} {
+		for _, c := range []string{machines.CheckTalosVersion, machines.CheckExtensions} {
 			if !slices.Contains(selected, c) {
 				selected = append(slices.Clone(selected), c)
 			}

@@ -9,7 +9,7 @@ import (
 	"devata.dev/devata/drift"
 	"devata.dev/devata/internal/simtest"
 	"devata.dev/devata/inventory"
-	"devata.dev/devata/machinecheck"
+	"devata.dev/devata/machines"
 	"devata.dev/devata/reconcile"
 	"devata.dev/devata/storagecheck"
 )
@@ -57,8 +57,8 @@ func TestShardsSplitTheFleet(t *testing.T) {
 func TestPassesCarryTheExtensionChecks(t *testing.T) {
 	h := newLoop(t, nil)
 	h.loop.Checks = append(slices.Clone(talosChecks), "storage-volumes")
-	h.loop.Extensions = func(*inventory.Inventory) []machinecheck.Extension {
-		return []machinecheck.Extension{storagecheck.Extension()}
+	h.loop.Extensions = func(*inventory.Inventory) []machines.Extension {
+		return []machines.Extension{storagecheck.Extension()}
 	}
 	res := h.loop.Once(context.Background())
 	n := 0

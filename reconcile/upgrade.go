@@ -15,7 +15,7 @@ import (
 	"devata.dev/devata/internal/heartbeat"
 	"devata.dev/devata/internal/talos"
 	"devata.dev/devata/inventory"
-	"devata.dev/devata/machinecheck"
+	"devata.dev/devata/machines"
 	"devata.dev/devata/talosapi"
 )
 
@@ -54,7 +54,7 @@ type UpgradeStep struct {
 	Drops                    []string
 	// want is what the installer puts on the machine: the wait after the
 	// upgrade reads the booted image when it tells the step's end.
-	want machinecheck.WantBoot
+	want machines.WantBoot
 	// Via is the RPC the rollout upgraded it through (talosapi.UpgradeVia),
 	// and Installer the installer's last lines on LifecycleService; both
 	// set by the rollout.
@@ -119,7 +119,7 @@ func nextHop(from, to, image string) (hop, hopImage string, ok bool) {
 // read, is refused unless Upgrades.DropExtensions.
 func (p *Planner) planUpgrade(m *inventory.Machine, o *talosapi.Observation, evidence string) Action {
 	want := p.Inventory.Cluster.TalosVersion
-	boot := machinecheck.WantBootOf(p.Inventory, m)
+	boot := machines.WantBootOf(p.Inventory, m)
 	image := boot.Image
 	reinstall := false
 	if o.Version == want {
@@ -188,7 +188,7 @@ func bootSummary(b *talosapi.BootImage) string {
 }
 
 // wantSummary is an installer's contents as plans print them.
-func wantSummary(w machinecheck.WantBoot) string {
+func wantSummary(w machines.WantBoot) string {
 	s := "schematic " + shortID(w.SchematicID)
 	switch {
 	case w.SchematicID == "":

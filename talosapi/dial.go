@@ -2,7 +2,7 @@
 // or insecure in maintenance mode), observing the resources the checks need,
 // the survey a planner decides from (observe, diff, dry run), apply, upgrade,
 // the etcd snapshot stream and a bounded fan-out over the fleet. It holds no
-// check (machinecheck and the other families do), renders no config
+// check (machines and the other families do), renders no config
 // (bootstrap), decides no gate (gate) and formats no report (drift).
 package talosapi
 

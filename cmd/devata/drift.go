@@ -13,11 +13,11 @@ import (
 
 	"devata.dev/devata/certcheck"
 	"devata.dev/devata/checks"
-	"devata.dev/devata/ciliumcheck"
 	"devata.dev/devata/config"
 	"devata.dev/devata/drift"
 	"devata.dev/devata/internal/outfile"
 	"devata.dev/devata/inventory"
+	"devata.dev/devata/netcheck"
 )
 
 // driftFlags are drift's flags.
@@ -27,7 +27,7 @@ type driftFlags struct {
 	htmlFile            string
 	stream, all         bool
 	probe               bool
-	probeOpts           ciliumcheck.ProbeOptions
+	probeOpts           netcheck.ProbeOptions
 	certDays            int
 }
 
@@ -59,9 +59,9 @@ Exit 0 all in sync, 1 drift found, 2 could not complete (any Unknown or an error
 	addMachinesFlags(cmd, &flags.machines)
 	cmd.Flags().StringSliceVar(&flags.checks, "checks", nil, "only these checks (comma-separated): "+checkList())
 	cmd.Flags().BoolVar(&flags.probe, "probe", false, "also run cilium-probe: per node, a host-network and a pod-network pod connect to the kubernetes Service ClusterIP (created, awaited, always deleted)")
-	cmd.Flags().StringVar(&flags.probeOpts.Namespace, "probe-namespace", ciliumcheck.DefaultProbeNamespace, "namespace of the --probe pods (the host-network one needs Pod Security level privileged there)")
-	cmd.Flags().StringVar(&flags.probeOpts.Image, "probe-image", ciliumcheck.DefaultProbeImage, "image of the --probe pods (it must have agnhost's connect subcommand)")
-	cmd.Flags().DurationVar(&flags.probeOpts.Timeout, "probe-timeout", ciliumcheck.DefaultProbeTimeout, "how long a --probe pod may take from creation to its end (image pull included)")
+	cmd.Flags().StringVar(&flags.probeOpts.Namespace, "probe-namespace", netcheck.DefaultProbeNamespace, "namespace of the --probe pods (the host-network one needs Pod Security level privileged there)")
+	cmd.Flags().StringVar(&flags.probeOpts.Image, "probe-image", netcheck.DefaultProbeImage, "image of the --probe pods (it must have agnhost's connect subcommand)")
+	cmd.Flags().DurationVar(&flags.probeOpts.Timeout, "probe-timeout", netcheck.DefaultProbeTimeout, "how long a --probe pod may take from creation to its end (image pull included)")
 	cmd.Flags().IntVar(&flags.certDays, "cert-days", int(certcheck.DefaultThreshold.Hours()/24), "certificates: a talosconfig, kubeconfig or API server certificate with fewer days left than this is Drifted")
 	cmd.Flags().BoolVar(&flags.all, "all", false, fmt.Sprintf("the table lists every machine (past %d machines it lists those not in sync and counts the rest)", drift.SummaryAbove))
 	cmd.Flags().StringVar(&flags.junitFile, "junit-file", "", "also write the report as JUnit XML to this file")
@@ -101,7 +101,7 @@ func (a *app) drift(ctx context.Context, flags driftFlags) error {
 	if flags.certDays < 1 {
 		return usageError(fmt.Errorf("--cert-days %d: give the days left (1 or more) below which a certificate is Drifted", flags.certDays))
 	}
-	if slices.Contains(flags.checks, ciliumcheck.CheckProbe) && !flags.probe {
+	if slices.Contains(flags.checks, netcheck.CheckProbe) && !flags.probe {
 		return usageError(errors.New("cilium-probe creates pods in the cluster: it runs only with --probe"))
 	}
 	// an output file that would not be written is said before any machine is asked

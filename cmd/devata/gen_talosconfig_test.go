@@ -16,7 +16,7 @@ import (
 	"devata.dev/devata/certcheck"
 	"devata.dev/devata/drift"
 	"devata.dev/devata/internal/simtest"
-	"devata.dev/devata/machinecheck"
+	"devata.dev/devata/machines"
 )
 
 // devata gen talosconfig signs a talosconfig the sim accepts with exactly
@@ -68,9 +68,9 @@ func TestGenTalosconfigMakesOneTheSimAcceptsWithTheRolesAsked(t *testing.T) {
 			seen[res.Certificate.Credential]++
 		}
 		switch {
-		case res.Check == machinecheck.CheckTalosVersion && res.Status != drift.StatusInSync:
+		case res.Check == machines.CheckTalosVersion && res.Status != drift.StatusInSync:
 			t.Errorf("%s: talos-version %s %q: the sim did not accept the os:reader talosconfig", res.Machine, res.Status, res.Reason)
-		case res.Check == machinecheck.CheckConfig && (res.Status != drift.StatusUnknown || !strings.Contains(res.Reason, "PermissionDenied") && !strings.Contains(res.Reason, "not authorized")):
+		case res.Check == machines.CheckConfig && (res.Status != drift.StatusUnknown || !strings.Contains(res.Reason, "PermissionDenied") && !strings.Contains(res.Reason, "not authorized")):
 			t.Errorf("%s: config %s %q: an os:reader certificate must not read MachineConfig", res.Machine, res.Status, res.Reason)
 		case res.Check == certcheck.CheckCertificates && res.Certificate != nil && res.Certificate.Credential == certcheck.CredTalosconfig:
 			if res.Status != drift.StatusDrifted || !strings.HasPrefix(res.Next, "devata gen talosconfig --roles os:reader --ttl 8760h") {
@@ -79,7 +79,7 @@ func TestGenTalosconfigMakesOneTheSimAcceptsWithTheRolesAsked(t *testing.T) {
 		}
 	}
 
-	if seen[machinecheck.CheckConfig] != 5 || seen[machinecheck.CheckTalosVersion] != 5 || seen[certcheck.CredTalosconfig] != 3 {
+	if seen[machines.CheckConfig] != 5 || seen[machines.CheckTalosVersion] != 5 || seen[certcheck.CredTalosconfig] != 3 {
 		t.Errorf("results seen %v: want config and talos-version on 5 machines, the talosconfig on the 3 control planes", seen)
 	}
 

@@ -19,10 +19,10 @@ import (
 	"k8s.io/client-go/rest"
 
 	"devata.dev/devata/checks"
-	"devata.dev/devata/ciliumcheck"
 	"devata.dev/devata/drift"
 	"devata.dev/devata/inventory"
-	"devata.dev/devata/machinecheck"
+	"devata.dev/devata/machines"
+	"devata.dev/devata/netcheck"
 	"devata.dev/devata/reconcile"
 	"devata.dev/devata/talosapi"
 )
@@ -189,7 +189,7 @@ func (a *app) reconcile(ctx context.Context, flags reconcileFlags) error {
 	certs := a.certOptions(nil, dialer)
 	loop := &reconcile.Loop{
 		Source: reconcile.FileSourceWith(a.settings.Inventory, a.ageIdentities()), Dialer: dialer, Kube: kube,
-		Extensions: func(inv *inventory.Inventory) []machinecheck.Extension {
+		Extensions: func(inv *inventory.Inventory) []machines.Extension {
 			return checks.Extensions(inv, checks.Options{Kube: kube, Exec: ex, Certs: certs})
 		},
 		Checks: flags.checks, Simulated: a.settings.Simulated,
@@ -316,7 +316,7 @@ func (a *app) leaseNamespace(flag string) string {
 // loopKubeClients are the kubeconfig's client and pods/exec transport or,
 // in a pod, the in-cluster ones; nil when neither is there (the Kubernetes
 // side of checks is then Unknown and --leader-elect refuses).
-func (a *app) loopKubeClients() (kubernetes.Interface, ciliumcheck.Execer, error) {
+func (a *app) loopKubeClients() (kubernetes.Interface, netcheck.Execer, error) {
 	if a.settings.Kubeconfig != "" {
 		return kubeClients(a.settings.Kubeconfig)
 	}

@@ -14,9 +14,9 @@ import (
 	"k8s.io/client-go/rest"
 
 	"devata.dev/devata/checks"
-	"devata.dev/devata/ciliumcheck"
 	"devata.dev/devata/drift"
 	"devata.dev/devata/inventory"
+	"devata.dev/devata/netcheck"
 	"devata.dev/devata/provenance"
 	"devata.dev/devata/render"
 	"devata.dev/devata/talosapi"
@@ -35,7 +35,7 @@ type session struct {
 	desired *render.Desired
 	dialer  *talosapi.Dialer
 	kube    kubernetes.Interface
-	exec    ciliumcheck.Execer // pods/exec on kube's cluster
+	exec    netcheck.Execer // pods/exec on kube's cluster
 }
 
 // openSession loads and validates everything a run needs; only, when given,
@@ -108,7 +108,7 @@ func (a *app) newDialer(tc *clientconfig.Config) (*talosapi.Dialer, error) {
 }
 
 // kubeClients are the kubeconfig's API client and pods/exec transport.
-func kubeClients(kubeconfig string) (kubernetes.Interface, ciliumcheck.Execer, error) {
+func kubeClients(kubeconfig string) (kubernetes.Interface, netcheck.Execer, error) {
 	cfg, err := talosapi.KubeConfig(kubeconfig)
 	if err != nil {
 		return nil, nil, err
@@ -116,12 +116,12 @@ func kubeClients(kubeconfig string) (kubernetes.Interface, ciliumcheck.Execer, e
 	return kubeClientsFor(cfg)
 }
 
-func kubeClientsFor(cfg *rest.Config) (kubernetes.Interface, ciliumcheck.Execer, error) {
+func kubeClientsFor(cfg *rest.Config) (kubernetes.Interface, netcheck.Execer, error) {
 	kube, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, nil, err
 	}
-	ex, err := ciliumcheck.NewPodsExec(cfg)
+	ex, err := netcheck.NewPodsExec(cfg)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -131,7 +131,7 @@ func kubeClientsFor(cfg *rest.Config) (kubernetes.Interface, ciliumcheck.Execer,
 // fleetCheck is every check devata drift knows, for one pass over inv: the
 // machine checks and, on the same connection, the storage and Cilium checks.
 // Build one per pass: the Cilium checks read the Kubernetes side once per value.
-func (a *app) fleetCheck(inv *inventory.Inventory, desired map[string][]byte, d *talosapi.Dialer, kube kubernetes.Interface, ex ciliumcheck.Execer) *checks.FleetCheck {
+func (a *app) fleetCheck(inv *inventory.Inventory, desired map[string][]byte, d *talosapi.Dialer, kube kubernetes.Interface, ex netcheck.Execer) *checks.FleetCheck {
 	return &checks.FleetCheck{
 		Inventory: inv, Desired: desired, Dialer: d, Kube: kube,
 		Extensions:  checks.Extensions(inv, checks.Options{Kube: kube, Exec: ex, Certs: a.certOptions(inv, d)}),
@@ -221,7 +221,7 @@ func (a *app) kubeconfigFor(inv *inventory.Inventory) string {
 // kubeconfig it is given or bootstrap wrote (kubeconfigFor), else, in a pod
 // (the CronJob in deploy/), the pod's own service account; none otherwise,
 // and the Kubernetes-side checks say so.
-func (a *app) sessionKubeClients(inv *inventory.Inventory) (kubernetes.Interface, ciliumcheck.Execer, error) {
+func (a *app) sessionKubeClients(inv *inventory.Inventory) (kubernetes.Interface, netcheck.Execer, error) {
 	if kubeconfig := a.kubeconfigFor(inv); kubeconfig != "" {
 		return kubeClients(kubeconfig)
 	}

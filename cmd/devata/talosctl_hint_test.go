@@ -17,7 +17,7 @@ import (
 	"devata.dev/devata/drift"
 	"devata.dev/devata/internal/simtest"
 	"devata.dev/devata/internal/testenv"
-	"devata.dev/devata/machinecheck"
+	"devata.dev/devata/machines"
 	"devata.dev/devata/sim"
 )
 
@@ -39,7 +39,7 @@ func TestTalosctlRunsTheHintDevataPrints(t *testing.T) {
 	sf.Sim.Machine("worker-1").SetFaults(sim.Faults{TalosVersion: "v1.10.7"})
 	tcPath := filepath.Join(filepath.Dir(sf.settings), "talosconfig")
 	for _, args := range [][]string{nil, {"-e", sf.Overrides["cp-1"], "--context", "homelab"}} {
-		r := devata(t, nil, append([]string{"drift", "--config", sf.settings, "--checks", machinecheck.CheckTalosVersion, "-n", "worker-1", "-o", "json"}, args...)...)
+		r := devata(t, nil, append([]string{"drift", "--config", sf.settings, "--checks", machines.CheckTalosVersion, "-n", "worker-1", "-o", "json"}, args...)...)
 		if r.code != 1 {
 			t.Fatalf("drift %v: exit %d, want 1\n%s%s", args, r.code, r.stdout, r.err)
 		}

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"devata.dev/devata/internal/simtest"
-	"devata.dev/devata/machinecheck"
+	"devata.dev/devata/machines"
 )
 
 // devata upgrade on a 3+2 fleet on v1.10.6, the inventory saying v1.11.0:
@@ -39,7 +39,7 @@ func TestUpgradeCommand(t *testing.T) {
 	if r.code != 0 || !strings.Contains(r.stdout, "cp-2: runs Talos v1.11.0") {
 		t.Fatalf("upgrade: exit %d\n%s%s", r.code, r.stdout, r.err)
 	}
-	if r := devata(t, nil, "drift", "--config", sf.settings, "--checks", machinecheck.CheckTalosVersion); r.code != 0 {
+	if r := devata(t, nil, "drift", "--config", sf.settings, "--checks", machines.CheckTalosVersion); r.code != 0 {
 		t.Errorf("talos-version after the upgrade: exit %d\n%s", r.code, r.stdout)
 	}
 	r = devata(t, nil, "upgrade", "--config", sf.settings, "--yes")

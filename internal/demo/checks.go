@@ -4,7 +4,7 @@ import (
 	"slices"
 
 	"devata.dev/devata/checks"
-	"devata.dev/devata/machinecheck"
+	"devata.dev/devata/machines"
 	"devata.dev/devata/storagecheck"
 )
 
@@ -15,9 +15,9 @@ import (
 func checkNames(kubernetes bool) []string {
 	families := []checks.Family{checks.FamilyMachine, checks.FamilyStorage}
 	if kubernetes {
-		families = append(families, checks.FamilyCilium)
+		families = append(families, checks.FamilyNet)
 	}
 	return slices.DeleteFunc(checks.Of(families...), func(n string) bool {
-		return n == storagecheck.CheckDeclaration || n == storagecheck.CheckRawDisks || !kubernetes && n == machinecheck.CheckKubelet
+		return n == storagecheck.CheckDeclaration || n == storagecheck.CheckRawDisks || !kubernetes && n == machines.CheckKubelet
 	})
 }

@@ -10,9 +10,9 @@ import (
 	"strings"
 	"testing"
 
-	"devata.dev/devata/ciliumcheck"
 	"devata.dev/devata/inventory"
-	"devata.dev/devata/machinecheck"
+	"devata.dev/devata/machines"
+	"devata.dev/devata/netcheck"
 	"devata.dev/devata/render"
 	"devata.dev/devata/storagecheck"
 )
@@ -24,12 +24,12 @@ func TestCheckNames(t *testing.T) {
 			t.Errorf("%s is not a demo check", n)
 		}
 	}
-	for _, n := range []string{machinecheck.CheckKubelet, ciliumcheck.CheckAgent} {
+	for _, n := range []string{machines.CheckKubelet, netcheck.CheckAgent} {
 		if slices.Contains(without, n) || !slices.Contains(with, n) {
 			t.Errorf("%s: want it with Kubernetes only; without %v, with %v", n, without, with)
 		}
 	}
-	for _, n := range []string{machinecheck.CheckConfig, machinecheck.CheckEtcd, storagecheck.CheckVolumes} {
+	for _, n := range []string{machines.CheckConfig, machines.CheckEtcd, storagecheck.CheckVolumes} {
 		if !slices.Contains(without, n) || !slices.Contains(with, n) {
 			t.Errorf("%s: want it always; without %v, with %v", n, without, with)
 		}
@@ -92,7 +92,7 @@ func TestRunTellsTheStoryInOrder(t *testing.T) {
 	if want := []string{"bootstrap", "drift", "drift", "apply", "drift", "backup", "bootstrap", "drift"}; !slices.Equal(verbs, want) {
 		t.Errorf("ran %q, want %q", verbs, want)
 	}
-	if drift := calls[1]; slices.Contains(drift, "--checks=") || !strings.HasPrefix(drift[1], "--checks=config,") || strings.Contains(drift[1], machinecheck.CheckKubelet) {
+	if drift := calls[1]; slices.Contains(drift, "--checks=") || !strings.HasPrefix(drift[1], "--checks=config,") || strings.Contains(drift[1], machines.CheckKubelet) {
 		t.Errorf("drift without Kubernetes: %v", drift)
 	}
 }

@@ -9,8 +9,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
 
-	"devata.dev/devata/ciliumcheck"
 	"devata.dev/devata/internal/simfleet"
+	"devata.dev/devata/netcheck"
 )
 
 // cncOverride is a CiliumNodeConfig the demo creates and removes; nil
@@ -38,7 +38,7 @@ func kprOverride(k *simfleet.Kubernetes, node string) (*cncOverride, error) {
 			"defaults":     map[string]any{"kube-proxy-replacement": "false"},
 		},
 	}}
-	return &cncOverride{res: dyn.Resource(ciliumcheck.CiliumNodeConfigs).Namespace("kube-system"), obj: obj}, nil
+	return &cncOverride{res: dyn.Resource(netcheck.CiliumNodeConfigs).Namespace("kube-system"), obj: obj}, nil
 }
 
 func (c *cncOverride) create(ctx context.Context) error {

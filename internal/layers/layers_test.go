@@ -46,17 +46,17 @@ var allowed = []struct {
 	{"render", []string{"internal/configview", "internal/outfile", "internal/talos", "inventory", "redact"}},
 	// the Talos API and the checks of what it reports
 	{"talosapi", []string{"internal/configview", "inventory", "redact"}},
-	{"machinecheck", []string{"drift", "internal/talos", "inventory", "redact", "talosapi"}},
+	{"machines", []string{"drift", "internal/talos", "inventory", "redact", "talosapi"}},
 	{"gate", []string{"internal/heartbeat", "inventory", "talosapi"}},
-	{"ciliumcheck", []string{"drift", "internal/configview", "inventory", "machinecheck", "talosapi"}},
-	{"storagecheck", []string{"drift", "inventory", "machinecheck", "talosapi"}},
-	{"certcheck", []string{"drift", "machinecheck", "talosapi"}},
-	{"dnscheck", []string{"drift", "machinecheck"}},
+	{"netcheck", []string{"drift", "internal/configview", "inventory", "machines", "talosapi"}},
+	{"storagecheck", []string{"drift", "inventory", "machines", "talosapi"}},
+	{"certcheck", []string{"drift", "machines", "talosapi"}},
+	{"dnscheck", []string{"drift", "machines"}},
 	// the one list of checks
-	{"checks", []string{"certcheck", "dnscheck", "drift", "inventory", "machinecheck", "ciliumcheck", "storagecheck", "talosapi"}},
+	{"checks", []string{"certcheck", "dnscheck", "drift", "inventory", "machines", "netcheck", "storagecheck", "talosapi"}},
 	// what changes machines
-	{"reconcile", []string{"render", "checks", "drift", "gate", "internal/drain", "internal/heartbeat", "internal/talos", "inventory", "machinecheck", "provenance", "talosapi"}},
-	{"bootstrap", []string{"render", "checks", "drift", "gate", "internal/heartbeat", "internal/talos", "inventory", "machinecheck", "provenance", "snapshot", "talosapi"}},
+	{"reconcile", []string{"render", "checks", "drift", "gate", "internal/drain", "internal/heartbeat", "internal/talos", "inventory", "machines", "provenance", "talosapi"}},
+	{"bootstrap", []string{"render", "checks", "drift", "gate", "internal/heartbeat", "internal/talos", "inventory", "machines", "provenance", "snapshot", "talosapi"}},
 	{"backup/store", []string{"redact"}},
 	{"backup", []string{"backup/store", "gate", "internal/outfile", "inventory", "provenance", "snapshot", "talosapi"}},
 	{"membership", []string{"gate", "internal/configview", "internal/drain", "internal/heartbeat", "inventory", "talosapi"}},
@@ -64,7 +64,7 @@ var allowed = []struct {
 	{"internal/simfleet", []string{"render", "internal/testenv", "inventory", "sim", "talosapi"}},
 	{"internal/simtest", []string{"render", "examples", "internal/simfleet", "inventory", "sim", "talosapi"}},
 	{"internal/demo", []string{
-		"render", "checks", "examples", "internal/simfleet", "internal/testenv", "inventory", "machinecheck", "ciliumcheck", "sim", "storagecheck",
+		"render", "checks", "examples", "internal/simfleet", "internal/testenv", "inventory", "machines", "netcheck", "sim", "storagecheck",
 	}},
 	{"internal/testenv/cmd/testbin", []string{"internal/testenv"}},
 	{"internal/fleetbench", []string{"render", "internal/testenv", "inventory", "talosapi"}},
@@ -73,7 +73,7 @@ var allowed = []struct {
 	// the command: parse, call, render
 	{"cmd/devata", []string{
 		"backup", "backup/store", "render", "bootstrap", "certcheck", "checks", "config", "drift", "examples", "gate", "internal/demo", "internal/simfleet",
-		"internal/outfile", "internal/termsafe", "internal/testenv", "inventory", "lock", "machinecheck", "membership", "ciliumcheck", "provenance", "reconcile", "redact", "sim", "snapshot", "storagecheck", "talosapi",
+		"internal/outfile", "internal/termsafe", "internal/testenv", "inventory", "lock", "machines", "membership", "netcheck", "provenance", "reconcile", "redact", "sim", "snapshot", "storagecheck", "talosapi",
 	}},
 }
 

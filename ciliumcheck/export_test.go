@@ -1,4 +1,0 @@
-package ciliumcheck
-
-// ExecErrorForTest is a failed exec as PodsExec reports it.
-func ExecErrorForTest(ref string, err error) error { return &execError{ref: ref, err: err} }

@@ -1,0 +1,125 @@
+// Package machines is the registry's "machine" family: the checks of
+// what Talos reports about each machine (config, talos-version, extensions,
+// machine-stage, kubelet, etcd), one file each, over a Target that one pass
+// of checks.FleetCheck observed through talosapi. It dials nothing itself.
+package machines
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/siderolabs/talos/pkg/machinery/client"
+	"google.golang.org/grpc/codes"
+
+	"devata.dev/devata/drift"
+	"devata.dev/devata/inventory"
+	"devata.dev/devata/talosapi"
+)
+
+// Check names, as `devata drift --checks` takes them.
+const (
+	CheckConfig       = "config"
+	CheckTalosVersion = "talos-version"
+	CheckMachineStage = "machine-stage"
+	CheckKubelet      = "kubelet"
+	CheckEtcd         = "etcd"
+)
+
+// Target is everything a machine check needs: the desired state and what
+// one pass observed.
+type Target struct {
+	Machine *inventory.Machine
+	// Inventory is the machine's (nil in checks that need only Machine).
+	Inventory *inventory.Inventory
+	// Desired is the rendered machine config.
+	Desired           []byte
+	TalosVersion      string
+	KubernetesVersion string
+	// Boot is the installer an upgrade to TalosVersion boots (Boot.Image:
+	// cluster.installImage, or the Image Factory installer of the
+	// machine's schematic) and what it puts on the machine (WantBootOf).
+	Boot WantBoot
+	// ControlPlanes are the names of the inventory's control planes: the etcd members there should be.
+	ControlPlanes []string
+	Obs           *talosapi.Observation
+	// Nodes is the Kubernetes side; nil means Kubernetes was not consulted.
+	Nodes *talosapi.Nodes
+	// Talosctl is how next steps reach the machine with talosctl, as
+	// devata did (Dialer.Talosctl); Node is the -n it names. Empty means
+	// "talosctl -n ADDRESS".
+	Talosctl, Node string
+}
+
+// Extension is a family of checks that read more from each machine on the
+// connection the machine checks use (storagecheck, netcheck).
+type Extension interface {
+	// Checks lists the family's checks in the order they run: their names
+	// are what --checks takes.
+	Checks() []drift.Info
+	// Run observes and evaluates the named ones of them (never empty) for
+	// one machine, given the machine checks' target (its Obs holds the
+	// active config); c is nil when the machine could not be dialled.
+	Run(ctx context.Context, c *client.Client, t *Target, names []string) []drift.Result
+}
+
+// talosctl is a talosctl command line for the machine.
+func (t *Target) talosctl(args string) string {
+	if t.Talosctl == "" {
+		return "talosctl -n " + t.Machine.Address + " " + args
+	}
+	return t.Talosctl + " " + args
+}
+
+// node is the machine as talosctl -n names it.
+func (t *Target) node() string {
+	if t.Node == "" {
+		return t.Machine.Address
+	}
+	return t.Node
+}
+
+// Checks returns the machine checks in ladder order.
+func Checks() []drift.Check[*Target] {
+	return []drift.Check[*Target]{
+		{Name: CheckConfig, Rung: drift.RungReconciliation, FailClosed: true, Run: checkConfig},
+		{Name: CheckTalosVersion, Rung: drift.RungReconciliation, FailClosed: false, Run: checkTalosVersion},
+		{Name: CheckExtensions, Rung: drift.RungReconciliation, FailClosed: false, Run: checkExtensions},
+		{Name: CheckMachineStage, Rung: drift.RungResources, FailClosed: true, Run: checkMachineStage},
+		{Name: CheckKubelet, Rung: drift.RungResources, FailClosed: true, Run: checkKubelet},
+		{Name: CheckEtcd, Rung: drift.RungResources, FailClosed: true, Applies: onControlPlanes, Run: checkEtcd},
+	}
+}
+
+// onControlPlanes is the Applies of checks that mean something on control
+// planes only (etcd runs there alone).
+func onControlPlanes(t *Target) bool { return t.Machine.IsControlPlane() }
+
+// unreachable turns a machine-level observation failure into this check's
+// result: Unknown when the machine did not answer, Drifted when it answered
+// from maintenance mode (observed: not configured at all).
+func unreachable(t *Target) (drift.Result, bool) {
+	o := t.Obs
+	if o.Err == nil {
+		return drift.Result{}, false
+	}
+	name := t.Machine.Name
+	if o.Maintenance {
+		return drift.Drifted("machine is in maintenance mode: no config applied", "configured", "maintenance mode").
+			WithEvidence("Talos API " + o.Endpoint + " answers only insecurely").
+			WithNext("devata apply joins it to the running cluster, devata bootstrap builds a new one (or: talosctl apply-config --insecure -n " + t.node() + ")"), true
+	}
+	if talosapi.IsForeignCA(o.Err) {
+		// it answered: its certificate is signed by another CA than the talosconfig's
+		return drift.Unknown(fmt.Errorf("%s answered with a certificate the talosconfig's CA did not sign: the talosconfig is not this cluster's (or %s was configured from another secrets bundle): %w", name, name, o.Err),
+			"use this cluster's talosconfig (--talosconfig, or the settings file's talosconfig and context); compare its CA with the machines': talosctl config info"), true
+	}
+	return drift.Unknown(o.Err, "check that "+name+" is up and its Talos API reachable: "+t.talosctl("version")), true
+}
+
+func unknownRead(t *Target, err error) drift.Result {
+	next := t.talosctl("get machinestatus")
+	if client.StatusCode(err) == codes.PermissionDenied {
+		next = "the talosconfig's certificate lacks the role this read needs (MachineConfig needs os:admin): use an os:admin talosconfig"
+	}
+	return drift.Unknown(err, next)
+}

@@ -1,0 +1,142 @@
+package machines
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	"devata.dev/devata/drift"
+	"devata.dev/devata/inventory"
+	"devata.dev/devata/talosapi"
+)
+
+// checkKubelet combines Talos' kubelet service with the Kubernetes Node: any
+// observed problem is Drifted; otherwise any part that could not be read
+// makes it Unknown.
+func checkKubelet(_ context.Context, t *Target) []drift.Result {
+	if r, ok := unreachable(t); ok {
+		return []drift.Result{r}
+	}
+	o, name := t.Obs, t.Machine.Name
+	var problems, evidence []string
+	var unknown error
+	taintFix := ""
+	switch {
+	case o.KubeletErr != nil:
+		unknown = o.KubeletErr
+	case !o.Kubelet.Running:
+		problems = append(problems, "Talos service kubelet is not running")
+	case !o.Kubelet.Healthy:
+		problems = append(problems, "Talos service kubelet is running but not healthy")
+	default:
+		evidence = append(evidence, "Service kubelet running, healthy")
+	}
+	switch {
+	case t.Nodes == nil || t.Nodes.Err != nil:
+		if unknown == nil {
+			if t.Nodes == nil {
+				unknown = fmt.Errorf("the Kubernetes Node was not read")
+			} else {
+				unknown = t.Nodes.Err
+			}
+		}
+	default:
+		node, ok := t.Nodes.ByName[name]
+		switch {
+		case !ok:
+			problems = append(problems, "no Kubernetes Node "+name+" registered")
+		default:
+			evidence = append(evidence, fmt.Sprintf("Node %s Ready=%t kubelet %s", name, node.Ready, node.KubeletVersion))
+			if !node.Ready {
+				problems = append(problems, "Node "+name+" is not Ready ("+node.ReadyReason+")")
+			}
+			if node.KubeletVersion != t.KubernetesVersion {
+				problems = append(problems, fmt.Sprintf("kubelet %s, cluster.kubernetesVersion %s", node.KubeletVersion, t.KubernetesVersion))
+			}
+			var missing []string
+			for k, v := range t.Machine.NodeLabels() {
+				if got, ok := node.Labels[k]; !ok || got != v {
+					missing = append(missing, k+"="+v)
+				}
+			}
+			if len(missing) > 0 {
+				slices.Sort(missing)
+				problems = append(problems, "Node lacks labels "+strings.Join(missing, ", "))
+			}
+			if p, fix := missingTaints(t.Machine.NodeTaints(), node.Taints); p != "" {
+				problems = append(problems, p)
+				taintFix = "kubectl taint node " + name + " " + strings.Join(fix, " ")
+			}
+		}
+	}
+	switch {
+	case len(problems) > 0:
+		next := t.talosctl("service kubelet") + "; " + t.talosctl("logs kubelet") + "; kubectl describe node " + name
+		if taintFix != "" && len(problems) == 1 {
+			// a worker's Talos may not change its Node's taints (NodeRestriction): only an administrator can
+			next = taintFix
+		}
+		if node, ok := t.nodeFacts(name); ok && talosapi.NetworkNotReady(node.ReadyReason) {
+			next = "no CNI runs on the node yet: with cluster.network.cni none, install Cilium (helm install cilium …), then see the cilium checks; kubectl describe node " + name
+		}
+		return []drift.Result{drift.Drifted(strings.Join(problems, "; "), "kubelet healthy, Node Ready, "+t.KubernetesVersion, problems[0]).
+			WithEvidence(evidence...).
+			WithNext(next)}
+	case unknown != nil:
+		next := t.talosctl("service kubelet")
+		switch {
+		case t.Nodes == nil || errors.Is(t.Nodes.Err, talosapi.ErrNoKubernetes):
+			next = "pass --kubeconfig (or set KUBECONFIG) so the Node can be checked"
+		case apierrors.IsForbidden(t.Nodes.Err) || apierrors.IsUnauthorized(t.Nodes.Err):
+			// in a pod the identity is its service account, and the kubeconfig hint would mislead
+			next = "the Kubernetes identity devata uses (the kubeconfig's user, or in a pod its service account) needs list on nodes: deploy/rbac.yaml's ClusterRole devata-node-reader grants it; kubectl auth can-i list nodes"
+		case t.Nodes.Err != nil:
+			next = "check that the Kubernetes API answers with the same credentials: kubectl get nodes"
+		}
+		return []drift.Result{drift.Unknown(unknown, next).WithEvidence(evidence...)}
+	}
+	return []drift.Result{drift.InSync(evidence...)}
+}
+
+// missingTaints names the taints the inventory gives the machine (its own
+// and its groups', as machine.nodeTaints: key to value:Effect or Effect)
+// that its Node does not carry with that value and effect, or "". Taints
+// others put on the Node (the control plane's own, a cordon's) are theirs.
+// The second result is each missing taint as kubectl taint takes it.
+func missingTaints(want, got map[string]string) (string, []string) {
+	var missing, fix []string
+	for k, w := range want {
+		value, effect := inventory.ParseTaint(w)
+		canonical, desc := effect, k+":"+effect // as NodeFactsOf writes it; as kubectl taint takes it
+		if value != "" {
+			canonical, desc = value+":"+effect, k+"="+value+":"+effect
+		}
+		if !slices.Contains(strings.Split(got[k], ","), canonical) {
+			fix = append(fix, desc)
+			if _, ok := got[k]; ok {
+				fix[len(fix)-1] += " --overwrite"
+				desc += " (the Node has " + got[k] + ")"
+			}
+			missing = append(missing, desc)
+		}
+	}
+	if len(missing) == 0 {
+		return "", nil
+	}
+	slices.Sort(missing)
+	slices.Sort(fix)
+	return "Node lacks taints " + strings.Join(missing, ", "), fix
+}
+
+// nodeFacts is the Node's facts, when the Nodes were observed.
+func (t *Target) nodeFacts(name string) (talosapi.NodeFacts, bool) {
+	if t.Nodes == nil || t.Nodes.Err != nil {
+		return talosapi.NodeFacts{}, false
+	}
+	n, ok := t.Nodes.ByName[name]
+	return n, ok
+}
