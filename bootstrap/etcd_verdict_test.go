@@ -16,7 +16,7 @@ import (
 // and says why and what to do. Beside members that do list them, it does
 // not make the verdict foreign.
 func TestEtcdVerdictWithoutQuorum(t *testing.T) {
-	inv, err := inventory.Load(filepath.Join("..", "..", "examples", "homelab", "inventory.yaml"))
+	inv, err := inventory.Load(filepath.Join("..", "examples", "homelab", "inventory.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
