@@ -123,24 +123,6 @@ func faultDisasterDay(t *testing.T) {
 			t.Fatalf("bootstrap on cp-1 after the failed restore: %v, want AlreadyExists (the restore left its data directory)", err)
 		}
 		cp1.SetFaults(sim.Faults{})
-		err = c.ResetGeneric(ctx, &machine.ResetRequest{Reboot: true, Graceful: false,
-			SystemPartitionsToWipe: []*machine.ResetPartitionSpec{{Label: "EPHEMERAL", Wipe: true}}})
-		c.Close()
-		if err != nil {
-			t.Fatalf("the advised wipe of cp-1: %v", err)
-		}
-		for deadline := time.Now().Add(20 * time.Second); !cp1.Observe().Down; time.Sleep(10 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatal("cp-1 did not go down for its reset")
-			}
-		}
-		r = devata(t, nil, bootstrapArgs(sf, nil, "--recover-from", snap)...)
-		show(t, r)
-		if r.code != 0 || !strings.Contains(r.stdout, "recovered etcd on cp-1 from "+snap) {
-			t.Fatalf("bootstrap --recover-from after the wipe: exit %d\n%s%s", r.code, r.stdout, r.err)
-		}
-		if cs := sf.Sim.EtcdClusters(); len(cs) != 1 || len(cs[0].Members) != 3 {
-			t.Errorf("etcd after the recovery: %+v, want one cluster of three", cs)
-		}
+		wipeCP1AndRecover(t, sf, c, snap)
 	})
 }

@@ -215,19 +215,28 @@ func TestBootstrapRecoverFromFailedRestore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = c.ResetGeneric(ctx, &machine.ResetRequest{Reboot: true, Graceful: false,
+	wipeCP1AndRecover(t, sf, c, snap)
+}
+
+// wipeCP1AndRecover sends cp-1 the EPHEMERAL wipe devata advises after a
+// failed restore (through c, which it closes), waits for cp-1 to go down
+// for its reset, and then requires bootstrap --recover-from snap to rebuild
+// one etcd cluster of three members.
+func wipeCP1AndRecover(t *testing.T, sf *simFleet, c *client.Client, snap string) {
+	t.Helper()
+	err := c.ResetGeneric(context.Background(), &machine.ResetRequest{Reboot: true, Graceful: false,
 		SystemPartitionsToWipe: []*machine.ResetPartitionSpec{{Label: "EPHEMERAL", Wipe: true}}})
 	c.Close()
 	if err != nil {
-		t.Fatalf("reset cp-1: %v", err)
+		t.Fatalf("the advised wipe of cp-1: %v", err)
 	}
+	cp1 := sf.Sim.Machine("cp-1")
 	for deadline := time.Now().Add(20 * time.Second); !cp1.Observe().Down; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("cp-1 did not go down for its reset")
 		}
 	}
-
-	r = devata(t, nil, bootstrapArgs(sf, nil, "--recover-from", snap)...)
+	r := devata(t, nil, bootstrapArgs(sf, nil, "--recover-from", snap)...)
 	show(t, r)
 	if r.code != 0 || !strings.Contains(r.stdout, "recovered etcd on cp-1 from "+snap) {
 		t.Fatalf("bootstrap --recover-from after the wipe: exit %d\n%s%s", r.code, r.stdout, r.err)
