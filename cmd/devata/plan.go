@@ -139,7 +139,7 @@ func (a *app) planKubernetes(ctx context.Context, seq *bootstrap.Sequence, doc *
 		return nil
 	}
 	k := rp.Kubernetes
-	out := &plan.KubernetesChange{From: k.From, To: k.To, Refused: k.Refused, Next: k.Next()}
+	out := &plan.KubernetesChange{From: k.From, To: k.To, Refused: k.Refused, Before: rp.KubernetesBefore(), Next: k.Next()}
 	if k.Refused != "" {
 		return out
 	}
