@@ -53,9 +53,8 @@ type Plan struct {
 	Reachable, Maintenance bool
 	// Node: its Kubernetes Node exists.
 	Node bool
-	// Steps are pending (Summary says what it does) or done (Reason says
-	// why it is not needed); Talosctl holds the one command that does
-	// the same by hand.
+	// Steps are pending or done (not needed: Reason says why); a pending
+	// one's Talosctl is the command that does the same by hand.
 	Steps []plan.Step
 	// Notes are what the operator should know before confirming.
 	Notes []string
@@ -64,23 +63,15 @@ type Plan struct {
 // Pending are the steps to run.
 func (p *Plan) Pending() []plan.Step { return plan.WithStatus(p.Steps, plan.StatusPending) }
 
-// Write prints the plan for people.
+// Write prints the plan for people: the steps as devata plan writes
+// them (plan.WriteSteps), each pending one with its command by hand.
 func (p *Plan) Write(w io.Writer) {
 	role := "worker"
 	if p.ControlPlane {
 		role = "control plane (etcd member " + etcdres.FormatMemberID(p.MemberID) + ")"
 	}
 	fmt.Fprintf(w, "remove %s, a %s: %d of %d steps pending\n", p.Name, role, len(p.Pending()), len(p.Steps))
-	for i, s := range p.Steps {
-		mark, what := "  done ", s.Reason
-		if s.Status == plan.StatusPending {
-			mark, what = "  todo ", s.Summary
-		}
-		fmt.Fprintf(w, "%s%d. %-18s %s\n", mark, i+1, s.Kind, what)
-		if s.Status == plan.StatusPending && len(s.Talosctl) > 0 {
-			fmt.Fprintf(w, "         by hand: %s\n", strings.Join(s.Talosctl, "; "))
-		}
-	}
+	_ = plan.WriteSteps(w, p.Steps, true) // as the lines above: a terminal's error is not the plan's
 	for _, n := range p.Notes {
 		fmt.Fprintf(w, "note: %s\n", n)
 	}
@@ -219,18 +210,18 @@ func (r *Remover) Plan(ctx context.Context, name string) (*Plan, error) {
 // steps fills the plan's steps from what it observed.
 func (r *Remover) steps(p *Plan) {
 	talosctl := r.Dialer.Talosctl
-	pending := func(kind plan.Kind, what, manual string) plan.Step {
-		return plan.Step{Kind: kind, Machine: p.Name, Status: plan.StatusPending, By: byRemove, Summary: what, Talosctl: []string{manual}}
+	pending := func(kind plan.Kind, what, why, manual string) plan.Step {
+		return plan.Step{Kind: kind, Machine: p.Name, Status: plan.StatusPending, By: byRemove, Summary: what, Reason: why, Talosctl: []string{manual}}
 	}
-	done := func(kind plan.Kind, why string) plan.Step {
-		return plan.Step{Kind: kind, Machine: p.Name, Status: plan.StatusDone, By: byRemove, Reason: why}
+	done := func(kind plan.Kind, what, why string) plan.Step {
+		return plan.Step{Kind: kind, Machine: p.Name, Status: plan.StatusDone, By: byRemove, Summary: what, Reason: why}
 	}
 	node := func(kind plan.Kind, what, manual string) {
 		if !p.Node {
-			p.Steps = append(p.Steps, done(kind, "no Node "+p.Name))
+			p.Steps = append(p.Steps, done(kind, what, "no Node "+p.Name))
 			return
 		}
-		p.Steps = append(p.Steps, pending(kind, what, manual))
+		p.Steps = append(p.Steps, pending(kind, what, "its Node exists", manual))
 	}
 	node(StepCordon, "mark Node "+p.Name+" unschedulable", "kubectl cordon "+p.Name)
 	node(StepDrain, "evict its pods (DaemonSet and mirror pods stay), honouring PodDisruptionBudgets", "kubectl drain "+p.Name+" --ignore-daemonsets --delete-emptydir-data")
@@ -239,14 +230,16 @@ func (r *Remover) steps(p *Plan) {
 		case p.Reachable && !p.Maintenance:
 			p.Steps = append(p.Steps, pending(StepEtcdLeave,
 				"EtcdLeaveCluster on "+p.Name+": it removes its own member, stops its etcd and deletes its data",
+				"it is etcd member "+etcdres.FormatMemberID(p.MemberID)+" and answers, configured",
 				talosctl(p.Machine)+" etcd leave"))
 		default:
 			p.Steps = append(p.Steps, pending(StepEtcdRemove,
-				"EtcdRemoveMemberByID "+etcdres.FormatMemberID(p.MemberID)+" through a member that stays ("+p.Name+" cannot leave by itself)",
+				"EtcdRemoveMemberByID "+etcdres.FormatMemberID(p.MemberID)+" through a member that stays",
+				"it is etcd member "+etcdres.FormatMemberID(p.MemberID)+" and cannot leave by itself (it does not answer, or answers in maintenance mode)",
 				"talosctl -n <a control plane> etcd remove-member "+etcdres.FormatMemberID(p.MemberID)))
 		}
 	} else {
-		p.Steps = append(p.Steps, done(StepEtcdLeave, "not an etcd member"))
+		p.Steps = append(p.Steps, done(StepEtcdLeave, "leave etcd", "not an etcd member"))
 	}
 	switch {
 	case p.Reachable && !p.Maintenance:
@@ -257,11 +250,12 @@ func (r *Remover) steps(p *Plan) {
 		}
 		p.Steps = append(p.Steps, pending(StepReset,
 			"Reset, graceful, the system disk wiped (user disks untouched); it "+after,
+			"it answers, configured",
 			talosctl(p.Machine)+manual))
 	case p.Maintenance:
-		p.Steps = append(p.Steps, done(StepReset, "already in maintenance mode"))
+		p.Steps = append(p.Steps, done(StepReset, "reset the machine", "already in maintenance mode"))
 	default:
-		p.Steps = append(p.Steps, done(StepReset, "the machine does not answer"))
+		p.Steps = append(p.Steps, done(StepReset, "reset the machine", "the machine does not answer"))
 	}
 	node(StepDeleteNode, "delete Node "+p.Name, "kubectl delete node "+p.Name)
 }

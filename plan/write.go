@@ -60,9 +60,7 @@ func writeText(w io.Writer, p *Plan, simulated bool) error {
 	if r := p.RecoverFrom; r != nil {
 		fmt.Fprintf(&b, "recover from %s\n", r.Line())
 	}
-	for i, s := range p.Steps {
-		writeStepText(&b, fmt.Sprintf("%3d.", i+1), s)
-	}
+	writeSteps(&b, p.Steps, false)
 	if len(p.Patches) > 0 {
 		b.WriteString("patch order (cluster → role → groups in the inventory's order → machine; later wins):\n")
 		for _, mp := range p.Patches {
@@ -93,6 +91,28 @@ func writeText(w io.Writer, p *Plan, simulated bool) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// WriteSteps writes steps as the text plan numbers them, each a row
+// (status, title, summary, who takes it) and under it why, the evidence,
+// the drain and the changes; with byHand, also a pending step's commands
+// that do it by hand (devata remove's plan, which has no runbook).
+func WriteSteps(w io.Writer, steps []Step, byHand bool) error {
+	var b strings.Builder
+	writeSteps(&b, steps, byHand)
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func writeSteps(b *strings.Builder, steps []Step, byHand bool) {
+	for i, s := range steps {
+		writeStepText(b, fmt.Sprintf("%3d.", i+1), s)
+		if byHand && s.Status == StatusPending {
+			for _, c := range s.Talosctl {
+				fmt.Fprintf(b, "     %-8s %-24s by hand: %s\n", "", "", c)
+			}
+		}
+	}
 }
 
 // writeStepText is one step of the text plan: label (its number), status,
