@@ -10,6 +10,7 @@ import (
 
 	"devata.dev/devata/drift"
 	"devata.dev/devata/inventory"
+	"devata.dev/devata/plan"
 	"devata.dev/devata/talosapi"
 )
 
@@ -26,14 +27,14 @@ func rel(inv *inventory.Inventory, path string) string {
 func configFile(m *inventory.Machine) string { return "rendered/" + m.Name + ".yaml" }
 
 // buildPlan turns one observation into the ordered actions.
-func buildPlan(in planInput) *Plan {
+func buildPlan(in planInput) *plan.Plan {
 	inv := in.inv
-	p := &Plan{Cluster: inv.Cluster.Name, Inventory: filepath.Base(inv.Path)}
-	add := func(a Action) {
+	p := &plan.Plan{Cluster: inv.Cluster.Name, Inventory: filepath.Base(inv.Path)}
+	add := func(a plan.Step) {
 		if a.By == "" {
 			a.By = byBootstrap
 		}
-		p.Actions = append(p.Actions, a)
+		p.Steps = append(p.Steps, a)
 	}
 
 	add(planSecrets(in))
@@ -62,52 +63,52 @@ func buildPlan(in planInput) *Plan {
 	add(planKubeconfig(in, first))
 	add(planWaitNodes(in))
 
-	add(Action{Step: StepDriftReport, Status: StatusCheck, Summary: "report drift for every machine and check",
+	add(plan.Step{Kind: StepDriftReport, Status: plan.StatusCheck, Summary: "report drift for every machine and check",
 		Reason: "the end state is verified, not assumed", Talosctl: []string{"devata drift"}})
 	return p
 }
 
 // planSecrets is the secrets step: create the bundle when it is missing, else load it.
-func planSecrets(in planInput) Action {
+func planSecrets(in planInput) plan.Step {
 	secrets := rel(in.inv, in.secretsPath)
 	if in.secretsMissing {
-		return Action{Step: StepSecrets, Status: StatusPending, Summary: "create the secrets bundle " + secrets + " (mode 0600)",
+		return plan.Step{Kind: StepSecrets, Status: plan.StatusPending, Summary: "create the secrets bundle " + secrets + " (mode 0600)",
 			Reason:   "no bundle at the inventory's cluster.secrets",
-			Evidence: []Evidence{{drift.RungDeclaration, secrets + " does not exist"}},
+			Evidence: []plan.Evidence{{Rung: drift.RungDeclaration, Observed: secrets + " does not exist"}},
 			Talosctl: []string{"talosctl gen secrets -o " + secrets}}
 	}
-	return Action{Step: StepSecrets, Status: StatusDone, Summary: "load the secrets bundle " + secrets,
+	return plan.Step{Kind: StepSecrets, Status: plan.StatusDone, Summary: "load the secrets bundle " + secrets,
 		Reason:   "the bundle exists; it is never replaced",
-		Evidence: []Evidence{{drift.RungDeclaration, secrets + " loads and validates"}}}
+		Evidence: []plan.Evidence{{Rung: drift.RungDeclaration, Observed: secrets + " loads and validates"}}}
 }
 
 // planRender is the render step, done on every run.
-func planRender(inv *inventory.Inventory) Action {
-	return Action{Step: StepRender, Status: StatusDone, Summary: "render and validate every machine's config (metal mode)",
+func planRender(inv *inventory.Inventory) plan.Step {
+	return plan.Step{Kind: StepRender, Status: plan.StatusDone, Summary: "render and validate every machine's config (metal mode)",
 		Reason:   "configs are rendered from the inventory and the bundle on every run",
-		Evidence: []Evidence{{drift.RungDeclaration, fmt.Sprintf("%d configs render and validate", len(inv.Machines))}},
+		Evidence: []plan.Evidence{{Rung: drift.RungDeclaration, Observed: fmt.Sprintf("%d configs render and validate", len(inv.Machines))}},
 		Talosctl: []string{"devata gen config --dir rendered/   # one file per machine and a talosconfig; export TALOSCONFIG=rendered/talosconfig"}}
 }
 
 // planMachine is one machine's configure or apply action under the etcd verdict v.
-func planMachine(in planInput, m *inventory.Machine, v verdict) Action {
+func planMachine(in planInput, m *inventory.Machine, v verdict) plan.Step {
 	clusterExists := v == etcdOurs
 	o := in.st.obs[m.Name]
 	switch {
 	case o == nil:
-		return Action{Step: StepConfigure, Machine: m.Name, Status: StatusBlocked, Summary: "observe " + m.Name, Reason: "not observed"}
+		return plan.Step{Kind: StepConfigure, Machine: m.Name, Status: plan.StatusBlocked, Summary: "observe " + m.Name, Reason: "not observed"}
 	case o.Maintenance:
-		a := Action{Step: StepConfigure, Machine: m.Name, Status: StatusPending,
+		a := plan.Step{Kind: StepConfigure, Machine: m.Name, Status: plan.StatusPending,
 			Summary:  "apply its config (mode auto) over the insecure maintenance connection, then wait until it answers on mTLS",
 			Reason:   "in maintenance mode: no config applied",
-			Evidence: []Evidence{{maintenanceRung, "Talos API answers only insecurely (maintenance mode); mTLS is refused"}},
+			Evidence: []plan.Evidence{{Rung: maintenanceRung, Observed: "Talos API answers only insecurely (maintenance mode); mTLS is refused"}},
 			Talosctl: []string{
 				fmt.Sprintf("talosctl apply-config --insecure --nodes %s --file %s --mode auto", m.Address, configFile(m)),
 				fmt.Sprintf("talosctl --nodes %s --endpoints %s version   # repeat until it answers on mTLS", m.Address, m.Address),
 			}}
 		switch v {
 		case etcdForeign:
-			a.Status, a.Reason = StatusBlocked, "refused: etcd data exists that devata bootstrap did not make (see bootstrap-etcd)"
+			a.Status, a.Reason = plan.StatusBlocked, "refused: etcd data exists that devata bootstrap did not make (see bootstrap-etcd)"
 		case etcdOurs:
 			// the cluster runs: apply joins it, one control plane at a time under the etcd gates
 			a.By = byApply
@@ -115,28 +116,28 @@ func planMachine(in planInput, m *inventory.Machine, v verdict) Action {
 		}
 		return a
 	case o.Err != nil:
-		return Action{Step: StepConfigure, Machine: m.Name, Status: StatusBlocked, Summary: "observe " + m.Name,
+		return plan.Step{Kind: StepConfigure, Machine: m.Name, Status: plan.StatusBlocked, Summary: "observe " + m.Name,
 			Reason:   "could not observe: " + o.Err.Error() + "; nothing is decided for it",
-			Evidence: []Evidence{{maintenanceRung, "no answer on mTLS or insecurely"}},
+			Evidence: []plan.Evidence{{Rung: maintenanceRung, Observed: "no answer on mTLS or insecurely"}},
 			Talosctl: []string{fmt.Sprintf("talosctl --nodes %s --endpoints %s version", m.Address, m.Address)}}
 	case o.ConfigErr != nil:
-		return Action{Step: StepConfigure, Machine: m.Name, Status: StatusBlocked, Summary: "read " + m.Name + "'s applied config",
+		return plan.Step{Kind: StepConfigure, Machine: m.Name, Status: plan.StatusBlocked, Summary: "read " + m.Name + "'s applied config",
 			Reason:   o.ConfigErr.Error(),
 			Talosctl: []string{fmt.Sprintf("talosctl --nodes %s get machineconfig", m.Address)}}
 	}
-	evidence := []Evidence{{drift.RungReconciliation, fmt.Sprintf("MachineConfig v1alpha1 sha256:%s, Talos %s, stage %s", shortHash(o.ActiveHash), o.Version, o.Stage)}}
+	evidence := []plan.Evidence{{Rung: drift.RungReconciliation, Observed: fmt.Sprintf("MachineConfig v1alpha1 sha256:%s, Talos %s, stage %s", shortHash(o.ActiveHash), o.Version, o.Stage)}}
 	diff, differs := in.st.diff[m.Name]
 	if !differs {
-		return Action{Step: StepConfigure, Machine: m.Name, Status: StatusDone, Summary: "configured", Reason: "answers on mTLS and runs the desired config", Evidence: evidence}
+		return plan.Step{Kind: StepConfigure, Machine: m.Name, Status: plan.StatusDone, Summary: "configured", Reason: "answers on mTLS and runs the desired config", Evidence: evidence}
 	}
 	by := byBootstrap
 	if clusterExists {
 		by = byApply
 	}
-	a := Action{Step: StepApply, Machine: m.Name, Status: StatusPending, By: by, Evidence: evidence,
+	a := plan.Step{Kind: StepApply, Machine: m.Name, Status: plan.StatusPending, By: by, Evidence: evidence,
 		Reason: "applied config differs: " + diff.Summary(), Changes: diff.Changes}
 	if err := in.st.dryErr[m.Name]; err != nil {
-		a.Status, a.Summary, a.Reason = StatusBlocked, "apply the desired config", "dry run refused: "+err.Error()
+		a.Status, a.Summary, a.Reason = plan.StatusBlocked, "apply the desired config", "dry run refused: "+err.Error()
 		return a
 	}
 	dry := in.st.dry[m.Name]
@@ -170,16 +171,16 @@ const planDrain = "drain first: devata apply cordons its Node and evicts its pod
 
 // planEtcd is the bootstrap-etcd and wait-etcd actions on first, the
 // bootstrap node, under the etcd verdict v and why it was reached.
-func planEtcd(in planInput, first *inventory.Machine, v verdict, why string) (boot, wait Action) {
+func planEtcd(in planInput, first *inventory.Machine, v verdict, why string) (boot, wait plan.Step) {
 	inv := in.inv
-	var etcdEvidence []Evidence
+	var etcdEvidence []plan.Evidence
 	var cpAddrs []string
 	for _, m := range inv.ControlPlanes() {
-		etcdEvidence = append(etcdEvidence, Evidence{etcdEvidenceRung, m.Name + ": " + in.st.etcd[m.Name].Seen})
+		etcdEvidence = append(etcdEvidence, plan.Evidence{Rung: etcdEvidenceRung, Observed: m.Name + ": " + in.st.etcd[m.Name].Seen})
 		cpAddrs = append(cpAddrs, m.Address)
 	}
 	check := fmt.Sprintf("talosctl --nodes %s etcd members   # every control plane: each must say etcd is not running", strings.Join(cpAddrs, ","))
-	boot = Action{Step: StepBootstrap, Machine: first.Name, Evidence: etcdEvidence,
+	boot = plan.Step{Kind: StepBootstrap, Machine: first.Name, Evidence: etcdEvidence,
 		Summary:  "bootstrap etcd on " + first.Name + " (the first control plane by name), after checking every control plane has no etcd data; AlreadyExists counts as done",
 		Talosctl: []string{check, fmt.Sprintf("talosctl bootstrap --nodes %s --endpoints %s", first.Address, first.Address)}}
 	decided := false
@@ -203,71 +204,71 @@ func planEtcd(in planInput, first *inventory.Machine, v verdict, why string) (bo
 		case v == etcdOurs && isURL(r.Path):
 			// the sidecar names members, not their IDs: whether the etcd
 			// that runs is the snapshot's own cluster is unknown here
-			boot.Status, boot.Reason = StatusBlocked, fmt.Sprintf("unknown: %s, but plan read only the snapshot's sidecar, which does not hold etcd's member IDs, so it cannot tell a cluster restored before from the one the snapshot was taken of; devata bootstrap --recover-from reads the snapshot and decides (it refuses while the snapshot's cluster runs)", why)
+			boot.Status, boot.Reason = plan.StatusBlocked, fmt.Sprintf("unknown: %s, but plan read only the snapshot's sidecar, which does not hold etcd's member IDs, so it cannot tell a cluster restored before from the one the snapshot was taken of; devata bootstrap --recover-from reads the snapshot and decides (it refuses while the snapshot's cluster runs)", why)
 			decided = true
 		case v == etcdOurs && len(in.recoverRunning) > 0:
-			boot.Status, boot.Reason = StatusBlocked, fmt.Sprintf("refused: %s; etcd still runs the cluster the snapshot was taken of (%s keep its member IDs): recovering now would make a second cluster", why, strings.Join(in.recoverRunning, ", "))
+			boot.Status, boot.Reason = plan.StatusBlocked, fmt.Sprintf("refused: %s; etcd still runs the cluster the snapshot was taken of (%s keep its member IDs): recovering now would make a second cluster", why, strings.Join(in.recoverRunning, ", "))
 			decided = true
 		case v == etcdOurs:
-			boot.Status, boot.Reason, boot.Talosctl = StatusDone, why+" with new member IDs, restored from a snapshot: nothing to recover", []string{check}
+			boot.Status, boot.Reason, boot.Talosctl = plan.StatusDone, why+" with new member IDs, restored from a snapshot: nothing to recover", []string{check}
 			decided = true
 		}
 	}
 	switch {
 	case decided:
 	case v == etcdNone:
-		boot.Status, boot.Reason = StatusPending, why
+		boot.Status, boot.Reason = plan.StatusPending, why
 	case v == etcdOurs:
-		boot.Status, boot.Reason, boot.Talosctl = StatusDone, why+": nothing to bootstrap", []string{check}
+		boot.Status, boot.Reason, boot.Talosctl = plan.StatusDone, why+": nothing to bootstrap", []string{check}
 	default:
-		boot.Status, boot.Reason = StatusBlocked, "refused: "+why
+		boot.Status, boot.Reason = plan.StatusBlocked, "refused: "+why
 	}
 
-	wait = Action{Step: StepWaitEtcd, Summary: "wait until etcd is healthy and its members are exactly the control planes (" + strings.Join(cpNames(inv), " ") + ")",
+	wait = plan.Step{Kind: StepWaitEtcd, Summary: "wait until etcd is healthy and its members are exactly the control planes (" + strings.Join(cpNames(inv), " ") + ")",
 		Talosctl: []string{fmt.Sprintf("talosctl --nodes %s etcd members", first.Address), fmt.Sprintf("talosctl --nodes %s etcd status", strings.Join(cpAddrs, ","))}}
 	switch {
 	case v == etcdOurs && in.etcdHealthy == nil:
-		wait.Status, wait.Reason = StatusDone, "etcd healthy with the configured members"
-		wait.Evidence = []Evidence{{etcdEvidenceRung, "every control plane reports members [" + strings.Join(sortedCPNames(inv), " ") + "] and one leader"}}
+		wait.Status, wait.Reason = plan.StatusDone, "etcd healthy with the configured members"
+		wait.Evidence = []plan.Evidence{{Rung: etcdEvidenceRung, Observed: "every control plane reports members [" + strings.Join(sortedCPNames(inv), " ") + "] and one leader"}}
 	case v == etcdOurs:
-		wait.Status, wait.Reason = StatusPending, "etcd not healthy yet: "+in.etcdHealthy.Error()
+		wait.Status, wait.Reason = plan.StatusPending, "etcd not healthy yet: "+in.etcdHealthy.Error()
 	default:
-		wait.Status, wait.Reason = StatusPending, "etcd is not running yet"
+		wait.Status, wait.Reason = plan.StatusPending, "etcd is not running yet"
 	}
 	return boot, wait
 }
 
 // planKubeconfig is the kubeconfig action: fetch it from first, the bootstrap node.
-func planKubeconfig(in planInput, first *inventory.Machine) Action {
+func planKubeconfig(in planInput, first *inventory.Machine) plan.Step {
 	kc := in.kubeconfig
 	kpath := rel(in.inv, kc.Path)
-	ka := Action{Step: StepKubeconfig, Machine: first.Name, Summary: "fetch the admin kubeconfig from " + first.Name + " and write it to " + kpath + " (mode 0600)",
+	ka := plan.Step{Kind: StepKubeconfig, Machine: first.Name, Summary: "fetch the admin kubeconfig from " + first.Name + " and write it to " + kpath + " (mode 0600)",
 		Talosctl: []string{fmt.Sprintf("talosctl kubeconfig --nodes %s --endpoints %s %s", first.Address, first.Address, kpath)}}
 	switch {
 	case !kc.Exists:
-		ka.Status, ka.Reason = StatusPending, kpath+" does not exist"
+		ka.Status, ka.Reason = plan.StatusPending, kpath+" does not exist"
 	case kc.Ours:
-		ka.Status, ka.Reason = StatusDone, kpath+" exists for this cluster; kept"
-		ka.Evidence = []Evidence{{drift.RungDeclaration, kc.Why}}
+		ka.Status, ka.Reason = plan.StatusDone, kpath+" exists for this cluster; kept"
+		ka.Evidence = []plan.Evidence{{Rung: drift.RungDeclaration, Observed: kc.Why}}
 	default:
-		ka.Status, ka.Reason = StatusBlocked, kpath+" exists and is not this cluster's ("+kc.Why+"): it is never replaced without --force"
+		ka.Status, ka.Reason = plan.StatusBlocked, kpath+" exists and is not this cluster's ("+kc.Why+"): it is never replaced without --force"
 	}
 	return ka
 }
 
 // planWaitNodes is the wait-nodes action, read from the Nodes the plan glanced at.
-func planWaitNodes(in planInput) Action {
+func planWaitNodes(in planInput) plan.Step {
 	inv := in.inv
 	kpath := rel(inv, in.kubeconfig.Path)
-	na := Action{Step: StepWaitNodes, Summary: "wait until every machine's Node is registered and Ready",
+	na := plan.Step{Kind: StepWaitNodes, Summary: "wait until every machine's Node is registered and Ready",
 		Talosctl: []string{"kubectl --kubeconfig " + kpath + " get nodes -o wide"}}
 	switch {
 	case in.skipNodes:
-		na.Status, na.Reason = StatusDone, "skipped (--skip-nodes)"
+		na.Status, na.Reason = plan.StatusDone, "skipped (--skip-nodes)"
 	case in.nodes == nil:
-		na.Status, na.Reason = StatusPending, "Kubernetes not reachable yet (no kubeconfig)"
+		na.Status, na.Reason = plan.StatusPending, "Kubernetes not reachable yet (no kubeconfig)"
 	case in.nodes.Err != nil:
-		na.Status, na.Reason = StatusPending, "Nodes not observed: "+in.nodes.Err.Error()
+		na.Status, na.Reason = plan.StatusPending, "Nodes not observed: "+in.nodes.Err.Error()
 	default:
 		var missing []string
 		noCNI := 0
@@ -282,13 +283,13 @@ func planWaitNodes(in planInput) Action {
 		}
 		switch {
 		case len(missing) > 0:
-			na.Status, na.Reason = StatusPending, "not registered or not Ready: "+strings.Join(missing, ", ")
+			na.Status, na.Reason = plan.StatusPending, "not registered or not Ready: "+strings.Join(missing, ", ")
 		case noCNI > 0:
-			na.Status, na.Reason = StatusDone, fmt.Sprintf("all %d Nodes registered; %d NotReady until a CNI runs (cluster.network.cni: none): install Cilium next", len(inv.Machines), noCNI)
+			na.Status, na.Reason = plan.StatusDone, fmt.Sprintf("all %d Nodes registered; %d NotReady until a CNI runs (cluster.network.cni: none): install Cilium next", len(inv.Machines), noCNI)
 		default:
-			na.Status, na.Reason = StatusDone, fmt.Sprintf("all %d Nodes Ready", len(inv.Machines))
+			na.Status, na.Reason = plan.StatusDone, fmt.Sprintf("all %d Nodes Ready", len(inv.Machines))
 		}
-		na.Evidence = []Evidence{{drift.RungResources, fmt.Sprintf("%d Nodes listed", len(in.nodes.ByName))}}
+		na.Evidence = []plan.Evidence{{Rung: drift.RungResources, Observed: fmt.Sprintf("%d Nodes listed", len(in.nodes.ByName))}}
 	}
 	return na
 }

@@ -1,6 +1,6 @@
-// Package sequence owns the first build of a cluster from maintenance-mode
+// Package bootstrap owns the first build of a cluster from maintenance-mode
 // machines: Run takes an ordered list of named, idempotent steps that each say
-// what they did, and Plan (rendered by WritePlan) says what they and devata
+// what they did, and Plan (a plan.Plan, written by plan.Write) says what they and devata
 // apply would do now. Decisions come from what the machines report and the
 // bundle and kubeconfig on disk, never from a record of an earlier run, so
 // running it again resumes an interrupted run. Rolling changes out once the
@@ -23,6 +23,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 
 	"devata.dev/devata/inventory"
+	"devata.dev/devata/plan"
 	"devata.dev/devata/render"
 	"devata.dev/devata/snapshot"
 	"devata.dev/devata/talosapi"
@@ -192,7 +193,7 @@ func (s *Sequence) Run(ctx context.Context) error {
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("interrupted before %s: run devata bootstrap again; it continues from what the machines report", st.name)
 		}
-		s.say("==> %s", st.name)
+		plan.Say(s.say, "", "%s", st.name)
 		start := time.Now()
 		msg, err := st.run(ctx)
 		if err != nil {

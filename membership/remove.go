@@ -23,30 +23,22 @@ import (
 	"devata.dev/devata/internal/drain"
 	"devata.dev/devata/internal/heartbeat"
 	"devata.dev/devata/inventory"
+	"devata.dev/devata/plan"
 	"devata.dev/devata/talosapi"
 )
 
-// StepKind names one step of a removal, in the order they run.
-type StepKind string
-
+// The kinds of a removal's steps, in the order they run.
 const (
-	StepCordon     StepKind = "cordon"
-	StepDrain      StepKind = "drain"
-	StepEtcdLeave  StepKind = "etcd-leave"
-	StepEtcdRemove StepKind = "etcd-remove-member"
-	StepReset      StepKind = "reset"
-	StepDeleteNode StepKind = "delete-node"
+	StepCordon     plan.Kind = "cordon"
+	StepDrain      plan.Kind = "drain"
+	StepEtcdLeave  plan.Kind = "etcd-leave"
+	StepEtcdRemove plan.Kind = "etcd-remove-member"
+	StepReset      plan.Kind = "reset"
+	StepDeleteNode plan.Kind = "delete-node"
 )
 
-// Step is one step of a removal plan: pending, or not needed and why.
-type Step struct {
-	Kind    StepKind
-	Pending bool
-	// What says what the step does (pending) or why it is not needed.
-	What string
-	// Manual is the command that does the same by hand.
-	Manual string
-}
+// byRemove is the command that takes a removal's steps.
+const byRemove = "remove"
 
 // Plan is what removing one orphan takes, as observed under the lock.
 type Plan struct {
@@ -60,40 +52,26 @@ type Plan struct {
 	Machine                *inventory.Machine
 	Reachable, Maintenance bool
 	// Node: its Kubernetes Node exists.
-	Node  bool
-	Steps []Step
+	Node bool
+	// Steps are pending or done (not needed: Reason says why); a pending
+	// one's Talosctl is the command that does the same by hand.
+	Steps []plan.Step
 	// Notes are what the operator should know before confirming.
 	Notes []string
 }
 
 // Pending are the steps to run.
-func (p *Plan) Pending() []Step {
-	var out []Step
-	for _, s := range p.Steps {
-		if s.Pending {
-			out = append(out, s)
-		}
-	}
-	return out
-}
+func (p *Plan) Pending() []plan.Step { return plan.WithStatus(p.Steps, plan.StatusPending) }
 
-// Write prints the plan for people.
+// Write prints the plan for people: the steps as devata plan writes
+// them (plan.WriteSteps), each pending one with its command by hand.
 func (p *Plan) Write(w io.Writer) {
 	role := "worker"
 	if p.ControlPlane {
 		role = "control plane (etcd member " + etcdres.FormatMemberID(p.MemberID) + ")"
 	}
 	fmt.Fprintf(w, "remove %s, a %s: %d of %d steps pending\n", p.Name, role, len(p.Pending()), len(p.Steps))
-	for i, s := range p.Steps {
-		mark := "  done "
-		if s.Pending {
-			mark = "  todo "
-		}
-		fmt.Fprintf(w, "%s%d. %-18s %s\n", mark, i+1, s.Kind, s.What)
-		if s.Pending && s.Manual != "" {
-			fmt.Fprintf(w, "         by hand: %s\n", s.Manual)
-		}
-	}
+	_ = plan.WriteSteps(w, p.Steps, true) // as the lines above: a terminal's error is not the plan's
 	for _, n := range p.Notes {
 		fmt.Fprintf(w, "note: %s\n", n)
 	}
@@ -232,27 +210,36 @@ func (r *Remover) Plan(ctx context.Context, name string) (*Plan, error) {
 // steps fills the plan's steps from what it observed.
 func (r *Remover) steps(p *Plan) {
 	talosctl := r.Dialer.Talosctl
-	node := func(pending bool, kind StepKind, what, manual string) {
-		if !p.Node {
-			pending, what = false, "no Node "+p.Name
-		}
-		p.Steps = append(p.Steps, Step{Kind: kind, Pending: pending, What: what, Manual: manual})
+	pending := func(kind plan.Kind, what, why, manual string) plan.Step {
+		return plan.Step{Kind: kind, Machine: p.Name, Status: plan.StatusPending, By: byRemove, Summary: what, Reason: why, Talosctl: []string{manual}}
 	}
-	node(true, StepCordon, "mark Node "+p.Name+" unschedulable", "kubectl cordon "+p.Name)
-	node(true, StepDrain, "evict its pods (DaemonSet and mirror pods stay), honouring PodDisruptionBudgets", "kubectl drain "+p.Name+" --ignore-daemonsets --delete-emptydir-data")
+	done := func(kind plan.Kind, what, why string) plan.Step {
+		return plan.Step{Kind: kind, Machine: p.Name, Status: plan.StatusDone, By: byRemove, Summary: what, Reason: why}
+	}
+	node := func(kind plan.Kind, what, manual string) {
+		if !p.Node {
+			p.Steps = append(p.Steps, done(kind, what, "no Node "+p.Name))
+			return
+		}
+		p.Steps = append(p.Steps, pending(kind, what, "its Node exists", manual))
+	}
+	node(StepCordon, "mark Node "+p.Name+" unschedulable", "kubectl cordon "+p.Name)
+	node(StepDrain, "evict its pods (DaemonSet and mirror pods stay), honouring PodDisruptionBudgets", "kubectl drain "+p.Name+" --ignore-daemonsets --delete-emptydir-data")
 	if p.ControlPlane {
 		switch {
 		case p.Reachable && !p.Maintenance:
-			p.Steps = append(p.Steps, Step{Kind: StepEtcdLeave, Pending: true,
-				What:   "EtcdLeaveCluster on " + p.Name + ": it removes its own member, stops its etcd and deletes its data",
-				Manual: talosctl(p.Machine) + " etcd leave"})
+			p.Steps = append(p.Steps, pending(StepEtcdLeave,
+				"EtcdLeaveCluster on "+p.Name+": it removes its own member, stops its etcd and deletes its data",
+				"it is etcd member "+etcdres.FormatMemberID(p.MemberID)+" and answers, configured",
+				talosctl(p.Machine)+" etcd leave"))
 		default:
-			p.Steps = append(p.Steps, Step{Kind: StepEtcdRemove, Pending: true,
-				What:   "EtcdRemoveMemberByID " + etcdres.FormatMemberID(p.MemberID) + " through a member that stays (" + p.Name + " cannot leave by itself)",
-				Manual: "talosctl -n <a control plane> etcd remove-member " + etcdres.FormatMemberID(p.MemberID)})
+			p.Steps = append(p.Steps, pending(StepEtcdRemove,
+				"EtcdRemoveMemberByID "+etcdres.FormatMemberID(p.MemberID)+" through a member that stays",
+				"it is etcd member "+etcdres.FormatMemberID(p.MemberID)+" and cannot leave by itself (it does not answer, or answers in maintenance mode)",
+				"talosctl -n <a control plane> etcd remove-member "+etcdres.FormatMemberID(p.MemberID)))
 		}
 	} else {
-		p.Steps = append(p.Steps, Step{Kind: StepEtcdLeave, What: "not an etcd member"})
+		p.Steps = append(p.Steps, done(StepEtcdLeave, "leave etcd", "not an etcd member"))
 	}
 	switch {
 	case p.Reachable && !p.Maintenance:
@@ -261,15 +248,16 @@ func (r *Remover) steps(p *Plan) {
 		if r.PowerOff {
 			after, manual = "halts", " reset --graceful --wipe-mode system-disk"
 		}
-		p.Steps = append(p.Steps, Step{Kind: StepReset, Pending: true,
-			What:   "Reset, graceful, the system disk wiped (user disks untouched); it " + after,
-			Manual: talosctl(p.Machine) + manual})
+		p.Steps = append(p.Steps, pending(StepReset,
+			"Reset, graceful, the system disk wiped (user disks untouched); it "+after,
+			"it answers, configured",
+			talosctl(p.Machine)+manual))
 	case p.Maintenance:
-		p.Steps = append(p.Steps, Step{Kind: StepReset, What: "already in maintenance mode"})
+		p.Steps = append(p.Steps, done(StepReset, "reset the machine", "already in maintenance mode"))
 	default:
-		p.Steps = append(p.Steps, Step{Kind: StepReset, What: "the machine does not answer"})
+		p.Steps = append(p.Steps, done(StepReset, "reset the machine", "the machine does not answer"))
 	}
-	node(true, StepDeleteNode, "delete Node "+p.Name, "kubectl delete node "+p.Name)
+	node(StepDeleteNode, "delete Node "+p.Name, "kubectl delete node "+p.Name)
 }
 
 // machine is how the orphan is dialed: the dial settings' address for the
@@ -329,7 +317,7 @@ func identify(o *talosapi.Observation, name string, memberID uint64) error {
 // reports, so it continues where it stopped.
 func (r *Remover) Run(ctx context.Context, p *Plan) error {
 	for _, s := range p.Pending() {
-		r.say("==> %s: %s", p.Name, s.Kind)
+		plan.Say(r.say, p.Name, "%s", s.Kind)
 		var err error
 		switch s.Kind {
 		case StepCordon:
@@ -347,8 +335,8 @@ func (r *Remover) Run(ctx context.Context, p *Plan) error {
 		}
 		if err != nil {
 			next := "fix that, then run devata remove " + p.Name + " again: it continues from what the cluster reports"
-			if s.Manual != "" {
-				next += " (by hand: " + s.Manual + ")"
+			if len(s.Talosctl) > 0 {
+				next += " (by hand: " + strings.Join(s.Talosctl, "; ") + ")"
 			}
 			return fmt.Errorf("%s %s: %w\n%s", p.Name, s.Kind, err, next)
 		}

@@ -9,6 +9,7 @@ import (
 
 	"devata.dev/devata/internal/drain"
 	"devata.dev/devata/inventory"
+	"devata.dev/devata/plan"
 )
 
 // DefaultDrainTimeout bounds a drain before a rebooting change when
@@ -31,7 +32,7 @@ func (r *Rollout) drainTimeout() time.Duration { return cmp.Or(r.DrainTimeout, D
 // the same, so that what blocks is named before anything is sent.
 func (r *Rollout) drainBefore(ctx context.Context, m *inventory.Machine, talosDrains bool) (func(context.Context) error, error) {
 	if r.Kube == nil {
-		r.say("==> %s: not drained: devata has no kubeconfig, so its Node is neither cordoned nor drained before the reboot and its pods go down with it (pass --kubeconfig to drain, or --drain=false to say so)", m.Name)
+		plan.Say(r.say, m.Name, "not drained: devata has no kubeconfig, so its Node is neither cordoned nor drained before the reboot and its pods go down with it (pass --kubeconfig to drain, or --drain=false to say so)")
 		return nil, nil
 	}
 	bound := r.drainTimeout()
@@ -40,7 +41,7 @@ func (r *Rollout) drainBefore(ctx context.Context, m *inventory.Machine, talosDr
 	if talosDrains {
 		why = "MachineService.Upgrade would drain it too; devata drains first, so that what blocks is named before anything is sent"
 	}
-	r.say("==> %s: cordon and drain Node %s before the reboot (%s)", m.Name, m.Name, why)
+	plan.Say(r.say, m.Name, "cordon and drain Node %s before the reboot (%s)", m.Name, why)
 	ours, err := d.Cordon(ctx, m.Name, true)
 	switch {
 	case errors.Is(err, drain.ErrNoNode):

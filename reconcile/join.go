@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"devata.dev/devata/plan"
 	"devata.dev/devata/talosapi"
 )
 
@@ -70,7 +71,7 @@ func (r *Rollout) join(ctx context.Context, a Action) error {
 	m := a.Machine
 	start := time.Now()
 	desired := r.Desired[m.Name]
-	r.say("==> %s: join: its config over the maintenance connection (insecure, mode auto); it installs and reboots", m.Name)
+	plan.Say(r.say, m.Name, "join: its config over the maintenance connection (insecure, mode auto); it installs and reboots")
 	err := talosapi.ApplyMaintenance(ctx, r.Dialer, m, desired, r.Timeout)
 	switch {
 	case errors.Is(err, talosapi.ErrConfigured):

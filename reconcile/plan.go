@@ -20,6 +20,7 @@ import (
 	"devata.dev/devata/gate"
 	"devata.dev/devata/internal/talos"
 	"devata.dev/devata/inventory"
+	"devata.dev/devata/plan"
 	"devata.dev/devata/talosapi"
 )
 
@@ -105,8 +106,9 @@ type Plan struct {
 	Kubernetes *gate.KubeRollout
 
 	// drain: the rollout drains before a rebooting change (Planner.Drain);
-	// noKube: it has no kubeconfig to do it with.
-	drain, noKube bool
+	// noKube: it has no kubeconfig to do it with; forceAPIs: the
+	// deprecated APIs were not checked (Planner.ForceDeprecatedAPIs).
+	drain, noKube, forceAPIs bool
 }
 
 // Hops says whether the plan upgrades a machine on a hop of a longer way:
@@ -117,7 +119,7 @@ func (p *Plan) Hops() bool {
 
 // Pending returns the actions that change something: config applies, joins and upgrades.
 func (p *Plan) Pending() []Action {
-	return slices.DeleteFunc(slices.Clone(p.Actions), func(a Action) bool { return a.Kind != KindApply && a.Kind != KindUpgrade && a.Kind != KindJoin })
+	return plan.Where(p.Actions, func(a Action) bool { return a.Kind == KindApply || a.Kind == KindUpgrade || a.Kind == KindJoin })
 }
 
 // UpgradesNext says whether an applied config leaves its machine an
@@ -158,13 +160,7 @@ func (p *Plan) Skipped() []Action {
 }
 
 func (p *Plan) ofKind(k Kind) []Action {
-	var out []Action
-	for _, a := range p.Actions {
-		if a.Kind == k {
-			out = append(out, a)
-		}
-	}
-	return out
+	return plan.Where(p.Actions, func(a Action) bool { return a.Kind == k })
 }
 
 // Reboots reports whether any pending action reboots its machine.
@@ -252,16 +248,16 @@ func (p *Planner) Plan(ctx context.Context, only []*inventory.Machine) (*Plan, e
 		}
 		return 0
 	})
-	plan := &Plan{Actions: actions, drain: p.Drain, noKube: p.Kube == nil}
+	out := &Plan{Actions: actions, drain: p.Drain, noKube: p.Kube == nil, forceAPIs: p.ForceDeprecatedAPIs}
 	if ctx.Err() == nil {
 		others := sync.OnceValue(func() []*talosapi.Observation { return p.observeOthers(ctx, actions) })
 		p.planJoins(actions, others)
-		plan.Kubernetes = p.planKubernetes(ctx, actions, others)
+		out.Kubernetes = p.planKubernetes(ctx, actions, others)
 	}
 	for i := range actions {
 		actions[i].seen = nil
 	}
-	return plan, ctx.Err()
+	return out, ctx.Err()
 }
 
 func (p *Planner) planOne(ctx context.Context, m *inventory.Machine) Action {

@@ -14,6 +14,7 @@ import (
 	"devata.dev/devata/gate"
 	"devata.dev/devata/internal/heartbeat"
 	"devata.dev/devata/inventory"
+	"devata.dev/devata/plan"
 	"devata.dev/devata/talosapi"
 )
 
@@ -379,7 +380,7 @@ func (r *Rollout) change(ctx context.Context, a Action) error {
 // notReady what kept it from being ready before.
 func (r *Rollout) applyWait(ctx context.Context, m *inventory.Machine, cfg []byte, mode talosapi.Mode, reboots bool, summary, notReady string) error {
 	start := time.Now()
-	r.say("==> %s: apply (%s): %s", m.Name, mode, summary)
+	plan.Say(r.say, m.Name, "apply (%s): %s", mode, summary)
 	if notReady != "" {
 		r.say("    %s: %s; the wait after the change needs it running and ready", m.Name, notReady)
 	}

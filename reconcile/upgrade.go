@@ -16,6 +16,7 @@ import (
 	"devata.dev/devata/internal/talos"
 	"devata.dev/devata/inventory"
 	"devata.dev/devata/machines"
+	"devata.dev/devata/plan"
 	"devata.dev/devata/talosapi"
 )
 
@@ -217,9 +218,9 @@ func (r *Rollout) upgrade(ctx context.Context, a Action) error {
 		u.Via = talosapi.UpgradeViaLegacy // staging is the legacy call's alone
 	}
 	if u.From == u.To {
-		r.say("==> %s: reinstall Talos %s (%s) through %s, REBOOTS", m.Name, u.To, u.Image, u.Via)
+		plan.Say(r.say, m.Name, "reinstall Talos %s (%s) through %s, REBOOTS", u.To, u.Image, u.Via)
 	} else {
-		r.say("==> %s: upgrade Talos %s → %s (%s) through %s, REBOOTS", m.Name, u.From, u.To, u.Image, u.Via)
+		plan.Say(r.say, m.Name, "upgrade Talos %s → %s (%s) through %s, REBOOTS", u.From, u.To, u.Image, u.Via)
 	}
 	if a.NotReady != "" {
 		r.say("    %s: %s; the wait after the upgrade needs it running and ready", m.Name, a.NotReady)

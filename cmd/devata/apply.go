@@ -13,6 +13,7 @@ import (
 	"golang.org/x/term"
 
 	"devata.dev/devata/inventory"
+	"devata.dev/devata/plan"
 	"devata.dev/devata/reconcile"
 	"devata.dev/devata/talosapi"
 )
@@ -338,7 +339,7 @@ func (a *app) apply(ctx context.Context, flags applyFlags) error {
 		if !again {
 			return err
 		}
-		fmt.Fprintf(out, "==> this round is done: planning again (the upgrades its configs went before, or the next hop)\n")
+		fmt.Fprintln(out, plan.StepLine("", "this round is done: planning again (the upgrades its configs went before, or the next hop)"))
 	}
 }
 

@@ -20,6 +20,7 @@ import (
 	"devata.dev/devata/bootstrap"
 	"devata.dev/devata/drift"
 	"devata.dev/devata/inventory"
+	"devata.dev/devata/plan"
 	"devata.dev/devata/talosapi"
 )
 
@@ -161,7 +162,7 @@ func (a *app) bootstrap(ctx context.Context, flags bootstrapFlags) error {
 		}
 		return exitWith(exitTrouble, err)
 	}
-	fmt.Fprintln(out, "==> drift report")
+	fmt.Fprintln(out, plan.StepLine("", "drift report"))
 	var kube kubernetes.Interface
 	if !flags.skipNodes {
 		if kube, err = talosapi.KubeClient(seq.NodesKubeconfig()); err != nil {
@@ -224,7 +225,7 @@ func nodesReady(ctx context.Context, kube kubernetes.Interface) (ready, known bo
 // settings; with --recover-from URL also the snapshot's source, and
 // cleanup, which removes a fetched copy: call it whatever happens, once
 // the sequence is done.
-func (a *app) sequenceOptions(ctx context.Context, f sequenceFlags) (bootstrap.Options, *bootstrap.RecoverSource, func(), error) {
+func (a *app) sequenceOptions(ctx context.Context, f sequenceFlags) (bootstrap.Options, *plan.RecoverSource, func(), error) {
 	opts := bootstrap.Options{
 		InventoryPath: a.settings.Inventory,
 		AgeIdentities: new(a.ageIdentities()),
@@ -260,12 +261,12 @@ func (a *app) sequenceOptions(ctx context.Context, f sequenceFlags) (bootstrap.O
 // (s3://…/latest|NAME, file:///dir/latest|NAME) is, for plan, described by
 // its sidecar alone, and for bootstrap fetched into a private copy and
 // verified there, which cleanup removes (called whatever happens).
-func (a *app) recoverFrom(ctx context.Context, f sequenceFlags, opts *bootstrap.Options) (*bootstrap.RecoverSource, func(), error) {
+func (a *app) recoverFrom(ctx context.Context, f sequenceFlags, opts *bootstrap.Options) (*plan.RecoverSource, func(), error) {
 	none := func() {}
 	if f.recoverFrom == "" {
 		return nil, none, nil
 	}
-	refused := func(err error) (*bootstrap.RecoverSource, func(), error) {
+	refused := func(err error) (*plan.RecoverSource, func(), error) {
 		var ee *exitError
 		if errors.As(err, &ee) { // a usage error, or recoverSnapshot's, which says nothing was sent
 			return nil, none, err

@@ -5,11 +5,11 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"devata.dev/devata/bootstrap"
 	"devata.dev/devata/checks"
 	"devata.dev/devata/config"
 	"devata.dev/devata/drift"
 	"devata.dev/devata/inventory"
+	"devata.dev/devata/plan"
 	"devata.dev/devata/talosapi"
 )
 
@@ -22,7 +22,7 @@ import (
 func (a *app) registerCompletions(root *cobra.Command) {
 	outputs := map[string][]string{ // commands whose -o is a format, not a path
 		"drift":   formatNames(),
-		"plan":    {bootstrap.FormatText, bootstrap.FormatMarkdown, bootstrap.FormatJSON},
+		"plan":    plan.Formats(),
 		"apply":   {"text", "json"},
 		"upgrade": {"text", "json"},
 	}

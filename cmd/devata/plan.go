@@ -12,6 +12,7 @@ import (
 	"devata.dev/devata/bootstrap"
 	"devata.dev/devata/inventory"
 	"devata.dev/devata/membership"
+	"devata.dev/devata/plan"
 	"devata.dev/devata/reconcile"
 	"devata.dev/devata/talosapi"
 )
@@ -59,7 +60,7 @@ Exit 0 nothing to do, 1 actions pending, 2 error or a blocked action.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			switch flags.output {
-			case bootstrap.FormatText, bootstrap.FormatMarkdown, bootstrap.FormatJSON:
+			case plan.FormatText, plan.FormatMarkdown, plan.FormatJSON:
 			default:
 				return usageError(fmt.Errorf("unknown output %q: use text, markdown or json", flags.output))
 			}
@@ -71,37 +72,37 @@ Exit 0 nothing to do, 1 actions pending, 2 error or a blocked action.`,
 			defer cleanup()
 			opts.Out = a.streams.Err // warnings only
 			seq := bootstrap.New(opts)
-			plan, err := seq.Plan(cmd.Context())
+			doc, err := seq.Plan(cmd.Context())
 			if err != nil {
 				return exitWith(exitTrouble, err)
 			}
-			plan.Provenance = a.inventoryProvenance(cmd.Context(), a.settings.Inventory)
-			plan.RecoverFrom = src
+			doc.Provenance = a.inventoryProvenance(cmd.Context(), a.settings.Inventory)
+			doc.RecoverFrom = src
 			var kube kubernetes.Interface
 			if inv := seq.Inventory(); inv != nil {
 				if kube, _, err = a.sessionKubeClients(inv); err != nil {
 					kube = nil
 				}
 			}
-			plan.Orphans = a.planOrphans(cmd.Context(), seq.Inventory(), seq.Dialer(), kube)
-			plan.Kubernetes = a.planKubernetes(cmd.Context(), seq, plan, kube)
+			doc.Orphans = a.planOrphans(cmd.Context(), seq.Inventory(), seq.Dialer(), kube)
+			doc.Kubernetes = a.planKubernetes(cmd.Context(), seq, doc, kube)
 			if inv := seq.Inventory(); inv != nil && len(inv.Groups) > 0 {
-				plan.Patches = bootstrap.PatchOrders(inv)
+				doc.Patches = plan.PatchOrders(inv)
 			}
-			if err := bootstrap.WritePlan(a.streams.Out, flags.output, plan, a.settings.Simulated); err != nil {
+			if err := plan.Write(a.streams.Out, flags.output, doc, a.settings.Simulated); err != nil {
 				return exitWith(exitTrouble, err)
 			}
-			if blocked := plan.Blocked(); len(blocked) > 0 {
+			if blocked := doc.Blocked(); len(blocked) > 0 {
 				return exitWith(exitTrouble, fmt.Errorf("%d %s blocked: see the reasons above", len(blocked), plural(len(blocked), "step is", "steps are")))
 			}
-			if len(plan.Pending()) > 0 {
+			if len(doc.Pending()) > 0 {
 				return exitWith(exitFailed, nil)
 			}
 			return nil
 		},
 	}
 	flags.register(cmd, true)
-	cmd.Flags().StringVarP(&flags.output, "output", "o", bootstrap.FormatText, "plan format: text, markdown (a runbook) or json")
+	cmd.Flags().StringVarP(&flags.output, "output", "o", plan.FormatText, "plan format: text, markdown (a runbook) or json")
 	return cmd
 }
 
@@ -109,7 +110,7 @@ Exit 0 nothing to do, 1 actions pending, 2 error or a blocked action.`,
 // longer has, through the inventory and dialer the plan already built. It
 // is best effort: before the cluster exists (no control plane reporting
 // etcd) there are none to list, and plan says nothing about them.
-func (a *app) planOrphans(ctx context.Context, inv *inventory.Inventory, d *talosapi.Dialer, kube kubernetes.Interface) []bootstrap.Orphan {
+func (a *app) planOrphans(ctx context.Context, inv *inventory.Inventory, d *talosapi.Dialer, kube kubernetes.Interface) []plan.Orphan {
 	if inv == nil || d == nil {
 		return nil
 	}
@@ -117,9 +118,9 @@ func (a *app) planOrphans(ctx context.Context, inv *inventory.Inventory, d *talo
 	if err != nil {
 		a.log.Debug("orphans not fully observed", "error", err)
 	}
-	out := make([]bootstrap.Orphan, 0, len(found))
+	out := make([]plan.Orphan, 0, len(found))
 	for _, o := range found {
-		out = append(out, bootstrap.Orphan{Name: o.Name, What: o.What(), Remove: "devata remove " + o.Name})
+		out = append(out, plan.Orphan{Name: o.Name, What: o.What(), Remove: "devata remove " + o.Name})
 	}
 	return out
 }
@@ -127,8 +128,8 @@ func (a *app) planOrphans(ctx context.Context, inv *inventory.Inventory, d *talo
 // planKubernetes is the Kubernetes version change devata apply would make
 // now, from its own plan (dry runs only: nothing is written); nil when no
 // configured machine's config changes or none moves a version.
-func (a *app) planKubernetes(ctx context.Context, seq *bootstrap.Sequence, plan *bootstrap.Plan, kube kubernetes.Interface) *bootstrap.KubernetesChange {
-	if seq.Inventory() == nil || seq.Dialer() == nil || !slices.ContainsFunc(plan.Pending(), func(x bootstrap.Action) bool { return x.Step == bootstrap.StepApply }) {
+func (a *app) planKubernetes(ctx context.Context, seq *bootstrap.Sequence, doc *plan.Plan, kube kubernetes.Interface) *plan.KubernetesChange {
+	if seq.Inventory() == nil || seq.Dialer() == nil || !slices.ContainsFunc(doc.Pending(), func(x plan.Step) bool { return x.Kind == bootstrap.StepApply }) {
 		return nil
 	}
 	p := &reconcile.Planner{Inventory: seq.Inventory(), Desired: seq.Desired(), Dialer: seq.Dialer(), Mode: talosapi.ModeAuto,
@@ -138,16 +139,16 @@ func (a *app) planKubernetes(ctx context.Context, seq *bootstrap.Sequence, plan 
 		return nil
 	}
 	k := rp.Kubernetes
-	out := &bootstrap.KubernetesChange{From: k.From, To: k.To, Refused: k.Refused, Next: k.Next()}
+	out := &plan.KubernetesChange{From: k.From, To: k.To, Refused: k.Refused, Before: rp.KubernetesBefore(), Next: k.Next()}
 	if k.Refused != "" {
 		return out
 	}
 	for _, c := range talosapi.KubeOrder {
 		switch {
 		case k.Held[c] != "":
-			out.Steps = append(out.Steps, bootstrap.KubernetesStep{Component: c, Held: k.Held[c]})
+			out.Steps = append(out.Steps, plan.KubernetesStep{Component: c, Held: k.Held[c]})
 		case len(k.Moves[c]) > 0:
-			out.Steps = append(out.Steps, bootstrap.KubernetesStep{Component: c, Machines: k.Moves[c]})
+			out.Steps = append(out.Steps, plan.KubernetesStep{Component: c, Machines: k.Moves[c]})
 		}
 	}
 	if cps := seq.Inventory().ControlPlanes(); len(cps) > 0 {

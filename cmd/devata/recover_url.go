@@ -12,6 +12,7 @@ import (
 	"devata.dev/devata/backup/store"
 	"devata.dev/devata/bootstrap"
 	"devata.dev/devata/inventory"
+	"devata.dev/devata/plan"
 	"devata.dev/devata/snapshot"
 )
 
@@ -29,7 +30,7 @@ type recoverURL struct {
 	dest  string // the destination as given, its query included (the store's settings)
 	entry backup.Entry
 	// source is what plan shows and bootstrap says.
-	source *bootstrap.RecoverSource
+	source *plan.RecoverSource
 }
 
 // resolveRecoverURL finds the snapshot raw names: DEST/latest, the newest
@@ -71,10 +72,10 @@ func (a *app) resolveRecoverURL(ctx context.Context, inv *inventory.Inventory, r
 	return r, nil
 }
 
-func recoverSourceOf(url string, s backup.Sidecar) *bootstrap.RecoverSource {
-	src := &bootstrap.RecoverSource{URL: url, Cluster: s.Cluster, Time: s.Time, Revision: s.EtcdRevision, Members: s.Members, Size: s.Size, SHA256: s.SHA256}
+func recoverSourceOf(url string, s backup.Sidecar) *plan.RecoverSource {
+	src := &plan.RecoverSource{URL: url, Cluster: s.Cluster, Time: s.Time, Revision: s.EtcdRevision, Members: s.Members, Size: s.Size, SHA256: s.SHA256}
 	if p := s.Verified; p != nil {
-		src.Verified = &bootstrap.RecoverProof{Time: p.Time, Result: p.Result, EtcdVersion: p.EtcdVersion, Revision: p.Revision, Error: p.Error}
+		src.Verified = &plan.RecoverProof{Time: p.Time, Result: p.Result, EtcdVersion: p.EtcdVersion, Revision: p.Revision, Error: p.Error}
 	}
 	return src
 }
@@ -92,7 +93,7 @@ func redactURL(raw string) string {
 // describes it, held to the inventory (cluster, members) as bootstrap
 // holds the snapshot itself; nothing of the snapshot is fetched. The
 // sidecar holds member names, not IDs.
-func (a *app) planRecoverURL(ctx context.Context, inv *inventory.Inventory, raw string, foreign bool) (*snapshot.File, *bootstrap.RecoverSource, error) {
+func (a *app) planRecoverURL(ctx context.Context, inv *inventory.Inventory, raw string, foreign bool) (*snapshot.File, *plan.RecoverSource, error) {
 	r, err := a.resolveRecoverURL(ctx, inv, raw)
 	if err != nil {
 		return nil, nil, err
@@ -124,7 +125,7 @@ func (a *app) foreignCheck(err error, foreign bool) error {
 // to the local path (recoverSnapshot) as NAME and NAME.json, which checks
 // it as it checks a file. cleanup removes the copy; the caller calls it
 // whatever happens, once the sequence is done with the file.
-func (a *app) fetchRecoverURL(ctx context.Context, opts *bootstrap.Options, inv *inventory.Inventory, raw string, foreign bool) (*bootstrap.RecoverSource, func(), error) {
+func (a *app) fetchRecoverURL(ctx context.Context, opts *bootstrap.Options, inv *inventory.Inventory, raw string, foreign bool) (*plan.RecoverSource, func(), error) {
 	none := func() {}
 	r, err := a.resolveRecoverURL(ctx, inv, raw)
 	if err != nil {
@@ -144,7 +145,7 @@ func (a *app) fetchRecoverURL(ctx context.Context, opts *bootstrap.Options, inv 
 	named := func(err error) error {
 		return errors.New(strings.ReplaceAll(err.Error(), tmp+string(os.PathSeparator), r.source.URL[:len(r.source.URL)-len(r.entry.Name)]))
 	}
-	fail := func(err error) (*bootstrap.RecoverSource, func(), error) {
+	fail := func(err error) (*plan.RecoverSource, func(), error) {
 		cleanup()
 		var ee *exitError
 		if errors.As(err, &ee) {

@@ -4,10 +4,12 @@ import (
 	"fmt"
 	"io"
 	"time"
+
+	"devata.dev/devata/plan"
 )
 
-// step prints one step of the demo: its title when it starts ("==> …") and,
-// indented, what it came to and how long it took.
+// step prints one step of the demo: its title when it starts (plan.StepLine,
+// after a blank line) and, indented, what it came to and how long it took.
 type step struct {
 	out   io.Writer
 	start time.Time
@@ -15,7 +17,7 @@ type step struct {
 
 func startStep(out io.Writer, format string, args ...any) step {
 	s := step{out: out, start: time.Now()}
-	fmt.Fprintf(out, "\n==> %s\n", fmt.Sprintf(format, args...))
+	fmt.Fprintf(out, "\n%s\n", plan.StepLine("", fmt.Sprintf(format, args...)))
 	return s
 }
 

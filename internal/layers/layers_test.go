@@ -44,6 +44,11 @@ var allowed = []struct {
 	// the spec and what is rendered from it
 	{"inventory", []string{"internal/talos", "redact"}},
 	{"render", []string{"internal/configview", "internal/outfile", "internal/talos", "inventory", "redact"}},
+	// the one shape of a plan (steps, their writers, the step line): above
+	// the spec, whose patch layers it prints, and drift, whose rungs its
+	// evidence names; below every planner (bootstrap, reconcile,
+	// membership) and the demo, which all speak it
+	{"plan", []string{"drift", "inventory", "provenance"}},
 	// the Talos API and the checks of what it reports
 	{"talosapi", []string{"internal/configview", "inventory", "redact"}},
 	{"machines", []string{"drift", "internal/talos", "inventory", "redact", "talosapi"}},
@@ -55,16 +60,16 @@ var allowed = []struct {
 	// the one list of checks
 	{"checks", []string{"certcheck", "dnscheck", "drift", "inventory", "machines", "netcheck", "storagecheck", "talosapi"}},
 	// what changes machines
-	{"reconcile", []string{"render", "checks", "drift", "gate", "internal/drain", "internal/heartbeat", "internal/talos", "inventory", "machines", "provenance", "talosapi"}},
-	{"bootstrap", []string{"render", "checks", "drift", "gate", "internal/heartbeat", "internal/talos", "inventory", "machines", "provenance", "snapshot", "talosapi"}},
+	{"reconcile", []string{"render", "checks", "drift", "gate", "internal/drain", "internal/heartbeat", "internal/talos", "inventory", "machines", "plan", "provenance", "talosapi"}},
+	{"bootstrap", []string{"render", "checks", "drift", "gate", "internal/heartbeat", "internal/talos", "inventory", "machines", "plan", "provenance", "snapshot", "talosapi"}},
 	{"backup/store", []string{"redact"}},
 	{"backup", []string{"backup/store", "gate", "internal/outfile", "inventory", "provenance", "snapshot", "talosapi"}},
-	{"membership", []string{"gate", "internal/configview", "internal/drain", "internal/heartbeat", "inventory", "talosapi"}},
+	{"membership", []string{"gate", "internal/configview", "internal/drain", "internal/heartbeat", "inventory", "plan", "talosapi"}},
 	// test bed and tools
 	{"internal/simfleet", []string{"render", "internal/testenv", "inventory", "sim", "talosapi"}},
 	{"internal/simtest", []string{"render", "examples", "internal/simfleet", "inventory", "sim", "talosapi"}},
 	{"internal/demo", []string{
-		"render", "checks", "examples", "internal/simfleet", "internal/testenv", "inventory", "machines", "netcheck", "sim", "storagecheck",
+		"render", "checks", "examples", "internal/simfleet", "internal/testenv", "inventory", "machines", "netcheck", "plan", "sim", "storagecheck",
 	}},
 	{"internal/testenv/cmd/testbin", []string{"internal/testenv"}},
 	{"internal/fleetbench", []string{"render", "internal/testenv", "inventory", "talosapi"}},
@@ -73,7 +78,7 @@ var allowed = []struct {
 	// the command: parse, call, render
 	{"cmd/devata", []string{
 		"backup", "backup/store", "render", "bootstrap", "certcheck", "checks", "config", "drift", "examples", "gate", "internal/demo", "internal/simfleet",
-		"internal/outfile", "internal/termsafe", "internal/testenv", "inventory", "lock", "machines", "membership", "netcheck", "provenance", "reconcile", "redact", "sim", "snapshot", "storagecheck", "talosapi",
+		"internal/outfile", "internal/termsafe", "internal/testenv", "inventory", "lock", "machines", "membership", "netcheck", "plan", "provenance", "reconcile", "redact", "sim", "snapshot", "storagecheck", "talosapi",
 	}},
 }
 
