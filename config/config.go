@@ -152,7 +152,42 @@ func Load(flags *pflag.FlagSet, getenv func(string) string) (Settings, error) {
 	v.SetDefault("talosconfig", "")
 	v.SetDefault("kubeconfig", "")
 
-	// Environment: read through getenv so tests and callers control it.
+	envSet := loadEnv(v, getenv)
+	file, explicit := settingsFile(flags, getenv)
+	fileSettings := viper.New()
+	s := Settings{}
+	if file != "" {
+		found, err := loadFile(v, fileSettings, file, explicit, envSet)
+		if err != nil {
+			return Settings{}, err
+		}
+		if found {
+			s.File = file
+		}
+	}
+	loadFlags(v, flags)
+
+	if err := v.Unmarshal(&s, func(c *mapstructure.DecoderConfig) {
+		c.DecodeHook = mapstructure.ComposeDecodeHookFunc(mapstructure.StringToTimeDurationHookFunc(), mapstructure.StringToSliceHookFunc(","))
+		c.WeaklyTypedInput = true
+	}); err != nil {
+		return Settings{}, fmt.Errorf("settings: %w", err)
+	}
+	switch {
+	case envSet["backup"]:
+		s.Backup.EncryptToFrom = EnvBackupEncryptTo
+	case len(s.Backup.EncryptTo) > 0:
+		s.Backup.EncryptToFrom = "backup.encrypt-to in the settings file " + s.File
+	}
+	if s.File != "" {
+		resolveFilePaths(&s, fileSettings, flags, envSet)
+	}
+	return s, s.Validate()
+}
+
+// loadEnv sets into v what the environment (read through getenv, so that
+// tests and callers control it) holds, and says which top-level keys it set.
+func loadEnv(v *viper.Viper, getenv func(string) string) map[string]bool {
 	envSet := map[string]bool{}
 	// a list of paths, as PATH and KUBECONFIG take one (a comma may be in a path)
 	if val := getenv(envAgeIdentity); val != "" {
@@ -171,107 +206,109 @@ func Load(flags *pflag.FlagSet, getenv func(string) string) (Settings, error) {
 		}
 		for _, name := range names {
 			if val := getenv(name); val != "" {
-				v.Set(key, val) // overridden below by flags the user set
+				v.Set(key, val) // overridden later by flags the user set
 				envSet[key] = true
 				break
 			}
 		}
 	}
+	return envSet
+}
 
-	file, explicit := "", false
+// settingsFile is the settings file to read: --config, else DEVATA_CONFIG
+// (both explicit: it must exist), else the user's config directory's.
+func settingsFile(flags *pflag.FlagSet, getenv func(string) string) (file string, explicit bool) {
 	if flags != nil {
 		if f := flags.Lookup("config"); f != nil && f.Changed {
-			file, explicit = f.Value.String(), true
+			return f.Value.String(), true
 		}
 	}
-	if file == "" {
-		if env := getenv("DEVATA_CONFIG"); env != "" {
-			file, explicit = env, true
-		} else if dir, err := os.UserConfigDir(); err == nil {
-			file = filepath.Join(dir, "devata", "config.yaml")
-		}
+	if env := getenv("DEVATA_CONFIG"); env != "" {
+		return env, true
 	}
-	fileSettings := viper.New()
-	s := Settings{}
-	if file != "" {
-		fileSettings.SetConfigFile(file)
-		fileSettings.SetConfigType("yaml")
-		if err := fileSettings.ReadInConfig(); err != nil {
-			if explicit || !errors.Is(err, fs.ErrNotExist) {
-				return Settings{}, fmt.Errorf("settings file %s: %w (fix or remove it, or point --config elsewhere)", file, err)
-			}
-		} else {
-			s.File = file
-			if err := checkKeys(fileSettings, file); err != nil {
-				return Settings{}, err
-			}
-			for _, key := range fileSettings.AllKeys() {
-				top, _, _ := strings.Cut(key, ".")
-				if !envSet[top] {
-					v.Set(key, fileSettings.Get(key))
-				}
-			}
-			if dial := fileSettings.GetStringMapString("dial"); len(dial) > 0 {
-				v.Set("dial", dial)
-			}
-			if fileSettings.IsSet("age-identity") && !envSet["age-identity"] {
-				ids, err := pathList(fileSettings.Get("age-identity"))
-				if err != nil {
-					return Settings{}, fmt.Errorf("settings file %s: age-identity %w", file, err)
-				}
-				v.Set("age-identity", ids)
-			}
-		}
+	if dir, err := os.UserConfigDir(); err == nil {
+		return filepath.Join(dir, "devata", "config.yaml"), false
 	}
-	if flags != nil {
-		for _, key := range []string{"inventory", "talosconfig", "kubeconfig", "concurrency", "timeout", "output", "log-format", "verbose", "context", "endpoints", "age-identity", "allow-shared-age-identity"} {
-			f := flags.Lookup(key)
-			if f == nil || !f.Changed || key == "output" && f.Annotations[outputAnnotation] == nil {
-				continue
-			}
-			if sv, ok := f.Value.(pflag.SliceValue); ok {
-				v.Set(key, sv.GetSlice())
-				continue
-			}
-			v.Set(key, f.Value.String())
-		}
-	}
+	return "", false
+}
 
-	if err := v.Unmarshal(&s, func(c *mapstructure.DecoderConfig) {
-		c.DecodeHook = mapstructure.ComposeDecodeHookFunc(mapstructure.StringToTimeDurationHookFunc(), mapstructure.StringToSliceHookFunc(","))
-		c.WeaklyTypedInput = true
-	}); err != nil {
-		return Settings{}, fmt.Errorf("settings: %w", err)
-	}
-	switch {
-	case envSet["backup"]:
-		s.Backup.EncryptToFrom = EnvBackupEncryptTo
-	case len(s.Backup.EncryptTo) > 0:
-		s.Backup.EncryptToFrom = "backup.encrypt-to in the settings file " + s.File
-	}
-	if s.File != "" {
-		dir := filepath.Dir(s.File)
-		for _, key := range pathKeys {
-			fromFlag := flags != nil && flags.Lookup(key) != nil && flags.Lookup(key).Changed
-			if fileSettings.IsSet(key) && !envSet[key] && !fromFlag {
-				p := fieldPtr(&s, key)
-				if key == "kubeconfig" {
-					*p = resolveList(dir, *p)
-				} else if *p != "" && !filepath.IsAbs(*p) {
-					*p = filepath.Join(dir, *p)
-				}
-			}
+// loadFile reads the settings file into fileSettings and sets into v each
+// key the environment did not set. A missing file that was not asked for
+// explicitly is no error: found is false.
+func loadFile(v, fileSettings *viper.Viper, file string, explicit bool, envSet map[string]bool) (found bool, err error) {
+	fileSettings.SetConfigFile(file)
+	fileSettings.SetConfigType("yaml")
+	if err := fileSettings.ReadInConfig(); err != nil {
+		if explicit || !errors.Is(err, fs.ErrNotExist) {
+			return false, fmt.Errorf("settings file %s: %w (fix or remove it, or point --config elsewhere)", file, err)
 		}
-		fromFlag := flags != nil && flags.Lookup("age-identity") != nil && flags.Lookup("age-identity").Changed
-		if fileSettings.IsSet("age-identity") && !envSet["age-identity"] && !fromFlag {
-			for i, p := range s.AgeIdentity {
-				if p != "" && !filepath.IsAbs(p) {
-					s.AgeIdentity[i] = filepath.Join(dir, p)
-				}
-			}
+		return false, nil
+	}
+	if err := checkKeys(fileSettings, file); err != nil {
+		return false, err
+	}
+	for _, key := range fileSettings.AllKeys() {
+		top, _, _ := strings.Cut(key, ".")
+		if !envSet[top] {
+			v.Set(key, fileSettings.Get(key))
 		}
 	}
-	return s, s.Validate()
+	if dial := fileSettings.GetStringMapString("dial"); len(dial) > 0 {
+		v.Set("dial", dial)
+	}
+	if fileSettings.IsSet("age-identity") && !envSet["age-identity"] {
+		ids, err := pathList(fileSettings.Get("age-identity"))
+		if err != nil {
+			return false, fmt.Errorf("settings file %s: age-identity %w", file, err)
+		}
+		v.Set("age-identity", ids)
+	}
+	return true, nil
+}
+
+// loadFlags sets into v each global flag the user set, over the environment
+// and the file.
+func loadFlags(v *viper.Viper, flags *pflag.FlagSet) {
+	if flags == nil {
+		return
+	}
+	for _, key := range []string{"inventory", "talosconfig", "kubeconfig", "concurrency", "timeout", "output", "log-format", "verbose", "context", "endpoints", "age-identity", "allow-shared-age-identity"} {
+		f := flags.Lookup(key)
+		if f == nil || !f.Changed || key == "output" && f.Annotations[outputAnnotation] == nil {
+			continue
+		}
+		if sv, ok := f.Value.(pflag.SliceValue); ok {
+			v.Set(key, sv.GetSlice())
+			continue
+		}
+		v.Set(key, f.Value.String())
+	}
+}
+
+// resolveFilePaths resolves the relative paths that came from the settings
+// file (not the environment, not a flag) against the file's directory.
+func resolveFilePaths(s *Settings, fileSettings *viper.Viper, flags *pflag.FlagSet, envSet map[string]bool) {
+	fromFlag := func(key string) bool {
+		return flags != nil && flags.Lookup(key) != nil && flags.Lookup(key).Changed
+	}
+	dir := filepath.Dir(s.File)
+	for _, key := range pathKeys {
+		if fileSettings.IsSet(key) && !envSet[key] && !fromFlag(key) {
+			p := fieldPtr(s, key)
+			if key == "kubeconfig" {
+				*p = resolveList(dir, *p)
+			} else if *p != "" && !filepath.IsAbs(*p) {
+				*p = filepath.Join(dir, *p)
+			}
+		}
+	}
+	if fileSettings.IsSet("age-identity") && !envSet["age-identity"] && !fromFlag("age-identity") {
+		for i, p := range s.AgeIdentity {
+			if p != "" && !filepath.IsAbs(p) {
+				s.AgeIdentity[i] = filepath.Join(dir, p)
+			}
+		}
+	}
 }
 
 // envAgeIdentity is the age-identity setting's variable.

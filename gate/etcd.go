@@ -166,15 +166,13 @@ func observeEtcd(ctx context.Context, inv *inventory.Inventory, d *talosapi.Dial
 	}
 	slices.Sort(want)
 	var (
-		mu       sync.Mutex
-		v        EtcdView
-		seen     [][]string
-		learners = map[string]bool{}
-		leaders  = map[uint64]bool{}
-		waiting  []string
-		maint    []string
-		listed   = map[string]bool{}
+		mu      sync.Mutex
+		v       EtcdView
+		waiting []string
+		maint   []string
 	)
+	t := &etcdTally{v: &v, want: want, learners: map[string]bool{}, leaders: map[uint64]bool{}, listed: map[string]bool{}}
+	learners, leaders, listed := t.learners, t.leaders, t.listed
 	_ = talosapi.ForEach(ctx, cps, len(cps), timeout, func(ctx context.Context, m *inventory.Machine) error {
 		o := observe(ctx, d, m)
 		mu.Lock()
@@ -201,42 +199,15 @@ func observeEtcd(ctx context.Context, inv *inventory.Inventory, d *talosapi.Dial
 				waiting = append(waiting, m.Name)
 			}
 		default:
-			got := slices.Clone(o.Etcd.Members)
-			slices.Sort(got)
-			seen = append(seen, got)
-			if !slices.Equal(got, want) {
-				v.Problems = append(v.Problems, fmt.Sprintf("%s sees members [%s], want [%s]", m.Name, strings.Join(got, " "), strings.Join(want, " ")))
-			}
-			healthy := true
-			if o.EtcdErr != nil {
-				v.Problems = append(v.Problems, fmt.Sprintf("%s: %v", m.Name, o.EtcdErr))
-				healthy = false
-			}
-			if len(o.Etcd.Errors) > 0 {
-				v.Problems = append(v.Problems, fmt.Sprintf("%s: etcd reports %s", m.Name, strings.Join(o.Etcd.Errors, "; ")))
-				healthy = false
-			}
-			if o.EtcdErr == nil && o.Etcd.Leader == 0 {
-				healthy = false
-			}
-			if healthy {
-				v.Healthy = append(v.Healthy, m.Name)
-			}
-			for _, l := range o.Etcd.Learners {
-				learners[l] = true
-			}
-			for _, h := range append(slices.Clone(o.Etcd.Members), o.Etcd.Learners...) {
-				listed[h] = true
-			}
-			leaders[o.Etcd.Leader] = true
+			t.member(m, o)
 		}
 		return nil
 	})
 	if len(v.Problems) == 0 && (len(leaders) != 1 || leaders[0]) {
 		v.Problems = append(v.Problems, "control planes do not agree on one etcd leader")
 	}
-	if len(seen) > 0 && !slices.ContainsFunc(seen, func(s []string) bool { return !slices.Equal(s, seen[0]) }) {
-		v.Members = seen[0]
+	if len(t.seen) > 0 && !slices.ContainsFunc(t.seen, func(s []string) bool { return !slices.Equal(s, t.seen[0]) }) {
+		v.Members = t.seen[0]
 	}
 	// A healthy control plane that is not a member counts for nothing.
 	v.Healthy = slices.DeleteFunc(v.Healthy, func(m string) bool { return !slices.Contains(v.Members, m) })
@@ -275,6 +246,50 @@ func observeEtcd(ctx context.Context, inv *inventory.Inventory, d *talosapi.Dial
 		v.NotBootstrapped = waiting
 	}
 	return v
+}
+
+// etcdTally gathers, one control plane at a time (its caller holds the
+// lock), what the members that answered with a member list say.
+type etcdTally struct {
+	v        *EtcdView
+	want     []string // the inventory's control planes, sorted
+	seen     [][]string
+	learners map[string]bool
+	leaders  map[uint64]bool
+	listed   map[string]bool
+}
+
+// member counts one control plane whose etcd listed its members.
+func (t *etcdTally) member(m *inventory.Machine, o *talosapi.Observation) {
+	v := t.v
+	got := slices.Clone(o.Etcd.Members)
+	slices.Sort(got)
+	t.seen = append(t.seen, got)
+	if !slices.Equal(got, t.want) {
+		v.Problems = append(v.Problems, fmt.Sprintf("%s sees members [%s], want [%s]", m.Name, strings.Join(got, " "), strings.Join(t.want, " ")))
+	}
+	healthy := true
+	if o.EtcdErr != nil {
+		v.Problems = append(v.Problems, fmt.Sprintf("%s: %v", m.Name, o.EtcdErr))
+		healthy = false
+	}
+	if len(o.Etcd.Errors) > 0 {
+		v.Problems = append(v.Problems, fmt.Sprintf("%s: etcd reports %s", m.Name, strings.Join(o.Etcd.Errors, "; ")))
+		healthy = false
+	}
+	if o.EtcdErr == nil && o.Etcd.Leader == 0 {
+		healthy = false
+	}
+	if healthy {
+		v.Healthy = append(v.Healthy, m.Name)
+	}
+	for _, l := range o.Etcd.Learners {
+		t.learners[l] = true
+	}
+	for _, h := range append(slices.Clone(o.Etcd.Members), o.Etcd.Learners...) {
+		t.listed[h] = true
+	}
+	t.leaders[o.Etcd.Leader] = true
 }
 
 // NoQuorumReason says that etcd has no quorum, who runs without a leader

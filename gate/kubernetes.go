@@ -180,18 +180,7 @@ func PlanKubernetes(to string, ms []KubeMachine, noNodes string) *KubeRollout {
 		}
 	}
 
-	var behind []string
-	for _, m := range ms {
-		switch {
-		case !m.ControlPlane || m.Maintenance:
-			continue // a control plane in maintenance mode runs no API server
-		case slices.Contains(moving[m.Name], talosapi.KubeAPIServer):
-		case m.Running == nil:
-			behind = append(behind, m.Name+" ("+m.Why+")")
-		case !atLeast(talosapi.ImageTag(m.Running.APIServer), to):
-			behind = append(behind, fmt.Sprintf("%s (kube-apiserver %s: %s)", m.Name, talosapi.ImageTag(m.Running.APIServer), m.Why))
-		}
-	}
+	behind := apiServersBehind(to, ms, moving)
 	if len(behind) > 0 {
 		why := "every kube-apiserver must run " + to + " before another component moves, and these do not yet: " + strings.Join(behind, ", ") + "; the rest moves on a later run, once they do"
 		for _, c := range talosapi.KubeOrder[1:] {
@@ -219,6 +208,25 @@ func PlanKubernetes(to string, ms []KubeMachine, noNodes string) *KubeRollout {
 		}
 	}
 	return k
+}
+
+// apiServersBehind names the control planes whose kube-apiserver neither
+// moves now nor already runs to, each with why: they hold every component
+// after the API servers.
+func apiServersBehind(to string, ms []KubeMachine, moving map[string][]string) []string {
+	var behind []string
+	for _, m := range ms {
+		switch {
+		case !m.ControlPlane || m.Maintenance:
+			continue // a control plane in maintenance mode runs no API server
+		case slices.Contains(moving[m.Name], talosapi.KubeAPIServer):
+		case m.Running == nil:
+			behind = append(behind, m.Name+" ("+m.Why+")")
+		case !atLeast(talosapi.ImageTag(m.Running.APIServer), to):
+			behind = append(behind, fmt.Sprintf("%s (kube-apiserver %s: %s)", m.Name, talosapi.ImageTag(m.Running.APIServer), m.Why))
+		}
+	}
+	return behind
 }
 
 // LowestVersion is the lowest of versions by semver ("" when none parses).

@@ -123,46 +123,9 @@ func yamlSyntaxError(file string, err error) *FieldError {
 }
 
 func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
-	if d.interrupted {
+	if !d.visit(n, v, path) {
 		return
 	}
-	if d.visited++; d.visited%checkEvery == 0 && d.ctx != nil && d.ctx.Err() != nil {
-		d.interrupted = true
-		return
-	}
-	switch n.Kind {
-	case yaml.DocumentNode:
-		if len(n.Content) == 0 {
-			return
-		}
-		d.decode(n.Content[0], v, path)
-		return
-	case yaml.AliasNode:
-		if d.aliasRefused {
-			return
-		}
-		if d.aliasNodes > aliasAllowance+aliasRatio*d.plainNodes {
-			d.aliasRefused = true
-			d.errorf(n, path, "excessive aliasing: the YAML aliases expand to more than %d values; write the values out, or nest fewer aliases", d.aliasNodes)
-			return
-		}
-		d.inAlias++
-		d.decode(n.Alias, v, path)
-		d.inAlias--
-		return
-	}
-	if d.inAlias > 0 {
-		d.aliasNodes++
-	} else {
-		d.plainNodes++
-	}
-	if path != "" {
-		d.pos[path] = Pos{n.Line, n.Column}
-	}
-	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
-		return // an explicit null leaves the zero value, which defaulting may fill
-	}
-
 	switch v.Kind() {
 	case reflect.Pointer:
 		if v.IsNil() {
@@ -183,6 +146,59 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
 		v.Set(s)
 	case reflect.Map:
 		d.decodeMap(n, v, path)
+	default:
+		d.decodeScalar(n, v, path)
+	}
+}
+
+// visit does what every node needs before its value is decoded: it stops
+// an interrupted decode, follows documents and aliases (refusing excessive
+// aliasing), counts the node and records its position. It is false when
+// nothing is left to decode into v (an explicit null leaves the zero
+// value, which defaulting may fill).
+func (d *decoder) visit(n *yaml.Node, v reflect.Value, path string) bool {
+	if d.interrupted {
+		return false
+	}
+	if d.visited++; d.visited%checkEvery == 0 && d.ctx != nil && d.ctx.Err() != nil {
+		d.interrupted = true
+		return false
+	}
+	switch n.Kind {
+	case yaml.DocumentNode:
+		if len(n.Content) > 0 {
+			d.decode(n.Content[0], v, path)
+		}
+		return false
+	case yaml.AliasNode:
+		if d.aliasRefused {
+			return false
+		}
+		if d.aliasNodes > aliasAllowance+aliasRatio*d.plainNodes {
+			d.aliasRefused = true
+			d.errorf(n, path, "excessive aliasing: the YAML aliases expand to more than %d values; write the values out, or nest fewer aliases", d.aliasNodes)
+			return false
+		}
+		d.inAlias++
+		d.decode(n.Alias, v, path)
+		d.inAlias--
+		return false
+	}
+	if d.inAlias > 0 {
+		d.aliasNodes++
+	} else {
+		d.plainNodes++
+	}
+	if path != "" {
+		d.pos[path] = Pos{n.Line, n.Column}
+	}
+	return n.Kind != yaml.ScalarNode || n.Tag != "!!null"
+}
+
+// decodeScalar decodes a string, an integer or a boolean, each only from
+// a scalar of that YAML type.
+func (d *decoder) decodeScalar(n *yaml.Node, v reflect.Value, path string) {
+	switch v.Kind() {
 	case reflect.String:
 		if n.Kind != yaml.ScalarNode || n.Tag != "!!str" {
 			hint := ""

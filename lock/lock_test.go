@@ -35,7 +35,9 @@ func TestASecondWriterIsRefusedWithTheHolder(t *testing.T) {
 	// --wait-lock: the waiter gets it once the first lets go
 	go func() {
 		time.Sleep(300 * time.Millisecond)
-		first.Release()
+		if err := first.Release(); err != nil {
+			t.Error(err)
+		}
 	}()
 	start := time.Now()
 	second, err := lock.Acquire(t.Context(), path, lock.Me("devata apply --machines cp-3"), 10*time.Second)
@@ -45,7 +47,11 @@ func TestASecondWriterIsRefusedWithTheHolder(t *testing.T) {
 	if waited := time.Since(start); waited < 250*time.Millisecond {
 		t.Errorf("the waiter got the lock after %s, before the first released it", waited)
 	}
-	defer second.Release()
+	defer func() {
+		if err := second.Release(); err != nil {
+			t.Error(err)
+		}
+	}()
 
 	// a waiter that runs out of time is refused, naming the new holder
 	_, err = lock.Acquire(t.Context(), path, lock.Me("devata reconcile --once"), 300*time.Millisecond)
@@ -134,7 +140,7 @@ func TestTheLockCannotBeTurnedAgainstItsHolder(t *testing.T) {
 	acquire := func(path string) error {
 		l, err := lock.Acquire(t.Context(), path, lock.Me("devata apply --yes"), 0)
 		if err == nil {
-			l.Release()
+			return l.Release()
 		}
 		return err
 	}

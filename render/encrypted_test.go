@@ -323,8 +323,12 @@ func TestAgeFileOfSomethingElse(t *testing.T) {
 		t.Fatal(err)
 	}
 	const text = "certs: [hunter2-password-list]\n"
-	w.Write([]byte(text))
-	w.Close()
+	if _, err := w.Write([]byte(text)); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
 	path := filepath.Join(t.TempDir(), "secrets.yaml")
 	if err := os.WriteFile(path, out.Bytes(), 0o600); err != nil {
 		t.Fatal(err)

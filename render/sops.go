@@ -313,7 +313,7 @@ func (m *sopsMeta) leaf(n *yaml.Node, path []string, key []byte, mac io.Writer) 
 			if err != nil {
 				return fmt.Errorf("the plain value at %s is of a kind sops does not write", where)
 			}
-			mac.Write(b)
+			_, _ = mac.Write(b) // a hash.Hash never returns an error
 		}
 		return nil
 	}
@@ -364,7 +364,7 @@ func (m *sopsMeta) leaf(n *yaml.Node, path []string, key []byte, mac io.Writer) 
 	if err != nil {
 		return fmt.Errorf("the value at %s is of a kind sops does not write", where)
 	}
-	mac.Write(b)
+	_, _ = mac.Write(b) // a hash.Hash never returns an error
 	n.Value, n.Tag, n.Style = plain, tag, 0
 	return nil
 }

@@ -84,7 +84,10 @@ cp-2: {unreachable: true, latency: 150ms, driftedConfigFile: edited.yaml, talosV
 	}
 	write("worker-1: {unreachable: yes-please}\n")
 	select {
-	case <-errs:
+	case err := <-errs:
+		if err == nil {
+			t.Error("a malformed faults file was reported without an error")
+		}
 	case <-time.After(2 * time.Second):
 		t.Fatal("a malformed faults file was not reported")
 	}

@@ -150,15 +150,7 @@ func (m *Machine) syncKubelet(ctx context.Context, kc kubernetes.Interface) (str
 		return "", err
 	}
 	if posting {
-		changed := false
-		for k, v := range labels {
-			if node.Labels[k] != v {
-				if node.Labels == nil {
-					node.Labels = map[string]string{}
-				}
-				node.Labels[k], changed = v, true
-			}
-		}
+		changed := setLabels(node, labels)
 		applied, err := applyNodeSpec(node, nodeSpecOf(s.active))
 		if err != nil {
 			return "", err
@@ -181,26 +173,7 @@ func (m *Machine) syncKubelet(ctx context.Context, kc kubernetes.Interface) (str
 		}
 	}
 
-	now := metav1.Now()
-	ready := corev1.NodeCondition{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady", Message: "kubelet is posting ready status", LastHeartbeatTime: now}
-	switch {
-	case !posting:
-		ready.Status, ready.Reason, ready.Message = corev1.ConditionUnknown, "NodeStatusUnknown", "Kubelet stopped posting node status."
-	case s.faults.KubeletUnhealthy:
-		ready.Status, ready.Reason, ready.Message = corev1.ConditionFalse, "KubeletNotReady", "PLEG is not healthy: pleg was last seen active 3m0s ago; threshold is 3m0s"
-	case s.cniNone() && !m.fleet.agentRunning(m.name, s):
-		// cluster.network.cni none: no CNI until Cilium's agent runs here,
-		// after every boot again (Options.CNIStartDelay): the kubelet's
-		// runtime network status is containerd's NetworkReady
-		// (kubelet.go updateRuntimeUp, runtimeState.networkErrors), which
-		// nodestatus.ReadyCondition turns into Ready=False.
-		ready.Status, ready.Reason, ready.Message = corev1.ConditionFalse, "KubeletNotReady", NetworkNotReadyMessage
-	}
-	if prev := findCondition(node, corev1.NodeReady); prev != nil && prev.Status == ready.Status {
-		ready.LastTransitionTime = prev.LastTransitionTime
-	} else {
-		ready.LastTransitionTime = now
-	}
+	ready := m.readyCondition(s, posting, findCondition(node, corev1.NodeReady))
 	node.Status.Conditions = []corev1.NodeCondition{ready}
 	if posting {
 		node.Status.NodeInfo.KubeletVersion = kubeletVersion(s.kubeletImage())
@@ -223,6 +196,47 @@ func (m *Machine) syncKubelet(ctx context.Context, kc kubernetes.Interface) (str
 		return "", nil
 	}
 	return nodeName, renewLease(ctx, kc, node)
+}
+
+// setLabels sets labels on node and says whether any changed.
+func setLabels(node *corev1.Node, labels map[string]string) bool {
+	changed := false
+	for k, v := range labels {
+		if node.Labels[k] != v {
+			if node.Labels == nil {
+				node.Labels = map[string]string{}
+			}
+			node.Labels[k], changed = v, true
+		}
+	}
+	return changed
+}
+
+// readyCondition is the Node's Ready condition as the kubelet posts it
+// (Unknown once it stopped posting), keeping prev's transition time while
+// the status holds.
+func (m *Machine) readyCondition(s snapshot, posting bool, prev *corev1.NodeCondition) corev1.NodeCondition {
+	now := metav1.Now()
+	ready := corev1.NodeCondition{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady", Message: "kubelet is posting ready status", LastHeartbeatTime: now}
+	switch {
+	case !posting:
+		ready.Status, ready.Reason, ready.Message = corev1.ConditionUnknown, "NodeStatusUnknown", "Kubelet stopped posting node status."
+	case s.faults.KubeletUnhealthy:
+		ready.Status, ready.Reason, ready.Message = corev1.ConditionFalse, "KubeletNotReady", "PLEG is not healthy: pleg was last seen active 3m0s ago; threshold is 3m0s"
+	case s.cniNone() && !m.fleet.agentRunning(m.name, s):
+		// cluster.network.cni none: no CNI until Cilium's agent runs here,
+		// after every boot again (Options.CNIStartDelay): the kubelet's
+		// runtime network status is containerd's NetworkReady
+		// (kubelet.go updateRuntimeUp, runtimeState.networkErrors), which
+		// nodestatus.ReadyCondition turns into Ready=False.
+		ready.Status, ready.Reason, ready.Message = corev1.ConditionFalse, "KubeletNotReady", NetworkNotReadyMessage
+	}
+	if prev != nil && prev.Status == ready.Status {
+		ready.LastTransitionTime = prev.LastTransitionTime
+	} else {
+		ready.LastTransitionTime = now
+	}
+	return ready
 }
 
 // applyCordoned cordons the Node while its machine upgrades and uncordons

@@ -174,7 +174,7 @@ func (fleetCreds) ClientHandshake(context.Context, string, net.Conn) (net.Conn, 
 }
 
 func (fleetCreds) Info() credentials.ProtocolInfo {
-	return credentials.ProtocolInfo{SecurityProtocol: "tls", SecurityVersion: "1.2"}
+	return credentials.ProtocolInfo{SecurityProtocol: "tls"}
 }
 
 func (c fleetCreds) Clone() credentials.TransportCredentials { return c }

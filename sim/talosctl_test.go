@@ -55,7 +55,7 @@ func TestRealTalosctl(t *testing.T) {
 				t.Fatalf("talosctl %s: %v\n%s", strings.Join(args, " "), err, out.String())
 			}
 		case <-time.After(30 * time.Second):
-			cmd.Process.Kill()
+			_ = cmd.Process.Kill() // it may have exited just now; the timeout is the failure
 			t.Fatalf("talosctl %s: timed out\n%s", strings.Join(args, " "), out.String())
 		}
 		return out.String()

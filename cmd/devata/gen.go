@@ -25,11 +25,7 @@ func (a *app) newGenCommand() *cobra.Command {
 }
 
 func (a *app) newGenSecretsCommand() *cobra.Command {
-	var flags struct {
-		output, talosVersion, fromConfig string
-		encryptTo                        []string
-		force                            bool
-	}
+	var flags genSecretsFlags
 	cmd := &cobra.Command{
 		Use:   "secrets",
 		Short: "Write a talosctl-compatible secrets bundle (mode 0600)",
@@ -52,65 +48,8 @@ The output path defaults to the inventory's cluster.secrets when the inventory
 exists, else ./secrets.yaml.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			out, version := flags.output, flags.talosVersion
-			if inv, err := inventory.Load(a.settings.Inventory); err == nil {
-				if out == "" {
-					out = inv.SecretsPath()
-				}
-				if version == "" {
-					version = inv.Cluster.TalosVersion
-				}
-			} else if !errors.Is(err, os.ErrNotExist) && cmd.Flags().Changed("inventory") {
-				return exitWith(exitTrouble, fmt.Errorf("%w\n(gen secrets reads the inventory for its secrets path and Talos version)", err))
-			}
-			if out == "" {
-				out = "secrets.yaml"
-			}
-			if version == "" {
-				version = inventory.DefaultTalosVersion
-			}
-			var to render.AgeRecipients
-			if len(flags.encryptTo) > 0 {
-				var err error
-				if to, err = render.ParseAgeRecipients(flags.encryptTo); err != nil {
-					return exitWith(exitUsage, fmt.Errorf("--encrypt-to: %w", err))
-				}
-			}
-			if !flags.force {
-				if _, err := os.Lstat(out); err == nil {
-					return exitWith(exitTrouble, fmt.Errorf("%s exists: not replacing a secrets bundle (it may be the only key to a running cluster); pass --force after keeping a copy", out))
-				}
-			}
-			var (
-				b   *secrets.Bundle
-				err error
-			)
-			if flags.fromConfig != "" {
-				b, err = render.SecretsFromConfig(flags.fromConfig)
-			} else {
-				fmt.Fprintf(a.streams.Err, "generating secrets for Talos %s (a few seconds: RSA-4096)…\n", version)
-				b, err = render.NewSecrets(version)
-			}
-			if err != nil {
-				return exitWith(exitTrouble, err)
-			}
-			how := "new"
-			if flags.fromConfig != "" {
-				how = "recovered from " + flags.fromConfig
-			}
-			if to != nil {
-				if err := render.WriteSecretsEncrypted(out, b, to, flags.force); err != nil {
-					return exitWith(exitTrouble, err)
-				}
-				fmt.Fprintf(a.streams.Out, "wrote %s secrets bundle %s, age-encrypted (armored) to %d %s (mode 0600): devata opens it with --age-identity FILE or %s set to a matching identity file; back that identity up, without it the bundle cannot be opened\n",
-					how, out, len(to), plural(len(to), "recipient", "recipients"), render.EnvAgeKeyFile)
-				return nil
-			}
-			if err := render.WriteSecrets(out, b, flags.force); err != nil {
-				return exitWith(exitTrouble, err)
-			}
-			fmt.Fprintf(a.streams.Out, "wrote %s secrets bundle %s (mode 0600): keep it safe and backed up; it holds every CA key of the cluster\n", how, out)
-			return nil
+			return a.genSecrets(cmd, &flags)
+
 		},
 	}
 	cmd.Flags().StringVar(&flags.output, "file", "", "bundle path (default: the inventory's cluster.secrets, else secrets.yaml)")
@@ -120,6 +59,75 @@ exists, else ./secrets.yaml.`,
 	cmd.Flags().StringArrayVar(&flags.encryptTo, "encrypt-to", nil, "age recipient (age1…) to encrypt the bundle to, as armored age; repeatable")
 	cmd.Flags().BoolVar(&flags.force, "force", false, "replace an existing bundle")
 	return cmd
+}
+
+// genSecretsFlags are the flags of gen secrets.
+type genSecretsFlags struct {
+	output, talosVersion, fromConfig string
+	encryptTo                        []string
+	force                            bool
+}
+
+func (a *app) genSecrets(cmd *cobra.Command, f *genSecretsFlags) error {
+	out, version := f.output, f.talosVersion
+	if inv, err := inventory.Load(a.settings.Inventory); err == nil {
+		if out == "" {
+			out = inv.SecretsPath()
+		}
+		if version == "" {
+			version = inv.Cluster.TalosVersion
+		}
+	} else if !errors.Is(err, os.ErrNotExist) && cmd.Flags().Changed("inventory") {
+		return exitWith(exitTrouble, fmt.Errorf("%w\n(gen secrets reads the inventory for its secrets path and Talos version)", err))
+	}
+	if out == "" {
+		out = "secrets.yaml"
+	}
+	if version == "" {
+		version = inventory.DefaultTalosVersion
+	}
+	var to render.AgeRecipients
+	if len(f.encryptTo) > 0 {
+		var err error
+		if to, err = render.ParseAgeRecipients(f.encryptTo); err != nil {
+			return exitWith(exitUsage, fmt.Errorf("--encrypt-to: %w", err))
+		}
+	}
+	if !f.force {
+		if _, err := os.Lstat(out); err == nil {
+			return exitWith(exitTrouble, fmt.Errorf("%s exists: not replacing a secrets bundle (it may be the only key to a running cluster); pass --force after keeping a copy", out))
+		}
+	}
+	var (
+		b   *secrets.Bundle
+		err error
+	)
+	if f.fromConfig != "" {
+		b, err = render.SecretsFromConfig(f.fromConfig)
+	} else {
+		fmt.Fprintf(a.streams.Err, "generating secrets for Talos %s (a few seconds: RSA-4096)…\n", version)
+		b, err = render.NewSecrets(version)
+	}
+	if err != nil {
+		return exitWith(exitTrouble, err)
+	}
+	how := "new"
+	if f.fromConfig != "" {
+		how = "recovered from " + f.fromConfig
+	}
+	if to != nil {
+		if err := render.WriteSecretsEncrypted(out, b, to, f.force); err != nil {
+			return exitWith(exitTrouble, err)
+		}
+		fmt.Fprintf(a.streams.Out, "wrote %s secrets bundle %s, age-encrypted (armored) to %d %s (mode 0600): devata opens it with --age-identity FILE or %s set to a matching identity file; back that identity up, without it the bundle cannot be opened\n",
+			how, out, len(to), plural(len(to), "recipient", "recipients"), render.EnvAgeKeyFile)
+		return nil
+	}
+	if err := render.WriteSecrets(out, b, f.force); err != nil {
+		return exitWith(exitTrouble, err)
+	}
+	fmt.Fprintf(a.streams.Out, "wrote %s secrets bundle %s (mode 0600): keep it safe and backed up; it holds every CA key of the cluster\n", how, out)
+	return nil
 }
 
 func (a *app) newGenConfigCommand() *cobra.Command {

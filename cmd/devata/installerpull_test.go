@@ -92,7 +92,7 @@ func TestUpgradeSlowInstallerPullLifecycle(t *testing.T) {
 	w := sf.Sim.Machine("worker-1")
 	w.SetFaults(sim.Faults{InstallerPullDelay: slowInstallerPull})
 
-	r := upgradeNotStarted(t, sf, "Talos did not finish pulling factory.talos.dev/metal-installer/", "ImageService.Pull stops at the call's deadline", "still runs v1.13.9", "image pull --namespace system factory.talos.dev/metal-installer/",
+	upgradeNotStarted(t, sf, "Talos did not finish pulling factory.talos.dev/metal-installer/", "ImageService.Pull stops at the call's deadline", "still runs v1.13.9", "image pull --namespace system factory.talos.dev/metal-installer/",
 		"waiting for worker-1 to pull factory.talos.dev/metal-installer/", "MiB of 96 MiB downloaded, 0 of 2 layers extracted")
 	if o := w.Observe(); o.TalosVersion != "v1.13.9" || o.NextVersion != "" || w.Calls("ImageService.Pull") != 1 || w.Calls("LifecycleService.Upgrade") != 0 {
 		t.Fatalf("worker-1 after the pull ran out: %+v, %d pulls, %d LifecycleService.Upgrade calls; want one pull and no installer", o, w.Calls("ImageService.Pull"), w.Calls("LifecycleService.Upgrade"))
@@ -102,7 +102,7 @@ func TestUpgradeSlowInstallerPullLifecycle(t *testing.T) {
 	for _, m := range sf.Sim.Machines() {
 		m.SetFaults(sim.Faults{InstallerPullDelay: slowInstallerPull})
 	}
-	r = devata(t, nil, "reconcile", "--once", "--upgrade", "--config", sf.settings, loopChecks, "--timeout", "1s", "--pull-timeout", "1s", "--wait", "2m")
+	r := devata(t, nil, "reconcile", "--once", "--upgrade", "--config", sf.settings, loopChecks, "--timeout", "1s", "--pull-timeout", "1s", "--wait", "2m")
 	show(t, r)
 	if r.code == 0 || !strings.Contains(r.err, "cp-1: upgrade to v1.14.1 not started: Talos did not finish pulling") {
 		t.Errorf("reconcile --once --upgrade --pull-timeout 1s: exit %d\n%s%s", r.code, r.stdout, r.err)

@@ -61,7 +61,9 @@ func TestWritersExcludeEachOther(t *testing.T) {
 
 	go func() {
 		time.Sleep(500 * time.Millisecond)
-		held.Release()
+		if err := held.Release(); err != nil {
+			t.Error(err)
+		}
 	}()
 	r := devata(t, nil, "apply", "--yes", "--wait-lock", "30s", "--config", sf.settings)
 	if r.code != 0 {

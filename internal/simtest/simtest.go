@@ -151,24 +151,49 @@ func Start(t testing.TB, opts Options) *Fleet {
 	if f.Renderer, err = render.NewRenderer(f.Inventory, f.Bundle); err != nil {
 		t.Fatal(err)
 	}
-	start := f.Renderer
-	if opts.KubernetesVersion != "" {
-		inv := *f.Inventory
-		inv.Cluster.KubernetesVersion = opts.KubernetesVersion
-		if start, err = render.NewRenderer(&inv, f.Bundle); err != nil {
-			t.Fatal(err)
-		}
-	}
-	startInv := f.Inventory
+	// the machines start on opts.KubernetesVersion when it is given
+	start, startInv := f.Renderer, f.Inventory
 	if opts.KubernetesVersion != "" {
 		inv := *f.Inventory
 		inv.Cluster.KubernetesVersion = opts.KubernetesVersion
 		startInv = &inv
+		if start, err = render.NewRenderer(startInv, f.Bundle); err != nil {
+			t.Fatal(err)
+		}
 	}
 	older, err := render.RenderDesired(context.Background(), startInv, f.Bundle, nil, false)
 	if err != nil {
 		t.Fatal(err)
 	}
+	specs := f.machineSpecs(t, opts, start, older)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	schematics := opts.Schematics
+	if schematics == nil {
+		schematics = simfleet.Schematics(f.Inventory)
+	}
+	if f.Sim, err = sim.Start(ctx, sim.Options{Bundle: f.Bundle, Machines: specs, RebootDelay: 50 * time.Millisecond, EtcdJoinDelay: cmp.Or(opts.EtcdJoinDelay, 50*time.Millisecond), EtcdClientWait: 300 * time.Millisecond, EtcdNoLeaderWait: 300 * time.Millisecond, RestartDelay: opts.RestartDelay, Schematics: schematics, EtcdJoinTimeout: opts.EtcdJoinTimeout, BootTimeout: opts.BootTimeout, EtcdPrepareDelay: opts.EtcdPrepareDelay}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Sim.Close() })
+	for _, m := range f.Sim.Machines() {
+		f.Overrides[m.Name()] = m.Addr()
+	}
+	if f.Dialer, err = talosapi.NewDialer(f.Talosconfig(t), f.Overrides); err != nil {
+		t.Fatal(err)
+	}
+	if opts.Bootstrap {
+		f.BootstrapEtcd(t, len(f.Inventory.ControlPlanes())-countControlPlanes(f.Inventory, opts.Maintenance))
+	}
+	return f
+}
+
+// machineSpecs are the sim's machines: each started with its config
+// rendered by start (the inventory at opts.KubernetesVersion), for the
+// release it runs when older than the inventory's (older), and none for
+// those in maintenance mode. f.Desired and f.Started record both configs.
+func (f *Fleet) machineSpecs(t testing.TB, opts Options, start *render.Renderer, older *render.Desired) []sim.MachineSpec {
+	t.Helper()
 	var specs []sim.MachineSpec
 	for i := range f.Inventory.Machines {
 		m := &f.Inventory.Machines[i]
@@ -202,26 +227,7 @@ func Start(t testing.TB, opts Options) *Fleet {
 		}
 		specs = append(specs, spec)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	schematics := opts.Schematics
-	if schematics == nil {
-		schematics = simfleet.Schematics(f.Inventory)
-	}
-	if f.Sim, err = sim.Start(ctx, sim.Options{Bundle: f.Bundle, Machines: specs, RebootDelay: 50 * time.Millisecond, EtcdJoinDelay: cmp.Or(opts.EtcdJoinDelay, 50*time.Millisecond), EtcdClientWait: 300 * time.Millisecond, EtcdNoLeaderWait: 300 * time.Millisecond, RestartDelay: opts.RestartDelay, Schematics: schematics, EtcdJoinTimeout: opts.EtcdJoinTimeout, BootTimeout: opts.BootTimeout, EtcdPrepareDelay: opts.EtcdPrepareDelay}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { f.Sim.Close() })
-	for _, m := range f.Sim.Machines() {
-		f.Overrides[m.Name()] = m.Addr()
-	}
-	if f.Dialer, err = talosapi.NewDialer(f.Talosconfig(t), f.Overrides); err != nil {
-		t.Fatal(err)
-	}
-	if opts.Bootstrap {
-		f.BootstrapEtcd(t, len(f.Inventory.ControlPlanes())-countControlPlanes(f.Inventory, opts.Maintenance))
-	}
-	return f
+	return specs
 }
 
 // Talosconfig is an os:admin talosconfig for the fleet.

@@ -35,7 +35,9 @@ func TestSupportTable(t *testing.T) {
 	}
 	minor := func(v string, delta int) string {
 		var maj, min int
-		fmt.Sscanf(v, "%d.%d", &maj, &min)
+		if _, err := fmt.Sscanf(v, "%d.%d", &maj, &min); err != nil {
+			t.Fatalf("%s: %v", v, err)
+		}
 		return fmt.Sprintf("%d.%d.0", maj, min+delta)
 	}
 	for _, r := range talos.Releases {

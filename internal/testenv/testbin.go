@@ -167,7 +167,7 @@ func lock(ctx context.Context, path string, progress io.Writer) (unlock func(), 
 		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
 		if err == nil {
 			return func() {
-				syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+				_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN) // closing the file releases it too
 				f.Close()
 			}, nil
 		}

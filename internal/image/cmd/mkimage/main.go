@@ -58,19 +58,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 }
 
 func build(ctx context.Context, out, archList, version, revision, source, caFile string, zoneinfo, tar bool, stdout, stderr io.Writer) error {
-	var arches []string
-	for _, a := range strings.Split(archList, ",") {
-		if a = strings.TrimSpace(a); a != "" && !slices.Contains(arches, a) {
-			arches = append(arches, a)
-		}
-	}
-	if len(arches) == 0 {
-		return fmt.Errorf("-arch names no architecture")
-	}
-	for _, a := range arches {
-		if err := image.CheckArch(a); err != nil {
-			return err
-		}
+	arches, err := parseArches(archList)
+	if err != nil {
+		return err
 	}
 	st, err := image.ReadStamp(ctx, "")
 	if err != nil {
@@ -126,47 +116,9 @@ func build(ctx context.Context, out, archList, version, revision, source, caFile
 	}
 	tag := "devata:" + st.Version
 	layoutDir := filepath.Join(out, "oci")
-	var (
-		img  v1.Image // the one the tarball holds
-		what string
-	)
-	if len(specs) == 1 {
-		var err error
-		if img, err = image.Build(specs[0]); err != nil {
-			return err
-		}
-		if err := image.WriteLayout(layoutDir, img, st.Version); err != nil {
-			return err
-		}
-		digest, err := img.Digest()
-		if err != nil {
-			return fmt.Errorf("image digest: %w", err)
-		}
-		what = fmt.Sprintf("%s\t%s (OCI layout, ref %s", layoutDir, digest, st.Version)
-	} else {
-		idx, images, err := image.BuildIndex(specs)
-		if err != nil {
-			return err
-		}
-		if err := image.WriteIndexLayout(layoutDir, idx, st.Version); err != nil {
-			return err
-		}
-		digest, err := idx.Digest()
-		if err != nil {
-			return fmt.Errorf("index digest: %w", err)
-		}
-		im, err := idx.IndexManifest()
-		if err != nil {
-			return fmt.Errorf("index: %w", err)
-		}
-		for i, d := range im.Manifests {
-			fmt.Fprintf(stdout, "%s\t%s (linux/%s)\n", layoutDir, d.Digest, d.Platform.Architecture)
-			// docker load takes one platform: the machine's, else the first
-			if img == nil || d.Platform.Architecture == runtime.GOARCH {
-				img = images[i]
-			}
-		}
-		what = fmt.Sprintf("%s\t%s (OCI layout, image index of %d platforms, ref %s", layoutDir, digest, len(im.Manifests), st.Version)
+	img, what, err := writeLayout(layoutDir, specs, st.Version, stdout)
+	if err != nil {
+		return err
 	}
 	fmt.Fprintf(stdout, "%s; revision %s; created %s from the %s; CA roots: %s)\n",
 		what, st.Revision, st.Created.Format("2006-01-02T15:04:05Z"), st.CreatedFrom, caFrom)
@@ -182,4 +134,68 @@ func build(ctx context.Context, out, archList, version, revision, source, caFile
 		fmt.Fprintf(stdout, "%s\t%s (linux/%s; docker load -i %s)\n", path, tag, cf.Architecture, path)
 	}
 	return nil
+}
+
+// parseArches reads -arch: a comma-separated list, each once, each one the
+// image package builds.
+func parseArches(archList string) ([]string, error) {
+	var arches []string
+	for _, a := range strings.Split(archList, ",") {
+		if a = strings.TrimSpace(a); a != "" && !slices.Contains(arches, a) {
+			arches = append(arches, a)
+		}
+	}
+	if len(arches) == 0 {
+		return nil, fmt.Errorf("-arch names no architecture")
+	}
+	for _, a := range arches {
+		if err := image.CheckArch(a); err != nil {
+			return nil, err
+		}
+	}
+	return arches, nil
+}
+
+// writeLayout builds the image (one spec) or image index (several) into
+// the OCI layout at layoutDir. img is the image the docker tarball holds
+// (this machine's platform, else the first); what describes the layout.
+func writeLayout(layoutDir string, specs []image.Spec, version string, stdout io.Writer) (img v1.Image, what string, err error) {
+	if len(specs) == 1 {
+		if img, err = image.Build(specs[0]); err != nil {
+			return nil, "", err
+		}
+		if err := image.WriteLayout(layoutDir, img, version); err != nil {
+			return nil, "", err
+		}
+		digest, err := img.Digest()
+		if err != nil {
+			return nil, "", fmt.Errorf("image digest: %w", err)
+		}
+		what = fmt.Sprintf("%s\t%s (OCI layout, ref %s", layoutDir, digest, version)
+	} else {
+		idx, images, err := image.BuildIndex(specs)
+		if err != nil {
+			return nil, "", err
+		}
+		if err := image.WriteIndexLayout(layoutDir, idx, version); err != nil {
+			return nil, "", err
+		}
+		digest, err := idx.Digest()
+		if err != nil {
+			return nil, "", fmt.Errorf("index digest: %w", err)
+		}
+		im, err := idx.IndexManifest()
+		if err != nil {
+			return nil, "", fmt.Errorf("index: %w", err)
+		}
+		for i, d := range im.Manifests {
+			fmt.Fprintf(stdout, "%s\t%s (linux/%s)\n", layoutDir, d.Digest, d.Platform.Architecture)
+			// docker load takes one platform: the machine's, else the first
+			if img == nil || d.Platform.Architecture == runtime.GOARCH {
+				img = images[i]
+			}
+		}
+		what = fmt.Sprintf("%s\t%s (OCI layout, image index of %d platforms, ref %s", layoutDir, digest, len(im.Manifests), version)
+	}
+	return img, what, nil
 }
