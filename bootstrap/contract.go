@@ -10,12 +10,16 @@ import (
 )
 
 // Contract is the Talos config contract a plan's configs are rendered
-// for: the oldest release a machine runs, as each answered (Version), or
-// cluster.talosVersion when none runs an older one or none answered. A
-// machine that runs an older release than cluster.talosVersion is sent a
-// config of its own release's contract until it is upgraded (bootstrap
-// Desired.For), so that Talos never refuses a document or field it does not
-// know; a machine in maintenance mode installs cluster.talosVersion's.
+// for: the oldest release a machine runs, as each answered (Version; a
+// machine in maintenance mode the release it booted, talosapi
+// detectMaintenance), or cluster.talosVersion when none runs an older one
+// or none answered. A machine that runs an older release than
+// cluster.talosVersion is sent a config of its own release's contract
+// until it is upgraded (render Desired.For), so that Talos never refuses a
+// document or field it does not know: a machine in maintenance mode parses
+// its config with the release it booted, then installs the config's
+// installer (cluster.talosVersion's) and is sent that release's config
+// once it runs it (applyMaintenance).
 type Contract struct {
 	// Talos is the release whose contract the oldest config follows,
 	// "1.13"; Target is cluster.talosVersion.
@@ -33,6 +37,9 @@ type ContractMachine struct {
 	Machine string `json:"machine"`
 	Runs    string `json:"runs"`
 	Talos   string `json:"talos"`
+	// Maintenance: the machine is in maintenance mode, Runs the release
+	// it booted.
+	Maintenance bool `json:"maintenance,omitempty"`
 }
 
 // String is the contract line of the text plan and the runbook.
@@ -52,7 +59,7 @@ func contractOf(inv *inventory.Inventory, st *fleetState) Contract {
 	for i := range inv.Machines {
 		m := &inv.Machines[i]
 		o := st.obs[m.Name]
-		if o == nil || o.Err != nil || o.Maintenance || o.Version == "" {
+		if o == nil || (o.Err != nil && !o.Maintenance) || o.Version == "" {
 			continue
 		}
 		answered++
@@ -60,7 +67,7 @@ func contractOf(inv *inventory.Inventory, st *fleetState) Contract {
 		if !ok || !rok || rm >= tm || rm < talos.OldestMinor {
 			continue
 		}
-		c.Older = append(c.Older, ContractMachine{Machine: m.Name, Runs: o.Version, Talos: fmt.Sprintf("1.%d", rm)})
+		c.Older = append(c.Older, ContractMachine{Machine: m.Name, Runs: o.Version, Talos: fmt.Sprintf("1.%d", rm), Maintenance: o.Maintenance})
 	}
 	switch {
 	case len(c.Older) > 0:
@@ -72,6 +79,10 @@ func contractOf(inv *inventory.Inventory, st *fleetState) Contract {
 		c.Talos = oldest.Talos
 		var runs []string
 		for _, o := range c.Older {
+			if o.Maintenance {
+				runs = append(runs, o.Machine+" runs "+o.Runs+" in maintenance mode")
+				continue
+			}
 			runs = append(runs, o.Machine+" runs "+o.Runs)
 		}
 		c.Reason = fmt.Sprintf("the oldest release a machine runs (%s; cluster.talosVersion is %s): each machine older than %s gets a config its own release accepts until it is upgraded, the others %s's",
@@ -82,6 +93,61 @@ func contractOf(inv *inventory.Inventory, st *fleetState) Contract {
 		c.Reason = fmt.Sprintf("cluster.talosVersion %s, since no machine runs an older release (%d of %d answered with their version)", target, answered, len(inv.Machines))
 	}
 	return c
+}
+
+// bootRelease is the Talos version a machine in maintenance mode is
+// configured for, and why: the release it booted, as it reported it; when
+// that could not be read, the oldest release another machine of the
+// inventory reported, else the Talos version the --recover-from snapshot's
+// sidecar recorded, else cluster.talosVersion.
+func (s *Sequence) bootRelease(m *inventory.Machine) (version, why string) {
+	o := s.st.obs[m.Name]
+	if o != nil && o.Version != "" {
+		return o.Version, "it boots " + o.Version
+	}
+	unread := "its Talos version could not be read"
+	if o != nil && o.VersionErr != nil {
+		unread += " (" + o.VersionErr.Error() + ")"
+	}
+	oldest, by := "", ""
+	for i := range s.inv.Machines {
+		other := s.inv.Machines[i].Name
+		ob := s.st.obs[other]
+		if other == m.Name || ob == nil || ob.Version == "" || (ob.Err != nil && !ob.Maintenance) {
+			continue
+		}
+		vm, ok := talos.Minor(ob.Version)
+		if !ok {
+			continue
+		}
+		if om, _ := talos.Minor(oldest); oldest == "" || vm < om {
+			oldest, by = ob.Version, other
+		}
+	}
+	switch {
+	case oldest != "":
+		return oldest, fmt.Sprintf("%s; the oldest release another machine runs: %s runs %s", unread, by, oldest)
+	case s.opts.RecoverTalos != "":
+		return s.opts.RecoverTalos, fmt.Sprintf("%s; the Talos version the snapshot's sidecar recorded: %s", unread, s.opts.RecoverTalos)
+	}
+	target := s.inv.Cluster.TalosVersion
+	return target, fmt.Sprintf("%s and no other machine said its own; cluster.talosVersion %s", unread, target)
+}
+
+// contractName is the config contract a config for a machine running
+// version follows: the release's minor ("1.13"), the inventory's when
+// version is newer.
+func (s *Sequence) contractName(version string) string {
+	target := s.inv.Cluster.TalosVersion
+	vm, ok := talos.Minor(version)
+	tm, tok := talos.Minor(target)
+	switch {
+	case ok && tok && vm < tm && vm >= talos.OldestMinor:
+		return fmt.Sprintf("1.%d", vm)
+	case tok:
+		return fmt.Sprintf("1.%d", tm)
+	}
+	return strings.TrimPrefix(target, "v")
 }
 
 // runs is the Talos version m reported in the last observation, "" when
