@@ -671,31 +671,53 @@
 //     on an older machine their definitions are not listed and a read is
 //     refused as machined's access policy refuses an unregistered type.
 //
-// # Maintenance mode from 1.13 (read, not yet modelled)
+// # Maintenance mode from 1.13
 //
 // Up to 1.12 a machine without config serves its own gRPC server (v1.11.0
-// controllers/runtime/maintenance_service.go Run, maintenance/server.go:
-// MachineService's ApplyConfiguration, Version (Unimplemented "API is not
-// implemented in maintenance mode"), Upgrade, Reset and COSI), which the
-// sim plays (route.go, authz.go maintenanceMethods). From 1.13
-// internal/app/maintenance is gone: apid serves machined's whole API and,
-// while the config is incomplete, APIServiceConfigController sets
-// ReadonlyRoleMode (v1.13.9 controllers/runtime/api_service_config.go), so
-// apid's authz.Injector makes every caller os:reader
+// and v1.12.0 controllers/runtime/maintenance_service.go Run,
+// internal/app/maintenance/server.go: MachineService's
+// ApplyConfiguration, Version (Unimplemented "API is not implemented in
+// maintenance mode" but to os:admin, assertAdminRole), Upgrade, Reset and
+// COSI through the resource access policy, its callers os:reader), which
+// the sim plays (route.go enter, authz.go maintenanceMethods, apply.go
+// applyMaintenance). From 1.13 internal/app/maintenance is gone: apid
+// serves machined's whole API and, while the config is incomplete,
+// APIServiceConfigController sets ReadonlyRoleMode and NodeRoutingDisabled
+// (v1.13.9 controllers/runtime/api_service_config.go), so apid's
+// authz.Injector makes every caller os:reader
 // (ReadOnlyWithAdminOnSiderolink, pkg/grpc/middleware/authz/injector.go;
-// os:admin for a SideroLink peer), and machined's rules decide per method
-// (services/machined.go): what os:reader may call is served, the rest is
-// PermissionDenied "not authorized"; ApplyConfiguration,
-// storage BlockDeviceWipe (and in 1.14 the LVMService removals) admit
-// os:reader "for maintenance only, verified in the handler"
-// (v1alpha1_server.go ApplyConfiguration: !inMaintenance &&
-// !roles.Includes(Admin) is refused; in maintenance a REBOOT apply
-// becomes NO_REBOOT). The sim plays this for ImageService,
-// LifecycleService and TimeService (route.go); MachineService and COSI
-// on a 1.13+ machine without config still answer as 1.12's maintenance
-// server: what devata and talosctl --insecure call there (Version,
-// ApplyConfiguration, COSI reads) behaves alike, other methods answer
-// Unimplemented where Talos 1.13 answers os:reader's or "not authorized".
+// os:admin for a SideroLink peer, which the sim has none of) and routes
+// nothing (director.go Director: skipRouting), and machined's rules
+// decide per method (services/machined.go). The sim plays it (route.go
+// enter, authz.go authorizeMaintenance, servedInMaintenance113):
+//
+//   - what os:reader may not call is PermissionDenied "not authorized"
+//     (Reboot, Bootstrap, Upgrade, Kubeconfig, COSI writes, …);
+//     ApplyConfiguration admits os:reader "for maintenance only, verified
+//     in the handler";
+//   - Version answers every caller, without features while no config is
+//     loaded (v1alpha1_server.go Version): devata learns there the release
+//     a machine booted (talosapi detectMaintenance), and from the Version
+//     resource (controllers/runtime/version.go VersionController, readable
+//     by os:reader on every release) where Version is Unimplemented;
+//   - ApplyConfiguration as v1alpha1_server.go ApplyConfiguration runs it
+//     with inMaintenance (apply.go applyMaintenance113): load, Validate and
+//     RuntimeValidate errors are InvalidArgument with their own text (1.12
+//     says "failed to parse config: …", code Unknown, and "configuration
+//     validation failed: …"); REBOOT becomes NO_REBOOT and AUTO resolves to
+//     NO_REBOOT; a dry run answers "Applied configuration without a reboot
+//     (skipped in dry-run)" with the diff against no config; NO_REBOOT
+//     completes the config, and the boot goes on to install and reboot as
+//     the maintenance install does; STAGED persists it for the next boot;
+//   - ImageService, LifecycleService and TimeService as on a configured
+//     machine, each method by its rule.
+//
+// Approximations that remain: TRY is played as NO_REBOOT (Talos arms a
+// rollback to no config); the other methods os:reader may call
+// (ServiceList, Mounts, Memory, Hostname, the etcd reads, …) answer
+// Unimplemented "sim: … is not modelled on a machine in maintenance
+// mode", never an invented answer; StorageService (Disks, BlockDeviceWipe)
+// is not served on any release.
 //
 // # Talos' API integration suites
 //
@@ -893,9 +915,7 @@
 // (controllers/runtime/unattended_install.go).
 //
 // What stays kinder than a Talos of another version (to be modelled per
-// version, issue 30): 1.13's maintenance mode (apid, readers authorised
-// per method; "Maintenance mode from 1.13" above) is played for
-// ImageService, LifecycleService and TimeService only; the resource
+// version, issue 30): the resource
 // definitions the sim serves (cosi.go talosResources, 157 types) are the
 // same on every release but ImageFactorySchematic, KubeletStatus and
 // NTPStatus, registered from 1.14 only (rdversions.go: machined's v1alpha2_state.go NewState registers 155
