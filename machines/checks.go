@@ -80,12 +80,12 @@ func (t *Target) node() string {
 // Checks returns the machine checks in ladder order.
 func Checks() []drift.Check[*Target] {
 	return []drift.Check[*Target]{
-		{Name: CheckConfig, Rung: drift.RungReconciliation, FailClosed: true, Run: checkConfig},
-		{Name: CheckTalosVersion, Rung: drift.RungReconciliation, FailClosed: false, Run: checkTalosVersion},
+		{Name: CheckConfig, Rung: drift.RungReconciliation, FailClosed: true, Run: checkConfig, FixedBy: drift.FixedByApply | drift.FixedByJoin},
+		{Name: CheckTalosVersion, Rung: drift.RungReconciliation, FailClosed: false, Run: checkTalosVersion, FixedBy: drift.FixedByUpgrade},
 		{Name: CheckExtensions, Rung: drift.RungReconciliation, FailClosed: false, Run: checkExtensions},
-		{Name: CheckMachineStage, Rung: drift.RungResources, FailClosed: true, Run: checkMachineStage},
-		{Name: CheckKubelet, Rung: drift.RungResources, FailClosed: true, Run: checkKubelet},
-		{Name: CheckEtcd, Rung: drift.RungResources, FailClosed: true, Applies: onControlPlanes, Run: checkEtcd},
+		{Name: CheckMachineStage, Rung: drift.RungResources, FailClosed: true, Run: checkMachineStage, FixedBy: drift.FixedByJoin},
+		{Name: CheckKubelet, Rung: drift.RungResources, FailClosed: true, Run: checkKubelet, Kubernetes: true},
+		{Name: CheckEtcd, Rung: drift.RungResources, FailClosed: true, Applies: onControlPlanes, Run: checkEtcd, FixedBy: drift.FixedByJoin},
 	}
 }
 

@@ -70,10 +70,10 @@ func (t *Target) expectations() *expectations {
 // rollout itself.
 func Checks() []drift.Check[*Target] {
 	return []drift.Check[*Target]{
-		{Name: CheckDeclaration, Rung: drift.RungDeclaration, Run: checkDeclaration},
+		{Name: CheckDeclaration, Rung: drift.RungDeclaration, Run: checkDeclaration, Detail: true},
 		{Name: CheckVolumes, Rung: drift.RungReconciliation, Run: checkVolumes},
 		{Name: CheckMounts, Rung: drift.RungInfrastructure, Run: checkMounts},
-		{Name: CheckRawDisks, Rung: drift.RungInfrastructure, Run: checkRawDisks},
+		{Name: CheckRawDisks, Rung: drift.RungInfrastructure, Run: checkRawDisks, Detail: true},
 	}
 }
 
