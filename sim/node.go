@@ -393,6 +393,7 @@ func kubernetesResources(s snapshot) []resource.Resource {
 		st.TypedSpec().ManifestsApplied = manifestsOf(s)
 		out = append(out, st)
 	}
+	out = append(out, manifestResources(s)...) // manifests.go
 
 	return out
 }
