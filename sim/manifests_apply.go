@@ -33,10 +33,12 @@ import (
 
 const owningInventoryAnnotation = "config.k8s.io/owning-inventory"
 
-// inventoryKey is cli-utils' ObjMetadata string: namespace_name_group_kind.
+// inventoryKey is cli-utils' ObjMetadata string (fluxcd/cli-utils v1.2.0
+// pkg/object/objmetadata.go String): namespace_name_group_kind, an RBAC
+// name's colons (system:…) written "__", as a ConfigMap key allows none.
 func inventoryKey(u *unstructured.Unstructured) string {
 	gvk := u.GroupVersionKind()
-	return strings.Join([]string{u.GetNamespace(), u.GetName(), gvk.Group, gvk.Kind}, "_")
+	return strings.Join([]string{u.GetNamespace(), strings.ReplaceAll(u.GetName(), ":", "__"), gvk.Group, gvk.Kind}, "_")
 }
 
 // applyBootstrapManifests creates what the control plane's manifests hold
