@@ -112,6 +112,9 @@ type KubeRollout struct {
 	Held map[string]string
 	// Refused says why nothing of it goes ahead.
 	Refused string
+	// Manifests says what syncing the bootstrap manifests after the last
+	// step would change as they stand (a dry run; reconcile fills it).
+	Manifests []string
 }
 
 // Moving reports whether the machine moves the component now.

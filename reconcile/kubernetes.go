@@ -173,6 +173,9 @@ func (p *Planner) planKubernetes(ctx context.Context, actions []Action, others f
 		roll.Refused = deprecatedRefusal(dctx, p.Kube, roll.To)
 		cancel()
 	}
+	if roll.Refused == "" {
+		roll.Manifests = p.manifestsDryRun(ctx)
+	}
 
 	for i := range actions {
 		a := &actions[i]
@@ -343,6 +346,12 @@ func writeKubernetes(w io.Writer, k *gate.KubeRollout) {
 			fmt.Fprintf(w, "  %d. %s on %s; after each, its Node Ready on kubelet %s\n", i+1, c, shortList(ms), k.To)
 		case len(ms) > 0:
 			fmt.Fprintf(w, "  %d. %s on %s, one at a time; after each, its static pod Ready on the new image and etcd healthy\n", i+1, c, shortList(ms))
+		}
+	}
+	if len(k.Manifests) > 0 {
+		fmt.Fprintf(w, "  %d. then, once every component moved, the bootstrap manifests (Talos' Manifest resources: CoreDNS, kube-proxy, …) server-side applied as talosctl upgrade-k8s does; as they stand now:\n", len(talosapi.KubeOrder)+1)
+		for _, m := range k.Manifests {
+			fmt.Fprintf(w, "     %s\n", m)
 		}
 	}
 	fmt.Fprintf(w, "  next: %s\n", k.Next())
