@@ -88,6 +88,7 @@ func TestApplyRefusesKubernetesUpgradeWhileRemovedAPIsAreRequested(t *testing.T)
 		"1. kube-apiserver on cp-1, cp-2, cp-3, one at a time",
 		"4. kubelet on cp-1, cp-2, cp-3, worker-1, worker-2",
 		"next: kube-apiserver on cp-1",
+		"0. not checked (--force): whether an API that v1.37.0 removes is still requested",
 	)
 	if r.code != 1 || strings.Contains(r.stdout, "refused") {
 		t.Fatalf("apply --dry-run --force: exit %d, want 1 (pending) and no refusal\n%s%s", r.code, r.stdout, r.err)
