@@ -326,10 +326,12 @@
 //     only on a node with a CNI; the kube-dns Service of k8stemplates/
 //     coredns.go CoreDNSService and the EndpointSlice kube-controller-
 //     manager would keep, an endpoint per pod ready as the pod is; the
-//     ClusterIP is the test bed API server's allocation, not Talos' pinned
-//     tenth address of the service subnet) and, unless cluster.proxy.disabled,
+//     ClusterIP is Talos' pinned tenth address of the service subnet where
+//     the test bed API server's service range holds it, else its own
+//     allocation) and, unless cluster.proxy.disabled,
 //     kube-proxy (DaemonSet k8s-app=kube-proxy, a host-network pod per
-//     node). KubePrismStatuses lists
+//     node). The pods run the images of the Deployment's and DaemonSet's
+//     templates, whoever set them. KubePrismStatuses lists
 //     127.0.0.1:<port> (kubeprism_config.go) and is healthy only while an
 //     API server can run (kubeprism.go writeKubePrismStatus).
 //   - Membership (etcd_remove.go): EtcdRemoveMemberByID and
@@ -557,6 +559,38 @@
 //     KubePrismStatuses (when KubePrism is on) and, on control
 //     planes with etcd data, ManifestStatus (10-kube-proxy unless
 //     cluster.proxy.disabled).
+//
+// # Bootstrap manifests
+//
+// A configured control plane serves the Manifest resources
+// (Manifests.kubernetes.talos.dev, namespace controlplane, not Sensitive)
+// that v1.14.1's ControlPlaneBootstrapManifestsController
+// (controllers/k8s/control_plane.go) and ManifestController
+// (controllers/k8s/manifest.go render, templates in
+// controllers/k8s/internal/k8stemplates coredns.go and kube-proxy.go)
+// render from its config (manifests.go): 11-core-dns (ServiceAccount,
+// ClusterRole and ClusterRoleBinding system:coredns, the Corefile
+// ConfigMap, the Deployment), 11-core-dns-svc (kube-dns, ClusterIP the
+// tenth address of the service subnet, k8s.DNSServiceAddrs) and, when the
+// config enables kube-proxy, 10-kube-proxy (DaemonSet with
+// manageProxyConfigArgs' flags, ServiceAccount, ClusterRoleBinding
+// system:node-proxier). CoreDNS's image is the config's or, when it names
+// none, the default of the Talos the machine reports (constants
+// DefaultCoreDNSVersion: v1.12.2 in v1.11.0, v1.13.2 in v1.12.4, v1.14.6
+// in v1.13.9, v1.14.7 in v1.14.1); kube-proxy's follows the config's
+// cluster.proxy.image, so it moves with a Kubernetes version change. With
+// an API server the sim plays ManifestApplyController
+// (controllers/k8s/manifest_apply.go apply, manifests_apply.go): every
+// object the inventory ConfigMap kube-system/talos-bootstrap-manifests-
+// inventory does not list is created with server-side apply, field
+// manager "talos", annotation config.k8s.io/owning-inventory, and listed;
+// listed objects are never applied again, so a later config (a new
+// Kubernetes version, a new Talos) changes the Manifest resources and not
+// the cluster until talosctl upgrade-k8s, or devata after a Kubernetes
+// upgrade, syncs them. Not served: the other manifests ManifestStatus
+// names (bootstrap token, CSR bindings, kubeconfig-in-cluster, node RBAC,
+// flannel, the Talos ServiceAccount CRD, inline and extra manifests),
+// kube-proxy's extra args and config-file mode, resource overrides.
 //
 // # talosctl health
 //
@@ -851,10 +885,10 @@
 // synced and the network always ready, so Bootstrap is never refused with
 // "time is not in sync yet". ManifestStatus appears on every control
 // plane with etcd data, not only once etcd is healthy on the node that holds
-// the manifest lease. Of the bootstrap manifests only the CoreDNS
-// Deployment and the kube-proxy DaemonSet exist in the API server (no
-// kube-dns Service, RBAC or bootstrap token objects), and the pods are
-// written, not scheduled: static pods are Ready as soon as they exist.
+// the manifest lease. Of the bootstrap manifests only CoreDNS's and
+// kube-proxy's objects exist in the API server (no bootstrap token, CSR or
+// node RBAC objects), and the pods are written, not scheduled: static pods
+// are Ready as soon as they exist.
 //
 // # Talos versions and machinery v1.14.1
 //
