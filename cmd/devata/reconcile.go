@@ -187,28 +187,24 @@ func (a *app) reconcile(ctx context.Context, flags reconcileFlags) error {
 		defer audit.Close()
 	}
 	certs := a.certOptions(nil, dialer)
-	loop := &reconcile.Loop{
-		Source: reconcile.FileSourceWith(a.settings.Inventory, a.ageIdentities()), Dialer: dialer, Kube: kube,
-		Extensions: func(inv *inventory.Inventory) []machines.Extension {
-			return checks.Extensions(inv, checks.Options{Kube: kube, Exec: ex, Certs: certs})
-		},
-		Checks: flags.checks, Simulated: a.settings.Simulated,
-		Interval: flags.interval, ReportOnly: flags.reportOnly, DryRun: flags.dryRun,
-		Mode: mode, MaxUnavailable: flags.maxUnavailable, AllowQuorumLoss: flags.allowQuorumLoss, Upgrades: flags.upgrades(), Joins: flags.join,
-		Workers: a.settings.Concurrency, Concurrency: a.settings.Concurrency,
-		Timeout: a.settings.Timeout, Wait: flags.wait, PullTimeout: flags.pullTimeout, Drain: flags.drain, DrainTimeout: flags.drainTimeout, Grace: flags.grace, Shard: shard,
-		WriteRate: flags.writeRate, WriteBurst: flags.writeBurst, BackoffMax: flags.backoffMax,
-		Metrics: metrics, Audit: audit, Log: log,
-	}
 	elect, err := a.election(flags, shard, kube, identity, log, metrics)
 	if err != nil {
 		return err
 	}
+	opts := flags.loopOptions(mode, shard, a.settings.Concurrency, a.settings.Timeout)
+	opts.Source = reconcile.FileSourceWith(a.settings.Inventory, a.ageIdentities())
+	opts.Changes.Dialer, opts.Changes.Kube = dialer, kube
+	opts.Extensions = func(inv *inventory.Inventory) []machines.Extension {
+		return checks.Extensions(inv, checks.Options{Kube: kube, Exec: ex, Certs: certs})
+	}
+	opts.Simulated = a.settings.Simulated
+	opts.Metrics, opts.Audit, opts.Log = metrics, audit, log
 	if elect != nil {
-		loop.Leading = elect.Leading
+		opts.Leading = elect.Leading
 	} else {
 		metrics.SetLeader(true)
 	}
+	loop := reconcile.NewLoop(opts)
 	if flags.metricsAddr != "" {
 		ready := func() error {
 			if elect != nil && !elect.Leading() {
@@ -225,6 +221,22 @@ func (a *app) reconcile(ctx context.Context, flags reconcileFlags) error {
 	log.Info("reconcile starting", "inventory", a.settings.Inventory, "interval", flags.interval, "shard", shard.String(),
 		"report-only", flags.reportOnly, "dry-run", flags.dryRun, "leader-elect", flags.leaderElect, "identity", identity)
 	return a.runLoop(ctx, flags.once, loop, elect, held, log)
+}
+
+// loopOptions are the loop's settings as the flags give them (the
+// connections, logs and metrics are the caller's to add).
+func (f reconcileFlags) loopOptions(mode talosapi.Mode, shard reconcile.Shard, concurrency int, timeout time.Duration) reconcile.LoopOptions {
+	return reconcile.LoopOptions{
+		Changes: reconcile.Changes{
+			Mode: mode, MaxUnavailable: f.maxUnavailable, AllowQuorumLoss: f.allowQuorumLoss,
+			Upgrades: f.upgrades(), Joins: f.join,
+			Concurrency: concurrency, Timeout: timeout, Wait: f.wait, PullTimeout: f.pullTimeout,
+			Drain: f.drain, DrainTimeout: f.drainTimeout,
+		},
+		Checks: f.checks, Interval: f.interval, ReportOnly: f.reportOnly, DryRun: f.dryRun,
+		Workers: concurrency, Grace: f.grace, Shard: shard,
+		WriteRate: f.writeRate, WriteBurst: f.writeBurst, BackoffMax: f.backoffMax,
+	}
 }
 
 // election is the leader election of --leader-elect, nil without it.
