@@ -200,13 +200,16 @@ Exit 0 done (or nothing to do), 1 some machines not converged, 2 error.`,
 	cmd.Flags().DurationVar(&flags.wait, "wait", 10*time.Minute, "how long to wait for a machine to return and for etcd to be healthy")
 	cmd.Flags().BoolVar(&flags.upgrade, "upgrade", false, "also upgrade Talos on machines whose config is in sync and whose version or booted schematic is not the inventory's (as devata upgrade)")
 	cmd.Flags().BoolVar(&flags.dropExtensions, "drop-extensions", false, dropExtensionsUsage)
-	cmd.Flags().BoolVar(&flags.forceDeprecated, "force", false, "upgrade Kubernetes to a new minor release even though clients still request APIs it removes (the API server's apiserver_requested_deprecated_apis)")
+	cmd.Flags().BoolVar(&flags.forceDeprecated, "force", false, forceDeprecatedUsage)
 	addPullTimeoutFlag(cmd, &flags.pullTimeout, true)
 	addDrainFlags(cmd, &flags.drain, &flags.drainTimeout)
 	addIgnoreHoldFlag(cmd, &flags.ignoreHold)
 	flags.lock.register(cmd, true)
 	return cmd
 }
+
+// forceDeprecatedUsage is --force's help, in apply and reconcile.
+const forceDeprecatedUsage = "upgrade Kubernetes to a new minor release even though clients still request APIs it removes (the API server's apiserver_requested_deprecated_apis)"
 
 const quorumLossUsage = "let a change reboot a control plane even when etcd loses quorum meanwhile (one or two control planes): the Kubernetes API stops until it returns"
 

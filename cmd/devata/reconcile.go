@@ -29,14 +29,17 @@ import (
 
 // reconcileFlags are reconcile's flags.
 type reconcileFlags struct {
-	interval, grace, wait, backoffMax         time.Duration
-	pullTimeout                               time.Duration
-	pullTimeoutSet                            bool
-	drain                                     bool
-	drainTimeout                              time.Duration
-	lock                                      lockFlags
-	once, reportOnly, dryRun, leaderElect     bool
-	allowQuorumLoss, upgrade, join            bool
+	interval, grace, wait, backoffMax     time.Duration
+	pullTimeout                           time.Duration
+	pullTimeoutSet                        bool
+	drain                                 bool
+	drainTimeout                          time.Duration
+	lock                                  lockFlags
+	once, reportOnly, dryRun, leaderElect bool
+	allowQuorumLoss, upgrade, join        bool
+	// force: --force, a Kubernetes minor upgrade while clients still
+	// request APIs it removes (reconcile.Changes.ForceDeprecatedAPIs)
+	force                                     bool
 	mode, metricsAddr, shard, auditLog        string
 	leaseNamespace, leaseName                 string
 	leaseDuration, renewDeadline, retryPeriod time.Duration
@@ -69,6 +72,10 @@ when etcd would lose quorum without it (one or two control planes) unless
 --allow-quorum-loss. Before a change that reboots a machine its Node is
 cordoned and drained, and uncordoned once it is back and ready, as devata
 apply does (--drain, --drain-timeout).
+A changed cluster.kubernetesVersion moves one component at a time, as devata
+apply moves it; a new minor release is refused while clients still request
+an API it removes (the API server's apiserver_requested_deprecated_apis,
+read through --kubeconfig), unless --force.
 A failed gate stops every change and is reported on every pass until it clears;
 a machine that keeps failing is retried with exponential backoff while the
 others carry on. Every action is written to --audit-log as a JSON line, synced
@@ -100,6 +107,7 @@ Metrics, /healthz and /readyz are served on --metrics-addr.`,
 	f.BoolVar(&flags.allowQuorumLoss, "allow-quorum-loss", false, quorumLossUsage)
 	f.BoolVar(&flags.join, "join", false, "also configure machines found in maintenance mode once etcd runs, so that they join the cluster, as devata apply does (off by default: their config, secrets included, goes over the maintenance connection, which authenticates no one)")
 	f.BoolVar(&flags.upgrade, "upgrade", false, "also upgrade Talos on machines whose config is in sync and whose version is not cluster.talosVersion, as devata upgrade does (off by default: every upgrade reboots its machine)")
+	f.BoolVar(&flags.force, "force", false, forceDeprecatedUsage)
 	addPullTimeoutFlag(cmd, &flags.pullTimeout, true)
 	addDrainFlags(cmd, &flags.drain, &flags.drainTimeout)
 	f.StringVar(&flags.metricsAddr, "metrics-addr", "", "serve /metrics, /healthz and /readyz on this address, e.g. :9090")
@@ -229,7 +237,7 @@ func (f reconcileFlags) loopOptions(mode talosapi.Mode, shard reconcile.Shard, c
 	return reconcile.LoopOptions{
 		Changes: reconcile.Changes{
 			Mode: mode, MaxUnavailable: f.maxUnavailable, AllowQuorumLoss: f.allowQuorumLoss,
-			Upgrades: f.upgrades(), Joins: f.join,
+			Upgrades: f.upgrades(), Joins: f.join, ForceDeprecatedAPIs: f.force,
 			Concurrency: concurrency, Timeout: timeout, Wait: f.wait, PullTimeout: f.pullTimeout,
 			Drain: f.drain, DrainTimeout: f.drainTimeout,
 		},
