@@ -69,11 +69,13 @@ func (r *Rollout) prePull(ctx context.Context, actions []Action) error {
 		wg.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			err := r.pullOn(ctx, j.a, j.images, j.ns)
-			mu.Lock()
+			line, err := r.pullOn(ctx, j.a, j.images, j.ns)
+			mu.Lock() // r.Say writes to one stream: one line at a time
 			defer mu.Unlock()
 			if err != nil {
 				errs = append(errs, err.Error())
+			} else {
+				r.say("%s", line)
 			}
 		})
 	}
@@ -84,14 +86,15 @@ func (r *Rollout) prePull(ctx context.Context, actions []Action) error {
 	return nil
 }
 
-// pullOn pulls images on one machine, one after the other.
-func (r *Rollout) pullOn(ctx context.Context, a Action, images []string, ns []common.ContainerdNamespace) error {
+// pullOn pulls images on one machine, one after the other, and returns
+// the line that says what it did.
+func (r *Rollout) pullOn(ctx context.Context, a Action, images []string, ns []common.ContainerdNamespace) (string, error) {
 	m := a.Machine
 	dctx, cancel := context.WithTimeout(ctx, r.Timeout)
 	c, err := r.Dialer.Client(dctx, m)
 	cancel()
 	if err != nil {
-		return fmt.Errorf("%s: %w", m.Name, err)
+		return "", fmt.Errorf("%s: %w", m.Name, err)
 	}
 	defer c.Close()
 	for i, img := range images {
@@ -100,14 +103,12 @@ func (r *Rollout) pullOn(ctx context.Context, a Action, images []string, ns []co
 		cancel()
 		switch {
 		case client.StatusCode(err) == codes.Unimplemented:
-			r.say("    %s: image pull not implemented by its Talos: skipped (as talosctl does)", m.Name)
-			return nil
+			return fmt.Sprintf("    %s: image pull not implemented by its Talos: skipped (as talosctl does)", m.Name), nil
 		case err != nil:
-			return fmt.Errorf("%s: pull %s: %w", m.Name, img, err)
+			return "", fmt.Errorf("%s: pull %s: %w", m.Name, img, err)
 		}
 	}
-	r.say("    %s: pulled %s", m.Name, strings.Join(tags(images), ", "))
-	return nil
+	return fmt.Sprintf("    %s: pulled %s", m.Name, strings.Join(tags(images), ", ")), nil
 }
 
 // tags shortens image references to repository basename:tag.

@@ -9,8 +9,10 @@ import (
 
 	"github.com/cosi-project/runtime/pkg/safe"
 	"github.com/siderolabs/talos/pkg/machinery/client"
+	coreconfig "github.com/siderolabs/talos/pkg/machinery/config"
 	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
 	"github.com/siderolabs/talos/pkg/machinery/config/configpatcher"
+	"github.com/siderolabs/talos/pkg/machinery/config/generate/stdpatches"
 	"github.com/siderolabs/talos/pkg/machinery/resources/k8s"
 	corev1 "k8s.io/api/core/v1"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
@@ -112,35 +114,72 @@ func ImageTag(image string) string {
 	return tag
 }
 
-// kubeImageField is where a machine config sets each component's image.
-var kubeImageField = map[string]string{
-	Kubelet:               "machine:\n  kubelet:\n    image: %q\n",
-	KubeAPIServer:         "cluster:\n  apiServer:\n    image: %q\n",
-	KubeControllerManager: "cluster:\n  controllerManager:\n    image: %q\n",
-	KubeScheduler:         "cluster:\n  scheduler:\n    image: %q\n",
+// KubeProxy is kube-proxy, whose image the config also sets (a
+// DaemonSet of the bootstrap manifests, not a component a Kubernetes
+// version change moves one machine at a time).
+const KubeProxy = "kube-proxy"
+
+// kubeImagePatch is the patch that sets each component's image where cfg
+// holds it, as talosctl upgrade-k8s builds it (machinery
+// config/generate/stdpatches: WithKubeletImage, WithKubeAPIServerImage, …,
+// with the contract stdpatches.GuessVersionContract* guesses from the
+// config): the component's Talos 1.14 document (KubeletConfig,
+// KubeAPIServerConfig, KubeControllerManagerConfig, KubeSchedulerConfig,
+// KubeProxyConfig) when cfg has it, else its v1alpha1 field. Talos 1.14
+// refuses a v1alpha1 field beside the document when it validates the
+// config (machinery config/container validate.go validate, through the
+// document's V1Alpha1ConflictValidate: "kubelet config is already set in
+// v1alpha1 config (.machine.kubelet)", types/k8s kubelet.go, and the same
+// for each component).
+var kubeImagePatch = map[string]func(coreconfig.Container, string) ([]byte, error){
+	Kubelet: func(c coreconfig.Container, img string) ([]byte, error) {
+		return stdpatches.WithKubeletImage(stdpatches.GuessVersionContractKubelet(c), img)
+	},
+	KubeAPIServer: func(c coreconfig.Container, img string) ([]byte, error) {
+		return stdpatches.WithKubeAPIServerImage(stdpatches.GuessVersionContractKubeAPIServer(c), img)
+	},
+	KubeControllerManager: func(c coreconfig.Container, img string) ([]byte, error) {
+		return stdpatches.WithKubeControllerManagerImage(stdpatches.GuessVersionContractKubeControllerManager(c), img)
+	},
+	KubeScheduler: func(c coreconfig.Container, img string) ([]byte, error) {
+		return stdpatches.WithKubeSchedulerImage(stdpatches.GuessVersionContractKubeScheduler(c), img)
+	},
+	KubeProxy: func(c coreconfig.Container, img string) ([]byte, error) {
+		return stdpatches.WithKubeProxyImage(stdpatches.GuessVersionContractKubeProxy(c), img)
+	},
 }
 
 // WithKubeImages returns cfg with the given components' images (by
-// component name) set, as a strategic merge patch sets them: talosctl
-// upgrade-k8s patches the same fields, one component at a time
+// component name, KubeOrder's or KubeProxy) set where cfg holds each, as
+// talosctl upgrade-k8s patches them one component at a time
 // (pkg/cluster/kubernetes/talos_managed.go upgradeStaticPodPatcher,
-// kubelet.go upgradeKubeletPatcher).
+// kubelet.go upgradeKubeletPatcher, talos_managed.go kube-proxy's patch):
+// in the component's document on a Talos 1.14 config that has one, in the
+// v1alpha1 field otherwise (see kubeImagePatch).
 func WithKubeImages(cfg []byte, images map[string]string) ([]byte, error) {
 	if len(images) == 0 {
 		return cfg, nil
 	}
-	var docs []string
-	for _, c := range KubeOrder {
-		if img, ok := images[c]; ok {
-			docs = append(docs, fmt.Sprintf(kubeImageField[c], img))
+	for c := range images {
+		if kubeImagePatch[c] == nil {
+			return nil, fmt.Errorf("set images: unknown component %q among %v", c, slices.Sorted(maps.Keys(images)))
 		}
 	}
-	if len(docs) != len(images) {
-		return nil, fmt.Errorf("set images: unknown component among %v", slices.Sorted(maps.Keys(images)))
-	}
-	patches, err := configpatcher.LoadPatches(docs)
+	c, err := configloader.NewFromBytes(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("image patch: %w", err)
+		return nil, fmt.Errorf("set the Kubernetes images: load config: %w", err)
+	}
+	var patches []configpatcher.Patch
+	for _, comp := range append(slices.Clone(KubeOrder), KubeProxy) {
+		img, ok := images[comp]
+		if !ok {
+			continue
+		}
+		p, err := stdpatches.PreparePatch(kubeImagePatch[comp](c, img))
+		if err != nil {
+			return nil, fmt.Errorf("%s image patch: %w", comp, err)
+		}
+		patches = append(patches, p)
 	}
 	out, err := configpatcher.Apply(configpatcher.WithBytes(cfg), patches)
 	if err != nil {

@@ -79,8 +79,7 @@ func TestApplyRefusesKubernetesUpgradeWhileRemovedAPIsAreRequested(t *testing.T)
 	}
 
 	// with --force the upgrade goes ahead: the plan holds every step and no
-	// refusal (a dry run: on Talos 1.14's config contract the steps' image
-	// patches are refused today, see talosapi.WithKubeImages)
+	// refusal (a dry run; TestKubernetesUpgradeOnTalos114 takes the steps)
 	r = devata(t, nil, "apply", "--dry-run", "--force", "--config", sf.settings, kubeconfig)
 	show(t, r)
 	lacks(t, "apply --dry-run --force", r.stdout,
