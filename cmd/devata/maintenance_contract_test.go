@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -22,7 +23,10 @@ import (
 // installs the inventory's release from its config's installer and runs the
 // config of that release's contract.
 func TestBootstrapMaintenanceOnOlderTalos(t *testing.T) {
-	sf := startSim(t, simtest.Options{Example: examples.HomelabV114Name, TalosVersion: "v1.13.9", DesiredKubernetesVersion: "v1.36.3", Maintenance: allMachines})
+	// a kubelet restart that outlasts etcd's bootstrap: the 1.14 config
+	// applied to the machines once they run v1.14.1 restarts it, and
+	// bootstrap waits for their boot to end before its drift report
+	sf := startSim(t, simtest.Options{Example: examples.HomelabV114Name, TalosVersion: "v1.13.9", DesiredKubernetesVersion: "v1.36.3", Maintenance: allMachines, RestartDelay: 4 * time.Second})
 
 	r := devata(t, nil, "plan", "--config", sf.settings, "--skip-nodes")
 	show(t, r)
@@ -49,6 +53,9 @@ func TestBootstrapMaintenanceOnOlderTalos(t *testing.T) {
 		if !strings.Contains(r.stdout, m+": runs Talos v1.14.1 now, installed from its config: applying the config of the Talos 1.14 config contract (mode auto)") {
 			t.Errorf("bootstrap does not say %s was configured for the release it installed:\n%s", m, r.stdout)
 		}
+	}
+	if !regexp.MustCompile(`etcd healthy, members \[cp-1 cp-2 cp-3\]; [a-z0-9-, ]+ running \(`).MatchString(r.stdout) {
+		t.Errorf("bootstrap does not say it waited for the machines it configured to run:\n%s", r.stdout)
 	}
 	if r := devata(t, nil, "drift", "--config", sf.settings, machineChecks); r.code != 0 {
 		t.Errorf("drift after the bootstrap: exit %d\n%s%s", r.code, r.stdout, r.err)
