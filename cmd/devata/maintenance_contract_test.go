@@ -121,3 +121,40 @@ func TestBootstrapRecoverMaintenanceOnOlderTalos(t *testing.T) {
 		}
 	}
 }
+
+// A machine added to a v1.14.1 fleet boots a v1.13.9 medium in maintenance
+// mode (issue 30): devata apply joins it with the config of the release it
+// boots, which v1.13.9 parses (a 1.14 document it refuses), then, once it
+// runs the v1.14.1 it installed from that config, applies the inventory's;
+// drift is then clean and a second run has nothing to do.
+func TestApplyJoinsAMachineBootedFromAnOlderMedium(t *testing.T) {
+	sf := startSim(t, simtest.Options{Example: examples.HomelabV114Name, Bootstrap: true, TalosVersion: "v1.14.1", DesiredKubernetesVersion: "v1.36.3",
+		TalosVersions: map[string]string{"worker-2": "v1.13.9"}, Maintenance: []string{"worker-2"}})
+	k := startKube(t)
+	k.playKubelets(t, sf.Sim)
+	kubeconfig := "--kubeconfig=" + k.env.Kubeconfig
+
+	r := devata(t, nil, "apply", "--yes", "--wait", "1m", "--config", sf.settings, kubeconfig)
+	show(t, r)
+	if r.code != 0 {
+		t.Fatalf("apply: exit %d\n%s%s", r.code, r.stdout, r.err)
+	}
+	for _, want := range []string{
+		"worker-2: its config is written for Talos 1.13, the release it boots (it boots v1.13.9), until it runs v1.14.1",
+		"worker-2: runs Talos v1.14.1 now, installed from its config: applying the inventory's config (mode auto)",
+		"worker-2: joined: runs its desired config on Talos v1.14.1",
+	} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("apply does not say %q:\n%s", want, r.stdout)
+		}
+	}
+	if got := sf.Sim.Machine("worker-2").Observe().TalosVersion; got != "v1.14.1" {
+		t.Errorf("worker-2 runs %s after its join, want v1.14.1", got)
+	}
+	if r := devata(t, nil, "drift", "--config", sf.settings, machineChecks); r.code != 0 {
+		t.Errorf("drift after the join: exit %d\n%s%s", r.code, r.stdout, r.err)
+	}
+	if r := devata(t, nil, "apply", "--yes", "--config", sf.settings, kubeconfig); r.code != 0 || !strings.Contains(r.stdout, "nothing to apply") {
+		t.Errorf("second run: exit %d\n%s%s", r.code, r.stdout, r.err)
+	}
+}
