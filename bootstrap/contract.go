@@ -65,52 +65,30 @@ func contractOf(inv *inventory.Inventory, st *fleetState) plan.Contract {
 // sidecar recorded, else cluster.talosVersion.
 func (s *Sequence) bootRelease(m *inventory.Machine) (version, why string) {
 	o := s.st.obs[m.Name]
-	if o != nil && o.Version != "" {
-		return o.Version, "it boots " + o.Version
+	own, unread := "", ""
+	if o != nil {
+		own = o.Version
+		if o.VersionErr != nil {
+			unread = o.VersionErr.Error()
+		}
 	}
-	unread := "its Talos version could not be read"
-	if o != nil && o.VersionErr != nil {
-		unread += " (" + o.VersionErr.Error() + ")"
-	}
-	oldest, by := "", ""
+	var others []talos.Reported
 	for i := range s.inv.Machines {
 		other := s.inv.Machines[i].Name
 		ob := s.st.obs[other]
 		if other == m.Name || ob == nil || ob.Version == "" || (ob.Err != nil && !ob.Maintenance) {
 			continue
 		}
-		vm, ok := talos.Minor(ob.Version)
-		if !ok {
-			continue
-		}
-		if om, _ := talos.Minor(oldest); oldest == "" || vm < om {
-			oldest, by = ob.Version, other
-		}
+		others = append(others, talos.Reported{Machine: other, Version: ob.Version})
 	}
-	switch {
-	case oldest != "":
-		return oldest, fmt.Sprintf("%s; the oldest release another machine runs: %s runs %s", unread, by, oldest)
-	case s.opts.RecoverTalos != "":
-		return s.opts.RecoverTalos, fmt.Sprintf("%s; the Talos version the snapshot's sidecar recorded: %s", unread, s.opts.RecoverTalos)
-	}
-	target := s.inv.Cluster.TalosVersion
-	return target, fmt.Sprintf("%s and no other machine said its own; cluster.talosVersion %s", unread, target)
+	return talos.BootRelease(own, unread, others, s.opts.RecoverTalos, "the Talos version the snapshot's sidecar recorded", s.inv.Cluster.TalosVersion)
 }
 
 // contractName is the config contract a config for a machine running
 // version follows: the release's minor ("1.13"), the inventory's when
 // version is newer.
 func (s *Sequence) contractName(version string) string {
-	target := s.inv.Cluster.TalosVersion
-	vm, ok := talos.Minor(version)
-	tm, tok := talos.Minor(target)
-	switch {
-	case ok && tok && vm < tm && vm >= talos.OldestMinor:
-		return fmt.Sprintf("1.%d", vm)
-	case tok:
-		return fmt.Sprintf("1.%d", tm)
-	}
-	return strings.TrimPrefix(target, "v")
+	return talos.ContractOf(version, s.inv.Cluster.TalosVersion)
 }
 
 // runs is the Talos version m reported in the last observation, "" when

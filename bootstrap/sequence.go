@@ -99,6 +99,9 @@ type Sequence struct {
 	desiredFor talosapi.DesiredFunc
 	dialer     *talosapi.Dialer
 	st         *fleetState
+	// configured are the machines the configure step sent a config:
+	// waitRunning waits for their boot to end once etcd runs.
+	configured []*inventory.Machine
 
 	mu sync.Mutex // serialises Out
 }

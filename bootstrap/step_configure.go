@@ -54,6 +54,7 @@ func (s *Sequence) configure(ctx context.Context) (string, error) {
 		return "nothing to configure: no machine is in maintenance mode", nil
 	}
 	all := append(append(slices.Clone(maint), live...), rebooting...)
+	s.configured = all
 	err := talosapi.ForEach(ctx, all, s.opts.Concurrency, s.opts.Wait+4*s.opts.Timeout, func(ctx context.Context, m *inventory.Machine) error {
 		if s.st.maintenance(m.Name) {
 			return s.applyMaintenance(ctx, m)

@@ -11,7 +11,8 @@ import (
 )
 
 // waitEtcd waits until every control plane agrees etcd is healthy with
-// exactly the configured control planes as members. Besides a line for each
+// exactly the configured control planes as members, then until the
+// machines this run configured ended their boot (waitRunning). Besides a line for each
 // new problem, every heartbeat.Every it says what it waits for.
 func (s *Sequence) waitEtcd(ctx context.Context) (string, error) {
 	deadline := time.Now().Add(s.opts.Wait)
@@ -22,7 +23,8 @@ func (s *Sequence) waitEtcd(ctx context.Context) (string, error) {
 	for {
 		err := gate.EtcdHealthy(ctx, s.inv, s.dialer, s.opts.Timeout)
 		if err == nil {
-			return "etcd healthy, members [" + strings.Join(sortedCPNames(s.inv), " ") + "]", nil
+			beat.Stop()
+			return "etcd healthy, members [" + strings.Join(sortedCPNames(s.inv), " ") + "]" + s.waitRunning(ctx), nil
 		}
 		beat.Saw(err.Error())
 		if time.Since(looked) >= 2*time.Second {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -22,7 +23,10 @@ import (
 // installs the inventory's release from its config's installer and runs the
 // config of that release's contract.
 func TestBootstrapMaintenanceOnOlderTalos(t *testing.T) {
-	sf := startSim(t, simtest.Options{Example: examples.HomelabV114Name, TalosVersion: "v1.13.9", DesiredKubernetesVersion: "v1.36.3", Maintenance: allMachines})
+	// a kubelet restart that outlasts etcd's bootstrap: the 1.14 config
+	// applied to the machines once they run v1.14.1 restarts it, and
+	// bootstrap waits for their boot to end before its drift report
+	sf := startSim(t, simtest.Options{Example: examples.HomelabV114Name, TalosVersion: "v1.13.9", DesiredKubernetesVersion: "v1.36.3", Maintenance: allMachines, RestartDelay: 4 * time.Second})
 
 	r := devata(t, nil, "plan", "--config", sf.settings, "--skip-nodes")
 	show(t, r)
@@ -49,6 +53,9 @@ func TestBootstrapMaintenanceOnOlderTalos(t *testing.T) {
 		if !strings.Contains(r.stdout, m+": runs Talos v1.14.1 now, installed from its config: applying the config of the Talos 1.14 config contract (mode auto)") {
 			t.Errorf("bootstrap does not say %s was configured for the release it installed:\n%s", m, r.stdout)
 		}
+	}
+	if !regexp.MustCompile(`etcd healthy, members \[cp-1 cp-2 cp-3\]; [a-z0-9-, ]+ running \(`).MatchString(r.stdout) {
+		t.Errorf("bootstrap does not say it waited for the machines it configured to run:\n%s", r.stdout)
 	}
 	if r := devata(t, nil, "drift", "--config", sf.settings, machineChecks); r.code != 0 {
 		t.Errorf("drift after the bootstrap: exit %d\n%s%s", r.code, r.stdout, r.err)
@@ -112,5 +119,42 @@ func TestBootstrapRecoverMaintenanceOnOlderTalos(t *testing.T) {
 		if v := sf.Sim.Machine(name).Observe().TalosVersion; v != "v1.14.1" {
 			t.Errorf("%s runs %s after the rebuild, want v1.14.1, its config's installer", name, v)
 		}
+	}
+}
+
+// A machine added to a v1.14.1 fleet boots a v1.13.9 medium in maintenance
+// mode (issue 30): devata apply joins it with the config of the release it
+// boots, which v1.13.9 parses (a 1.14 document it refuses), then, once it
+// runs the v1.14.1 it installed from that config, applies the inventory's;
+// drift is then clean and a second run has nothing to do.
+func TestApplyJoinsAMachineBootedFromAnOlderMedium(t *testing.T) {
+	sf := startSim(t, simtest.Options{Example: examples.HomelabV114Name, Bootstrap: true, TalosVersion: "v1.14.1", DesiredKubernetesVersion: "v1.36.3",
+		TalosVersions: map[string]string{"worker-2": "v1.13.9"}, Maintenance: []string{"worker-2"}})
+	k := startKube(t)
+	k.playKubelets(t, sf.Sim)
+	kubeconfig := "--kubeconfig=" + k.env.Kubeconfig
+
+	r := devata(t, nil, "apply", "--yes", "--wait", "1m", "--config", sf.settings, kubeconfig)
+	show(t, r)
+	if r.code != 0 {
+		t.Fatalf("apply: exit %d\n%s%s", r.code, r.stdout, r.err)
+	}
+	for _, want := range []string{
+		"worker-2: its config is written for Talos 1.13, the release it boots (it boots v1.13.9), until it runs v1.14.1",
+		"worker-2: runs Talos v1.14.1 now, installed from its config: applying the inventory's config (mode auto)",
+		"worker-2: joined: runs its desired config on Talos v1.14.1",
+	} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("apply does not say %q:\n%s", want, r.stdout)
+		}
+	}
+	if got := sf.Sim.Machine("worker-2").Observe().TalosVersion; got != "v1.14.1" {
+		t.Errorf("worker-2 runs %s after its join, want v1.14.1", got)
+	}
+	if r := devata(t, nil, "drift", "--config", sf.settings, machineChecks); r.code != 0 {
+		t.Errorf("drift after the join: exit %d\n%s%s", r.code, r.stdout, r.err)
+	}
+	if r := devata(t, nil, "apply", "--yes", "--config", sf.settings, kubeconfig); r.code != 0 || !strings.Contains(r.stdout, "nothing to apply") {
+		t.Errorf("second run: exit %d\n%s%s", r.code, r.stdout, r.err)
 	}
 }
