@@ -22,7 +22,7 @@ func contractOf(inv *inventory.Inventory, st *fleetState) plan.Contract {
 	for i := range inv.Machines {
 		m := &inv.Machines[i]
 		o := st.obs[m.Name]
-		if o == nil || o.Err != nil || o.Maintenance || o.Version == "" {
+		if o == nil || (o.Err != nil && !o.Maintenance) || o.Version == "" {
 			continue
 		}
 		answered++
@@ -30,7 +30,7 @@ func contractOf(inv *inventory.Inventory, st *fleetState) plan.Contract {
 		if !ok || !rok || rm >= tm || rm < talos.OldestMinor {
 			continue
 		}
-		c.Older = append(c.Older, plan.ContractMachine{Machine: m.Name, Runs: o.Version, Talos: fmt.Sprintf("1.%d", rm)})
+		c.Older = append(c.Older, plan.ContractMachine{Machine: m.Name, Runs: o.Version, Talos: fmt.Sprintf("1.%d", rm), Maintenance: o.Maintenance})
 	}
 	switch {
 	case len(c.Older) > 0:
@@ -42,6 +42,10 @@ func contractOf(inv *inventory.Inventory, st *fleetState) plan.Contract {
 		c.Talos = oldest.Talos
 		var runs []string
 		for _, o := range c.Older {
+			if o.Maintenance {
+				runs = append(runs, o.Machine+" runs "+o.Runs+" in maintenance mode")
+				continue
+			}
 			runs = append(runs, o.Machine+" runs "+o.Runs)
 		}
 		c.Reason = fmt.Sprintf("the oldest release a machine runs (%s; cluster.talosVersion is %s): each machine older than %s gets a config its own release accepts until it is upgraded, the others %s's",
@@ -52,6 +56,61 @@ func contractOf(inv *inventory.Inventory, st *fleetState) plan.Contract {
 		c.Reason = fmt.Sprintf("cluster.talosVersion %s, since no machine runs an older release (%d of %d answered with their version)", target, answered, len(inv.Machines))
 	}
 	return c
+}
+
+// bootRelease is the Talos version a machine in maintenance mode is
+// configured for, and why: the release it booted, as it reported it; when
+// that could not be read, the oldest release another machine of the
+// inventory reported, else the Talos version the --recover-from snapshot's
+// sidecar recorded, else cluster.talosVersion.
+func (s *Sequence) bootRelease(m *inventory.Machine) (version, why string) {
+	o := s.st.obs[m.Name]
+	if o != nil && o.Version != "" {
+		return o.Version, "it boots " + o.Version
+	}
+	unread := "its Talos version could not be read"
+	if o != nil && o.VersionErr != nil {
+		unread += " (" + o.VersionErr.Error() + ")"
+	}
+	oldest, by := "", ""
+	for i := range s.inv.Machines {
+		other := s.inv.Machines[i].Name
+		ob := s.st.obs[other]
+		if other == m.Name || ob == nil || ob.Version == "" || (ob.Err != nil && !ob.Maintenance) {
+			continue
+		}
+		vm, ok := talos.Minor(ob.Version)
+		if !ok {
+			continue
+		}
+		if om, _ := talos.Minor(oldest); oldest == "" || vm < om {
+			oldest, by = ob.Version, other
+		}
+	}
+	switch {
+	case oldest != "":
+		return oldest, fmt.Sprintf("%s; the oldest release another machine runs: %s runs %s", unread, by, oldest)
+	case s.opts.RecoverTalos != "":
+		return s.opts.RecoverTalos, fmt.Sprintf("%s; the Talos version the snapshot's sidecar recorded: %s", unread, s.opts.RecoverTalos)
+	}
+	target := s.inv.Cluster.TalosVersion
+	return target, fmt.Sprintf("%s and no other machine said its own; cluster.talosVersion %s", unread, target)
+}
+
+// contractName is the config contract a config for a machine running
+// version follows: the release's minor ("1.13"), the inventory's when
+// version is newer.
+func (s *Sequence) contractName(version string) string {
+	target := s.inv.Cluster.TalosVersion
+	vm, ok := talos.Minor(version)
+	tm, tok := talos.Minor(target)
+	switch {
+	case ok && tok && vm < tm && vm >= talos.OldestMinor:
+		return fmt.Sprintf("1.%d", vm)
+	case tok:
+		return fmt.Sprintf("1.%d", tm)
+	}
+	return strings.TrimPrefix(target, "v")
 }
 
 // runs is the Talos version m reported in the last observation, "" when

@@ -76,6 +76,11 @@ type Options struct {
 	// decrypted into a private directory that lives as long as the run.
 	RecoverFrom      string
 	RecoverEncrypted bool
+	// RecoverTalos is the Talos version the snapshot's sidecar recorded
+	// (backup etcd), "" when none: the release a machine in maintenance
+	// mode is configured for when it could not say its own and no other
+	// machine did (bootRelease).
+	RecoverTalos string
 	// Out receives one line per step and per thing done; nil discards.
 	Out io.Writer
 }

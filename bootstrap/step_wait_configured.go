@@ -16,8 +16,11 @@ import (
 // v1alpha1_sequencer_tasks.go StartAllServices), which needs the bootstrap
 // that comes after this. With reapply, seeing it back in maintenance mode
 // returns errBackInMaintenance. Every heartbeat.Every it says what it waits
-// for and what it last saw.
-func (s *Sequence) waitConfigured(ctx context.Context, m *inventory.Machine, reapply bool) error {
+// for and what it last saw. sent, when set, is the config a maintenance
+// apply sent, of the contract of the release the machine booted: running it
+// counts as done too, with current false when the release the machine runs
+// now (runs) has a config of its own that differs.
+func (s *Sequence) waitConfigured(ctx context.Context, m *inventory.Machine, reapply bool, sent []byte) (runs string, current bool, err error) {
 	start := time.Now()
 	deadline := start.Add(s.opts.Wait)
 	last := "no answer yet"
@@ -29,7 +32,7 @@ func (s *Sequence) waitConfigured(ctx context.Context, m *inventory.Machine, rea
 		cancel()
 		switch {
 		case o.Maintenance && reapply:
-			return errBackInMaintenance
+			return "", false, errBackInMaintenance
 		case o.Err != nil:
 			last = o.Err.Error()
 		case o.ConfigErr != nil:
@@ -40,6 +43,14 @@ func (s *Sequence) waitConfigured(ctx context.Context, m *inventory.Machine, rea
 			if err == nil {
 				d, err = talosapi.DiffConfigs(o.Active, desired)
 			}
+			current := true
+			if err == nil && !d.Equal && sent != nil {
+				// the config sent from maintenance mode, for the release it
+				// booted, on a machine that installed a newer one
+				if ds, serr := talosapi.DiffConfigs(o.Active, sent); serr == nil && ds.Equal {
+					d, current = ds, false
+				}
+			}
 			switch {
 			case err != nil:
 				last = err.Error()
@@ -49,16 +60,20 @@ func (s *Sequence) waitConfigured(ctx context.Context, m *inventory.Machine, rea
 				last = "stage " + o.Stage
 			default:
 				beat.Stop()
+				if !current {
+					s.say("    %s: answers on mTLS and runs the config sent, stage %s (%s)", m.Name, o.Stage, time.Since(start).Round(time.Millisecond))
+					return o.Version, false, nil
+				}
 				s.say("    %s: answers on mTLS and runs its desired config, stage %s (%s)", m.Name, o.Stage, time.Since(start).Round(time.Millisecond))
-				return nil
+				return o.Version, true, nil
 			}
 		}
 		beat.Saw(last)
 		if time.Now().After(deadline) {
-			return fmt.Errorf("did not come back on mTLS with its config within %s: %s", s.opts.Wait, last)
+			return "", false, fmt.Errorf("did not come back on mTLS with its config within %s: %s", s.opts.Wait, last)
 		}
 		if err := sleep(ctx, s.opts.Poll); err != nil {
-			return fmt.Errorf("waiting for it: %w (last: %s)", err, last)
+			return "", false, fmt.Errorf("waiting for it: %w (last: %s)", err, last)
 		}
 	}
 }

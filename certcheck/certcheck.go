@@ -64,7 +64,7 @@ type Options struct {
 func Info() drift.Info { return check().Info() }
 
 func check() drift.Check[*target] {
-	return drift.Check[*target]{Name: CheckCertificates, Rung: drift.RungResources, Run: run}
+	return drift.Check[*target]{Name: CheckCertificates, Rung: drift.RungResources, Run: run, Kubernetes: true}
 }
 
 // Extension plugs the certificates check into a checks.FleetCheck. The

@@ -1,12 +1,17 @@
 // Package checks is devata's one list of checks, in the shape of Talos'
 // DefaultClusterChecks (pkg/cluster/check/default.go): the machine checks,
 // then each family that rides on their connection (storage, cilium), built in
-// one place. Help text, --checks, the demo and bootstrap's closing report
-// take their names from here. To add a check: write it in its family's
-// package and add it to that family's Checks list; nothing else names it.
+// one place. Help text, --checks, the demo, bootstrap's closing report and
+// reconcile take their names and properties from here. To add a check:
+// write it in its family's package and add it to that family's Checks list;
+// nothing else names it.
 package checks
 
 import (
+	"fmt"
+	"slices"
+	"strings"
+
 	"k8s.io/client-go/kubernetes"
 
 	"devata.dev/devata/certcheck"
@@ -29,55 +34,92 @@ const (
 	FamilyDNS     Family = "dns"     // package dnscheck: the cluster DNS
 )
 
-// Entry is one check as the catalogue lists it.
+// Entry is one check as the catalogue lists it: what it is (name, rung,
+// policy, properties: drift.Info) and its family.
 type Entry struct {
 	drift.Info
 	Family Family
-	// Optional is empty for a check that always runs, else the flag that
-	// turns it on ("--probe").
-	Optional string
 }
+
+// Registry is a list of checks in report order. A Registry is a value: a
+// caller (a test) that adds to one (With) changes no one else's.
+type Registry []Entry
 
 // All lists every check in the order reports show them: the machine
 // checks, then storage, certificates, coredns, then cilium, optional ones included
-// (last: help text cuts a list at "(with --probe)").
-func All() []Entry {
-	var out []Entry
-	add := func(f Family, optional string, infos ...drift.Info) {
+// (last: help text cuts a list at "(with --probe)"). Each call returns a
+// new Registry.
+func All() Registry {
+	var out Registry
+	add := func(f Family, infos ...drift.Info) {
 		for _, i := range infos {
-			out = append(out, Entry{Info: i, Family: f, Optional: optional})
+			out = append(out, Entry{Info: i, Family: f})
 		}
 	}
-	add(FamilyMachine, "", drift.Infos(machines.Checks())...)
-	add(FamilyStorage, "", drift.Infos(storagecheck.Checks())...)
-	add(FamilyCerts, "", certcheck.Info())
-	add(FamilyDNS, "", dnscheck.Info())
-	add(FamilyNet, "", drift.Infos(netcheck.Checks())...)
-	add(FamilyNet, "--probe", netcheck.ProbeCheck(nil, netcheck.ProbeOptions{}).Info())
+	add(FamilyMachine, drift.Infos(machines.Checks())...)
+	add(FamilyStorage, drift.Infos(storagecheck.Checks())...)
+	add(FamilyCerts, certcheck.Info())
+	add(FamilyDNS, dnscheck.Info())
+	add(FamilyNet, drift.Infos(netcheck.Checks())...)
+	add(FamilyNet, netcheck.ProbeCheck(nil, netcheck.ProbeOptions{}).Info())
 	return out
 }
 
-// Names returns the name of every check in All, optional ones included.
-func Names() []string {
-	var out []string
-	for _, e := range All() {
+// With is a copy of r with more checks after its own.
+func (r Registry) With(more ...Entry) Registry {
+	return append(slices.Clip(slices.Clone(r)), more...)
+}
+
+// Names returns the name of every check of r, optional ones included.
+func (r Registry) Names() []string {
+	out := make([]string, 0, len(r))
+	for _, e := range r {
 		out = append(out, e.Name)
 	}
 	return out
 }
 
 // Of returns the names of the checks of the given families that always run.
-func Of(families ...Family) []string {
+func (r Registry) Of(families ...Family) []string {
 	var out []string
-	for _, e := range All() {
-		for _, f := range families {
-			if e.Family == f && e.Optional == "" {
-				out = append(out, e.Name)
-			}
+	for _, e := range r {
+		if slices.Contains(families, e.Family) && e.Optional == "" {
+			out = append(out, e.Name)
 		}
 	}
 	return out
 }
+
+// Get returns the check of that name.
+func (r Registry) Get(name string) (Entry, bool) {
+	i := slices.IndexFunc(r, func(e Entry) bool { return e.Name == name })
+	if i < 0 {
+		return Entry{}, false
+	}
+	return r[i], true
+}
+
+// Validate refuses a --checks name r does not have, with the nearest one
+// it has: a typo on the command line, found before anything is dialled.
+func (r Registry) Validate(names []string) error {
+	return validate(names, r.Names())
+}
+
+// validate is Validate against the names a pass has (FleetCheck.Select).
+func validate(names, have []string) error {
+	for _, n := range names {
+		if !slices.Contains(have, n) {
+			return fmt.Errorf("--checks: no check %q%s (have %s)", n, didYouMean(n, have), strings.Join(have, ", "))
+		}
+	}
+	return nil
+}
+
+// Names returns the name of every check in All, optional ones included.
+func Names() []string { return All().Names() }
+
+// Of returns the names of All's checks of the given families that always run.
+func Of(families ...Family) []string { return All().Of(families...) }
 
 // Options gives the families what they read beyond the Talos connection.
 type Options struct {

@@ -12,6 +12,7 @@ import (
 	"devata.dev/devata/inventory"
 	"devata.dev/devata/machines"
 	"devata.dev/devata/netcheck"
+	"devata.dev/devata/storagecheck"
 )
 
 func TestNamesAreUniqueAndInLadderOrderPerFamily(t *testing.T) {
@@ -32,8 +33,19 @@ func TestNamesAreUniqueAndInLadderOrderPerFamily(t *testing.T) {
 	if got := checks.Names(); len(got) != len(all) {
 		t.Errorf("Names has %d, All %d", len(got), len(all))
 	}
-	if got, want := checks.Of(checks.FamilyMachine), []string{machines.CheckConfig, machines.CheckTalosVersion, machines.CheckExtensions, machines.CheckMachineStage, machines.CheckKubelet, machines.CheckEtcd}; !slices.Equal(got, want) {
-		t.Errorf("machine checks %v, want %v", got, want)
+	// each family's checks, in its own list's order, always-run ones first
+	for f, list := range map[checks.Family][]drift.Info{
+		checks.FamilyMachine: drift.Infos(machines.Checks()),
+		checks.FamilyStorage: drift.Infos(storagecheck.Checks()),
+		checks.FamilyNet:     drift.Infos(netcheck.Checks()),
+	} {
+		var want []string
+		for _, i := range list {
+			want = append(want, i.Name)
+		}
+		if got := checks.Of(f); !slices.Equal(got, want) {
+			t.Errorf("family %s: %v, its Checks list %v", f, got, want)
+		}
 	}
 	if slices.Contains(checks.Of(checks.FamilyNet), netcheck.CheckProbe) {
 		t.Error("Of lists cilium-probe, which runs only with --probe")
@@ -73,6 +85,14 @@ func TestExtensionsRunWhatAllLists(t *testing.T) {
 // TestCatalogueDocumentsEveryCheck: docs/checks*.md has a row per check
 // with its rung, and no row for a check that does not exist.
 func TestCatalogueDocumentsEveryCheck(t *testing.T) {
+	for _, p := range catalogueProblems(t, checks.All()) {
+		t.Error(p)
+	}
+}
+
+// catalogueProblems is what docs/checks*.md lacks or has too much for reg.
+func catalogueProblems(t *testing.T, reg checks.Registry) []string {
+	t.Helper()
 	var docs strings.Builder
 	for _, f := range []string{"checks.md", "checks-storage.md", "checks-netcheck.md"} {
 		b, err := os.ReadFile("../docs/" + f)
@@ -86,40 +106,86 @@ func TestCatalogueDocumentsEveryCheck(t *testing.T) {
 	for _, m := range row.FindAllStringSubmatch(docs.String(), -1) {
 		rows[m[1]] = m[2]
 	}
-	for _, e := range checks.All() {
+	var out []string
+	for _, e := range reg {
 		rung, ok := rows[e.Name]
 		switch {
 		case !ok:
-			t.Errorf("docs/checks*.md has no row for check %s", e.Name)
+			out = append(out, "docs/checks*.md has no row for check "+e.Name)
 		case rung != string(e.Rung):
-			t.Errorf("docs/checks*.md gives %s the rung %s, the check has %s", e.Name, rung, e.Rung)
+			out = append(out, "docs/checks*.md gives "+e.Name+" the rung "+rung+", the check has "+string(e.Rung))
 		}
 		delete(rows, e.Name)
 	}
 	for name := range rows {
 		if slices.Contains(drift.Rungs(), drift.Rung(rows[name])) {
-			t.Errorf("docs/checks*.md documents check %s, which the registry does not have", name)
+			out = append(out, "docs/checks*.md documents check "+name+", which the registry does not have")
 		}
+	}
+	return out
+}
+
+// TestReportSchemaTakesItsChecksFromTheCatalogue: docs/report.md's result
+// schema says a check field holds a name the catalogue lists, and lists
+// none itself (a list there would be one more place to add a check).
+func TestReportSchemaTakesItsChecksFromTheCatalogue(t *testing.T) {
+	for _, p := range reportSchemaProblems(t, checks.All()) {
+		t.Error(p)
 	}
 }
 
-// TestReportSchemaListsEveryCheck: docs/report.md's result schema names
-// every check a result's check field can hold, in the registry's order.
-func TestReportSchemaListsEveryCheck(t *testing.T) {
+// reportSchemaProblems is why docs/report.md's check row would not hold
+// every check of reg.
+func reportSchemaProblems(t *testing.T, reg checks.Registry) []string {
+	t.Helper()
 	b, err := os.ReadFile("../docs/report.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	row := regexp.MustCompile("(?m)^\\| `check` \\| string \\| check name, one of (.*) \\(\\[catalogue\\]")
-	m := row.FindSubmatch(b)
+	m := regexp.MustCompile("(?m)^\\| `check` \\| string \\| (.*) \\|$").FindSubmatch(b)
 	if m == nil {
-		t.Fatal("docs/report.md has no row for the check field that lists the checks")
+		return []string{"docs/report.md has no row for the check field"}
 	}
-	var got []string
+	var out []string
+	if !strings.Contains(string(m[1]), "[catalogue](checks.md)") {
+		out = append(out, "docs/report.md's check row does not point to the catalogue, which lists every check")
+	}
 	for _, n := range regexp.MustCompile("`([a-z0-9-]+)`").FindAllSubmatch(m[1], -1) {
-		got = append(got, string(n[1]))
+		if _, ok := reg.Get(string(n[1])); ok {
+			out = append(out, "docs/report.md's check row lists "+string(n[1])+" by hand: the catalogue lists the checks")
+		}
 	}
-	if want := checks.Names(); !slices.Equal(got, want) {
-		t.Errorf("docs/report.md lists checks %v, the registry %v", got, want)
+	return out
+}
+
+// TestThrowawayCheckReachesTheCatalogueCheck: a check added to a copy of
+// the registry alone is validated by --checks, must be documented in the
+// catalogue (which the report schema's check field refers to), and leaks
+// to no other registry.
+func TestThrowawayCheckReachesTheCatalogueCheck(t *testing.T) {
+	throwaway := checks.Entry{Info: drift.Info{Name: "throwaway-check", Rung: drift.RungResources}, Family: checks.FamilyMachine}
+	reg := checks.All().With(throwaway)
+	if err := reg.Validate([]string{"config", "throwaway-check"}); err != nil {
+		t.Errorf("--checks refuses the throwaway check: %v", err)
+	}
+	if err := checks.All().Validate([]string{"throwaway-check"}); err == nil {
+		t.Error("the throwaway check leaked into checks.All()")
+	}
+	if got := reg.Names(); got[len(got)-1] != "throwaway-check" {
+		t.Errorf("Names ends with %s", got[len(got)-1])
+	}
+	if got := catalogueProblems(t, reg); !slices.Equal(got, []string{"docs/checks*.md has no row for check throwaway-check"}) {
+		t.Errorf("the catalogue check says %q, want only that throwaway-check has no row", got)
+	}
+	if got := reportSchemaProblems(t, reg); len(got) > 0 {
+		t.Errorf("the report schema would not hold the throwaway check: %q", got)
+	}
+}
+
+// Validate names the nearest check and every check there is.
+func TestValidateSaysWhatThereIs(t *testing.T) {
+	err := checks.All().Validate([]string{"config", "kubelt"})
+	if err == nil || !strings.Contains(err.Error(), `--checks: no check "kubelt"; did you mean "kubelet"? (have config, talos-version,`) {
+		t.Errorf("%v", err)
 	}
 }

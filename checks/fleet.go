@@ -72,10 +72,8 @@ func (f *FleetCheck) Select() ([]*inventory.Machine, []drift.Check[*machines.Tar
 			names = append(names, c.Name)
 		}
 	}
-	for _, name := range f.Checks {
-		if !slices.Contains(names, name) {
-			return nil, nil, fmt.Errorf("--checks: no check %q%s (have %s)", name, didYouMean(name, names), strings.Join(names, ", "))
-		}
+	if err := validate(f.Checks, names); err != nil {
+		return nil, nil, err
 	}
 	var checks []drift.Check[*machines.Target]
 	for _, c := range all {

@@ -36,7 +36,7 @@ const (
 func Info() drift.Info { return check().Info() }
 
 func check() drift.Check[*Observation] {
-	return drift.Check[*Observation]{Name: CheckCoreDNS, Rung: drift.RungResources, Run: evaluate}
+	return drift.Check[*Observation]{Name: CheckCoreDNS, Rung: drift.RungResources, Run: evaluate, Kubernetes: true}
 }
 
 // Extension plugs the coredns check into a checks.FleetCheck: the

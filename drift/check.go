@@ -18,7 +18,33 @@ type Check[T any] struct {
 	// control planes only); nil means for every target.
 	Applies func(target T) bool
 	Run     func(ctx context.Context, target T) []Result
+
+	// What the registry (package checks) and the commands read of a check,
+	// so that none of them names it: Optional is empty for a check that
+	// always runs, else the flag that turns it on ("--probe").
+	Optional string
+	// Kubernetes says the check reads the Kubernetes API: without a
+	// kubeconfig its results, or their Kubernetes side, are Unknown.
+	Kubernetes bool
+	// Detail marks a check that looks past what a short report shows (the
+	// storage declaration, raw disks): the demo's story leaves it out.
+	Detail bool
+	// FixedBy says which of devata's changes bring a Drifted result of the
+	// check back in sync: reconcile counts it fixed once one was made.
+	FixedBy Fix
 }
+
+// Fix is a set of devata's changes to machines.
+type Fix uint8
+
+const (
+	// FixedByApply is applying the rendered config (apply, reconcile).
+	FixedByApply Fix = 1 << iota
+	// FixedByUpgrade is upgrading Talos to cluster.talosVersion.
+	FixedByUpgrade
+	// FixedByJoin is joining a machine from maintenance mode.
+	FixedByJoin
+)
 
 // AppliesTo reports whether the check is meaningful for the target.
 func (c Check[T]) AppliesTo(target T) bool { return c.Applies == nil || c.Applies(target) }
@@ -73,10 +99,16 @@ type Info struct {
 	Name       string
 	Rung       Rung
 	FailClosed bool
+	Optional   string
+	Kubernetes bool
+	Detail     bool
+	FixedBy    Fix
 }
 
-// Info returns the check's name, rung and failure policy.
-func (c Check[T]) Info() Info { return Info{Name: c.Name, Rung: c.Rung, FailClosed: c.FailClosed} }
+// Info returns the check's name, rung, failure policy and properties.
+func (c Check[T]) Info() Info {
+	return Info{Name: c.Name, Rung: c.Rung, FailClosed: c.FailClosed, Optional: c.Optional, Kubernetes: c.Kubernetes, Detail: c.Detail, FixedBy: c.FixedBy}
+}
 
 // Infos returns the Info of each check, in order.
 func Infos[T any](cs []Check[T]) []Info {

@@ -34,6 +34,27 @@ func (f *Findings) Saw(evidence ...string) { f.evidence = append(f.evidence, evi
 // HasProblems reports whether any problem was recorded.
 func (f *Findings) HasProblems() bool { return len(f.problems) > 0 }
 
+// Problems is the problems on one line, in the order found: for a result
+// that words its reason around them.
+func (f *Findings) Problems() string {
+	rs := make([]string, 0, len(f.problems))
+	for _, p := range f.problems {
+		rs = append(rs, p.reason)
+	}
+	return strings.Join(rs, "; ")
+}
+
+// FirstNext is the next step of the first problem that has one: for a
+// result that names only the first thing to do (the storage checks).
+func (f *Findings) FirstNext() string {
+	for _, p := range f.problems {
+		if p.next != "" {
+			return p.next
+		}
+	}
+	return ""
+}
+
 // Result folds the findings into one result. desired says what the inventory
 // wants; actual what was found, the first problem when empty.
 func (f *Findings) Result(desired, actual string) Result {

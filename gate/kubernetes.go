@@ -112,6 +112,11 @@ type KubeRollout struct {
 	Held map[string]string
 	// Refused says why nothing of it goes ahead.
 	Refused string
+	// DeprecatedUnchecked: the deprecated-API check was not made (forced).
+	DeprecatedUnchecked bool
+	// Manifests says what syncing the bootstrap manifests after the last
+	// step would change as they stand (a dry run; reconcile fills it).
+	Manifests []string
 }
 
 // Moving reports whether the machine moves the component now.

@@ -9,7 +9,6 @@ import (
 	"fmt"
 
 	"github.com/siderolabs/talos/pkg/machinery/client"
-	"google.golang.org/grpc/codes"
 
 	"devata.dev/devata/drift"
 	"devata.dev/devata/inventory"
@@ -81,12 +80,12 @@ func (t *Target) node() string {
 // Checks returns the machine checks in ladder order.
 func Checks() []drift.Check[*Target] {
 	return []drift.Check[*Target]{
-		{Name: CheckConfig, Rung: drift.RungReconciliation, FailClosed: true, Run: checkConfig},
-		{Name: CheckTalosVersion, Rung: drift.RungReconciliation, FailClosed: false, Run: checkTalosVersion},
+		{Name: CheckConfig, Rung: drift.RungReconciliation, FailClosed: true, Run: checkConfig, FixedBy: drift.FixedByApply | drift.FixedByJoin},
+		{Name: CheckTalosVersion, Rung: drift.RungReconciliation, FailClosed: false, Run: checkTalosVersion, FixedBy: drift.FixedByUpgrade},
 		{Name: CheckExtensions, Rung: drift.RungReconciliation, FailClosed: false, Run: checkExtensions},
-		{Name: CheckMachineStage, Rung: drift.RungResources, FailClosed: true, Run: checkMachineStage},
-		{Name: CheckKubelet, Rung: drift.RungResources, FailClosed: true, Run: checkKubelet},
-		{Name: CheckEtcd, Rung: drift.RungResources, FailClosed: true, Applies: onControlPlanes, Run: checkEtcd},
+		{Name: CheckMachineStage, Rung: drift.RungResources, FailClosed: true, Run: checkMachineStage, FixedBy: drift.FixedByJoin},
+		{Name: CheckKubelet, Rung: drift.RungResources, FailClosed: true, Run: checkKubelet, Kubernetes: true},
+		{Name: CheckEtcd, Rung: drift.RungResources, FailClosed: true, Applies: onControlPlanes, Run: checkEtcd, FixedBy: drift.FixedByJoin},
 	}
 }
 
@@ -113,13 +112,9 @@ func unreachable(t *Target) (drift.Result, bool) {
 		return drift.Unknown(fmt.Errorf("%s answered with a certificate the talosconfig's CA did not sign: the talosconfig is not this cluster's (or %s was configured from another secrets bundle): %w", name, name, o.Err),
 			"use this cluster's talosconfig (--talosconfig, or the settings file's talosconfig and context); compare its CA with the machines': talosctl config info"), true
 	}
-	return drift.Unknown(o.Err, "check that "+name+" is up and its Talos API reachable: "+t.talosctl("version")), true
+	return drift.Unreachable(name, o.Err, t.talosctl("version")), true
 }
 
 func unknownRead(t *Target, err error) drift.Result {
-	next := t.talosctl("get machinestatus")
-	if client.StatusCode(err) == codes.PermissionDenied {
-		next = "the talosconfig's certificate lacks the role this read needs (MachineConfig needs os:admin): use an os:admin talosconfig"
-	}
-	return drift.Unknown(err, next)
+	return drift.ReadFailed(err, t.talosctl("get machinestatus"), "MachineConfig needs os:admin", "an os:admin talosconfig")
 }

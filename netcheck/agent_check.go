@@ -5,9 +5,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/siderolabs/talos/pkg/machinery/client"
-	"google.golang.org/grpc/codes"
-
 	"devata.dev/devata/drift"
 )
 
@@ -92,8 +89,5 @@ func agentPodOf(t *Target, f *drift.Findings) (AgentPod, bool) {
 
 // talosRoleNext replaces next with the role advice when err is a permission error.
 func talosRoleNext(err error, next string) string {
-	if client.StatusCode(err) == codes.PermissionDenied {
-		return "the talosconfig's certificate lacks the role this read needs (MachineConfig needs os:admin, the rest os:reader): use a talosconfig with that role"
-	}
-	return next
+	return drift.ReadNext(err, next, "MachineConfig needs os:admin, the rest os:reader", "a talosconfig with that role")
 }

@@ -88,9 +88,9 @@ func (t *Target) node() string { return t.Machine.Name }
 // (cluster.proxy.disabled); the config check guards rollouts.
 func Checks() []drift.Check[*Target] {
 	return []drift.Check[*Target]{
-		{Name: CheckDeclaration, Rung: drift.RungDeclaration, Run: checkDeclaration},
-		{Name: CheckAgent, Rung: drift.RungReconciliation, Run: checkAgent},
-		{Name: CheckServices, Rung: drift.RungInfrastructure, Run: checkServices},
+		{Name: CheckDeclaration, Rung: drift.RungDeclaration, Run: checkDeclaration, Kubernetes: true},
+		{Name: CheckAgent, Rung: drift.RungReconciliation, Run: checkAgent, Kubernetes: true},
+		{Name: CheckServices, Rung: drift.RungInfrastructure, Run: checkServices, Kubernetes: true},
 	}
 }
 

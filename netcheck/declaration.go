@@ -23,7 +23,7 @@ func checkDeclaration(_ context.Context, t *Target) []drift.Result {
 	if t.Obs != nil && t.Obs.Err != nil {
 		// unreachable: Unknown even when nothing is expected (an Unknown
 		// is never reported as InSync)
-		return []drift.Result{drift.Unknown(t.Obs.Err, "check that "+t.Machine.Name+" is up and its Talos API reachable: "+t.talosctl("version"))}
+		return []drift.Result{drift.Unreachable(t.Machine.Name, t.Obs.Err, t.talosctl("version"))}
 	}
 	if r, ok := notExpected(t); ok {
 		return []drift.Result{r}

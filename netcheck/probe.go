@@ -214,7 +214,7 @@ func probeTarget(cl *Cluster) (string, bool) {
 // them), so it runs only when asked for (WithProbe).
 func ProbeCheck(kube kubernetes.Interface, opts ProbeOptions) drift.Check[*Target] {
 	return drift.Check[*Target]{
-		Name: CheckProbe, Rung: drift.RungTransaction,
+		Name: CheckProbe, Rung: drift.RungTransaction, Optional: "--probe", Kubernetes: true,
 		Run: func(ctx context.Context, t *Target) []drift.Result { return checkProbe(ctx, t, kube, opts) },
 	}
 }

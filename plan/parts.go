@@ -9,13 +9,17 @@ import (
 )
 
 // Contract is the Talos config contract a plan's configs are rendered
-// for: the oldest release a machine runs, as each answered (Version), or
-// cluster.talosVersion when none runs an older one or none answered. A
-// machine that runs an older release than cluster.talosVersion is sent a
-// config of its own release's contract until it is upgraded (render
-// Desired.For), so that Talos never refuses a document or field it does not
-// know; a machine in maintenance mode installs cluster.talosVersion's.
-// bootstrap decides it (contractOf).
+// for: the oldest release a machine runs, as each answered (Version; a
+// machine in maintenance mode the release it booted, talosapi
+// detectMaintenance), or cluster.talosVersion when none runs an older one
+// or none answered. A machine that runs an older release than
+// cluster.talosVersion is sent a config of its own release's contract
+// until it is upgraded (render Desired.For), so that Talos never refuses a
+// document or field it does not know: a machine in maintenance mode parses
+// its config with the release it booted, then installs the config's
+// installer (cluster.talosVersion's) and is sent that release's config
+// once it runs it (bootstrap applyMaintenance). bootstrap decides it
+// (contractOf).
 type Contract struct {
 	// Talos is the release whose contract the oldest config follows,
 	// "1.13"; Target is cluster.talosVersion.
@@ -33,6 +37,9 @@ type ContractMachine struct {
 	Machine string `json:"machine"`
 	Runs    string `json:"runs"`
 	Talos   string `json:"talos"`
+	// Maintenance: the machine is in maintenance mode, Runs the release
+	// it booted.
+	Maintenance bool `json:"maintenance,omitempty"`
 }
 
 // String is the contract line of the text plan and the runbook.

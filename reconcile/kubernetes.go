@@ -168,10 +168,14 @@ func (p *Planner) planKubernetes(ctx context.Context, actions []Action, others f
 		noNodes = "the Nodes could not be listed: check the kubeconfig and devata's RBAC (list nodes)"
 	}
 	roll := gate.PlanKubernetes(to, kms, noNodes)
+	roll.DeprecatedUnchecked = p.ForceDeprecatedAPIs
 	if roll.Refused == "" && !p.ForceDeprecatedAPIs && minorMoves(roll.From, roll.To) {
 		dctx, cancel := context.WithTimeout(ctx, p.Timeout)
 		roll.Refused = deprecatedRefusal(dctx, p.Kube, roll.To)
 		cancel()
+	}
+	if roll.Refused == "" {
+		roll.Manifests = p.manifestsDryRun(ctx)
 	}
 
 	for i := range actions {
@@ -330,9 +334,12 @@ func writeKubernetes(w io.Writer, k *gate.KubeRollout) {
 		return
 	}
 	fmt.Fprintln(w, "  one component at a time, as talosctl upgrade-k8s: every kube-apiserver first, then kube-controller-manager, kube-scheduler, then the kubelets")
-	if minorMoves(k.From, k.To) {
+	switch {
+	case minorMoves(k.From, k.To) && k.DeprecatedUnchecked:
+		fmt.Fprintln(w, "  0. not checked (--force): whether an API that "+k.To+" removes is still requested; the new images pre-pulled on every machine that moves (MachineService.ImagePull)")
+	case minorMoves(k.From, k.To):
 		fmt.Fprintln(w, "  0. checked: no API that "+k.To+" removes is still requested (apiserver_requested_deprecated_apis); then the new images pre-pulled on every machine that moves (MachineService.ImagePull)")
-	} else {
+	default:
 		fmt.Fprintln(w, "  0. the new images pre-pulled on every machine that moves (MachineService.ImagePull)")
 	}
 	for i, c := range talosapi.KubeOrder {
@@ -343,6 +350,12 @@ func writeKubernetes(w io.Writer, k *gate.KubeRollout) {
 			fmt.Fprintf(w, "  %d. %s on %s; after each, its Node Ready on kubelet %s\n", i+1, c, shortList(ms), k.To)
 		case len(ms) > 0:
 			fmt.Fprintf(w, "  %d. %s on %s, one at a time; after each, its static pod Ready on the new image and etcd healthy\n", i+1, c, shortList(ms))
+		}
+	}
+	if len(k.Manifests) > 0 {
+		fmt.Fprintf(w, "  %d. then, once every component moved, the bootstrap manifests (Talos' Manifest resources: CoreDNS, kube-proxy, …) server-side applied as talosctl upgrade-k8s does; as they stand now:\n", len(talosapi.KubeOrder)+1)
+		for _, m := range k.Manifests {
+			fmt.Fprintf(w, "     %s\n", m)
 		}
 	}
 	fmt.Fprintf(w, "  next: %s\n", k.Next())

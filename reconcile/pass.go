@@ -61,18 +61,21 @@ func (r *PassResult) ExitCode() int {
 		o := r.Outcomes[machine]
 		return o == OutcomeConverged || o == OutcomeUpgraded || o == OutcomeJoined || o == OutcomeJoinedOtherVersion
 	}
+	registry := checks.All()
 	fixes := func(res drift.Result) bool {
-		// what any join confirmed of the checks maintenance mode failed
-		joinFixes := res.Check == machines.CheckConfig || res.Check == machines.CheckMachineStage || res.Check == machines.CheckEtcd
+		// the registry says which change fixes each check (drift.Check.FixedBy)
+		e, _ := registry.Get(res.Check)
+		by := func(f drift.Fix) bool { return e.FixedBy&f != 0 }
 		switch r.Outcomes[res.Machine] {
 		case OutcomeConverged:
-			return res.Check == machines.CheckConfig
+			return by(drift.FixedByApply)
 		case OutcomeUpgraded:
-			return res.Check == machines.CheckTalosVersion
+			return by(drift.FixedByUpgrade)
 		case OutcomeJoined:
-			return joinFixes || res.Check == machines.CheckTalosVersion
+			// a join at the inventory's version installs it, as an upgrade would
+			return by(drift.FixedByJoin) || by(drift.FixedByUpgrade)
 		case OutcomeJoinedOtherVersion:
-			return joinFixes
+			return by(drift.FixedByJoin)
 		}
 		return false
 	}

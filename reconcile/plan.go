@@ -274,7 +274,7 @@ func (p *Planner) planOne(ctx context.Context, m *inventory.Machine) Action {
 	s := talosapi.SurveyMachine(ctx, p.Dialer, p.Inventory, m, desired, p.Mode, (p.Upgrades == nil || !p.Upgrades.Only) && !held, reads...)
 	a := p.restrain(m, p.decide(m, s))
 	a.Config = s.Config
-	if s.Obs != nil {
+	if s.Obs != nil && !s.Obs.Maintenance { // a join sends the inventory's config (join.go)
 		a.Contract = contractNote(s.Obs.Version, p.Inventory.Cluster.TalosVersion)
 	}
 	see(&a, s.Obs)

@@ -270,6 +270,9 @@ func (r *Rollout) Run(ctx context.Context, plan *Plan) *Outcome {
 			return stop(strings.Join(errs, "; "))
 		}
 	}
+	if err := r.syncManifests(ctx, plan, out); err != nil { // kubemanifests.go
+		return stop(err.Error())
+	}
 	return out
 }
 

@@ -53,7 +53,13 @@ func kubernetesDocuments(c *coreconfig.VersionContract) bool {
 func declareNetwork(cfg coreconfig.Provider, c *inventory.Cluster, contract *coreconfig.VersionContract) (coreconfig.Provider, error) {
 	if !kubernetesDocuments(contract) {
 		return cfg.PatchV1Alpha1(func(cfg *v1alpha1.Config) error {
-			cfg.ClusterConfig.ProxyConfig = &v1alpha1.ProxyConfig{Disabled: pointer.To(!*c.Network.KubeProxy)} //nolint:staticcheck // the field Talos up to 1.13 reads
+			proxy := &v1alpha1.ProxyConfig{Disabled: pointer.To(!*c.Network.KubeProxy)}   //nolint:staticcheck // the field Talos up to 1.13 reads
+			if old := cfg.ClusterConfig.ProxyConfig; old != nil && *c.Network.KubeProxy { //nolint:staticcheck // idem
+				// generate's image for cluster.kubernetesVersion: without it Talos runs
+				// its own default version's kube-proxy (v1alpha1_proxyconfig.go Image)
+				proxy.ContainerImage = old.ContainerImage
+			}
+			cfg.ClusterConfig.ProxyConfig = proxy //nolint:staticcheck // idem
 			if cfg.ClusterConfig.ClusterNetwork != nil {
 				cfg.ClusterConfig.ClusterNetwork.CNI = &v1alpha1.CNIConfig{CNIName: c.Network.CNI} //nolint:staticcheck // idem
 			}

@@ -18,6 +18,8 @@ import (
 	kruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+
+	"devata.dev/devata/internal/configview"
 )
 
 // What runs in kube-system besides Cilium, as a Talos cluster has it
@@ -35,7 +37,8 @@ import (
 //     the bootstrap manifests (ManifestStatus lists them): CoreDNS, a
 //     Deployment k8s-app=kube-dns with 2 replicas (11-core-dns), and
 //     kube-proxy, a DaemonSet k8s-app=kube-proxy (10-kube-proxy), unless
-//     cluster.coreDNS or cluster.proxy disables them.
+//     cluster.coreDNS or cluster.proxy disables them (manifests.go renders
+//     them, manifests_apply.go creates what is missing).
 //
 // A real cluster's scheduler, Deployment and DaemonSet controllers and
 // kubelets then run their pods; the sim plays them: a CoreDNS pod is Ready
@@ -202,13 +205,17 @@ func (f *Fleet) syncAddons(ctx context.Context, kc kubernetes.Interface, posting
 
 	slices.Sort(nodes)
 
+	// what Talos applied at boot (manifests_apply.go); the controllers then
+	// run what the objects in the API server say, whoever changed them since
+	errs = append(errs, applyBootstrapManifests(ctx, kc, cluster))
+
 	cc := cluster.active
 	if dns := cc.K8sCoreDNSConfig(); dns != nil && dns.Enabled() {
-		errs = append(errs, syncCoreDNS(ctx, kc, dns.Image(), podSubnet(cluster), nodes, byNode, netReady))
+		errs = append(errs, syncCoreDNS(ctx, kc, podSubnet(cluster), nodes, byNode, netReady))
 	}
 
-	if proxy := cc.K8sProxyConfig(); proxy != nil && proxy.Enabled() {
-		errs = append(errs, syncKubeProxy(ctx, kc, proxy.Image(), nodes, posting))
+	if configview.KubeProxy(cc) {
+		errs = append(errs, syncKubeProxy(ctx, kc, nodes, posting))
 	}
 
 	return errors.Join(errs...)
@@ -230,25 +237,19 @@ func podSubnet(s snapshot) netip.Prefix {
 // syncCoreDNS keeps the CoreDNS Deployment Talos applies and its pods,
 // placed on the posting nodes in name order, Ready only on a node with a
 // CNI.
-func syncCoreDNS(ctx context.Context, kc kubernetes.Interface, image string, subnet netip.Prefix, nodes []string, byNode map[string]snapshot, netReady map[string]bool) error {
+func syncCoreDNS(ctx context.Context, kc kubernetes.Interface, subnet netip.Prefix, nodes []string, byNode map[string]snapshot, netReady map[string]bool) error {
 	labels := map[string]string{"k8s-app": "kube-dns"}
-	containers := []corev1.Container{{Name: coreDNSName, Image: image}}
 
 	dep, err := kc.AppsV1().Deployments(kubeSystem).Get(ctx, coreDNSName, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		dep, err = kc.AppsV1().Deployments(kubeSystem).Create(ctx, &appsv1.Deployment{
-			ObjectMeta: metav1.ObjectMeta{Name: coreDNSName, Namespace: kubeSystem, Labels: labels},
-			Spec: appsv1.DeploymentSpec{
-				Replicas: new(int32(coreDNSReplicas)),
-				Selector: &metav1.LabelSelector{MatchLabels: labels},
-				Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{Containers: containers}},
-			},
-		}, metav1.CreateOptions{})
+		return nil // not applied, or deleted since: nothing runs
 	}
 
 	if err != nil {
 		return fmt.Errorf("coredns deployment: %w", err)
 	}
+
+	containers := templateContainers(dep.Spec.Template.Spec.Containers)
 
 	if len(nodes) == 0 {
 		return nil
@@ -345,11 +346,7 @@ func syncKubeDNSService(ctx context.Context, kc kubernetes.Interface, selector m
 	}
 	svc, err := kc.CoreV1().Services(kubeSystem).Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		svc, err = kc.CoreV1().Services(kubeSystem).Create(ctx, &corev1.Service{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: kubeSystem,
-				Labels: map[string]string{"k8s-app": "kube-dns", "kubernetes.io/cluster-service": "true", "kubernetes.io/name": "CoreDNS"}},
-			Spec: corev1.ServiceSpec{Selector: selector, Ports: ports},
-		}, metav1.CreateOptions{})
+		return nil // not applied (manifests_apply.go), or deleted since
 	}
 	if err != nil {
 		return fmt.Errorf("kube-dns service: %w", err)
@@ -384,24 +381,19 @@ func syncKubeDNSService(ctx context.Context, kc kubernetes.Interface, selector m
 
 // syncKubeProxy keeps the kube-proxy DaemonSet Talos applies and a pod on
 // every posting node (host network: Ready while the kubelet posts).
-func syncKubeProxy(ctx context.Context, kc kubernetes.Interface, image string, nodes []string, posting map[*Machine]string) error {
+func syncKubeProxy(ctx context.Context, kc kubernetes.Interface, nodes []string, posting map[*Machine]string) error {
 	labels := map[string]string{"k8s-app": kubeProxyName, "tier": "node"}
-	containers := []corev1.Container{{Name: kubeProxyName, Image: image}}
 
 	ds, err := kc.AppsV1().DaemonSets(kubeSystem).Get(ctx, kubeProxyName, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		ds, err = kc.AppsV1().DaemonSets(kubeSystem).Create(ctx, &appsv1.DaemonSet{
-			ObjectMeta: metav1.ObjectMeta{Name: kubeProxyName, Namespace: kubeSystem, Labels: labels},
-			Spec: appsv1.DaemonSetSpec{
-				Selector: &metav1.LabelSelector{MatchLabels: labels},
-				Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{HostNetwork: true, Containers: containers}},
-			},
-		}, metav1.CreateOptions{})
+		return nil // not applied, or deleted since: nothing runs
 	}
 
 	if err != nil {
 		return fmt.Errorf("kube-proxy daemonset: %w", err)
 	}
+
+	containers := templateContainers(ds.Spec.Template.Spec.Containers)
 
 	var errs []error
 
@@ -460,6 +452,18 @@ func ensurePod(ctx context.Context, kc kubernetes.Interface, want *corev1.Pod, s
 	}
 
 	return nil
+}
+
+// templateContainers are a pod template's containers as the sim's pods
+// run them: name and image (a Deployment or DaemonSet controller rolls its
+// pods onto a changed template).
+func templateContainers(cs []corev1.Container) []corev1.Container {
+	out := make([]corev1.Container, len(cs))
+	for i, c := range cs {
+		out[i] = corev1.Container{Name: c.Name, Image: c.Image}
+	}
+
+	return out
 }
 
 // sameImages: the containers run the same images, in order.

@@ -57,7 +57,11 @@ func (a *machineAPI) Version(ctx context.Context, _ *emptypb.Empty) (*machine.Ve
 	msg.Version.GoVersion = goVersionOf(s.version)
 
 	if !s.configured() {
-		if !callFrom(ctx).roles.Includes(role.Admin) {
+		// up to 1.12 the maintenance server's Version answers os:admin
+		// only (v1.12.0 maintenance/server.go assertAdminRole); from 1.13
+		// machined's answers every caller, without features while no
+		// config is loaded (v1.13.9 v1alpha1_server.go Version)
+		if !lifecycleAPIs(s.version) && !callFrom(ctx).roles.Includes(role.Admin) {
 			return nil, status.Error(codes.Unimplemented, "API is not implemented in maintenance mode")
 		}
 	} else if mc := s.active.Machine(); mc != nil {

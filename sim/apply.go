@@ -215,8 +215,12 @@ func (m *Machine) applyIn(cfg config.Provider, mode machine.ApplyConfigurationRe
 }
 
 // applyMaintenance is the maintenance service's apply: install the config
-// and reboot into it.
-func (a *machineAPI) applyMaintenance(ctx context.Context, t *Machine, _ snapshot, in *machine.ApplyConfigurationRequest) (*machine.ApplyConfigurationResponse, error) {
+// and reboot into it. From 1.13 it is machined's own (applyMaintenance113).
+func (a *machineAPI) applyMaintenance(ctx context.Context, t *Machine, s snapshot, in *machine.ApplyConfigurationRequest) (*machine.ApplyConfigurationResponse, error) {
+	if lifecycleAPIs(s.version) {
+		return a.applyMaintenance113(ctx, t, s, in)
+	}
+
 	switch in.Mode { //nolint:exhaustive // the rest are refused
 	case machine.ApplyConfigurationRequest_TRY, machine.ApplyConfigurationRequest_REBOOT, machine.ApplyConfigurationRequest_AUTO:
 	default:
@@ -256,6 +260,96 @@ func (a *machineAPI) applyMaintenance(ctx context.Context, t *Machine, _ snapsho
 
 	if in.DryRun {
 		reply.Messages[0].ModeDetails = "Dry run summary:\nNode is running in maintenance mode and does not have a config yet."
+
+		return reply, nil
+	}
+
+	if t.rebootDuringApply(cfg) {
+		return nil, interrupted(ctx, t)
+	}
+
+	if err := t.installedFrom(cfg); err != nil {
+		a.fleet.log.Info("sim: install failed, rebooting into maintenance mode", "machine", t.name, "error", err)
+		t.reboot(true)
+
+		return reply, nil
+	}
+
+	t.setConfig(cfg, false, true)
+	t.reboot(true)
+
+	a.fleet.log.Info("sim: config installed from maintenance", "machine", t.name)
+
+	return reply, nil
+}
+
+// applyMaintenance113 is machined's ApplyConfiguration on a Talos 1.13+
+// machine whose config is not complete (v1.13.9 and v1.14.1
+// v1alpha1_server.go ApplyConfiguration, inMaintenance): any caller
+// authorized (os:reader included, authorizeMaintenance); the config's
+// load, Validate and RuntimeValidate errors are InvalidArgument with
+// their own text; REBOOT becomes NO_REBOOT and AUTO resolves to NO_REBOOT
+// (CanApplyImmediate is not asked in maintenance); a dry run answers with
+// the diff against no config. NO_REBOOT sets the config, and the boot
+// sequence it completes installs (when not installed) and boots it, as
+// the maintenance install does; STAGED only persists it, for the next
+// boot. TRY is played as NO_REBOOT: Talos arms a rollback to no config.
+func (a *machineAPI) applyMaintenance113(ctx context.Context, t *Machine, s snapshot, in *machine.ApplyConfigurationRequest) (*machine.ApplyConfigurationResponse, error) {
+	cfg, err := configloader.NewFromBytes(in.GetData())
+	if err == nil {
+		err = notRegistered(in.GetData(), s.version) // a kind this machine's Talos lacks
+	}
+
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+
+	warnings, err := cfg.Validate(metalMode{requiresInstall: true}, validation.WithLocal())
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+
+	warningsRuntime, err := cfg.RuntimeValidate(ctx, t.st, metalMode{requiresInstall: true})
+	if err == nil {
+		err = kubernetesImages(cfg, s.version)
+	}
+
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+
+	warnings = slices.Concat(warnings, warningsRuntime)
+
+	mode, details := in.Mode, "Applied configuration without a reboot"
+
+	switch mode { //nolint:exhaustive // the rest are refused below
+	case machine.ApplyConfigurationRequest_REBOOT, machine.ApplyConfigurationRequest_AUTO:
+		mode = machine.ApplyConfigurationRequest_NO_REBOOT
+	case machine.ApplyConfigurationRequest_STAGED:
+		details = "Staged configuration to be applied after the next reboot"
+	case machine.ApplyConfigurationRequest_NO_REBOOT, machine.ApplyConfigurationRequest_TRY:
+	default:
+		return nil, fmt.Errorf("incorrect mode '%s' specified for the apply config call", in.Mode)
+	}
+
+	if in.DryRun {
+		none, err := container.New() // no config yet
+		if err != nil {
+			return nil, err
+		}
+
+		reply, err := dryRun(none, cfg, mode, details)
+		if err == nil {
+			reply.Messages[0].Warnings = warnings
+		}
+
+		return reply, err
+	}
+
+	reply := &machine.ApplyConfigurationResponse{Messages: []*machine.ApplyConfiguration{{Mode: mode, Warnings: warnings, ModeDetails: details}}}
+
+	if mode == machine.ApplyConfigurationRequest_STAGED {
+		t.setConfig(cfg, false, true)
 
 		return reply, nil
 	}

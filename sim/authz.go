@@ -1,14 +1,17 @@
 package sim
 
 import (
+	"strings"
+
 	"github.com/siderolabs/talos/pkg/machinery/role"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
 
 // Who may call what: machined's authorizer (services/machined.go rules)
-// for a configured node, and the maintenance service's short list for a
-// node without config.
+// for a configured node and, from 1.13, for a node without config, whose
+// callers are all os:reader; up to 1.12 the maintenance service's short
+// list for a node without config.
 
 var errNotAuthorized = status.Error(codes.PermissionDenied, "not authorized")
 
@@ -82,4 +85,32 @@ var maintenanceMethods = map[string]bool{
 	"ApplyConfiguration": true,
 	"Upgrade":            true, // answers Unimplemented itself (upgrade.go)
 	"Version":            true,
+}
+
+// authorizeMaintenance is machined's authorizer on a Talos 1.13+ machine
+// without config: its rules, but ApplyConfiguration admits os:reader "for
+// maintenance only, verified in the handler" (v1.13.9
+// system/services/machined.go rules; v1alpha1_server.go
+// ApplyConfiguration refuses a non-admin once the config is complete).
+func authorizeMaintenance(fullMethod string, roles role.Set) error {
+	if fullMethod == "/machine.MachineService/ApplyConfiguration" && roles.IncludesAny(role.MakeSet(role.Admin, role.Reader)) {
+		return nil
+	}
+
+	return authorize(fullMethod, roles)
+}
+
+// servedInMaintenance113 are the methods the sim plays on a Talos 1.13+
+// machine without config, once authorized: Version, ApplyConfiguration,
+// resource reads (the access policy decides per type), TimeService,
+// ImageService and LifecycleService. Other methods os:reader may call
+// (ServiceList, Mounts, the etcd reads, …) answer Unimplemented "not
+// modelled": the sim does not invent what machined answers there.
+func servedInMaintenance113(fullMethod string) bool {
+	switch fullMethod {
+	case "/machine.MachineService/Version", "/machine.MachineService/ApplyConfiguration":
+		return true
+	}
+
+	return strings.HasPrefix(fullMethod, "/cosi.") || serviceOf(fullMethod) == "time.TimeService" || since113[serviceOf(fullMethod)]
 }

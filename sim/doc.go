@@ -326,10 +326,12 @@
 //     only on a node with a CNI; the kube-dns Service of k8stemplates/
 //     coredns.go CoreDNSService and the EndpointSlice kube-controller-
 //     manager would keep, an endpoint per pod ready as the pod is; the
-//     ClusterIP is the test bed API server's allocation, not Talos' pinned
-//     tenth address of the service subnet) and, unless cluster.proxy.disabled,
+//     ClusterIP is Talos' pinned tenth address of the service subnet where
+//     the test bed API server's service range holds it, else its own
+//     allocation) and, unless cluster.proxy.disabled,
 //     kube-proxy (DaemonSet k8s-app=kube-proxy, a host-network pod per
-//     node). KubePrismStatuses lists
+//     node). The pods run the images of the Deployment's and DaemonSet's
+//     templates, whoever set them. KubePrismStatuses lists
 //     127.0.0.1:<port> (kubeprism_config.go) and is healthy only while an
 //     API server can run (kubeprism.go writeKubePrismStatus).
 //   - Membership (etcd_remove.go): EtcdRemoveMemberByID and
@@ -558,6 +560,38 @@
 //     planes with etcd data, ManifestStatus (10-kube-proxy unless
 //     cluster.proxy.disabled).
 //
+// # Bootstrap manifests
+//
+// A configured control plane serves the Manifest resources
+// (Manifests.kubernetes.talos.dev, namespace controlplane, not Sensitive)
+// that v1.14.1's ControlPlaneBootstrapManifestsController
+// (controllers/k8s/control_plane.go) and ManifestController
+// (controllers/k8s/manifest.go render, templates in
+// controllers/k8s/internal/k8stemplates coredns.go and kube-proxy.go)
+// render from its config (manifests.go): 11-core-dns (ServiceAccount,
+// ClusterRole and ClusterRoleBinding system:coredns, the Corefile
+// ConfigMap, the Deployment), 11-core-dns-svc (kube-dns, ClusterIP the
+// tenth address of the service subnet, k8s.DNSServiceAddrs) and, when the
+// config enables kube-proxy, 10-kube-proxy (DaemonSet with
+// manageProxyConfigArgs' flags, ServiceAccount, ClusterRoleBinding
+// system:node-proxier). CoreDNS's image is the config's or, when it names
+// none, the default of the Talos the machine reports (constants
+// DefaultCoreDNSVersion: v1.12.2 in v1.11.0, v1.13.2 in v1.12.4, v1.14.6
+// in v1.13.9, v1.14.7 in v1.14.1); kube-proxy's follows the config's
+// cluster.proxy.image, so it moves with a Kubernetes version change. With
+// an API server the sim plays ManifestApplyController
+// (controllers/k8s/manifest_apply.go apply, manifests_apply.go): every
+// object the inventory ConfigMap kube-system/talos-bootstrap-manifests-
+// inventory does not list is created with server-side apply, field
+// manager "talos", annotation config.k8s.io/owning-inventory, and listed;
+// listed objects are never applied again, so a later config (a new
+// Kubernetes version, a new Talos) changes the Manifest resources and not
+// the cluster until talosctl upgrade-k8s, or devata after a Kubernetes
+// upgrade, syncs them. Not served: the other manifests ManifestStatus
+// names (bootstrap token, CSR bindings, kubeconfig-in-cluster, node RBAC,
+// flannel, the Talos ServiceAccount CRD, inline and extra manifests),
+// kube-proxy's extra args and config-file mode, resource overrides.
+//
 // # talosctl health
 //
 // The real talosctl v1.11.0 runs `talosctl health --server=false` against
@@ -671,31 +705,53 @@
 //     on an older machine their definitions are not listed and a read is
 //     refused as machined's access policy refuses an unregistered type.
 //
-// # Maintenance mode from 1.13 (read, not yet modelled)
+// # Maintenance mode from 1.13
 //
 // Up to 1.12 a machine without config serves its own gRPC server (v1.11.0
-// controllers/runtime/maintenance_service.go Run, maintenance/server.go:
-// MachineService's ApplyConfiguration, Version (Unimplemented "API is not
-// implemented in maintenance mode"), Upgrade, Reset and COSI), which the
-// sim plays (route.go, authz.go maintenanceMethods). From 1.13
-// internal/app/maintenance is gone: apid serves machined's whole API and,
-// while the config is incomplete, APIServiceConfigController sets
-// ReadonlyRoleMode (v1.13.9 controllers/runtime/api_service_config.go), so
-// apid's authz.Injector makes every caller os:reader
+// and v1.12.0 controllers/runtime/maintenance_service.go Run,
+// internal/app/maintenance/server.go: MachineService's
+// ApplyConfiguration, Version (Unimplemented "API is not implemented in
+// maintenance mode" but to os:admin, assertAdminRole), Upgrade, Reset and
+// COSI through the resource access policy, its callers os:reader), which
+// the sim plays (route.go enter, authz.go maintenanceMethods, apply.go
+// applyMaintenance). From 1.13 internal/app/maintenance is gone: apid
+// serves machined's whole API and, while the config is incomplete,
+// APIServiceConfigController sets ReadonlyRoleMode and NodeRoutingDisabled
+// (v1.13.9 controllers/runtime/api_service_config.go), so apid's
+// authz.Injector makes every caller os:reader
 // (ReadOnlyWithAdminOnSiderolink, pkg/grpc/middleware/authz/injector.go;
-// os:admin for a SideroLink peer), and machined's rules decide per method
-// (services/machined.go): what os:reader may call is served, the rest is
-// PermissionDenied "not authorized"; ApplyConfiguration,
-// storage BlockDeviceWipe (and in 1.14 the LVMService removals) admit
-// os:reader "for maintenance only, verified in the handler"
-// (v1alpha1_server.go ApplyConfiguration: !inMaintenance &&
-// !roles.Includes(Admin) is refused; in maintenance a REBOOT apply
-// becomes NO_REBOOT). The sim plays this for ImageService,
-// LifecycleService and TimeService (route.go); MachineService and COSI
-// on a 1.13+ machine without config still answer as 1.12's maintenance
-// server: what devata and talosctl --insecure call there (Version,
-// ApplyConfiguration, COSI reads) behaves alike, other methods answer
-// Unimplemented where Talos 1.13 answers os:reader's or "not authorized".
+// os:admin for a SideroLink peer, which the sim has none of) and routes
+// nothing (director.go Director: skipRouting), and machined's rules
+// decide per method (services/machined.go). The sim plays it (route.go
+// enter, authz.go authorizeMaintenance, servedInMaintenance113):
+//
+//   - what os:reader may not call is PermissionDenied "not authorized"
+//     (Reboot, Bootstrap, Upgrade, Kubeconfig, COSI writes, …);
+//     ApplyConfiguration admits os:reader "for maintenance only, verified
+//     in the handler";
+//   - Version answers every caller, without features while no config is
+//     loaded (v1alpha1_server.go Version): devata learns there the release
+//     a machine booted (talosapi detectMaintenance), and from the Version
+//     resource (controllers/runtime/version.go VersionController, readable
+//     by os:reader on every release) where Version is Unimplemented;
+//   - ApplyConfiguration as v1alpha1_server.go ApplyConfiguration runs it
+//     with inMaintenance (apply.go applyMaintenance113): load, Validate and
+//     RuntimeValidate errors are InvalidArgument with their own text (1.12
+//     says "failed to parse config: …", code Unknown, and "configuration
+//     validation failed: …"); REBOOT becomes NO_REBOOT and AUTO resolves to
+//     NO_REBOOT; a dry run answers "Applied configuration without a reboot
+//     (skipped in dry-run)" with the diff against no config; NO_REBOOT
+//     completes the config, and the boot goes on to install and reboot as
+//     the maintenance install does; STAGED persists it for the next boot;
+//   - ImageService, LifecycleService and TimeService as on a configured
+//     machine, each method by its rule.
+//
+// Approximations that remain: TRY is played as NO_REBOOT (Talos arms a
+// rollback to no config); the other methods os:reader may call
+// (ServiceList, Mounts, Memory, Hostname, the etcd reads, …) answer
+// Unimplemented "sim: … is not modelled on a machine in maintenance
+// mode", never an invented answer; StorageService (Disks, BlockDeviceWipe)
+// is not served on any release.
 //
 // # Talos' API integration suites
 //
@@ -829,10 +885,10 @@
 // synced and the network always ready, so Bootstrap is never refused with
 // "time is not in sync yet". ManifestStatus appears on every control
 // plane with etcd data, not only once etcd is healthy on the node that holds
-// the manifest lease. Of the bootstrap manifests only the CoreDNS
-// Deployment and the kube-proxy DaemonSet exist in the API server (no
-// kube-dns Service, RBAC or bootstrap token objects), and the pods are
-// written, not scheduled: static pods are Ready as soon as they exist.
+// the manifest lease. Of the bootstrap manifests only CoreDNS's and
+// kube-proxy's objects exist in the API server (no bootstrap token, CSR or
+// node RBAC objects), and the pods are written, not scheduled: static pods
+// are Ready as soon as they exist.
 //
 // # Talos versions and machinery v1.14.1
 //
@@ -893,9 +949,7 @@
 // (controllers/runtime/unattended_install.go).
 //
 // What stays kinder than a Talos of another version (to be modelled per
-// version, issue 30): 1.13's maintenance mode (apid, readers authorised
-// per method; "Maintenance mode from 1.13" above) is played for
-// ImageService, LifecycleService and TimeService only; the resource
+// version, issue 30): the resource
 // definitions the sim serves (cosi.go talosResources, 157 types) are the
 // same on every release but ImageFactorySchematic, KubeletStatus and
 // NTPStatus, registered from 1.14 only (rdversions.go: machined's v1alpha2_state.go NewState registers 155

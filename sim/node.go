@@ -360,8 +360,8 @@ func serviceResources(s snapshot) []resource.Resource {
 }
 
 // kubernetesResources are the KubeletSpec and KubePrismStatuses of a
-// configured machine, its StaticPodStatuses and, on a control plane with
-// etcd, the ManifestStatus.
+// configured machine, its StaticPodStatuses, on a control plane with etcd
+// the ManifestStatus, and on a control plane the Manifests (manifests.go).
 func kubernetesResources(s snapshot) []resource.Resource {
 	var out []resource.Resource
 
@@ -393,6 +393,7 @@ func kubernetesResources(s snapshot) []resource.Resource {
 		st.TypedSpec().ManifestsApplied = manifestsOf(s)
 		out = append(out, st)
 	}
+	out = append(out, manifestResources(s)...) // manifests.go
 
 	return out
 }

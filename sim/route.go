@@ -284,18 +284,23 @@ func (f *Fleet) enter(ctx context.Context, endpoint, target *Machine, roles role
 		if err := authorize(fullMethod, roles); err != nil {
 			return nil, err
 		}
-	case !s.configured() && svc == "time.TimeService" && !lifecycleAPIs(s.version):
+	case !s.configured() && lifecycleAPIs(s.version):
+		// from 1.13 maintenance mode is machined's own API behind apid
+		// (v1.13.9 v1alpha1_server.go Register), every caller os:reader
+		// (api_service_config.go ReadonlyRoleMode, authz.Injector
+		// ReadOnlyWithAdminOnSiderolink), and machined's rules decide
+		if err := authorizeMaintenance(fullMethod, roles); err != nil {
+			return nil, err
+		}
+
+		if !servedInMaintenance113(fullMethod) {
+			return nil, status.Errorf(codes.Unimplemented, "sim: %s is not modelled on a machine in maintenance mode", method)
+		}
+	case !s.configured() && svc == "time.TimeService":
 		// up to 1.12 maintenance mode is its own gRPC server, with
 		// MachineService and COSI only (v1.11.0 maintenance_service.go
 		// Run, maintenance/server.go Register)
 		return nil, status.Errorf(codes.Unimplemented, "unknown service %s", svc)
-	case !s.configured() && svc == "time.TimeService":
-		// from 1.13 it is machined's own API (v1.13.9
-		// v1alpha1_server.go Register), its callers os:reader, and
-		// TimeServer answers without a config
-		if err := authorize(fullMethod, roles); err != nil {
-			return nil, err
-		}
 	case !s.configured():
 		if !maintenanceMethods[method] && !strings.HasPrefix(fullMethod, "/cosi.") {
 			return nil, status.Errorf(codes.Unimplemented, "method %s not implemented", method)

@@ -5,9 +5,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/siderolabs/talos/pkg/machinery/client"
-	"google.golang.org/grpc/codes"
-
 	"devata.dev/devata/drift"
 	"devata.dev/devata/inventory"
 )
@@ -73,10 +70,10 @@ func (t *Target) expectations() *expectations {
 // rollout itself.
 func Checks() []drift.Check[*Target] {
 	return []drift.Check[*Target]{
-		{Name: CheckDeclaration, Rung: drift.RungDeclaration, Run: checkDeclaration},
+		{Name: CheckDeclaration, Rung: drift.RungDeclaration, Run: checkDeclaration, Detail: true},
 		{Name: CheckVolumes, Rung: drift.RungReconciliation, Run: checkVolumes},
 		{Name: CheckMounts, Rung: drift.RungInfrastructure, Run: checkMounts},
-		{Name: CheckRawDisks, Rung: drift.RungInfrastructure, Run: checkRawDisks},
+		{Name: CheckRawDisks, Rung: drift.RungInfrastructure, Run: checkRawDisks, Detail: true},
 	}
 }
 
@@ -86,37 +83,14 @@ func notObserved(t *Target) (drift.Result, bool) {
 	case t.Obs == nil:
 		return drift.Unknown(errors.New("storage was not observed"), t.talosctl("get volumestatus")), true
 	case t.Obs.Err != nil:
-		return drift.Unknown(t.Obs.Err, "check that "+t.Machine.Name+" is up and its Talos API reachable: "+t.talosctl("version")), true
+		return drift.Unreachable(t.Machine.Name, t.Obs.Err, t.talosctl("version")), true
 	}
 	return drift.Result{}, false
 }
 
-func unknownRead(t *Target, err error, next string) drift.Result {
-	if client.StatusCode(err) == codes.PermissionDenied {
-		next = "the talosconfig's certificate lacks the role this read needs (storage resources need os:reader, the active MachineConfig os:admin): use a talosconfig with that role"
-	}
-	return drift.Unknown(err, next)
+func unknownRead(err error, next string) drift.Result {
+	return drift.ReadFailed(err, next, "storage resources need os:reader, the active MachineConfig os:admin", "a talosconfig with that role")
 }
-
-// problems gathers the disagreements one storage result found, with the next
-// step of the first of them that has one. drift.Findings would name every
-// distinct next step; the storage checks name only the first thing to do.
-type problems struct {
-	reasons []string
-	next    string
-}
-
-func (p *problems) add(reason, next string) {
-	p.reasons = append(p.reasons, reason)
-	if p.next == "" {
-		p.next = next
-	}
-}
-
-func (p *problems) found() bool { return len(p.reasons) > 0 }
-
-// String is the problems on one line, in the order found.
-func (p *problems) String() string { return strings.Join(p.reasons, "; ") }
 
 // missingOptions are the options a kubelet mount of a volume needs (bind,
 // rshared, and rw or ro) that opts lacks.

@@ -51,7 +51,7 @@ func activeConfig(t *Target, e *expectations) (active config.Provider, r drift.R
 		if err == nil {
 			err = errors.New("the active config was not read")
 		}
-		return nil, unknownRead(t, err, t.talosctl("get machineconfig v1alpha1 -o yaml (needs os:admin)")), false
+		return nil, unknownRead(err, t.talosctl("get machineconfig v1alpha1 -o yaml (needs os:admin)")), false
 	}
 	active, err := configloader.NewFromBytes(t.Active)
 	if err != nil {
@@ -66,14 +66,14 @@ type declaration struct {
 	e     *expectations
 	apply string // the next step of every problem: apply the rendered config
 
-	problems                  problems
+	problems                  drift.Findings
 	evidence                  []string
 	desiredNames, activeNames []string // UserVolumeConfig names
 }
 
 func (d *declaration) result() drift.Result {
-	if d.problems.found() {
-		return drift.Drifted(d.problems.String(), declared(d.desiredNames, d.e), declared(d.activeNames, nil)).WithEvidence(d.evidence...).WithNext(d.problems.next)
+	if d.problems.HasProblems() {
+		return drift.Drifted(d.problems.Problems(), declared(d.desiredNames, d.e), declared(d.activeNames, nil)).WithEvidence(d.evidence...).WithNext(d.problems.FirstNext())
 	}
 	if d.e.empty() {
 		return drift.InSync(append([]string{noneExpected}, d.evidence...)...)
@@ -105,7 +105,7 @@ func (d *declaration) userVolumes(active config.Provider) {
 	// by name, not in map order, so that the reason is the same every time
 	for _, n := range sortedKeys(activeUV) {
 		if !slices.ContainsFunc(d.e.volumes, func(v *expectedVolume) bool { return !v.legacy && v.name == n }) {
-			d.problems.add("active config has UserVolumeConfig "+n+", which is not desired", d.apply+" (removing a UserVolumeConfig does not wipe its partition)")
+			d.problems.Problem("active config has UserVolumeConfig "+n+", which is not desired", d.apply+" (removing a UserVolumeConfig does not wipe its partition)")
 		}
 	}
 	slices.Sort(d.activeNames)
@@ -118,11 +118,11 @@ func (d *declaration) userVolume(v *expectedVolume, activeUV map[string]string, 
 	got, ok := activeUV[v.name]
 	switch {
 	case !ok:
-		d.problems.add("active config has no UserVolumeConfig "+v.name, d.apply+" (then: "+d.t.talosctl("get volumeconfig "+v.id+" -o yaml")+")")
+		d.problems.Problem("active config has no UserVolumeConfig "+v.name, d.apply+" (then: "+d.t.talosctl("get volumeconfig "+v.id+" -o yaml")+")")
 	case desired != "" && got != desired:
-		d.problems.add(fmt.Sprintf("UserVolumeConfig %s differs: active %s; desired %s", v.name, got, desired), d.apply)
+		d.problems.Problem(fmt.Sprintf("UserVolumeConfig %s differs: active %s; desired %s", v.name, got, desired), d.apply)
 	case desired == "" && !strings.Contains(got, fmt.Sprintf("diskSelector %q", v.selector)):
-		d.problems.add(fmt.Sprintf("UserVolumeConfig %s differs from the inventory: active %s; inventory diskSelector %q", v.name, got, v.selector), d.apply)
+		d.problems.Problem(fmt.Sprintf("UserVolumeConfig %s differs from the inventory: active %s; inventory diskSelector %q", v.name, got, v.selector), d.apply)
 	}
 }
 
@@ -150,7 +150,7 @@ func (d *declaration) legacyPartitions(active config.Provider) {
 	activeParts := activePartitions(active)
 	for _, p := range activeParts {
 		if !slices.ContainsFunc(d.e.volumes, func(v *expectedVolume) bool { return v.legacy && v.device == p.device && v.target == p.mountpoint }) {
-			d.problems.add(fmt.Sprintf("active config has machine.disks partition %s on %s, which is not desired", p.mountpoint, p.device), d.apply)
+			d.problems.Problem(fmt.Sprintf("active config has machine.disks partition %s on %s, which is not desired", p.mountpoint, p.device), d.apply)
 		}
 	}
 	hasLegacy := false
@@ -162,9 +162,9 @@ func (d *declaration) legacyPartitions(active config.Provider) {
 		i := slices.IndexFunc(activeParts, func(p partition) bool { return p.device == v.device && p.mountpoint == v.target })
 		switch {
 		case i < 0:
-			d.problems.add(fmt.Sprintf("active config lacks machine.disks partition %s on %s", v.target, v.device), d.apply)
+			d.problems.Problem(fmt.Sprintf("active config lacks machine.disks partition %s on %s", v.target, v.device), d.apply)
 		case activeParts[i].size != v.minSize:
-			d.problems.add(fmt.Sprintf("machine.disks partition %s on %s is %s in the active config, desired %s", v.target, v.device, sizeOrFill(activeParts[i].size), sizeOrFill(v.minSize)), d.apply)
+			d.problems.Problem(fmt.Sprintf("machine.disks partition %s on %s is %s in the active config, desired %s", v.target, v.device, sizeOrFill(activeParts[i].size), sizeOrFill(v.minSize)), d.apply)
 		}
 	}
 	if hasLegacy || len(activeParts) > 0 {
@@ -185,7 +185,7 @@ func (d *declaration) kubeletMounts(active config.Provider) {
 			continue
 		}
 		if !slices.ContainsFunc(activeMounts, func(s string) bool { return strings.HasPrefix(s, v.target+"(") }) {
-			d.problems.add("active config has no kubelet extraMount for "+v.target, d.apply)
+			d.problems.Problem("active config has no kubelet extraMount for "+v.target, d.apply)
 		}
 	}
 	if len(activeMounts) > 0 {
@@ -212,7 +212,7 @@ func (d *declaration) activeKubeletMounts(active config.Provider) []string {
 				continue
 			}
 			if missing := missingOptions(em.Options, v.kubeletMount); len(missing) > 0 {
-				d.problems.add(fmt.Sprintf("active kubelet extraMount %s lacks %s", v.target, strings.Join(missing, ", ")), d.apply)
+				d.problems.Problem(fmt.Sprintf("active kubelet extraMount %s lacks %s", v.target, strings.Join(missing, ", ")), d.apply)
 			}
 		}
 	}

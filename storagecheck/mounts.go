@@ -87,7 +87,7 @@ type mountFacts struct {
 	// statusNext is what to look at for the MountStatus (and VolumeStatus).
 	statusNext string
 
-	problems         problems
+	problems         drift.Findings
 	evidence, actual []string
 	unknown          []error
 }
@@ -159,7 +159,7 @@ func (f *mountFacts) mounted(mnt *Mount, use *Usage) {
 			reason += " (VolumeStatus " + me.volumeID + " is " + st.Phase + ": see " + CheckVolumes + ")"
 		}
 		f.actual = append(f.actual, "not mounted")
-		f.problems.add(reason, f.statusNext)
+		f.problems.Problem(reason, f.statusNext)
 	}
 }
 
@@ -169,13 +169,13 @@ func (f *mountFacts) mountedByTalos(mnt *Mount, use *Usage) {
 	f.evidence = append(f.evidence, fmt.Sprintf("MountStatus %s: %s on %s %s %s", mnt.ID, mnt.Source, mnt.Target, orNone(mnt.Filesystem), rwText(!mnt.ReadOnly)))
 	f.actual = append(f.actual, fmt.Sprintf("%s %s %s", mnt.Target, orNone(mnt.Filesystem), rwText(!mnt.ReadOnly)))
 	if me.filesystem != "" && mnt.Filesystem != me.filesystem {
-		f.problems.add(fmt.Sprintf("%s is mounted %s, want %s", me.target, orNone(mnt.Filesystem), me.filesystem), f.statusNext)
+		f.problems.Problem(fmt.Sprintf("%s is mounted %s, want %s", me.target, orNone(mnt.Filesystem), me.filesystem), f.statusNext)
 	}
 	if mnt.ReadOnly == me.readWrite {
-		f.problems.add(fmt.Sprintf("%s is mounted %s, want %s", me.target, rwText(!mnt.ReadOnly), rwText(me.readWrite)), f.statusNext)
+		f.problems.Problem(fmt.Sprintf("%s is mounted %s, want %s", me.target, rwText(!mnt.ReadOnly), rwText(me.readWrite)), f.statusNext)
 	}
 	if f.o.UsageErr == nil && use == nil {
-		f.problems.add("Talos' MountStatus says "+me.target+" is mounted, but the Mounts API does not list it", f.t.talosctl("mounts")+"; "+f.t.talosctl("dmesg"))
+		f.problems.Problem("Talos' MountStatus says "+me.target+" is mounted, but the Mounts API does not list it", f.t.talosctl("mounts")+"; "+f.t.talosctl("dmesg"))
 	}
 }
 
@@ -185,7 +185,7 @@ func (f *mountFacts) capacity(use *Usage) {
 	if use != nil {
 		f.evidence = append(f.evidence, fmt.Sprintf("Mounts: %s on %s, %s, %s free", use.Source, use.Target, size(use.Size), size(use.Available)))
 		if me.minSize > 0 && use.Size < me.minSize {
-			f.problems.add(fmt.Sprintf("%s has %s, below minSize %s", me.target, size(use.Size), size(me.minSize)), f.t.talosctl("mounts")+"; "+f.t.talosctl("get disks"))
+			f.problems.Problem(fmt.Sprintf("%s has %s, below minSize %s", me.target, size(use.Size), size(me.minSize)), f.t.talosctl("mounts")+"; "+f.t.talosctl("get disks"))
 		}
 	} else if me.minSize > 0 && f.o.UsageErr != nil {
 		f.unknown = append(f.unknown, fmt.Errorf("capacity of %s not known", me.target))
@@ -198,7 +198,7 @@ func (f *mountFacts) kubeletMount() {
 	case f.o.KubeletErr != nil:
 		f.unknown = append(f.unknown, f.o.KubeletErr)
 	case !f.o.KubeletFound:
-		f.problems.add("no KubeletSpec: the kubelet is not configured", f.t.talosctl("service kubelet"))
+		f.problems.Problem("no KubeletSpec: the kubelet is not configured", f.t.talosctl("service kubelet"))
 		f.actual = append(f.actual, "no KubeletSpec")
 	default:
 		f.kubeletExtraMount()
@@ -218,7 +218,7 @@ func (f *mountFacts) kubeletExtraMount() {
 		return
 	}
 	if i < 0 {
-		f.problems.add("the kubelet has no extraMount for "+me.target+": pods would not see the volume", kubeletNext)
+		f.problems.Problem("the kubelet has no extraMount for "+me.target+": pods would not see the volume", kubeletNext)
 		f.actual = append(f.actual, "kubelet: no extraMount")
 		return
 	}
@@ -230,7 +230,7 @@ func (f *mountFacts) kubeletExtraMount() {
 		if slices.Contains(missing, "rshared") {
 			p += " (mounts made inside pods, e.g. Longhorn's, do not propagate)"
 		}
-		f.problems.add(p, kubeletNext)
+		f.problems.Problem(p, kubeletNext)
 	}
 }
 
@@ -239,9 +239,9 @@ func (f *mountFacts) kubeletExtraMount() {
 // read, else InSync.
 func (f *mountFacts) result() drift.Result {
 	switch {
-	case f.problems.found():
-		r := drift.Drifted(f.me.what+": "+f.problems.String(), f.me.want(), strings.Join(f.actual, ", ")).
-			WithEvidence(f.evidence...).WithNext(f.problems.next)
+	case f.problems.HasProblems():
+		r := drift.Drifted(f.me.what+": "+f.problems.Problems(), f.me.want(), strings.Join(f.actual, ", ")).
+			WithEvidence(f.evidence...).WithNext(f.problems.FirstNext())
 		for _, err := range f.unknown {
 			r = r.WithEvidence("not read: " + err.Error())
 		}
@@ -252,7 +252,7 @@ func (f *mountFacts) result() drift.Result {
 			// machined's Mounts (v1alpha1_server.go) answers nothing, code Unknown, when statfs fails on one mount point
 			n = f.t.talosctl("mounts") + " fails as a whole when statfs fails on any one mount point (a dead disk, FUSE or NFS mount): " + f.t.talosctl("dmesg") + "; meanwhile " + f.statusNext
 		}
-		return unknownRead(f.t, fmt.Errorf("%s: %w", f.me.what, errors.Join(f.unknown...)), n).WithEvidence(f.evidence...)
+		return unknownRead(fmt.Errorf("%s: %w", f.me.what, errors.Join(f.unknown...)), n).WithEvidence(f.evidence...)
 	}
 	return drift.InSync(f.evidence...)
 }

@@ -48,9 +48,9 @@ func (t *Target) rawDiskResult(rd inventory.RawDisk, next string) drift.Result {
 	case !o.DisksRead:
 		return drift.Unknown(errors.New(what+": disks were not read"), next)
 	case o.DisksErr != nil:
-		return unknownRead(t, o.DisksErr, next)
+		return unknownRead(o.DisksErr, next)
 	case o.DiscoveredErr != nil:
-		return unknownRead(t, o.DiscoveredErr, next)
+		return unknownRead(o.DiscoveredErr, next)
 	}
 	expr, err := parseSelector(rd.Selector)
 	if err != nil {

@@ -37,7 +37,7 @@ func (t *Target) volumeResult(v *expectedVolume) drift.Result {
 	o := t.Obs
 	next := t.talosctl("get volumestatus " + v.id + " -o yaml")
 	if o.VolumesErr != nil {
-		return unknownRead(t, o.VolumesErr, next)
+		return unknownRead(o.VolumesErr, next)
 	}
 	st, ok := o.Volumes[v.id]
 	want := "ready, " + v.filesystem

@@ -37,6 +37,9 @@ type Observation struct {
 	// Maintenance is set when the machine answers only insecurely, unconfigured.
 	Maintenance bool
 
+	// Version is the Talos version the machine runs: on a machine in
+	// maintenance mode, the release it booted (detectMaintenance), with
+	// VersionErr saying why it is "" when it could not be read.
 	Version    string
 	VersionErr error
 
@@ -286,9 +289,13 @@ func (o *Observation) notAnswered(ctx context.Context, d *Dialer, err error) {
 	if IsNoForwarding(err) {
 		o.Err = fmt.Errorf("talos api %s: %w: the endpoint the call went through is a worker, whose Talos API answers only for itself; give control planes as endpoints (-e, or the talosconfig context's)", o.Endpoint, PlainError(err))
 	}
-	if IsUnreachable(err) && detectMaintenance(ctx, d, o.Machine) {
+	if !IsUnreachable(err) {
+		return
+	}
+	if ok, version, verr := detectMaintenance(ctx, d, o.Machine); ok {
 		o.Err = fmt.Errorf("talos api %s: the machine is in maintenance mode (not configured yet)", o.Endpoint)
 		o.Maintenance = true
+		o.Version, o.VersionErr = version, verr
 	}
 }
 
@@ -432,20 +439,49 @@ func observeEtcd(ctx context.Context, c *client.Client) (*EtcdState, *EtcdMember
 }
 
 // detectMaintenance asks insecurely, as talosctl --insecure would: a machine in
-// maintenance mode serves a self-signed certificate and answers there.
-func detectMaintenance(ctx context.Context, d *Dialer, m *inventory.Machine) bool {
+// maintenance mode serves a certificate of its own and answers there. It
+// also learns the Talos the machine booted, which is what parses the
+// config it is sent: from 1.13 Version answers every caller there
+// (apid runs with ReadonlyRoleMode, every caller os:reader, and machined's
+// rules let os:reader call Version: v1.13.9
+// controllers/runtime/api_service_config.go, services/machined.go); up to
+// 1.12 the maintenance server's Version answers Unimplemented "API is not
+// implemented in maintenance mode" to all but os:admin (v1.12.0
+// internal/app/maintenance/server.go assertAdminRole), so the Version
+// resource is read instead, which VersionController writes with the running
+// tag on every release (controllers/runtime/version.go) and the resource
+// access policy lets os:reader read (internal/app/resources/access.go).
+// verErr says why the version could not be learned.
+func detectMaintenance(ctx context.Context, d *Dialer, m *inventory.Machine) (ok bool, version string, verErr error) {
 	c, err := d.MaintenanceClient(ctx, m)
 	if err != nil {
-		return false
+		return false, "", nil
 	}
 	defer c.Close()
-	_, err = c.Version(ctx)
+	resp, err := c.Version(ctx)
 	if err == nil {
-		return true
+		if msgs := resp.GetMessages(); len(msgs) > 0 && msgs[0].GetVersion().GetTag() != "" {
+			return true, msgs[0].GetVersion().GetTag(), nil
+		}
+		return true, "", errors.New("the Version reply holds no tag")
 	}
-	code := client.StatusCode(err)
-	return code != codes.Unavailable && code != codes.DeadlineExceeded && code != codes.Canceled
+	switch client.StatusCode(err) {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
+		return false, "", nil
+	}
+	v, rerr := safe.StateGet[*runtime.Version](ctx, c.COSI, resource.NewMetadata(runtime.NamespaceName, runtime.VersionType, versionID, resource.VersionUndefined))
+	switch {
+	case rerr != nil:
+		return true, "", fmt.Errorf("Version: %w; the Version resource: %w", PlainError(err), PlainError(rerr))
+	case v.TypedSpec().Version == "":
+		return true, "", errors.New("the Version resource holds no version")
+	}
+	return true, v.TypedSpec().Version, nil
 }
+
+// versionID is the Version resource's ID (machinery resources/runtime
+// NewVersion).
+const versionID = "version"
 
 // IsNoForwarding reports apid's refusal to route a call to another node:
 // a worker's apid has no client certificate to forward with (Talos v1.11

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"devata.dev/devata/checks"
 	"devata.dev/devata/config"
 
 	"devata.dev/devata/internal/termsafe"
@@ -63,6 +64,17 @@ type app struct {
 	getenv   func(string) string
 	settings config.Settings
 	log      *slog.Logger
+	// checks is the check registry help text, --checks and completion
+	// read; nil is checks.All (a test sets a copy with a check added).
+	checks checks.Registry
+}
+
+// registry is the check registry the commands read.
+func (a *app) registry() checks.Registry {
+	if a.checks == nil {
+		return checks.All()
+	}
+	return a.checks
 }
 
 // Run runs devata with args and returns the process exit code.
@@ -71,13 +83,18 @@ func Run(ctx context.Context, args []string, streams Streams) int {
 }
 
 func run(ctx context.Context, args []string, streams Streams, getenv func(string) string) int {
+	return runWith(ctx, args, streams, getenv, nil)
+}
+
+// runWith is run with the check registry reg (nil: checks.All).
+func runWith(ctx context.Context, args []string, streams Streams, getenv func(string) string, reg checks.Registry) int {
 	// text from machines, snapshots, lock files and inventories reaches the
 	// terminal escaped (internal/termsafe); JSON escapes it anyway
 	out, errw := termsafe.New(streams.Out), termsafe.New(streams.Err)
 	defer errw.Flush() //nolint:errcheck // nowhere left to say it
 	defer out.Flush()  //nolint:errcheck // idem
 	streams.Out, streams.Err = out, errw
-	a := &app{streams: streams, getenv: getenv, log: slog.New(newLineHandler(streams.Err, slog.LevelWarn))}
+	a := &app{streams: streams, getenv: getenv, log: slog.New(newLineHandler(streams.Err, slog.LevelWarn)), checks: reg}
 	root := a.newRootCommand()
 	root.SetArgs(args)
 	root.SetIn(streams.In)

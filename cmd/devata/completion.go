@@ -5,7 +5,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"devata.dev/devata/checks"
 	"devata.dev/devata/config"
 	"devata.dev/devata/drift"
 	"devata.dev/devata/inventory"
@@ -39,7 +38,7 @@ func (a *app) registerCompletions(root *cobra.Command) {
 	_ = root.RegisterFlagCompletionFunc("log-format", fixed(config.LogFormats))
 	var walk func(c *cobra.Command)
 	walk = func(c *cobra.Command) {
-		register(c, "checks", completeList(checkChoices))
+		register(c, "checks", completeList(a.checkChoices))
 		register(c, "machines", completeList(a.machineChoices))
 		register(c, "nodes", completeList(a.machineChoices))
 		register(c, "mode", fixed(modes))
@@ -103,9 +102,9 @@ func completeList(choices func(*cobra.Command) []choice) cobra.CompletionFunc {
 
 // checkChoices are the registry's check names, each described by its rung
 // and the flag an optional one needs.
-func checkChoices(*cobra.Command) []choice {
+func (a *app) checkChoices(*cobra.Command) []choice {
 	var out []choice
-	for _, e := range checks.All() {
+	for _, e := range a.registry() {
 		desc := string(e.Rung)
 		if e.Optional != "" {
 			desc += ", with " + e.Optional

@@ -16,7 +16,6 @@ import (
 	"devata.dev/devata/config"
 	"devata.dev/devata/drift"
 	"devata.dev/devata/internal/outfile"
-	"devata.dev/devata/inventory"
 	"devata.dev/devata/netcheck"
 )
 
@@ -46,7 +45,7 @@ short-lived pods (host network, pod network) connect to the kubernetes Service
 ClusterIP and are deleted when they end (deploy/netcheck-probe.yaml has the
 namespace and RBAC they need).
 
-Checks: ` + checkList() + `.
+Checks: ` + a.checkList() + `.
 See docs/checks.md, docs/checks-storage.md and docs/checks-netcheck.md.
 
 Exit 0 all in sync, 1 drift found, 2 could not complete (any Unknown or an error).`,
@@ -57,7 +56,7 @@ Exit 0 all in sync, 1 drift found, 2 could not complete (any Unknown or an error
 	}
 	config.AddOutputFlag(cmd.Flags())
 	addMachinesFlags(cmd, &flags.machines)
-	cmd.Flags().StringSliceVar(&flags.checks, "checks", nil, "only these checks (comma-separated): "+checkList())
+	cmd.Flags().StringSliceVar(&flags.checks, "checks", nil, "only these checks (comma-separated): "+a.checkList())
 	cmd.Flags().BoolVar(&flags.probe, "probe", false, "also run cilium-probe: per node, a host-network and a pod-network pod connect to the kubernetes Service ClusterIP (created, awaited, always deleted)")
 	cmd.Flags().StringVar(&flags.probeOpts.Namespace, "probe-namespace", netcheck.DefaultProbeNamespace, "namespace of the --probe pods (the host-network one needs Pod Security level privileged there)")
 	cmd.Flags().StringVar(&flags.probeOpts.Image, "probe-image", netcheck.DefaultProbeImage, "image of the --probe pods (it must have agnhost's connect subcommand)")
@@ -73,9 +72,9 @@ Exit 0 all in sync, 1 drift found, 2 could not complete (any Unknown or an error
 
 // checkList names every check for help text, with the flag an optional one
 // needs: "config, …, cilium-services, cilium-probe (with --probe)".
-func checkList() string {
+func (a *app) checkList() string {
 	var names []string
-	for _, e := range checks.All() {
+	for _, e := range a.registry() {
 		n := e.Name
 		if e.Optional != "" {
 			n += " (with " + e.Optional + ")"
@@ -95,7 +94,7 @@ func (a *app) drift(ctx context.Context, flags driftFlags) error {
 	if flags.stream && (format != drift.FormatJSON || flags.junitFile != "" || flags.promFile != "" || flags.htmlFile != "") {
 		return usageError(errors.New("--stream writes JSON as it goes: use it with -o json and without --junit-file, --prom-file or --html-file"))
 	}
-	if err := knownChecks(flags.checks); err != nil {
+	if err := a.registry().Validate(flags.checks); err != nil {
 		return usageError(err)
 	}
 	if flags.certDays < 1 {
@@ -178,22 +177,6 @@ func (a *app) driftStream(ctx context.Context, fc *checks.FleetCheck, h drift.He
 	}
 	if code := st.ExitCode(); code != 0 {
 		return exitWith(code, nil)
-	}
-	return nil
-}
-
-// knownChecks refuses a --checks name the registry does not have: a typo
-// on the command line, found before anything is loaded or dialled.
-func knownChecks(names []string) error {
-	all := checks.Names()
-	for _, n := range names {
-		if !slices.Contains(all, n) {
-			near := ""
-			if m := inventory.Nearest(n, all); m != "" {
-				near = fmt.Sprintf("; did you mean %q?", m)
-			}
-			return fmt.Errorf("--checks: no check %q%s (have %s)", n, near, strings.Join(all, ", "))
-		}
 	}
 	return nil
 }

@@ -5,8 +5,11 @@ import (
 	"strings"
 	"testing"
 
+	"google.golang.org/grpc/codes"
+
 	"devata.dev/devata/examples"
 	"devata.dev/devata/internal/simtest"
+	"devata.dev/devata/sim"
 )
 
 // devata plan names the config contract it renders for and why (issue 30
@@ -19,7 +22,10 @@ import (
 func TestPlanNamesItsConfigContract(t *testing.T) {
 	type contract struct {
 		Talos, Target, Reason string
-		Older                 []struct{ Machine, Runs, Talos string }
+		Older                 []struct {
+			Machine, Runs, Talos string
+			Maintenance          bool
+		}
 	}
 	plan := func(t *testing.T, sf *simFleet, format string) (contract, string) {
 		t.Helper()
@@ -70,8 +76,21 @@ func TestPlanNamesItsConfigContract(t *testing.T) {
 		}
 	})
 
+	t.Run("MaintenanceSaysWhatItBoots", func(t *testing.T) {
+		sf := startSim(t, simtest.Options{Example: examples.HomelabV114Name, TalosVersion: "v1.13.9", DesiredKubernetesVersion: "v1.36.3", Maintenance: allMachines})
+		c, _ := plan(t, sf, "json")
+		if c.Talos != "1.13" || len(c.Older) != 5 || c.Older[0].Runs != "v1.13.9" || !c.Older[0].Maintenance {
+			t.Errorf("contract %+v; want 1.13 for the five machines booted from v1.13.9 in maintenance mode", c)
+		}
+	})
+
 	t.Run("NoneAnswers", func(t *testing.T) {
+		// in maintenance mode on Talos 1.11 Version is Unimplemented; with
+		// the Version resource refused too no machine says its version
 		sf := startSim(t, simtest.Options{Maintenance: allMachines})
+		for _, m := range allMachines {
+			sf.Sim.Machine(m).SetFaults(sim.Faults{ErrorCodes: map[string]codes.Code{"State.Get": codes.PermissionDenied}})
+		}
 		c, _ := plan(t, sf, "json")
 		if c.Talos != "1.11" || len(c.Older) != 0 || !strings.Contains(c.Reason, "since no machine answered with its Talos version") {
 			t.Errorf("contract %+v; want the target's, none answered", c)

@@ -124,7 +124,7 @@ Metrics, /healthz and /readyz are served on --metrics-addr.`,
 // what the loop reads and writes, takes the cluster's lock unless nothing is
 // written, and runs, with or without leader election.
 func (a *app) reconcile(ctx context.Context, flags reconcileFlags) error {
-	if err := knownChecks(flags.checks); err != nil {
+	if err := a.registry().Validate(flags.checks); err != nil {
 		return usageError(err)
 	}
 	mode, err := talosapi.ParseMode(flags.mode)

@@ -62,6 +62,9 @@ func (a *app) recoverSnapshot(ctx context.Context, opts *bootstrap.Options, path
 		return refuse(err)
 	}
 	opts.Recover, opts.RecoverFrom, opts.RecoverEncrypted = snap, path, plain != path
+	if side != nil {
+		opts.RecoverTalos = side.TalosVersion // a fallback for a machine that cannot say what it boots
+	}
 	return cleanup, nil
 }
 

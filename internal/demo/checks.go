@@ -4,20 +4,21 @@ import (
 	"slices"
 
 	"devata.dev/devata/checks"
-	"devata.dev/devata/machines"
-	"devata.dev/devata/storagecheck"
 )
 
 // checkNames are the checks the demo's drift reports run: every check that
-// always runs but storage-declaration and storage-raw-disks, certificates
-// and coredns (their families are not asked for: the story does not show
-// them), and without Kubernetes neither the kubelet nor the cilium checks.
+// always runs of the machine and storage families but the detailed ones
+// (drift.Check.Detail: the storage declaration, raw disks); certificates
+// and coredns are not asked for (the story does not show them); the cilium
+// checks only with Kubernetes, and without it none that reads it.
 func checkNames(kubernetes bool) []string {
+	reg := checks.All()
 	families := []checks.Family{checks.FamilyMachine, checks.FamilyStorage}
 	if kubernetes {
 		families = append(families, checks.FamilyNet)
 	}
-	return slices.DeleteFunc(checks.Of(families...), func(n string) bool {
-		return n == storagecheck.CheckDeclaration || n == storagecheck.CheckRawDisks || !kubernetes && n == machines.CheckKubelet
+	return slices.DeleteFunc(reg.Of(families...), func(n string) bool {
+		e, _ := reg.Get(n)
+		return e.Detail || !kubernetes && e.Kubernetes
 	})
 }
