@@ -32,7 +32,8 @@ const EncryptionAge = "age"
 // encrypted at rest. Nothing in it is secret.
 type Encryption struct {
 	Format string `json:"format"`
-	// Recipients are the public keys (age1…) it is encrypted to: the
+	// Recipients are the public keys (age1…, or ssh-ed25519/ssh-rsa
+	// AAAA… without the comment) it is encrypted to: the
 	// identity of any one of them opens it.
 	Recipients []string `json:"recipients"`
 	// PlaintextSize and PlaintextSHA256 are the snapshot's in clear (etcd's

@@ -79,10 +79,11 @@ type S3 struct {
 // Backup are backup etcd's settings, from DEVATA_BACKUP_ENCRYPT_TO or the
 // settings file's backup section; backup etcd's flags replace them.
 type Backup struct {
-	// EncryptTo are the age recipients (age1…) backup etcd encrypts to
-	// when --encrypt-to is not given: the settings file's backup.encrypt-to
-	// (one or a list), or DEVATA_BACKUP_ENCRYPT_TO (separated by commas or
-	// white space). Public keys only: nothing here is a secret.
+	// EncryptTo are the recipients (age1…, or SSH public keys ssh-ed25519
+	// and ssh-rsa) backup etcd encrypts to when --encrypt-to is not given:
+	// the settings file's backup.encrypt-to (one or a list), or
+	// DEVATA_BACKUP_ENCRYPT_TO (SplitRecipients). Public keys only:
+	// nothing here is a secret.
 	EncryptTo []string `mapstructure:"encrypt-to"`
 	// EncryptToFrom names where EncryptTo came from, for its errors.
 	EncryptToFrom string `mapstructure:"-"`
@@ -90,6 +91,24 @@ type Backup struct {
 
 // EnvBackupEncryptTo is the backup.encrypt-to setting's variable.
 const EnvBackupEncryptTo = "DEVATA_BACKUP_ENCRYPT_TO"
+
+// SplitRecipients splits DEVATA_BACKUP_ENCRYPT_TO into recipients: at
+// commas and line ends, and, in a part that is not an SSH key, at white
+// space too (age public keys hold neither). A part that starts with ssh-
+// is one SSH public key line, spaces and comment included
+// ("ssh-ed25519 AAAA… me@host"), so an SSH key takes a comma or a line
+// of its own.
+func SplitRecipients(s string) []string {
+	var out []string
+	for _, part := range strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == '\n' || r == '\r' }) {
+		if part = strings.TrimSpace(part); strings.HasPrefix(part, "ssh-") {
+			out = append(out, part)
+			continue
+		}
+		out = append(out, strings.FieldsFunc(part, unicode.IsSpace)...)
+	}
+	return out
+}
 
 // Defaults for settings nobody set.
 const (
@@ -194,8 +213,8 @@ func loadEnv(v *viper.Viper, getenv func(string) string) map[string]bool {
 		v.Set("age-identity", filepath.SplitList(val))
 		envSet["age-identity"] = true
 	}
-	// a list of age public keys, which hold neither commas nor spaces
-	if val := strings.FieldsFunc(getenv(EnvBackupEncryptTo), func(r rune) bool { return r == ',' || unicode.IsSpace(r) }); len(val) > 0 {
+	// a list of public keys (SplitRecipients)
+	if val := SplitRecipients(getenv(EnvBackupEncryptTo)); len(val) > 0 {
 		v.Set("backup.encrypt-to", val)
 		envSet["backup"] = true
 	}

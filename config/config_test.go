@@ -357,6 +357,7 @@ func TestS3Settings(t *testing.T) {
 // it came from; an unknown key under backup is refused naming the file.
 func TestBackupEncryptTo(t *testing.T) {
 	const a, b = "age1ql3z7hjy54pw3hyww5ayyfg7zqgvc7w3j2elw8zmrj2kg5sfn9aqmcac8p", "age1lggyhqrw2nlhcxprm67z43rta597azn8gknawjehu9d9dl0jq3yqqvfafg"
+	const sshKey = "AAAAC3NzaC1lZDI1NTE5AAAAIEX2tA9y9C7Bv1tO3GiX8Yq3mM0QeX1Qd9Jm3yP5h1sd" // the settings only split; render parses
 	dir := t.TempDir()
 	for _, tc := range []struct {
 		name, file string
@@ -368,6 +369,10 @@ func TestBackupEncryptTo(t *testing.T) {
 		{"a list in the file", "backup:\n  encrypt-to: [" + a + ", " + b + "]\n", nil, []string{a, b}, "backup.encrypt-to in the settings file "},
 		{"the environment over the file", "backup:\n  encrypt-to: [" + a + "]\n", map[string]string{config.EnvBackupEncryptTo: b + ", " + a + "\n"}, []string{b, a}, config.EnvBackupEncryptTo},
 		{"neither", "timeout: 5s\n", nil, nil, ""},
+		// an SSH key line keeps its spaces and comment; age keys around it
+		// still split at white space
+		{"SSH keys in the environment", "", map[string]string{config.EnvBackupEncryptTo: a + " " + b + ",ssh-ed25519 " + sshKey + " me@host\nssh-rsa " + sshKey + "\n"}, []string{a, b, "ssh-ed25519 " + sshKey + " me@host", "ssh-rsa " + sshKey}, config.EnvBackupEncryptTo},
+		{"an SSH key in the file", "backup:\n  encrypt-to: [ssh-ed25519 " + sshKey + " me@host, " + a + "]\n", nil, []string{"ssh-ed25519 " + sshKey + " me@host", a}, "backup.encrypt-to in the settings file "},
 	} {
 		file := writeFile(t, dir, "devata.yaml", tc.file)
 		s, err := config.Load(flags(t, "--config", file), envOf(tc.env))

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -21,6 +22,7 @@ import (
 
 	"filippo.io/age"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	clientconfig "github.com/siderolabs/talos/pkg/machinery/client/config"
@@ -54,7 +56,8 @@ import (
 // snapshot and its sidecar to deploy/'s bucket and prefix, proves it
 // restores and prunes; the verify job proves the newest again; both
 // record their metrics in the one textfile, the verify keeping the
-// backup's last success.
+// backup's last success, and a real node_exporter's textfile collector
+// over the reports volume serves them as the jobs recorded them.
 func testBackupCronJob(t *testing.T, b *podBed) {
 	srv := testenv.StartS3(t)
 	kube := kubernetes.NewForConfigOrDie(b.admin)
@@ -142,6 +145,9 @@ func testBackupCronJob(t *testing.T, b *podBed) {
 		return out
 	}
 	prom := filepath.Join(reports, "devata_backup.prom")
+	// The reports volume as the textfile collector of the cluster's
+	// node_exporter reads it (reports-pvc.yaml): what Prometheus gets.
+	ne := testenv.StartNodeExporter(t, reports)
 	metrics := func() map[string]float64 {
 		t.Helper()
 		f, err := os.Open(prom)
@@ -150,24 +156,41 @@ func testBackupCronJob(t *testing.T, b *podBed) {
 		}
 		defer f.Close()
 		parser := expfmt.NewTextParser(model.LegacyValidation)
-		fams, err := parser.TextToMetricFamilies(f)
+		written, err := parser.TextToMetricFamilies(f)
 		if err != nil {
 			t.Fatal(err)
 		}
-		out := map[string]float64{}
-		for name, fam := range fams {
-			for _, m := range fam.GetMetric() {
-				labels := map[string]string{}
-				for _, l := range m.GetLabel() {
-					labels[l.GetName()] = l.GetValue()
-				}
-				if labels["cluster"] != b.inv.Cluster.Name || labels["destination"] != dest || len(fam.GetMetric()) != 1 {
-					t.Errorf("%s: %s%v, want one series labelled cluster %s, destination %s", prom, name, labels, b.inv.Cluster.Name, dest)
-				}
-				out[name] = m.GetGauge().GetValue()
-			}
+		scraped, err := ne.Scrape(t.Context())
+		if err != nil {
+			t.Fatal(err)
 		}
-		return out
+		if e := scraped["node_textfile_scrape_error"]; e == nil || e.GetMetric()[0].GetGauge().GetValue() != 0 {
+			t.Errorf("node_exporter could not read the reports volume (node_textfile_scrape_error %v):\n%s", e, ne.Log())
+		}
+		values := func(fams map[string]*dto.MetricFamily) map[string]float64 {
+			out := map[string]float64{}
+			for name, fam := range fams {
+				if !strings.HasPrefix(name, "devata_backup_") {
+					continue // node_exporter's own series
+				}
+				for _, m := range fam.GetMetric() {
+					labels := map[string]string{}
+					for _, l := range m.GetLabel() {
+						labels[l.GetName()] = l.GetValue()
+					}
+					if labels["cluster"] != b.inv.Cluster.Name || labels["destination"] != dest || len(fam.GetMetric()) != 1 {
+						t.Errorf("%s: %s%v, want one series labelled cluster %s, destination %s", prom, name, labels, b.inv.Cluster.Name, dest)
+					}
+					out[name] = m.GetGauge().GetValue()
+				}
+			}
+			return out
+		}
+		got := values(scraped)
+		if want := values(written); !maps.Equal(got, want) || len(got) != 4 {
+			t.Errorf("node_exporter serves %v; the jobs' file holds %v (want the four devata_backup_ series in both)", got, want)
+		}
+		return got
 	}
 	type sidecar struct {
 		Time       time.Time `json:"time"`

@@ -304,6 +304,10 @@ func parseAgeIdentities(source string, data []byte, perLine bool) ([]age.Identit
 	if bytes.HasPrefix(trimmed, []byte(ageBinaryHeader)) || bytes.HasPrefix(trimmed, []byte(armor.Header)) {
 		return nil, fmt.Errorf("%s is a passphrase-protected identity file, which devata cannot open without a prompt: use an unprotected identity file of mode 0600 (age-keygen -o FILE)", source)
 	}
+	if perLine && bytes.HasPrefix(trimmed, []byte("-----BEGIN")) {
+		// a file that is one PEM block: an SSH private key (the age CLI's -i)
+		return parseSSHIdentity(source, trimmed)
+	}
 	var ids []age.Identity
 	for n, line := range strings.Split(string(data), "\n") {
 		line = strings.TrimSpace(line)
@@ -332,8 +336,10 @@ func parseAgeIdentity(s string) (age.Identity, error) {
 	switch {
 	case strings.HasPrefix(s, "AGE-PLUGIN-"):
 		return nil, errors.New("is an age plugin identity, which devata does not run: use a native age identity (AGE-SECRET-KEY-1…)")
-	case strings.HasPrefix(s, "-----BEGIN"), strings.HasPrefix(s, "ssh-"):
-		return nil, errors.New("looks like an SSH key, which devata does not read as an age identity: use a native age identity (AGE-SECRET-KEY-1…)")
+	case strings.HasPrefix(s, "-----BEGIN"):
+		return nil, errors.New("starts an SSH private key among other lines: give the SSH key file alone (--age-identity ~/.ssh/id_ed25519), or a native age identity (AGE-SECRET-KEY-1…)")
+	case strings.HasPrefix(s, "ssh-"):
+		return nil, errors.New("is an SSH public key, a recipient: give the private key file (--age-identity ~/.ssh/id_ed25519, not FILE.pub)")
 	}
 	ids, err := age.ParseIdentities(strings.NewReader(s))
 	if err != nil || len(ids) != 1 {
@@ -447,26 +453,47 @@ func decryptAge(path string, data []byte, a AgeIdentities) ([]byte, error) {
 // AgeRecipients are the public keys a bundle is encrypted to.
 type AgeRecipients []age.Recipient
 
-// ParseAgeRecipients parses age public keys (age1… or age1pq1…). Errors say
-// which one by position, not by value: a private key passed by mistake must
-// not land in a terminal's scroll-back.
+// ParseAgeRecipients parses age public keys (age1… or age1pq1…) and SSH
+// public keys (ssh-ed25519, ssh-rsa: ParseAgeRecipient). Errors say which
+// one by position, not by value: a private key passed by mistake must not
+// land in a terminal's scroll-back.
 func ParseAgeRecipients(values []string) (AgeRecipients, error) {
 	var out AgeRecipients
 	for i, v := range values {
-		v = strings.TrimSpace(v)
-		if strings.HasPrefix(strings.ToUpper(v), "AGE-SECRET-KEY-") {
-			return nil, fmt.Errorf("recipient %d is an age identity (a private key), not a recipient: pass its public key, which `age-keygen -y IDENTITY_FILE` prints, and keep the identity secret", i+1)
+		r, err := ParseAgeRecipient(v)
+		if err != nil {
+			return nil, fmt.Errorf("recipient %d %w", i+1, err)
 		}
-		rs, err := age.ParseRecipients(strings.NewReader(v))
-		if err != nil || len(rs) != 1 {
-			return nil, fmt.Errorf("recipient %d is not an age public key (age1… or age1pq1…): `age-keygen -y IDENTITY_FILE` prints yours", i+1)
-		}
-		out = append(out, rs[0])
+		out = append(out, r)
 	}
 	if len(out) == 0 {
 		return nil, errors.New("no age recipient given")
 	}
 	return out, nil
+}
+
+// ParseAgeRecipient parses one recipient as the age CLI's -r does: an age
+// public key (age1… or age1pq1…), or an SSH public key line (ssh-ed25519
+// or ssh-rsa of 2048 bits or more, comment allowed) whose String is the
+// key without its comment. Its error is a predicate to put after the
+// recipient's name or position ("is not an age public key …"); it never
+// quotes v.
+func ParseAgeRecipient(v string) (age.Recipient, error) {
+	v = strings.TrimSpace(v)
+	switch {
+	case strings.HasPrefix(strings.ToUpper(v), "AGE-SECRET-KEY-"):
+		return nil, errors.New("is an age identity (a private key), not a recipient: pass its public key, which `age-keygen -y IDENTITY_FILE` prints, and keep the identity secret")
+	case strings.HasPrefix(v, "-----BEGIN"):
+		return nil, errors.New("is a private key (PEM), not a recipient: pass its public key (FILE.pub, or what `ssh-keygen -y -f FILE` prints), and keep the private key secret")
+	case strings.HasPrefix(v, "ssh-"), strings.HasPrefix(v, "ecdsa-"), strings.HasPrefix(v, "sk-"), strings.ContainsAny(v, " \t"):
+		// an OpenSSH public key line (age keys hold no white space)
+		return parseSSHRecipient(v)
+	}
+	rs, err := age.ParseRecipients(strings.NewReader(v))
+	if err != nil || len(rs) != 1 {
+		return nil, errors.New("is not an age public key (age1… or age1pq1…) or an SSH public key (ssh-ed25519 or ssh-rsa): `age-keygen -y IDENTITY_FILE` prints yours")
+	}
+	return rs[0], nil
 }
 
 // EncryptSecrets encodes a bundle as talosctl does and encrypts it to every

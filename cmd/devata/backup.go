@@ -58,8 +58,10 @@ func (a *app) newBackupEtcdCommand() *cobra.Command {
 		prune    bool
 		policy   policyFlags
 		promFile string
-		// encryptTo are age recipients (age1…) the snapshot is encrypted to
-		encryptTo []string
+		// encryptTo are recipients (age1…, ssh-ed25519, ssh-rsa) the
+		// snapshot is encrypted to, and encryptToFiles files of them
+		encryptTo      []string
+		encryptToFiles []string
 		// bundleRecipients adds the recipients of the sops-encrypted bundle
 		bundleRecipients bool
 	}
@@ -116,7 +118,8 @@ the secretbox key from the secrets bundle): keep it as carefully as the
 bundle, and keep the bundle, which a restore needs. Restore with
 talosctl bootstrap --recover-from=FILE (docs/runbook.md).
 
---encrypt-to RECIPIENT (an age public key, age1…; repeatable) encrypts the
+--encrypt-to RECIPIENT (an age public key, age1…, or an SSH public key,
+ssh-ed25519 or ssh-rsa, as age -r takes them; repeatable) encrypts the
 snapshot at rest: it streams into a private temporary directory (0700, in
 $TMPDIR), is verified there in clear exactly as above, then is encrypted
 with age as it is read into FILE.tmp (renamed to FILE, or uploaded), and the
@@ -126,12 +129,17 @@ key: its size and sha256 are FILE's (the ciphertext), and "encryption" names
 the format (age), the recipients' public keys and the clear text's size and
 sha256. Every read (backup verify, bootstrap --recover-from) decrypts with
 --age-identity FILE (DEVATA_AGE_IDENTITY, age-identity in the settings file,
-else SOPS_AGE_KEY_FILE, as the encrypted secrets bundle is read), and a
-missing or wrong identity is refused naming the recipients. Without
---encrypt-to, the recipients of the setting backup.encrypt-to (the settings
-file's backup section, or DEVATA_BACKUP_ENCRYPT_TO, separated by commas or
-spaces) are taken: a scheduled run encrypts without a flag; --encrypt-to
-replaces them.
+else SOPS_AGE_KEY_FILE, as the encrypted secrets bundle is read; an age
+identity file, or an unencrypted OpenSSH private key such as
+~/.ssh/id_ed25519, as age -i takes them), and a missing or wrong identity
+is refused naming the recipients. --encrypt-to-file FILE (repeatable) reads
+recipients from a file as age -R does: one public key a line, # comments;
+an SSH key of another type is refused, not skipped. Without --encrypt-to and
+--encrypt-to-file, the recipients of the setting backup.encrypt-to (the
+settings file's backup section, or DEVATA_BACKUP_ENCRYPT_TO, separated by
+commas or line ends, age keys by spaces too: an SSH key takes a comma or
+line of its own) are taken: a scheduled run encrypts without a flag; the
+flags replace them.
 --encrypt-to-bundle-recipients adds the recipients the inventory's
 sops-encrypted secrets bundle lists (an age-encrypted bundle records none).
 
@@ -185,12 +193,21 @@ error.`,
 			if flags.prune {
 				after.prune = &flags.policy.p
 			}
-			if cmd.Flags().Changed("encrypt-to") {
-				rs, err := render.ParseAgeRecipients(flags.encryptTo)
-				if err != nil {
-					return usageError(fmt.Errorf("--encrypt-to: %w", err))
+			if cmd.Flags().Changed("encrypt-to") || cmd.Flags().Changed("encrypt-to-file") {
+				if len(flags.encryptTo) > 0 {
+					rs, err := render.ParseAgeRecipients(flags.encryptTo)
+					if err != nil {
+						return usageError(fmt.Errorf("--encrypt-to: %w", err))
+					}
+					after.encryptTo = rs
 				}
-				after.encryptTo = rs
+				for _, f := range flags.encryptToFiles {
+					rs, err := readRecipientsFile(f)
+					if err != nil {
+						return usageError(fmt.Errorf("--encrypt-to-file: %w; nothing was backed up", err))
+					}
+					after.encryptTo = append(after.encryptTo, rs...)
+				}
 			} else if set := a.settings.Backup; len(set.EncryptTo) > 0 {
 				// the setting: what deploy/'s CronJob encrypts to without a flag
 				rs, err := render.ParseAgeRecipients(set.EncryptTo)
@@ -207,7 +224,8 @@ error.`,
 	cmd.Flags().StringVar(&flags.output, "to", "", "snapshot file to write (FILE.json is written next to it); a directory (or a path ending in /, created 0700 when missing) gets etcd-CLUSTER-TIME.db; s3://BUCKET/PREFIX/[NAME] or file:///DIR/[NAME] uploads it there")
 	deprecatedPathOutput(cmd, a.streams.Err, &flags.output, "--to")
 	cmd.Flags().BoolVar(&flags.force, "force", false, "replace FILE and FILE.json if they exist")
-	cmd.Flags().StringArrayVar(&flags.encryptTo, "encrypt-to", nil, "encrypt the snapshot to this age recipient (age1…, what age-keygen -y prints; repeatable; replaces the setting backup.encrypt-to, env DEVATA_BACKUP_ENCRYPT_TO): verified in clear in a private temporary directory, stored encrypted; FILE.json stays in clear and names the recipients")
+	cmd.Flags().StringArrayVar(&flags.encryptTo, "encrypt-to", nil, "encrypt the snapshot to this recipient: an age public key (age1…, what age-keygen -y prints) or an SSH public key (ssh-ed25519 or ssh-rsa, the line of ~/.ssh/id_ed25519.pub); repeatable; replaces the setting backup.encrypt-to, env DEVATA_BACKUP_ENCRYPT_TO: verified in clear in a private temporary directory, stored encrypted; FILE.json stays in clear and names the recipients")
+	cmd.Flags().StringArrayVar(&flags.encryptToFiles, "encrypt-to-file", nil, "encrypt the snapshot to the recipients in this file, as age -R reads one (a public key a line, age1… or ssh-ed25519/ssh-rsa; # comments); repeatable, with --encrypt-to too; replaces the setting backup.encrypt-to")
 	cmd.Flags().BoolVar(&flags.bundleRecipients, "encrypt-to-bundle-recipients", false, "encrypt the snapshot to the age recipients the inventory's sops-encrypted secrets bundle lists too (an age-encrypted bundle records none: use --encrypt-to)")
 	cmd.Flags().BoolVar(&flags.verify, "verify", false, "then prove the snapshot restores, as backup verify does")
 	cmd.Flags().BoolVar(&flags.prune, "prune", false, "then delete the snapshots in --to DIR/ (or URL/) that the --keep-* policy does not keep, as backup prune --yes does")

@@ -4,10 +4,12 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
@@ -17,9 +19,12 @@ import (
 	"devata.dev/devata/sim"
 )
 
-// backupMetrics reads --prom-file as node_exporter's textfile collector
-// would: name → destination → value (cluster homelab only).
-func backupMetrics(t *testing.T, path string) map[string]map[string]float64 {
+// backupMetrics is what Prometheus gets of --prom-file: node_exporter's
+// textfile collector over the file's directory, scraped over HTTP, as
+// name → destination → value (cluster homelab only). It also holds the
+// scrape to the file itself (the same families, series and values) and
+// to node_exporter having read the directory without error.
+func backupMetrics(t *testing.T, ne *testenv.NodeExporter, path string) map[string]map[string]float64 {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
@@ -27,29 +32,50 @@ func backupMetrics(t *testing.T, path string) map[string]map[string]float64 {
 	}
 	defer f.Close()
 	parser := expfmt.NewTextParser(model.LegacyValidation)
-	fams, err := parser.TextToMetricFamilies(f)
+	written, err := parser.TextToMetricFamilies(f)
 	if err != nil {
 		t.Fatalf("--prom-file %s: %v", path, err)
 	}
-	out := map[string]map[string]float64{}
-	for name, fam := range fams {
-		out[name] = map[string]float64{}
-		for _, m := range fam.GetMetric() {
-			labels := map[string]string{}
-			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
-			}
-			if labels["cluster"] != "homelab" {
-				t.Errorf("%s: %s has labels %v, want cluster homelab", path, name, labels)
-			}
-			out[name][labels["destination"]] = m.GetGauge().GetValue()
-		}
+	scraped, err := ne.Scrape(t.Context())
+	if err != nil {
+		t.Fatal(err)
 	}
-	return out
+	if e := scraped["node_textfile_scrape_error"]; e == nil || e.GetMetric()[0].GetGauge().GetValue() != 0 {
+		t.Errorf("node_exporter could not read %s (node_textfile_scrape_error %v):\n%s", path, e, ne.Log())
+	}
+	series := func(fams map[string]*dto.MetricFamily) map[string]map[string]float64 {
+		out := map[string]map[string]float64{}
+		for name, fam := range fams {
+			if !strings.HasPrefix(name, "devata_backup_") {
+				continue // node_exporter's own node_textfile_* and node_scrape_*
+			}
+			if fam.GetType() != dto.MetricType_GAUGE {
+				t.Errorf("%s is a %v, want a gauge", name, fam.GetType())
+			}
+			out[name] = map[string]float64{}
+			for _, m := range fam.GetMetric() {
+				labels := map[string]string{}
+				for _, l := range m.GetLabel() {
+					labels[l.GetName()] = l.GetValue()
+				}
+				if labels["cluster"] != "homelab" || len(labels) != 2 {
+					t.Errorf("%s: %s has labels %v, want cluster homelab and destination", path, name, labels)
+				}
+				out[name][labels["destination"]] = m.GetGauge().GetValue()
+			}
+		}
+		return out
+	}
+	got, want := series(scraped), series(written)
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("node_exporter serves %v, the file holds %v", got, want)
+	}
+	return got
 }
 
 // Issue 34 item 6: backup etcd --to s3://… --verify --prune and backup
-// verify --latest s3://… write the backup metrics to one --prom-file
+// verify --latest s3://… write the backup metrics to one --prom-file,
+// which a real node_exporter's textfile collector serves
 // (the sidecar's time and size, the proof's revision); a verify keeps
 // last_success; a failed backup (wrong credentials) keeps the last
 // success; the destination label carries no query and no credential.
@@ -65,6 +91,7 @@ func TestBackupPromFile(t *testing.T) {
 	s3Env(t, srv)
 	t.Setenv("TMPDIR", t.TempDir())
 	prom := filepath.Join(t.TempDir(), "devata_backup.prom")
+	ne := testenv.StartNodeExporter(t, filepath.Dir(prom))
 	dest := "s3://" + srv.Bucket + "/homelab/"
 	// verify's URL has a query, which the label drops (backup etcd --to
 	// URL?query --verify does not work yet on main: the snapshot's URL it
@@ -101,7 +128,7 @@ func TestBackupPromFile(t *testing.T) {
 		t.Fatalf("list: %+v, want one proven snapshot", l)
 	}
 	s := l.Snapshots[0]
-	m := backupMetrics(t, prom)
+	m := backupMetrics(t, ne, prom)
 	for name, want := range map[string]float64{
 		backup.MetricLastSuccess:      float64(s.Time.UnixNano()) / 1e9,
 		backup.MetricSize:             float64(s.Size),
@@ -123,7 +150,7 @@ func TestBackupPromFile(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("backup verify --latest --prom-file: exit %d\n%s%s", r.code, r.stdout, r.err)
 	}
-	m = backupMetrics(t, prom)
+	m = backupMetrics(t, ne, prom)
 	if got := m[backup.MetricLastVerified][dest]; got <= firstProof {
 		t.Errorf("after backup verify: last_verified %v, want later than %v", got, firstProof)
 	}
@@ -155,7 +182,7 @@ func TestBackupPromFile(t *testing.T) {
 	if r := run("backup", "etcd", "--to", other, "--prom-file", prom); r.code != 2 {
 		t.Fatalf("backup etcd with a wrong key: exit %d, want 2\n%s", r.code, r.err)
 	}
-	m = backupMetrics(t, prom)
+	m = backupMetrics(t, ne, prom)
 	if got, ok := m[backup.MetricLastSuccess][other]; !ok || got != 0 {
 		t.Errorf("a first failed backup to %s: last_success %v (%v), want 0", other, got, ok)
 	}

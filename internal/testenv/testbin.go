@@ -55,7 +55,8 @@ var binaries = []binary{
 		// server reports gitVersion, and clients read it back.
 		ldflags: kubeVersionFlags(KubernetesVersion),
 	},
-	versitygwBinary, // the S3 server (s3.go)
+	versitygwBinary,    // the S3 server (s3.go)
+	nodeExporterBinary, // the textfile scraper (nodeexporter.go)
 }
 
 func kubeVersionFlags(v string) []string {

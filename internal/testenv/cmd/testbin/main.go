@@ -1,5 +1,6 @@
-// Command testbin builds the pinned kube-apiserver, etcd and S3 server
-// (versitygw) that internal/testenv runs into the cache directory, unless they are already
+// Command testbin builds the pinned kube-apiserver, etcd, S3 server
+// (versitygw) and node_exporter (the textfile scraper) that internal/testenv
+// runs into the cache directory, unless they are already
 // there, and prints the directory. Tests build them on demand too; running
 // this first keeps a cold build out of test timeouts. With -talosctl it also
 // builds the real talosctl releases the talosctl-tagged tests run

@@ -13,7 +13,7 @@ func TestRun(t *testing.T) {
 	// A directory that already holds every binary: run reports it and
 	// builds nothing.
 	full := t.TempDir()
-	for _, name := range []string{"etcd", "kube-apiserver", "versitygw-" + testenv.VersitygwVersion} {
+	for _, name := range []string{"etcd", "kube-apiserver", "versitygw-" + testenv.VersitygwVersion, "node_exporter-" + testenv.NodeExporterVersion} {
 		if err := os.WriteFile(filepath.Join(full, name), []byte("#!/bin/sh\n"), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -21,7 +21,11 @@ func TestRun(t *testing.T) {
 
 	// With the suites binary there too, -talosapi builds nothing either.
 	withAPI := t.TempDir()
-	for _, name := range []string{"etcd", "kube-apiserver", "talos-integration-v1.14.1"} {
+	names := []string{"etcd", "kube-apiserver", "versitygw-" + testenv.VersitygwVersion, "node_exporter-" + testenv.NodeExporterVersion}
+	for _, v := range testenv.TalosAPIVersions {
+		names = append(names, "talos-integration-"+v)
+	}
+	for _, name := range names {
 		if err := os.WriteFile(filepath.Join(withAPI, name), []byte("#!/bin/sh\n"), 0o755); err != nil {
 			t.Fatal(err)
 		}
