@@ -290,16 +290,18 @@ func exportedMetrics(t *testing.T) map[string]bool {
 	if err := os.WriteFile(f.Inventory.Path, []byte(held), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	loop := &reconcile.Loop{
-		Source: reconcile.FileSource(f.Inventory.Path), Dialer: f.Dialer, Checks: []string{machines.CheckConfig, machines.CheckTalosVersion},
-		Mode: talosapi.ModeAuto, MaxUnavailable: 1, Concurrency: 4,
-		Timeout: 5 * time.Second, Wait: 5 * time.Second, Poll: 20 * time.Millisecond, Grace: 5 * time.Second,
-		Metrics: reconcile.NewMetrics(),
-	}
+	loop := reconcile.NewLoop(reconcile.LoopOptions{
+		Source: reconcile.FileSource(f.Inventory.Path), Checks: []string{machines.CheckConfig, machines.CheckTalosVersion},
+		Changes: reconcile.Changes{
+			Dialer: f.Dialer, Mode: talosapi.ModeAuto, MaxUnavailable: 1, Concurrency: 4,
+			Timeout: 5 * time.Second, Wait: 5 * time.Second, Poll: 20 * time.Millisecond,
+		},
+		Grace: 5 * time.Second, Metrics: reconcile.NewMetrics(),
+	})
 	if res := loop.Once(t.Context()); res.Outcomes["worker-1"] != reconcile.OutcomeConverged || res.Outcomes["worker-2"] != reconcile.OutcomeHeld {
 		t.Fatalf("the pass did not converge worker-1 and hold worker-2 (%v): the per-machine series would be missing", res.Outcomes)
 	}
-	families, err := loop.Metrics.Registry.Gather()
+	families, err := loop.Metrics().Registry.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -39,8 +39,8 @@ func TestAuditLogThatCannotBeWrittenStopsTheChange(t *testing.T) {
 	for name, open := range audits {
 		t.Run(name, func(t *testing.T) {
 			h := newLoop(t, f)
-			h.loop.Audit = open(t)
-			res := h.loop.Once(context.Background())
+			h.opts.Audit = open(t)
+			res := h.loop().Once(context.Background())
 			if n := writes(m); n != 0 {
 				t.Fatalf("%d ApplyConfiguration writes reached worker-1 although its audit record was not written", n)
 			}

@@ -63,8 +63,8 @@ func TestReconcileDocsShowTheAuditLog(t *testing.T) {
 		}
 	}
 	h.f.Drift(t, "worker-1", "time.cloudflare.com", "pool.ntp.org")
-	h.loop.Audit = reconcile.NewAuditLog(h.audit, "devata-reconcile-7d9c-x2", reconcile.Shard{Index: 0, Count: 1})
-	h.loop.Once(t.Context())
+	h.opts.Audit = reconcile.NewAuditLog(h.audit, "devata-reconcile-7d9c-x2", reconcile.Shard{Index: 0, Count: 1})
+	h.loop().Once(t.Context())
 	real := map[string][]byte{} // result → the line written
 	sc := bufio.NewScanner(strings.NewReader(h.audit.String()))
 	for sc.Scan() {

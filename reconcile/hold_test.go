@@ -38,7 +38,7 @@ func TestHeldMachineIsReportedAndNeverWritten(t *testing.T) {
 	w1 := f.Sim.Machine("worker-1")
 
 	h := newLoop(t, f)
-	res := h.loop.Once(context.Background())
+	res := h.loop().Once(context.Background())
 	if res.Outcomes["worker-1"] != reconcile.OutcomeHeld || res.Outcomes["worker-2"] != reconcile.OutcomeConverged || res.ExitCode() != 1 {
 		t.Fatalf("outcomes %v, exit %d; want worker-1 held, worker-2 converged, exit 1\n%s", res.Outcomes, res.ExitCode(), h.logs)
 	}
@@ -74,8 +74,8 @@ func TestRebootingChangeWaitsForItsMaintenanceWindow(t *testing.T) {
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 
 	h := newLoop(t, f)
-	h.loop.Now = clock
-	res := h.loop.Once(context.Background())
+	h.opts.Changes.Now = clock
+	res := h.loop().Once(context.Background())
 	if res.Outcomes["worker-1"] != reconcile.OutcomeConverged || res.Outcomes["worker-2"] != reconcile.OutcomeHeld {
 		t.Fatalf("outside the window: outcomes %v; want worker-1 converged (no reboot), worker-2 held\n%s", res.Outcomes, h.logs)
 	}
@@ -95,7 +95,7 @@ func TestRebootingChangeWaitsForItsMaintenanceWindow(t *testing.T) {
 	mu.Lock()
 	now = time.Date(2026, 12, 8, 2, 30, 0, 0, time.UTC)
 	mu.Unlock()
-	res = h.loop.Once(context.Background())
+	res = h.loop().Once(context.Background())
 	if res.Outcomes["worker-2"] != reconcile.OutcomeConverged || writes(w2) != 1 {
 		t.Fatalf("inside the window: outcomes %v, %d writes to worker-2; want converged, 1\n%s", res.Outcomes, writes(w2), h.logs)
 	}

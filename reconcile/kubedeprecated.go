@@ -147,7 +147,7 @@ func deprecatedRefusal(ctx context.Context, kube kubernetes.Interface, to string
 	}
 	found, err := DeprecatedAPIsRemovedBy(ctx, kube, to)
 	if err != nil {
-		return fmt.Sprintf("the deprecated APIs still requested could not be read (%v): give devata `get` on the non-resource URL /metrics, or pass devata apply --force to upgrade without the check", err)
+		return fmt.Sprintf("the deprecated APIs still requested could not be read (%v): give devata `get` on the non-resource URL /metrics, or pass --force (devata apply or reconcile) to upgrade without the check", err)
 	}
 	if len(found) == 0 {
 		return ""
@@ -156,6 +156,6 @@ func deprecatedRefusal(ctx context.Context, kube kubernetes.Interface, to string
 	for _, d := range found {
 		names = append(names, fmt.Sprintf("%s (removed in %s)", d, d.RemovedRelease))
 	}
-	return fmt.Sprintf("clients still request APIs that Kubernetes %s removes (the API server's apiserver_requested_deprecated_apis): %s; move them to a served version (kubectl get --raw /metrics | grep apiserver_requested_deprecated_apis names each; the API server forgets a request only when it restarts), or pass devata apply --force to upgrade anyway",
+	return fmt.Sprintf("clients still request APIs that Kubernetes %s removes (the API server's apiserver_requested_deprecated_apis): %s; move them to a served version (kubectl get --raw /metrics | grep apiserver_requested_deprecated_apis names each; the API server forgets a request only when it restarts), or pass --force (devata apply or reconcile) to upgrade anyway",
 		to, strings.Join(names, ", "))
 }

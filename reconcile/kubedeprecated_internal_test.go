@@ -66,7 +66,7 @@ func TestDeprecatedAPIsFromTheAPIServersMetric(t *testing.T) {
 		t.Fatalf("removed by v1.38.0: %v, %v; want deviceclasses", removed, err)
 	}
 	why := deprecatedRefusal(ctx, kc, "v1.38.0")
-	for _, want := range []string{"Kubernetes v1.38.0 removes", "resource.k8s.io/v1beta1 deviceclasses (removed in 1.38)", "devata apply --force"} {
+	for _, want := range []string{"Kubernetes v1.38.0 removes", "resource.k8s.io/v1beta1 deviceclasses (removed in 1.38)", "--force (devata apply or reconcile)"} {
 		if !strings.Contains(why, want) {
 			t.Errorf("refusal %q lacks %q", why, want)
 		}

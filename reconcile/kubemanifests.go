@@ -291,7 +291,7 @@ func manifestsFrom(ctx context.Context, dial func(context.Context, *inventory.Ma
 // every component moved in this rollout: the bootstrap manifests synced,
 // then the changed Deployments and DaemonSets waited for. Nothing happens
 // when no component moved or some wait (held, or a machine part way).
-func (r *Rollout) syncManifests(ctx context.Context, plan *Plan, out *Outcome) error {
+func (r *Rollout) syncManifests(ctx context.Context, plan *Plan, out *RolloutResult) error {
 	k := plan.Kubernetes
 	if k == nil || k.Refused != "" || len(k.Held) > 0 || !out.Done() || len(out.Partial) > 0 ||
 		!slices.ContainsFunc(plan.Pending(), func(a Action) bool { return a.Kubernetes != nil && a.Kubernetes.moves() != "no component now" }) {

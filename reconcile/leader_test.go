@@ -26,14 +26,14 @@ func startInstance(t *testing.T, kc kubernetes.Interface, f *simtest.Fleet, id s
 	e := &reconcile.LeaderElection{
 		Client: kc, Namespace: "devata", Name: "devata-reconcile", Identity: id,
 		LeaseDuration: 2 * time.Second, RenewDeadline: 1500 * time.Millisecond, RetryPeriod: 200 * time.Millisecond,
-		Log: h.loop.Log, Metrics: h.loop.Metrics,
+		Log: h.opts.Log, Metrics: h.opts.Metrics,
 	}
-	h.loop.Leading = e.Leading
+	h.opts.Leading = e.Leading
 	ctx, cancel := context.WithCancel(context.Background())
 	in := &instance{loopHarness: h, elect: e, cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(in.done)
-		if err := e.Run(ctx, h.loop.Run); err != nil {
+		if err := e.Run(ctx, h.loop().Run); err != nil {
 			t.Errorf("%s: %v", id, err)
 		}
 	}()

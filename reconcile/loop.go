@@ -9,11 +9,8 @@ import (
 	"sync"
 	"time"
 
-	"k8s.io/client-go/kubernetes"
-
 	"devata.dev/devata/inventory"
 	"devata.dev/devata/machines"
-	"devata.dev/devata/talosapi"
 )
 
 // The loop itself: its settings, the state it keeps across passes, and Run
@@ -24,75 +21,18 @@ import (
 // Loop is the level-triggered reconcile loop. Every pass reads the whole spec
 // (keeping the last valid one when an edit is invalid), observes every machine
 // it owns, and queues the machines whose applied config is not known to be the
-// desired one. Queue workers plan each machine afresh with the Planner and
-// change it under apply's rollout policy: never two control-plane changes at
-// once and never a worker change beside one, etcd gates before and after each
-// control-plane change, at most MaxUnavailable workers at once, a global write
-// rate, and a stop on a failed gate that holds, and is reported on every pass,
-// until the gate passes again. A machine whose sync fails is retried with a
-// per-machine exponential backoff; the others carry on.
+// desired one. Queue workers hand each to the Reconciler, which plans it
+// afresh and changes it under apply's rollout policy: never two control-plane
+// changes at once and never a worker change beside one, etcd gates before and
+// after each control-plane change, at most MaxUnavailable workers at once, a
+// global write rate, and a stop on a failed gate that holds, and is reported
+// on every pass, until the gate passes again. A machine whose sync fails is
+// retried with a per-machine exponential backoff; the others carry on.
+// NewLoop makes one.
 type Loop struct {
-	Source Source
-	Dialer *talosapi.Dialer
-	// Kube feeds the Kubernetes side of the kubelet check; nil makes it Unknown.
-	Kube kubernetes.Interface
-	// Extensions returns the checks that ride on the machine checks'
-	// connection (storage, Cilium) for one pass over inv; they are reported
-	// and exported like the others, and fail open. Nil: none.
-	Extensions func(inv *inventory.Inventory) []machines.Extension
-	// Checks restricts the observation (empty: all); config is always observed.
-	Checks []string
-	// Simulated marks reports of devata's simulated fleet.
-	Simulated bool
+	opts LoopOptions
+	rec  *Reconciler
 
-	Interval time.Duration
-	// ReportOnly observes and reports, never plans or acts; DryRun plans
-	// (the dry runs reach the machines) and records what it would do.
-	ReportOnly, DryRun bool
-	Mode               talosapi.Mode
-	MaxUnavailable     int
-	// Upgrades, when set, also upgrades Talos on machines whose config is
-	// in sync and whose version is not the inventory's (reconcile
-	// --upgrade; off by default: an upgrade reboots every machine).
-	Upgrades *Upgrades
-	// Joins configures machines found in maintenance mode once etcd runs
-	// (reconcile --join; off by default: the maintenance connection
-	// authenticates no one, see Planner.Joins).
-	Joins bool
-	// AllowQuorumLoss lets a rebooting change take down a control plane of
-	// an etcd of one or two members (Rollout.AllowQuorumLoss).
-	AllowQuorumLoss bool
-	// Workers handle queued machines at once; Concurrency bounds observation.
-	Workers, Concurrency int
-	// Timeout bounds one Talos API call, Wait a machine's return or a gate.
-	Timeout, Wait, TryTimeout, Poll time.Duration
-	// PullTimeout bounds an upgrade's installer pull (Rollout.PullTimeout).
-	PullTimeout time.Duration
-	// Drain drains a Node before a change that reboots its machine, within
-	// DrainTimeout (Rollout.Drain, Rollout.DrainTimeout).
-	Drain        bool
-	DrainTimeout time.Duration
-	// Now is the clock the maintenance windows are read with (nil:
-	// time.Now); a change that reboots or upgrades waits for one.
-	Now func() time.Time
-	// Grace bounds how long a stop waits for in-flight changes.
-	Grace time.Duration
-	Shard Shard
-	// WriteRate is the most configuration writes per second across the fleet
-	// (0: unlimited); WriteBurst the writes allowed at once.
-	WriteRate  float64
-	WriteBurst int
-	// BackoffBase and BackoffMax bound a failing machine's retry delay.
-	BackoffBase, BackoffMax time.Duration
-	// Leading reports whether this instance may act (nil: always); it is
-	// asked right before every write.
-	Leading func() bool
-
-	Metrics *Metrics
-	Audit   *AuditLog
-	Log     *slog.Logger
-
-	setup    sync.Once
 	changeMu sync.RWMutex // control-plane changes exclusive, worker changes shared
 
 	// mu guards both groups below. They are embedded so that their fields
@@ -102,39 +42,102 @@ type Loop struct {
 	passBook
 }
 
-// inForce is what one pass leaves to the next: the spec in force and a
-// failed gate's stop.
+// LoopOptions are the loop's settings. NewLoop gives every unset one its
+// default (withDefaults, with Changes.withDefaults the only place they are
+// written).
+type LoopOptions struct {
+	Source Source
+	// Changes plan and change each queued machine, as devata apply's do;
+	// the loop always keeps disruptive changes to the maintenance windows
+	// (Windows) and ignores no hold (IgnoreHold). Changes.Dialer,
+	// Changes.Kube, Changes.Concurrency and Changes.Timeout observe too.
+	Changes Changes
+	// Extensions returns the checks that ride on the machine checks'
+	// connection (storage, Cilium) for one pass over inv; they are reported
+	// and exported like the others, and fail open. Nil: none.
+	Extensions func(inv *inventory.Inventory) []machines.Extension
+	// Checks restricts the observation (empty: all); config is always observed.
+	Checks []string
+	// Simulated marks reports of devata's simulated fleet.
+	Simulated bool
+
+	// Interval is the time between the starts of two passes (5m).
+	Interval time.Duration
+	// ReportOnly observes and reports, never plans or acts; DryRun plans
+	// (the dry runs reach the machines) and records what it would do.
+	ReportOnly, DryRun bool
+	// Workers handle queued machines at once (at least
+	// Changes.MaxUnavailable+1, and 2).
+	Workers int
+	// Grace bounds how long a stop waits for in-flight changes (30s).
+	Grace time.Duration
+	Shard Shard
+	// WriteRate is the most configuration writes per second across the fleet
+	// (0: unlimited); WriteBurst the writes allowed at once.
+	WriteRate  float64
+	WriteBurst int
+	// BackoffBase and BackoffMax bound a failing machine's retry delay
+	// (1s, 10m).
+	BackoffBase, BackoffMax time.Duration
+	// Leading reports whether this instance may act (nil: always); it is
+	// asked right before every write.
+	Leading func() bool
+
+	Metrics *Metrics
+	Audit   *AuditLog
+	Log     *slog.Logger
+}
+
+// withDefaults is o with every unset setting given its default.
+func (o LoopOptions) withDefaults() LoopOptions {
+	o.Changes = o.Changes.withDefaults()
+	o.Changes.Windows, o.Changes.IgnoreHold = true, nil
+	if o.Interval <= 0 {
+		o.Interval = 5 * time.Minute
+	}
+	o.Workers = max(o.Workers, o.Changes.MaxUnavailable+1, 2)
+	o.Grace = cmp.Or(o.Grace, 30*time.Second)
+	o.BackoffBase = cmp.Or(o.BackoffBase, time.Second)
+	o.BackoffMax = cmp.Or(o.BackoffMax, 10*time.Minute)
+	if o.Shard.Count < 1 {
+		o.Shard = Shard{Count: 1}
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	if o.Metrics == nil {
+		o.Metrics = NewMetrics()
+	}
+	return o
+}
+
+// NewLoop is the loop with options o, defaulted.
+func NewLoop(o LoopOptions) *Loop {
+	o = o.withDefaults()
+	l := &Loop{opts: o}
+	l.rec = &Reconciler{
+		Spec: l.inForceSpec, Changes: o.Changes, Shard: o.Shard, DryRun: o.DryRun, Leading: o.Leading,
+		Metrics: o.Metrics, Audit: o.Audit, Log: o.Log,
+	}
+	return l
+}
+
+// Metrics are the loop's metrics (LoopOptions.Metrics, or its own).
+func (l *Loop) Metrics() *Metrics { return l.opts.Metrics }
+
+// inForce is what one pass leaves to the next: the spec in force. A failed
+// gate's stop is the reconciler's (Reconciler.Stopped).
 type inForce struct {
 	desired *Desired
 	invErr  error
 	provErr string // the provenance error last logged
-	blocked string // why changes are stopped; empty when not
 }
 
-func (l *Loop) defaults() {
-	if l.Interval <= 0 {
-		l.Interval = 5 * time.Minute
-	}
-	if l.Mode == "" {
-		l.Mode = talosapi.ModeAuto
-	}
-	l.MaxUnavailable = max(l.MaxUnavailable, 1)
-	l.Workers = max(l.Workers, l.MaxUnavailable+1, 2)
-	l.Concurrency = max(l.Concurrency, 1)
-	l.Timeout = cmp.Or(l.Timeout, 30*time.Second)
-	l.Wait = cmp.Or(l.Wait, 10*time.Minute)
-	l.Grace = cmp.Or(l.Grace, 30*time.Second)
-	l.BackoffBase = cmp.Or(l.BackoffBase, time.Second)
-	l.BackoffMax = cmp.Or(l.BackoffMax, 10*time.Minute)
-	if l.Shard.Count < 1 {
-		l.Shard = Shard{Count: 1}
-	}
-	if l.Log == nil {
-		l.Log = slog.New(slog.DiscardHandler)
-	}
-	if l.Metrics == nil {
-		l.Metrics = NewMetrics()
-	}
+// inForceSpec is the spec in force, for the reconciler.
+func (l *Loop) inForceSpec() *Desired {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.desired
 }
 
 // Ready is nil once a valid inventory is in force (/readyz).
@@ -159,7 +162,7 @@ func (l *Loop) Run(ctx context.Context) error {
 	stop := l.startWorkers(ctx, t)
 	for {
 		res := l.pass(ctx, t)
-		next := res.Started.Add(l.Interval)
+		next := res.Started.Add(l.opts.Interval)
 		select {
 		case <-ctx.Done():
 			stop()
@@ -195,19 +198,4 @@ func (l *Loop) Once(ctx context.Context) *PassResult {
 	l.awaited = nil
 	l.mu.Unlock()
 	return res
-}
-
-func (l *Loop) block(why string) {
-	l.mu.Lock()
-	l.blocked = why
-	l.mu.Unlock()
-	l.Metrics.gateBlocked.Set(1)
-	l.Metrics.errors.WithLabelValues(stageGate).Inc()
-	l.Log.Error("rollout stopped by a failed gate: no machine is changed until it passes", "stopped", why)
-}
-
-func (l *Loop) audit(rec AuditRecord) {
-	if err := l.Audit.Record(rec); err != nil {
-		l.Log.Error("audit log write failed", "error", err, "machine", rec.Machine, "result", rec.Result)
-	}
 }

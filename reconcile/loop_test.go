@@ -70,11 +70,26 @@ func (b *syncBuffer) records(t *testing.T) []reconcile.AuditRecord {
 }
 
 type loopHarness struct {
-	f     *simtest.Fleet
-	loop  *reconcile.Loop
+	f *simtest.Fleet
+	// opts are the loop's options; loop makes the loop of them.
+	opts  reconcile.LoopOptions
+	built *reconcile.Loop
 	audit *syncBuffer
 	logs  *syncBuffer
 }
+
+// loop is the loop of h.opts, made on first use and kept (with the spec in
+// force and a gate's stop) until renew.
+func (h *loopHarness) loop() *reconcile.Loop {
+	if h.built == nil {
+		h.built = reconcile.NewLoop(h.opts)
+	}
+	return h.built
+}
+
+// renew makes the next use of loop a new loop of h.opts, as a restart with
+// other flags would.
+func (h *loopHarness) renew() { h.built = nil }
 
 // The checks that need no Kubernetes API.
 var talosChecks = []string{machines.CheckConfig, machines.CheckTalosVersion, machines.CheckMachineStage, machines.CheckEtcd}
@@ -85,10 +100,13 @@ func newLoop(t *testing.T, f *simtest.Fleet) *loopHarness {
 		f = simtest.Start(t, simtest.Options{Bootstrap: true})
 	}
 	h := &loopHarness{f: f, audit: &syncBuffer{}, logs: &syncBuffer{}}
-	h.loop = &reconcile.Loop{
-		Source: reconcile.FileSource(f.Inventory.Path), Dialer: f.Dialer, Checks: talosChecks,
-		Interval: 200 * time.Millisecond, Mode: talosapi.ModeAuto, MaxUnavailable: 1, Concurrency: 8,
-		Timeout: 5 * time.Second, Wait: 5 * time.Second, Poll: 20 * time.Millisecond, Grace: 5 * time.Second,
+	h.opts = reconcile.LoopOptions{
+		Source: reconcile.FileSource(f.Inventory.Path), Checks: talosChecks,
+		Changes: reconcile.Changes{
+			Dialer: f.Dialer, Mode: talosapi.ModeAuto, MaxUnavailable: 1, Concurrency: 8,
+			Timeout: 5 * time.Second, Wait: 5 * time.Second, Poll: 20 * time.Millisecond,
+		},
+		Interval: 200 * time.Millisecond, Grace: 5 * time.Second,
 		BackoffBase: 100 * time.Millisecond, BackoffMax: 5 * time.Second,
 		Metrics: reconcile.NewMetrics(),
 		Audit:   reconcile.NewAuditLog(h.audit, "test", reconcile.Shard{}),
@@ -103,7 +121,7 @@ func (h *loopHarness) start(t *testing.T) (stop func() error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
-	go func() { errc <- h.loop.Run(ctx) }()
+	go func() { errc <- h.loop().Run(ctx) }()
 	var once sync.Once
 	var err error
 	stop = func() error {
@@ -152,7 +170,7 @@ func scrape(t *testing.T, m *reconcile.Metrics, path string) (int, string) {
 
 // metric sums the samples of name whose labels contain every given label.
 func (h *loopHarness) metric(t *testing.T, name string, labels ...string) float64 {
-	_, text := scrape(t, h.loop.Metrics, "/metrics")
+	_, text := scrape(t, h.opts.Metrics, "/metrics")
 	return sample(text, name, labels...)
 }
 
@@ -192,7 +210,7 @@ func TestDriftInjectedWhileRunningIsCorrectedWithinOneInterval(t *testing.T) {
 	if passes := h.metric(t, "devata_reconcile_passes_total") - before; passes > 2 {
 		t.Errorf("corrected after %v passes (%s), want within the next pass", passes, took)
 	}
-	t.Logf("corrected %s after the drift (interval %s)", took.Round(time.Millisecond), h.loop.Interval)
+	t.Logf("corrected %s after the drift (interval %s)", took.Round(time.Millisecond), h.opts.Interval)
 	// cp-2's action ends with the etcd gate after it.
 	h.waitFor(t, 10*time.Second, "both actions to end", func() bool {
 		return strings.Count(h.audit.String(), `"result":"converged"`) == 2
@@ -241,7 +259,7 @@ func TestStopDuringAnApplyLeavesNothingUnreported(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newLoop(t, nil)
-			h.loop.Grace = tc.grace
+			h.opts.Grace = tc.grace
 			stop := h.start(t)
 			// A change that reboots worker-2, so the change takes a while.
 			h.f.Drift(t, "worker-2", "diskQuotaSupport: true", "diskQuotaSupport: false")
@@ -292,15 +310,15 @@ func TestOnceDryRunAndReportOnlyWriteNothing(t *testing.T) {
 	m := f.Sim.Machine("worker-1")
 
 	h := newLoop(t, f)
-	h.loop.ReportOnly = true
-	res := h.loop.Once(context.Background())
+	h.opts.ReportOnly = true
+	res := h.loop().Once(context.Background())
 	if res.ExitCode() != 1 || len(res.Queued) != 0 || m.Calls("ApplyConfiguration") != 0 {
 		t.Errorf("report-only: exit %d, queued %v, %d apply calls", res.ExitCode(), res.Queued, m.Calls("ApplyConfiguration"))
 	}
 
 	h = newLoop(t, f)
-	h.loop.DryRun = true
-	res = h.loop.Once(context.Background())
+	h.opts.DryRun = true
+	res = h.loop().Once(context.Background())
 	if res.ExitCode() != 1 || res.Outcomes["worker-1"] != reconcile.OutcomeDryRun || writes(m) != 0 {
 		t.Errorf("dry run: exit %d, outcomes %v, %d writes", res.ExitCode(), res.Outcomes, writes(m))
 	}
@@ -309,7 +327,7 @@ func TestOnceDryRunAndReportOnlyWriteNothing(t *testing.T) {
 	}
 
 	h = newLoop(t, f)
-	res = h.loop.Once(context.Background())
+	res = h.loop().Once(context.Background())
 	if res.ExitCode() != 0 || res.Outcomes["worker-1"] != reconcile.OutcomeConverged || writes(m) != 1 {
 		t.Errorf("once: exit %d, outcomes %v, %d writes\n%s", res.ExitCode(), res.Outcomes, writes(m), h.logs)
 	}
@@ -324,7 +342,7 @@ func TestMetricsEndpointCarriesTheSeries(t *testing.T) {
 	h.waitFor(t, 10*time.Second, "a retry and the action counted", func() bool {
 		return h.metric(t, "workqueue_retries_total") >= 1 && h.metric(t, "devata_reconcile_actions_total", `result="converged"`) == 1
 	})
-	code, text := scrape(t, h.loop.Metrics, "/metrics")
+	code, text := scrape(t, h.opts.Metrics, "/metrics")
 	if code != http.StatusOK {
 		t.Fatalf("/metrics: %d", code)
 	}
@@ -361,11 +379,11 @@ func TestMetricsEndpointCarriesTheSeries(t *testing.T) {
 		}
 	}
 	for _, path := range []string{"/healthz", "/readyz"} {
-		if code, body := scrape(t, h.loop.Metrics, path); code != http.StatusOK {
+		if code, body := scrape(t, h.opts.Metrics, path); code != http.StatusOK {
 			t.Errorf("%s: %d %s", path, code, body)
 		}
 	}
-	srv := httptest.NewServer(h.loop.Metrics.Handler(func() error { return os.ErrNotExist }))
+	srv := httptest.NewServer(h.opts.Metrics.Handler(func() error { return os.ErrNotExist }))
 	defer srv.Close()
 	resp, err := http.Get(srv.URL + "/readyz")
 	if err != nil {

@@ -29,7 +29,7 @@ type PassResult struct {
 	Report *drift.Report
 	// Queued machines were handed to the workers; Outcomes says how each ended.
 	Queued   []string
-	Outcomes map[string]string
+	Outcomes map[string]Outcome
 	// Errors says why a queued machine's sync failed, by machine.
 	Errors map[string]string
 	// Held says why a queued machine was left alone on purpose (its
@@ -97,7 +97,7 @@ func (r *PassResult) ExitCode() int {
 // has not heard back from, and the outcomes and errors of those it has.
 type passBook struct {
 	awaited  map[string]bool
-	outcomes map[string]string
+	outcomes map[string]Outcome
 	errs     map[string]string
 	held     map[string]string
 	passDone chan struct{}
@@ -110,11 +110,11 @@ type passBook struct {
 
 // pass is one level-triggered pass.
 func (l *Loop) pass(ctx context.Context, t *term) *PassResult {
-	res := &PassResult{Started: time.Now(), Outcomes: map[string]string{}, Errors: map[string]string{}, Held: map[string]string{}}
+	res := &PassResult{Started: time.Now(), Outcomes: map[string]Outcome{}, Errors: map[string]string{}, Held: map[string]string{}}
 	defer func() {
 		res.Duration = time.Since(res.Started)
-		l.Metrics.passDuration.Observe(res.Duration.Seconds())
-		l.Metrics.lastPass.SetToCurrentTime()
+		l.opts.Metrics.passDuration.Observe(res.Duration.Seconds())
+		l.opts.Metrics.lastPass.SetToCurrentTime()
 		result := passOK
 		switch {
 		case ctx.Err() != nil:
@@ -124,7 +124,7 @@ func (l *Loop) pass(ctx context.Context, t *term) *PassResult {
 		case res.Blocked != "":
 			result = passBlocked
 		}
-		l.Metrics.passes.WithLabelValues(result).Inc()
+		l.opts.Metrics.passes.WithLabelValues(result).Inc()
 	}()
 
 	d := l.readSpec(ctx, res)
@@ -133,12 +133,12 @@ func (l *Loop) pass(ctx context.Context, t *term) *PassResult {
 	}
 	var owned []*inventory.Machine
 	for i := range d.Inventory.Machines {
-		if m := &d.Inventory.Machines[i]; l.Shard.Owns(m) {
+		if m := &d.Inventory.Machines[i]; l.opts.Shard.Owns(m) {
 			owned = append(owned, m)
 		}
 	}
 	res.Report = l.observe(ctx, d, owned)
-	if l.ReportOnly || ctx.Err() != nil {
+	if l.opts.ReportOnly || ctx.Err() != nil {
 		l.logPass(res)
 		return res
 	}
@@ -149,7 +149,7 @@ func (l *Loop) pass(ctx context.Context, t *term) *PassResult {
 	needs := map[string]bool{}
 	for _, r := range res.Report.Results {
 		if r.Check == machines.CheckConfig && r.Status != drift.StatusInSync ||
-			l.Upgrades != nil && (r.Check == machines.CheckTalosVersion || r.Check == machines.CheckExtensions) && r.Status != drift.StatusInSync {
+			l.opts.Changes.Upgrades != nil && (r.Check == machines.CheckTalosVersion || r.Check == machines.CheckExtensions) && r.Status != drift.StatusInSync {
 			needs[r.Machine] = true
 		}
 	}
@@ -197,7 +197,7 @@ func (l *Loop) pass(ctx context.Context, t *term) *PassResult {
 		l.awaited = nil // Once collects what finishes during the grace period
 	}
 	if res.Blocked == "" {
-		res.Blocked = l.blocked
+		res.Blocked = l.rec.Stopped()
 	}
 	l.mu.Unlock()
 	l.logPass(res)
@@ -207,51 +207,51 @@ func (l *Loop) pass(ctx context.Context, t *term) *PassResult {
 // readSpec reads the spec; an invalid one is reported and the last valid one
 // stays in force.
 func (l *Loop) readSpec(ctx context.Context, res *PassResult) *Desired {
-	d, err := l.Source(ctx)
+	d, err := l.opts.Source(ctx)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if err != nil {
 		res.InventoryErr = err
 		l.invErr = err
-		l.Metrics.inventoryValid.Set(0)
-		l.Metrics.errors.WithLabelValues(stageInventory).Inc()
+		l.opts.Metrics.inventoryValid.Set(0)
+		l.opts.Metrics.errors.WithLabelValues(stageInventory).Inc()
 		if l.desired == nil {
-			l.Log.Error("inventory is invalid and no valid one was read before: nothing is observed or changed until it is fixed", "error", err)
+			l.opts.Log.Error("inventory is invalid and no valid one was read before: nothing is observed or changed until it is fixed", "error", err)
 			return nil
 		}
-		l.Log.Error("inventory is invalid: the last valid one stays in force until it is fixed", "error", err, "in-force", l.desired.Inventory.Path)
+		l.opts.Log.Error("inventory is invalid: the last valid one stays in force until it is fixed", "error", err, "in-force", l.desired.Inventory.Path)
 		return l.desired
 	}
 	if l.invErr != nil {
-		l.Log.Info("inventory is valid again", "inventory", d.Inventory.Path)
+		l.opts.Log.Info("inventory is valid again", "inventory", d.Inventory.Path)
 	}
 	for _, w := range d.Inventory.Warnings {
-		l.Log.Debug("inventory warning", "warning", w)
+		l.opts.Log.Debug("inventory warning", "warning", w)
 	}
 	if msg := errText(d.ProvenanceErr); msg != l.provErr {
 		l.provErr = msg // said once, not every pass
 		if msg != "" {
-			l.Log.Warn("reports name no inventory commit", "error", msg)
+			l.opts.Log.Warn("reports name no inventory commit", "error", msg)
 		}
 	}
 	l.desired, l.invErr = d, nil
-	l.Metrics.inventoryValid.Set(1)
-	l.Metrics.inventory.set(d.Inventory.Cluster.Name, d.Provenance)
+	l.opts.Metrics.inventoryValid.Set(1)
+	l.opts.Metrics.inventory.set(d.Inventory.Cluster.Name, d.Provenance)
 	return d
 }
 
 // observe runs the drift checks over the owned machines and publishes them.
 func (l *Loop) observe(ctx context.Context, d *Desired, owned []*inventory.Machine) *drift.Report {
-	h := drift.Header{Cluster: d.Inventory.Cluster.Name, Inventory: d.Inventory.Path, Provenance: d.Provenance, Simulated: l.Simulated}
+	h := drift.Header{Cluster: d.Inventory.Cluster.Name, Inventory: d.Inventory.Path, Provenance: d.Provenance, Simulated: l.opts.Simulated}
 	names := make([]string, 0, len(owned))
 	for _, m := range owned {
 		names = append(names, m.Name)
 	}
-	selected := l.Checks
+	selected := l.opts.Checks
 	if len(selected) > 0 && !slices.Contains(selected, machines.CheckConfig) {
 		selected = append(slices.Clone(selected), machines.CheckConfig)
 	}
-	if len(selected) > 0 && l.Upgrades != nil {
+	if len(selected) > 0 && l.opts.Changes.Upgrades != nil {
 		for _, c := range []string{machines.CheckTalosVersion, machines.CheckExtensions} {
 			if !slices.Contains(selected, c) {
 				selected = append(slices.Clone(selected), c)
@@ -259,8 +259,8 @@ func (l *Loop) observe(ctx context.Context, d *Desired, owned []*inventory.Machi
 		}
 	}
 	fc := &checks.FleetCheck{
-		Inventory: d.Inventory, Desired: d.Configs.Held(), DesiredFor: d.Configs.For, Dialer: l.Dialer, Kube: l.Kube,
-		Machines: names, Checks: selected, Concurrency: l.Concurrency, Timeout: l.Timeout,
+		Inventory: d.Inventory, Desired: d.Configs.Held(), DesiredFor: d.Configs.For, Dialer: l.opts.Changes.Dialer, Kube: l.opts.Changes.Kube,
+		Machines: names, Checks: selected, Concurrency: l.opts.Changes.Concurrency, Timeout: l.opts.Changes.Timeout,
 	}
 	var rep *drift.Report
 	if len(owned) == 0 {
@@ -268,8 +268,8 @@ func (l *Loop) observe(ctx context.Context, d *Desired, owned []*inventory.Machi
 		rep = drift.NewReport(fc.Header(h, nil))
 		rep.Finish()
 	} else {
-		if l.Extensions != nil {
-			fc.Extensions = l.Extensions(d.Inventory)
+		if l.opts.Extensions != nil {
+			fc.Extensions = l.opts.Extensions(d.Inventory)
 		}
 		var err error
 		if rep, err = fc.Report(ctx, h); err != nil {
@@ -280,32 +280,28 @@ func (l *Loop) observe(ctx context.Context, d *Desired, owned []*inventory.Machi
 	}
 	for _, r := range rep.Results {
 		if r.Status == drift.StatusUnknown {
-			l.Metrics.errors.WithLabelValues(stageObserve).Inc()
+			l.opts.Metrics.errors.WithLabelValues(stageObserve).Inc()
 		}
 	}
-	l.Metrics.drift.set(d.Inventory.Cluster.Name, rep.Results)
+	l.opts.Metrics.drift.set(d.Inventory.Cluster.Name, rep.Results)
 	return rep
 }
 
 // recheckGate keeps a failed gate in force, reporting it, until etcd is
 // healthy again.
 func (l *Loop) recheckGate(ctx context.Context, d *Desired) string {
-	l.mu.Lock()
-	blocked := l.blocked
-	l.mu.Unlock()
+	blocked := l.rec.Stopped()
 	if blocked == "" {
 		return ""
 	}
-	if err := gate.EtcdHealthy(ctx, d.Inventory, l.Dialer, l.Timeout); err != nil {
-		l.Metrics.errors.WithLabelValues(stageGate).Inc()
-		l.Log.Warn("rollout stopped by a failed gate: no machine is changed until it passes", "stopped", blocked, "now", err.Error())
+	if err := gate.EtcdHealthy(ctx, d.Inventory, l.opts.Changes.Dialer, l.opts.Changes.Timeout); err != nil {
+		l.opts.Metrics.errors.WithLabelValues(stageGate).Inc()
+		l.opts.Log.Warn("rollout stopped by a failed gate: no machine is changed until it passes", "stopped", blocked, "now", err.Error())
 		return blocked
 	}
-	l.mu.Lock()
-	l.blocked = ""
-	l.mu.Unlock()
-	l.Metrics.gateBlocked.Set(0)
-	l.Log.Info("gate passes again: changes resume", "was", blocked)
+	l.rec.stop.set("")
+	l.opts.Metrics.gateBlocked.Set(0)
+	l.opts.Log.Info("gate passes again: changes resume", "was", blocked)
 	return ""
 }
 
@@ -327,10 +323,10 @@ func (l *Loop) logPass(res *PassResult) {
 	if res.InventoryErr != nil {
 		attrs = append(attrs, "inventory-error", res.InventoryErr.Error())
 	}
-	l.Log.Info("pass done", attrs...)
+	l.opts.Log.Info("pass done", attrs...)
 }
 
-func (l *Loop) finish(key, outcome string, err error) {
+func (l *Loop) finish(key string, res Result, err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if !l.awaited[key] {
@@ -343,9 +339,12 @@ func (l *Loop) finish(key, outcome string, err error) {
 			close(l.cpsDone)
 		}
 	}
-	l.outcomes[key] = outcome
+	l.outcomes[key] = res.Outcome
 	if err != nil {
 		l.errs[key] = err.Error()
+	}
+	if res.Held != "" {
+		l.held[key] = res.Held
 	}
 	if len(l.awaited) == 0 {
 		close(l.passDone)

@@ -14,7 +14,7 @@ import (
 // joined at the inventory's).
 func TestExitCodeForgivesWhatTheChangeFixed(t *testing.T) {
 	for _, tc := range []struct {
-		outcome string
+		outcome reconcile.Outcome
 		fixed   []string
 		kept    []string
 	}{
@@ -29,7 +29,7 @@ func TestExitCodeForgivesWhatTheChangeFixed(t *testing.T) {
 			r.Machine, r.Check, r.Rung = "cp-1", check, drift.RungResources
 			rep.Add(r)
 			rep.Finish()
-			res := &reconcile.PassResult{Report: rep, Outcomes: map[string]string{"cp-1": tc.outcome}}
+			res := &reconcile.PassResult{Report: rep, Outcomes: map[string]reconcile.Outcome{"cp-1": tc.outcome}}
 			want := 1
 			for _, f := range tc.fixed {
 				if f == check {

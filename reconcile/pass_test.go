@@ -24,19 +24,19 @@ func TestShardsSplitTheFleet(t *testing.T) {
 	seen := map[string]int{}
 	for i := range 2 {
 		h := newLoop(t, f)
-		h.loop.Shard = reconcile.Shard{Index: i, Count: 2}
-		res := h.loop.Once(context.Background())
+		h.opts.Shard = reconcile.Shard{Index: i, Count: 2}
+		res := h.loop().Once(context.Background())
 		if res.ExitCode() != 0 {
 			t.Errorf("shard %d: exit %d, outcomes %v\n%s", i, res.ExitCode(), res.Outcomes, h.logs)
 		}
 		for _, m := range res.Report.Machines {
 			seen[m.Name]++
-			if mm := f.Inventory.Machine(m.Name); !h.loop.Shard.Owns(mm) || mm.IsControlPlane() && i != 0 {
+			if mm := f.Inventory.Machine(m.Name); !h.opts.Shard.Owns(mm) || mm.IsControlPlane() && i != 0 {
 				t.Errorf("shard %d observed %s", i, m.Name)
 			}
 		}
 		for _, r := range h.audit.records(t) {
-			if !h.loop.Shard.Owns(f.Inventory.Machine(r.Machine)) {
+			if !h.opts.Shard.Owns(f.Inventory.Machine(r.Machine)) {
 				t.Errorf("shard %d acted on %s", i, r.Machine)
 			}
 		}
@@ -56,11 +56,11 @@ func TestShardsSplitTheFleet(t *testing.T) {
 // are part of every pass's report when the Loop is given them.
 func TestPassesCarryTheExtensionChecks(t *testing.T) {
 	h := newLoop(t, nil)
-	h.loop.Checks = append(slices.Clone(talosChecks), "storage-volumes")
-	h.loop.Extensions = func(*inventory.Inventory) []machines.Extension {
+	h.opts.Checks = append(slices.Clone(talosChecks), "storage-volumes")
+	h.opts.Extensions = func(*inventory.Inventory) []machines.Extension {
 		return []machines.Extension{storagecheck.Extension()}
 	}
-	res := h.loop.Once(context.Background())
+	res := h.loop().Once(context.Background())
 	n := 0
 	for _, r := range res.Report.Results {
 		if r.Check == "storage-volumes" && r.Status == drift.StatusInSync {
@@ -78,14 +78,14 @@ func TestPassesCarryTheExtensionChecks(t *testing.T) {
 // included.
 func TestAPassChangesControlPlanesBeforeWorkers(t *testing.T) {
 	h := newLoop(t, nil)
-	h.loop.Workers = 4
+	h.opts.Workers = 4
 	for _, m := range []string{"cp-2", "worker-1", "worker-2"} {
 		h.f.Drift(t, m, "time.cloudflare.com", "pool.ntp.org")
 	}
 	faults := h.f.Sim.Machine("cp-2").Faults()
 	faults.Latency = 150 * time.Millisecond
 	h.f.Sim.Machine("cp-2").SetFaults(faults)
-	res := h.loop.Once(context.Background())
+	res := h.loop().Once(context.Background())
 	for _, m := range []string{"cp-2", "worker-1", "worker-2"} {
 		if res.Outcomes[m] != reconcile.OutcomeConverged {
 			t.Fatalf("%s: %q, want converged\n%s", m, res.Outcomes[m], h.logs.String())

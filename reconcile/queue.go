@@ -75,16 +75,16 @@ type term struct {
 }
 
 func (l *Loop) newTerm(once bool) *term {
-	l.setup.Do(l.defaults)
+	o := l.opts
 	limit := rate.Inf
-	if l.WriteRate > 0 {
-		limit = rate.Limit(l.WriteRate)
+	if o.WriteRate > 0 {
+		limit = rate.Limit(o.WriteRate)
 	}
 	changes, end := context.WithCancel(context.Background())
 	return &term{
-		queue:        newQueue(l.BackoffBase, l.BackoffMax, l.Metrics),
-		writes:       rate.NewLimiter(limit, max(l.WriteBurst, 1)),
-		sem:          make(chan struct{}, l.MaxUnavailable),
+		queue:        newQueue(o.BackoffBase, o.BackoffMax, o.Metrics),
+		writes:       rate.NewLimiter(limit, max(o.WriteBurst, 1)),
+		sem:          make(chan struct{}, o.Changes.MaxUnavailable),
 		once:         once,
 		inflight:     map[string]AuditRecord{},
 		changes:      changes,
@@ -116,9 +116,75 @@ func (t *term) groupSems(inv *inventory.Inventory, m *inventory.Machine) []chan 
 	return out
 }
 
+// turns is the admission the loop gives its reconciler in a term: the
+// loop's change lock (control planes one at a time, none beside a worker),
+// the pass's control planes before its workers, the groups' and the
+// workers' limits, the write rate, and the changes in flight a stop waits
+// for.
+type turns struct {
+	l *Loop
+	t *term
+}
+
+func (w turns) admit(ctx context.Context, inv *inventory.Inventory, m *inventory.Machine) (release func(), ok bool) {
+	l, t := w.l, w.t
+	if m.IsControlPlane() {
+		l.changeMu.Lock()
+		return l.changeMu.Unlock, true
+	}
+	// control planes first: a worker waits until the pass has finished
+	// with every control plane it queued
+	l.mu.Lock()
+	cps := l.cpsDone
+	l.mu.Unlock()
+	if cps != nil {
+		select {
+		case <-cps:
+		case <-ctx.Done():
+			return nil, false
+		}
+	}
+	l.changeMu.RLock()
+	held := []func(){l.changeMu.RUnlock}
+	release = func() {
+		for i := len(held) - 1; i >= 0; i-- {
+			held[i]()
+		}
+	}
+	// the machine's groups' limits first (in the inventory's order, the
+	// same for every worker, so no two wait on each other), then the global one
+	for _, sem := range append(t.groupSems(inv, m), t.sem) {
+		select {
+		case sem <- struct{}{}:
+			held = append(held, func() { <-sem })
+		case <-ctx.Done():
+			release()
+			return nil, false
+		}
+	}
+	return release, true
+}
+
+func (w turns) pace(ctx context.Context) error { return w.t.writes.Wait(ctx) }
+
+func (w turns) begin(machine string, rec AuditRecord) context.Context {
+	w.t.mu.Lock()
+	defer w.t.mu.Unlock()
+	w.t.inflight[machine] = rec
+	return w.t.changes
+}
+
+func (w turns) end(machine string) bool {
+	w.t.mu.Lock()
+	defer w.t.mu.Unlock()
+	_, recorded := w.t.inflight[machine]
+	delete(w.t.inflight, machine)
+	return recorded
+}
+
 func (l *Loop) startWorkers(ctx context.Context, t *term) (stop func()) {
 	var wg sync.WaitGroup
-	for range l.Workers {
+	for range l.opts.Workers {
 		wg.Go(func() { l.worker(ctx, t) })
 	}
 	return func() {
@@ -128,45 +194,47 @@ func (l *Loop) startWorkers(ctx context.Context, t *term) (stop func()) {
 		select {
 		case <-done:
 			t.endOfChanges()
-			l.Log.Info("reconcile stopped: no change in flight")
-		case <-time.After(l.Grace):
+			l.opts.Log.Info("reconcile stopped: no change in flight")
+		case <-time.After(l.opts.Grace):
 			t.endOfChanges()
 			t.mu.Lock()
 			defer t.mu.Unlock()
 			for name, rec := range t.inflight {
 				rec.Time, rec.Result = time.Time{}, ResultAbandoned
-				rec.Error = fmt.Sprintf("still in flight after the %s grace period; the next pass observes %s afresh", l.Grace, name)
-				l.audit(rec)
-				l.Metrics.actions.WithLabelValues(rec.Action, ResultAbandoned).Inc()
-				l.Log.Error("change abandoned at shutdown", "machine", name, "grace", l.Grace)
+				rec.Error = fmt.Sprintf("still in flight after the %s grace period; the next pass observes %s afresh", l.opts.Grace, name)
+				l.rec.audit(rec)
+				l.opts.Metrics.actions.WithLabelValues(rec.Action, ResultAbandoned).Inc()
+				l.opts.Log.Error("change abandoned at shutdown", "machine", name, "grace", l.opts.Grace)
 				delete(t.inflight, name) // its final record is this one
 			}
 		}
 	}
 }
 
+// worker hands queued machines to the reconciler, with this term's turns,
+// until the queue shuts down.
 func (l *Loop) worker(ctx context.Context, t *term) {
-	r := &machineReconciler{loop: l, term: t}
+	adm := turns{l: l, t: t}
 	for {
 		key, quit := t.queue.Get()
 		if quit {
 			return
 		}
-		outcome := OutcomeInterrupted
+		res := Result{Outcome: OutcomeInterrupted}
 		var err error
 		if ctx.Err() == nil { // stopping: take no new work
-			outcome, err = r.Reconcile(ctx, key)
+			res, err = l.rec.sync(ctx, key, adm)
 		}
 		switch {
 		case err != nil && ctx.Err() == nil && !t.once:
 			t.queue.AddRateLimited(key)
-			l.Log.Warn("sync failed; retrying with backoff", "machine", key, "failures", t.queue.NumRequeues(key), "error", err.Error())
+			l.opts.Log.Warn("sync failed; retrying with backoff", "machine", key, "failures", t.queue.NumRequeues(key), "error", err.Error())
 		case err != nil:
-			l.Log.Warn("sync failed", "machine", key, "error", err.Error())
+			l.opts.Log.Warn("sync failed", "machine", key, "error", err.Error())
 		default:
 			t.queue.Forget(key)
 		}
 		t.queue.Done(key)
-		l.finish(key, outcome, err)
+		l.finish(key, res, err)
 	}
 }

@@ -38,7 +38,7 @@ func TestFailingMachineBacksOffWhileOthersConverge(t *testing.T) {
 		times = append(times, ts)
 	}
 	for i := 2; i < len(times); i++ {
-		want := h.loop.BackoffBase << (i - 1)
+		want := h.opts.BackoffBase << (i - 1)
 		if gap := times[i].Sub(times[i-1]); gap < want*9/10 {
 			t.Errorf("retry %d came %s after the one before, want at least %s", i+1, gap, want)
 		}
@@ -46,7 +46,7 @@ func TestFailingMachineBacksOffWhileOthersConverge(t *testing.T) {
 	if skipped < 1 {
 		t.Errorf("only %d passes left worker-2 to its backoff", skipped)
 	}
-	_, text := scrape(t, h.loop.Metrics, "/metrics")
+	_, text := scrape(t, h.opts.Metrics, "/metrics")
 	failures := sample(text, "devata_reconcile_machine_failures", `machine="worker-2"`)
 	backoff := sample(text, "devata_reconcile_machine_backoff_seconds", `machine="worker-2"`)
 	retries := sample(text, "workqueue_retries_total", `name="devata"`)

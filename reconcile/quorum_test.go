@@ -100,7 +100,7 @@ func TestLoopLeavesARefusedRebootPendingAndChangesTheOthers(t *testing.T) {
 	f.Drift(t, "worker-1", "time.cloudflare.com", "pool.ntp.org")
 	h := newLoop(t, f)
 	files := reconcile.FileSource(f.Inventory.Path)
-	h.loop.Source = func(ctx context.Context) (*reconcile.Desired, error) {
+	h.opts.Source = func(ctx context.Context) (*reconcile.Desired, error) {
 		d, err := files(ctx)
 		if err != nil {
 			return nil, err
@@ -109,7 +109,7 @@ func TestLoopLeavesARefusedRebootPendingAndChangesTheOthers(t *testing.T) {
 		delete(d.Configs.Held(), "cp-3")
 		return d, nil
 	}
-	res := h.loop.Once(context.Background())
+	res := h.loop().Once(context.Background())
 	if res.Outcomes["cp-2"] != reconcile.OutcomeBlocked || res.Outcomes["worker-1"] != reconcile.OutcomeConverged {
 		t.Fatalf("outcomes %v, want cp-2 blocked and worker-1 converged\n%s", res.Outcomes, h.logs)
 	}

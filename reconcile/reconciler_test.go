@@ -3,6 +3,7 @@ package reconcile_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -18,7 +19,7 @@ import (
 
 func TestFailedGateStopsChangesAndIsReportedEveryPassUntilItClears(t *testing.T) {
 	h := newLoop(t, nil)
-	h.loop.Wait = 300 * time.Millisecond
+	h.opts.Changes.Wait = 300 * time.Millisecond
 	h.start(t)
 	cp3 := h.f.Sim.Machine("cp-3")
 	cp3.SetFaults(sim.Faults{ErrorCodes: map[string]codes.Code{"EtcdStatus": codes.Unavailable, "EtcdMemberList": codes.Unavailable}})
@@ -68,7 +69,7 @@ func TestOnceLeavesAPendingTryAlone(t *testing.T) {
 	before := m.Calls("ApplyConfiguration")
 
 	h := newLoop(t, f)
-	res := h.loop.Once(context.Background())
+	res := h.loop().Once(context.Background())
 	if res.ExitCode() != 1 || res.Outcomes["worker-1"] != reconcile.OutcomeHeld {
 		t.Errorf("once: exit %d, outcomes %v, want worker-1 held\n%s", res.ExitCode(), res.Outcomes, h.logs)
 	}
@@ -153,12 +154,12 @@ func (w *failAfter) Write(p []byte) (int, error) {
 // record cannot be written, the pass makes no further change and says why.
 func TestAChangeWhoseFinalRecordIsLostStopsThePass(t *testing.T) {
 	h := newLoop(t, nil)
-	h.loop.Workers, h.loop.Concurrency = 1, 1
-	h.loop.Audit = reconcile.NewAuditLog(&failAfter{n: 1}, "test", reconcile.Shard{})
+	h.opts.Workers, h.opts.Changes.Concurrency = 1, 1
+	h.opts.Audit = reconcile.NewAuditLog(&failAfter{n: 1}, "test", reconcile.Shard{})
 	for _, m := range []string{"worker-1", "worker-2"} {
 		h.f.Drift(t, m, "time.cloudflare.com", "pool.ntp.org")
 	}
-	res := h.loop.Once(context.Background())
+	res := h.loop().Once(context.Background())
 	changed := 0
 	for _, m := range []string{"worker-1", "worker-2"} {
 		if res.Outcomes[m] == reconcile.OutcomeConverged {
@@ -173,5 +174,60 @@ func TestAChangeWhoseFinalRecordIsLostStopsThePass(t *testing.T) {
 	}
 	if res.ExitCode() == 0 {
 		t.Error("a pass that lost an audit record exits 0")
+	}
+}
+
+// A Reconciler needs no loop, no queue and no pass: called alone with a
+// machine's name it plans that machine afresh, changes it, records the
+// change and says how it ended; called again it finds it in sync and
+// writes nothing. A held machine is left alone with the reason, a dry run
+// writes nothing, and a name the inventory does not have is gone.
+func TestReconcileWithoutALoop(t *testing.T) {
+	f := simtest.Start(t, simtest.Options{Bootstrap: true})
+	for _, m := range []string{"worker-1", "worker-2", "cp-2"} {
+		f.Drift(t, m, "time.cloudflare.com", "pool.ntp.org")
+	}
+	editInventory(t, f, "  - name: worker-2\n    role: worker\n", "  - name: worker-2\n    role: worker\n    hold: {reason: \"disk replacement, OPS-123\"}\n")
+	d, err := reconcile.FileSource(f.Inventory.Path)(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	audit := &syncBuffer{}
+	changes := reconcile.Changes{Dialer: f.Dialer, Timeout: 5 * time.Second, Wait: 5 * time.Second, Poll: 20 * time.Millisecond}
+	r := &reconcile.Reconciler{
+		Spec: func() *reconcile.Desired { return d }, Changes: changes,
+		Audit: reconcile.NewAuditLog(audit, "test", reconcile.Shard{}),
+	}
+	w1, w2, cp2 := f.Sim.Machine("worker-1"), f.Sim.Machine("worker-2"), f.Sim.Machine("cp-2")
+
+	res, err := r.Reconcile(t.Context(), "worker-1")
+	if err != nil || res.Outcome != reconcile.OutcomeConverged || writes(w1) != 1 {
+		t.Fatalf("worker-1: %+v, %v, %d writes; want converged with one write", res, err, writes(w1))
+	}
+	var results []string
+	for _, rec := range audit.records(t) {
+		results = append(results, rec.Machine+" "+rec.Result)
+	}
+	if want := []string{"worker-1 started", "worker-1 converged"}; !slices.Equal(results, want) {
+		t.Errorf("audit %v, want %v", results, want)
+	}
+	if res, err = r.Reconcile(t.Context(), "worker-1"); err != nil || res.Outcome != reconcile.OutcomeInSync || writes(w1) != 1 {
+		t.Errorf("worker-1 again: %+v, %v, %d writes; want in sync and no further write", res, err, writes(w1))
+	}
+
+	res, err = r.Reconcile(t.Context(), "worker-2")
+	if err != nil || res.Outcome != reconcile.OutcomeHeld || !strings.Contains(res.Held, "held by the inventory (disk replacement, OPS-123)") || w2.Calls("ApplyConfiguration") != 0 {
+		t.Errorf("held worker-2: %+v, %v, %d ApplyConfiguration calls; want held with the reason and no call", res, err, w2.Calls("ApplyConfiguration"))
+	}
+
+	dry := &reconcile.Reconciler{Spec: r.Spec, Changes: changes, DryRun: true}
+	if res, err = dry.Reconcile(t.Context(), "cp-2"); err != nil || res.Outcome != reconcile.OutcomeDryRun || writes(cp2) != 0 {
+		t.Errorf("dry run of cp-2: %+v, %v, %d writes; want dry-run and none", res, err, writes(cp2))
+	}
+	if res, err = r.Reconcile(t.Context(), "worker-9"); err != nil || res.Outcome != reconcile.OutcomeGone {
+		t.Errorf("worker-9, not in the inventory: %+v, %v; want gone", res, err)
+	}
+	if res, err = (&reconcile.Reconciler{Changes: changes}).Reconcile(t.Context(), "worker-1"); err == nil || res.Outcome != reconcile.OutcomeFailed {
+		t.Errorf("no spec in force: %+v, %v; want failed with an error", res, err)
 	}
 }

@@ -67,8 +67,9 @@ type Rollout struct {
 	cniSeen  string
 }
 
-// Outcome is what a rollout did.
-type Outcome struct {
+// RolloutResult is what one Rollout.Run did over a plan: which machines
+// converged, failed or were left untouched, and why it stopped.
+type RolloutResult struct {
 	Converged []string
 	// Failed are machines whose step failed; Untouched were never started.
 	Failed, Untouched []string
@@ -91,7 +92,9 @@ type Outcome struct {
 }
 
 // Done reports whether every pending action converged.
-func (o *Outcome) Done() bool { return len(o.Failed) == 0 && len(o.Untouched) == 0 && o.Stopped == "" }
+func (o *RolloutResult) Done() bool {
+	return len(o.Failed) == 0 && len(o.Untouched) == 0 && o.Stopped == ""
+}
 
 // unit is one apply of a rollout: a whole action, or one phase of a
 // Kubernetes version change (phase ≥ 0).
@@ -107,7 +110,7 @@ type unit struct {
 // Kubernetes components after kube-apiserver, then, for each of
 // kube-controller-manager, kube-scheduler and the kubelet, every control
 // plane that moves it (talosctl upgrade-k8s' order); then workers in batches.
-func (r *Rollout) Run(ctx context.Context, plan *Plan) *Outcome {
+func (r *Rollout) Run(ctx context.Context, plan *Plan) *RolloutResult {
 	if r.Poll <= 0 {
 		r.Poll = 500 * time.Millisecond
 	}
@@ -124,7 +127,7 @@ func (r *Rollout) Run(ctx context.Context, plan *Plan) *Outcome {
 		}
 	}
 	r.joinedOn = map[string]string{}
-	out := &Outcome{JoinedOn: r.joinedOn}
+	out := &RolloutResult{JoinedOn: r.joinedOn}
 	actions := plan.Pending()
 	if err := plan.Refusal(); err != nil {
 		// the bundle is not the cluster's: nothing of it goes anywhere
@@ -168,7 +171,7 @@ func (r *Rollout) Run(ctx context.Context, plan *Plan) *Outcome {
 	started, done := make([]bool, len(actions)), make([]bool, len(actions))
 	// stop ends the rollout: every action not started is untouched, every
 	// one started and not done partial.
-	stop := func(why string) *Outcome {
+	stop := func(why string) *RolloutResult {
 		out.Stopped = why
 		for i, a := range actions {
 			switch {

@@ -36,7 +36,7 @@ func TestInvalidInventoryEditKeepsTheLastValidOne(t *testing.T) {
 	if !strings.Contains(h.logs.String(), "machnes") {
 		t.Errorf("the log does not say what is wrong:\n%s", h.logs)
 	}
-	if err := h.loop.Ready(); err != nil {
+	if err := h.loop().Ready(); err != nil {
 		t.Errorf("not ready on the last valid inventory: %v", err)
 	}
 	// Still reconciling, on the last valid inventory.
@@ -61,11 +61,11 @@ func TestLeanDesiredConverges(t *testing.T) {
 	f.Drift(t, "worker-1", "time.cloudflare.com", "pool.ntp.org")
 	m := f.Sim.Machine("worker-1")
 	h := newLoop(t, f)
-	res := h.loop.Once(context.Background())
+	res := h.loop().Once(context.Background())
 	if res.ExitCode() != 0 || res.Outcomes["worker-1"] != reconcile.OutcomeConverged || writes(m) != 1 {
 		t.Fatalf("lean once: exit %d, outcomes %v, %d writes\n%s", res.ExitCode(), res.Outcomes, writes(m), h.logs)
 	}
-	res = h.loop.Once(context.Background())
+	res = h.loop().Once(context.Background())
 	if res.ExitCode() != 0 || len(res.Queued) != 0 || writes(m) != 1 {
 		t.Errorf("second lean pass: exit %d, queued %v, %d writes", res.ExitCode(), res.Queued, writes(m))
 	}
@@ -88,7 +88,7 @@ func TestPassNamesTheInventory(t *testing.T) {
 	sum := sha256.Sum256(data)
 	sha := hex.EncodeToString(sum[:])
 
-	res := h.loop.Once(context.Background())
+	res := h.loop().Once(context.Background())
 	if pv := res.Report.Provenance; pv.InventorySHA256 != sha || pv.InGit() {
 		t.Errorf("outside Git the report's provenance is %+v, want the sha256 %s alone", pv, sha)
 	}
@@ -109,7 +109,7 @@ func TestPassNamesTheInventory(t *testing.T) {
 	run("add", ".")
 	run("commit", "-q", "-m", "inventory")
 	head := run("rev-parse", "HEAD")
-	res = h.loop.Once(context.Background())
+	res = h.loop().Once(context.Background())
 	if pv := res.Report.Provenance; pv.Commit != head || pv.Dirty || pv.RepoPath != "inventory.yaml" {
 		t.Errorf("committed: the report's provenance is %+v, want commit %s, clean", pv, head)
 	}
@@ -118,7 +118,7 @@ func TestPassNamesTheInventory(t *testing.T) {
 	}
 	// A change made from it says so in the audit log.
 	f.Drift(t, "worker-1", "time.cloudflare.com", "pool.ntp.org")
-	if res := h.loop.Once(context.Background()); res.Outcomes["worker-1"] != reconcile.OutcomeConverged {
+	if res := h.loop().Once(context.Background()); res.Outcomes["worker-1"] != reconcile.OutcomeConverged {
 		t.Fatalf("worker-1 not converged: %v\n%s", res.Outcomes, h.logs)
 	}
 	if n := strings.Count(h.audit.String(), `"inventoryCommit":"`+head+`","inventorySha256":"`+sha+`"`); n != 2 {
@@ -128,7 +128,7 @@ func TestPassNamesTheInventory(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(f.Dir, "patches", "new.yaml"), []byte("machine: {}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	h.loop.Once(context.Background())
+	h.loop().Once(context.Background())
 	if v := h.metric(t, "devata_inventory_info", `dirty="true"`); v != 1 {
 		t.Errorf("devata_inventory_info with an untracked patch: dirty=\"true\" %v, want 1", v)
 	}

@@ -220,13 +220,14 @@ func TestLoopUpgradesOnlyWhenAsked(t *testing.T) {
 		}
 		return n
 	}
-	res := h.loop.Once(context.Background())
+	res := h.loop().Once(context.Background())
 	if n := upgradeCalls(); n != 0 || len(res.Queued) != 0 {
 		t.Fatalf("without --upgrade: %d Upgrade calls, queued %v", n, res.Queued)
 	}
-	h.loop.Upgrades = &reconcile.Upgrades{}
+	h.opts.Changes.Upgrades = &reconcile.Upgrades{}
+	h.renew() // as reconcile restarted with --upgrade
 	watch, stop := watchControlPlanes(f)
-	res = h.loop.Once(context.Background())
+	res = h.loop().Once(context.Background())
 	stop()
 	if res.ExitCode() != 0 || len(res.Queued) != 5 {
 		t.Fatalf("with --upgrade: exit %d, queued %v, outcomes %v, errors %v", res.ExitCode(), res.Queued, res.Outcomes, res.Errors)
@@ -252,7 +253,7 @@ func TestLoopUpgradesOnlyWhenAsked(t *testing.T) {
 	if got := h.metric(t, "devata_reconcile_actions_total", "action", "upgrade", "result", "converged"); got != 5 {
 		t.Errorf("actions_total{upgrade,converged} = %v, want 5", got)
 	}
-	if res = h.loop.Once(context.Background()); len(res.Queued) != 0 || upgradeCalls() != 5 {
+	if res = h.loop().Once(context.Background()); len(res.Queued) != 0 || upgradeCalls() != 5 {
 		t.Errorf("a pass after the upgrade queued %v", res.Queued)
 	}
 }

@@ -171,7 +171,7 @@ func shortList(names []string) string {
 // one finished after an interrupt, and those failed or never started; the
 // converged and not-started lists are cut to their first few names and a
 // count (every failed one is named).
-func (o *Outcome) Write(w io.Writer) {
+func (o *RolloutResult) Write(w io.Writer) {
 	converged := "none"
 	if len(o.Converged) > 0 {
 		converged = shortList(o.Converged)

@@ -57,7 +57,7 @@ func TestPlanWriteScales(t *testing.T) {
 		names = append(names, fmt.Sprintf("worker-%04d", i))
 	}
 	buf.Reset()
-	(&reconcile.Outcome{Converged: names[:3], Untouched: names[3:]}).Write(&buf)
+	(&reconcile.RolloutResult{Converged: names[:3], Untouched: names[3:]}).Write(&buf)
 	if want := "converged: worker-0000, worker-0001, worker-0002\nnot started: worker-0003, worker-0004, worker-0005, worker-0006, worker-0007, worker-0008, worker-0009, worker-0010, worker-0011, worker-0012 and 987 more\n"; buf.String() != want {
 		t.Errorf("outcome:\n%s\nwant:\n%s", buf.String(), want)
 	}

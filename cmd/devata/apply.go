@@ -117,6 +117,19 @@ func checkPullTimeout(d time.Duration, set, upgrades bool) error {
 	return nil
 }
 
+// changes are the settings of apply's plan and rollout as the flags give
+// them (the connections are the caller's to add): apply joins machines in
+// maintenance mode, and keeps no maintenance window (an operator at the
+// console chose the time).
+func (f applyFlags) changes(mode talosapi.Mode, concurrency int, timeout time.Duration) reconcile.Changes {
+	return reconcile.Changes{
+		Mode: mode, Concurrency: concurrency, Timeout: timeout, Wait: f.wait, PullTimeout: f.pullTimeout,
+		MaxUnavailable: f.maxUnavailable, AllowQuorumLoss: f.allowQuorum,
+		Upgrades: f.upgrades, Joins: true, ForceDeprecatedAPIs: f.forceDeprecated,
+		Drain: f.drain, DrainTimeout: f.drainTimeout,
+	}
+}
+
 // verb is the command that rolls the plan out, for messages.
 func (f applyFlags) verb() string {
 	if f.upgrades != nil && f.upgrades.Only {
@@ -188,13 +201,16 @@ Exit 0 done (or nothing to do), 1 some machines not converged, 2 error.`,
 	cmd.Flags().DurationVar(&flags.wait, "wait", 10*time.Minute, "how long to wait for a machine to return and for etcd to be healthy")
 	cmd.Flags().BoolVar(&flags.upgrade, "upgrade", false, "also upgrade Talos on machines whose config is in sync and whose version or booted schematic is not the inventory's (as devata upgrade)")
 	cmd.Flags().BoolVar(&flags.dropExtensions, "drop-extensions", false, dropExtensionsUsage)
-	cmd.Flags().BoolVar(&flags.forceDeprecated, "force", false, "upgrade Kubernetes to a new minor release even though clients still request APIs it removes (the API server's apiserver_requested_deprecated_apis)")
+	cmd.Flags().BoolVar(&flags.forceDeprecated, "force", false, forceDeprecatedUsage)
 	addPullTimeoutFlag(cmd, &flags.pullTimeout, true)
 	addDrainFlags(cmd, &flags.drain, &flags.drainTimeout)
 	addIgnoreHoldFlag(cmd, &flags.ignoreHold)
 	flags.lock.register(cmd, true)
 	return cmd
 }
+
+// forceDeprecatedUsage is --force's help, in apply and reconcile.
+const forceDeprecatedUsage = "upgrade Kubernetes to a new minor release even though clients still request APIs it removes (the API server's apiserver_requested_deprecated_apis)"
 
 const quorumLossUsage = "let a change reboot a control plane even when etcd loses quorum meanwhile (one or two control planes): the Kubernetes API stops until it returns"
 
@@ -315,7 +331,9 @@ func (a *app) apply(ctx context.Context, flags applyFlags) error {
 	if a.settings.Simulated && flags.output != "json" {
 		fmt.Fprintln(out, "SIMULATED: the machines are devata's simulated fleet.")
 	}
-	planner := &reconcile.Planner{Inventory: s.inv, Desired: s.desired.Held(), DesiredFor: s.desired.For, Dialer: s.dialer, Mode: mode, Concurrency: a.settings.Concurrency, Timeout: a.settings.Timeout, Upgrades: flags.upgrades, Kube: s.kube, Joins: true, Drain: flags.drain, IgnoreHold: ignoreHold, ForceDeprecatedAPIs: flags.forceDeprecated}
+	changes := flags.changes(mode, a.settings.Concurrency, a.settings.Timeout)
+	changes.Dialer, changes.Kube, changes.IgnoreHold = s.dialer, s.kube, ignoreHold
+	planner := changes.Planner(s.inv, s.desired.Held(), s.desired.For)
 	if flags.output == "json" {
 		plan, err := planner.Plan(ctx, only)
 		if err != nil {
@@ -335,7 +353,7 @@ func (a *app) apply(ctx context.Context, flags applyFlags) error {
 	// an upgrade across several minor releases goes one hop per round: each
 	// round plans again from what the machines report, under the same lock
 	for round := 0; ; round++ {
-		again, err := a.applyRound(ctx, flags, s, planner, held, only, round)
+		again, err := a.applyRound(ctx, flags, s, changes, planner, held, only, round)
 		if !again {
 			return err
 		}
@@ -346,7 +364,7 @@ func (a *app) apply(ctx context.Context, flags applyFlags) error {
 // applyRound plans, prints, confirms (in the first round) and rolls out
 // one plan; again says that it upgraded machines on a hop of a longer way
 // (reconcile UpgradeStep.Final) and that another round should follow.
-func (a *app) applyRound(ctx context.Context, flags applyFlags, s *session, planner *reconcile.Planner, held *clusterLock, only []*inventory.Machine, round int) (again bool, _ error) {
+func (a *app) applyRound(ctx context.Context, flags applyFlags, s *session, changes reconcile.Changes, planner *reconcile.Planner, held *clusterLock, only []*inventory.Machine, round int) (again bool, _ error) {
 	out := a.streams.Out
 	plan, err := planner.Plan(ctx, only)
 	if err != nil {
@@ -381,12 +399,7 @@ func (a *app) applyRound(ctx context.Context, flags applyFlags, s *session, plan
 			return false, err
 		}
 	}
-	ro := &reconcile.Rollout{
-		Inventory: s.inv, Desired: s.desired.Held(), Dialer: s.dialer,
-		MaxUnavailable: flags.maxUnavailable, Timeout: a.settings.Timeout, Wait: flags.wait, PullTimeout: flags.pullTimeout,
-		AllowQuorumLoss: flags.allowQuorum, Kube: s.kube, Drain: flags.drain, DrainTimeout: flags.drainTimeout,
-		Say: func(format string, args ...any) { fmt.Fprintf(out, format+"\n", args...) },
-	}
+	ro := changes.Rollout(s.inv, s.desired.Held(), func(format string, args ...any) { fmt.Fprintf(out, format+"\n", args...) })
 	res := ro.Run(ctx, plan)
 	res.Write(out)
 	switch lost := held.Lost(); {

@@ -66,7 +66,7 @@ func TestApplyRefusesKubernetesUpgradeWhileRemovedAPIsAreRequested(t *testing.T)
 	show(t, r)
 	lacks(t, "refused apply", r.stdout,
 		"refused: clients still request APIs that Kubernetes v1.37.0 removes (the API server's apiserver_requested_deprecated_apis): networking.k8s.io/v1beta1 ipaddresses (removed in 1.37)",
-		"or pass devata apply --force to upgrade anyway",
+		"or pass --force (devata apply or reconcile) to upgrade anyway",
 	)
 	if r.code != 2 {
 		t.Fatalf("refused apply: exit %d, want 2\n%s%s", r.code, r.stdout, r.err)

@@ -29,14 +29,17 @@ import (
 
 // reconcileFlags are reconcile's flags.
 type reconcileFlags struct {
-	interval, grace, wait, backoffMax         time.Duration
-	pullTimeout                               time.Duration
-	pullTimeoutSet                            bool
-	drain                                     bool
-	drainTimeout                              time.Duration
-	lock                                      lockFlags
-	once, reportOnly, dryRun, leaderElect     bool
-	allowQuorumLoss, upgrade, join            bool
+	interval, grace, wait, backoffMax     time.Duration
+	pullTimeout                           time.Duration
+	pullTimeoutSet                        bool
+	drain                                 bool
+	drainTimeout                          time.Duration
+	lock                                  lockFlags
+	once, reportOnly, dryRun, leaderElect bool
+	allowQuorumLoss, upgrade, join        bool
+	// force: --force, a Kubernetes minor upgrade while clients still
+	// request APIs it removes (reconcile.Changes.ForceDeprecatedAPIs)
+	force                                     bool
 	mode, metricsAddr, shard, auditLog        string
 	leaseNamespace, leaseName                 string
 	leaseDuration, renewDeadline, retryPeriod time.Duration
@@ -69,6 +72,10 @@ when etcd would lose quorum without it (one or two control planes) unless
 --allow-quorum-loss. Before a change that reboots a machine its Node is
 cordoned and drained, and uncordoned once it is back and ready, as devata
 apply does (--drain, --drain-timeout).
+A changed cluster.kubernetesVersion moves one component at a time, as devata
+apply moves it; a new minor release is refused while clients still request
+an API it removes (the API server's apiserver_requested_deprecated_apis,
+read through --kubeconfig), unless --force.
 A failed gate stops every change and is reported on every pass until it clears;
 a machine that keeps failing is retried with exponential backoff while the
 others carry on. Every action is written to --audit-log as a JSON line, synced
@@ -100,6 +107,7 @@ Metrics, /healthz and /readyz are served on --metrics-addr.`,
 	f.BoolVar(&flags.allowQuorumLoss, "allow-quorum-loss", false, quorumLossUsage)
 	f.BoolVar(&flags.join, "join", false, "also configure machines found in maintenance mode once etcd runs, so that they join the cluster, as devata apply does (off by default: their config, secrets included, goes over the maintenance connection, which authenticates no one)")
 	f.BoolVar(&flags.upgrade, "upgrade", false, "also upgrade Talos on machines whose config is in sync and whose version is not cluster.talosVersion, as devata upgrade does (off by default: every upgrade reboots its machine)")
+	f.BoolVar(&flags.force, "force", false, forceDeprecatedUsage)
 	addPullTimeoutFlag(cmd, &flags.pullTimeout, true)
 	addDrainFlags(cmd, &flags.drain, &flags.drainTimeout)
 	f.StringVar(&flags.metricsAddr, "metrics-addr", "", "serve /metrics, /healthz and /readyz on this address, e.g. :9090")
@@ -187,28 +195,24 @@ func (a *app) reconcile(ctx context.Context, flags reconcileFlags) error {
 		defer audit.Close()
 	}
 	certs := a.certOptions(nil, dialer)
-	loop := &reconcile.Loop{
-		Source: reconcile.FileSourceWith(a.settings.Inventory, a.ageIdentities()), Dialer: dialer, Kube: kube,
-		Extensions: func(inv *inventory.Inventory) []machines.Extension {
-			return checks.Extensions(inv, checks.Options{Kube: kube, Exec: ex, Certs: certs})
-		},
-		Checks: flags.checks, Simulated: a.settings.Simulated,
-		Interval: flags.interval, ReportOnly: flags.reportOnly, DryRun: flags.dryRun,
-		Mode: mode, MaxUnavailable: flags.maxUnavailable, AllowQuorumLoss: flags.allowQuorumLoss, Upgrades: flags.upgrades(), Joins: flags.join,
-		Workers: a.settings.Concurrency, Concurrency: a.settings.Concurrency,
-		Timeout: a.settings.Timeout, Wait: flags.wait, PullTimeout: flags.pullTimeout, Drain: flags.drain, DrainTimeout: flags.drainTimeout, Grace: flags.grace, Shard: shard,
-		WriteRate: flags.writeRate, WriteBurst: flags.writeBurst, BackoffMax: flags.backoffMax,
-		Metrics: metrics, Audit: audit, Log: log,
-	}
 	elect, err := a.election(flags, shard, kube, identity, log, metrics)
 	if err != nil {
 		return err
 	}
+	opts := flags.loopOptions(mode, shard, a.settings.Concurrency, a.settings.Timeout)
+	opts.Source = reconcile.FileSourceWith(a.settings.Inventory, a.ageIdentities())
+	opts.Changes.Dialer, opts.Changes.Kube = dialer, kube
+	opts.Extensions = func(inv *inventory.Inventory) []machines.Extension {
+		return checks.Extensions(inv, checks.Options{Kube: kube, Exec: ex, Certs: certs})
+	}
+	opts.Simulated = a.settings.Simulated
+	opts.Metrics, opts.Audit, opts.Log = metrics, audit, log
 	if elect != nil {
-		loop.Leading = elect.Leading
+		opts.Leading = elect.Leading
 	} else {
 		metrics.SetLeader(true)
 	}
+	loop := reconcile.NewLoop(opts)
 	if flags.metricsAddr != "" {
 		ready := func() error {
 			if elect != nil && !elect.Leading() {
@@ -225,6 +229,22 @@ func (a *app) reconcile(ctx context.Context, flags reconcileFlags) error {
 	log.Info("reconcile starting", "inventory", a.settings.Inventory, "interval", flags.interval, "shard", shard.String(),
 		"report-only", flags.reportOnly, "dry-run", flags.dryRun, "leader-elect", flags.leaderElect, "identity", identity)
 	return a.runLoop(ctx, flags.once, loop, elect, held, log)
+}
+
+// loopOptions are the loop's settings as the flags give them (the
+// connections, logs and metrics are the caller's to add).
+func (f reconcileFlags) loopOptions(mode talosapi.Mode, shard reconcile.Shard, concurrency int, timeout time.Duration) reconcile.LoopOptions {
+	return reconcile.LoopOptions{
+		Changes: reconcile.Changes{
+			Mode: mode, MaxUnavailable: f.maxUnavailable, AllowQuorumLoss: f.allowQuorumLoss,
+			Upgrades: f.upgrades(), Joins: f.join, ForceDeprecatedAPIs: f.force,
+			Concurrency: concurrency, Timeout: timeout, Wait: f.wait, PullTimeout: f.pullTimeout,
+			Drain: f.drain, DrainTimeout: f.drainTimeout,
+		},
+		Checks: f.checks, Interval: f.interval, ReportOnly: f.reportOnly, DryRun: f.dryRun,
+		Workers: concurrency, Grace: f.grace, Shard: shard,
+		WriteRate: f.writeRate, WriteBurst: f.writeBurst, BackoffMax: f.backoffMax,
+	}
 }
 
 // election is the leader election of --leader-elect, nil without it.

@@ -14,8 +14,11 @@ import (
 	"testing"
 	"time"
 
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"devata.dev/devata/internal/simtest"
 	"devata.dev/devata/internal/testenv"
@@ -238,3 +241,65 @@ func TestDeployInventoryIsValid(t *testing.T) {
 }
 
 func reconcileShard(worker string) int { return reconcile.ShardOf(worker, false, 2) }
+
+// reconcile --force, as apply --force: a Kubernetes minor upgrade is
+// refused while the deprecated APIs still requested cannot be read (here a
+// kubeconfig whose user may list Nodes, Pods and DaemonSets but not get
+// the API server's /metrics: the check fails closed), every machine that
+// would move reported failed and nothing written; with --force the check
+// is skipped and the upgrade starts.
+func TestReconcileForceSkipsTheDeprecatedAPICheck(t *testing.T) {
+	sf, k, _ := startOnKubernetes(t, "v1.33.5")
+	ctx := t.Context()
+	role := &rbacv1.ClusterRole{
+		ObjectMeta: metav1.ObjectMeta{Name: "devata-no-metrics"},
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{""}, Resources: []string{"nodes", "pods"}, Verbs: []string{"get", "list", "watch"}},
+			{APIGroups: []string{"apps"}, Resources: []string{"daemonsets"}, Verbs: []string{"get", "list"}},
+		},
+	}
+	if _, err := k.kc.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "devata-no-metrics"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: "devata-no-metrics"}},
+	}
+	if _, err := k.kc.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := k.env.User("devata-no-metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["c"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
+	kc.AuthInfos["u"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData}
+	kc.Contexts["c"] = &clientcmdapi.Context{Cluster: "c", AuthInfo: "u"}
+	kc.CurrentContext = "c"
+	if err := clientcmd.WriteToFile(*kc, kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+
+	r := devata(t, nil, "reconcile", "--once", "--no-lease", "--config", sf.settings, "--kubeconfig="+kubeconfig, loopChecks)
+	show(t, r)
+	lacks(t, "without --force", r.stdout, "cp-1                 failed", "Kubernetes version change refused: the deprecated APIs still requested could not be read", "/metrics")
+	if r.code != 2 {
+		t.Errorf("without --force: exit %d, want 2", r.code)
+	}
+	if applies, _ := writes(sf.Sim); applies != 0 {
+		t.Fatalf("a refused Kubernetes upgrade applied %d configs", applies)
+	}
+
+	r = devata(t, nil, "reconcile", "--once", "--no-lease", "--force", "--config", sf.settings, "--kubeconfig="+kubeconfig, loopChecks)
+	show(t, r)
+	if strings.Contains(r.stdout, "could not be read") || strings.Contains(r.stdout, " failed") {
+		t.Errorf("with --force the check was still made, or a machine failed:\n%s", r.stdout)
+	}
+	if applies, _ := writes(sf.Sim); applies == 0 {
+		t.Errorf("with --force nothing was applied: exit %d\n%s%s", r.code, r.stdout, r.err)
+	}
+	lacks(t, "with --force", r.stdout, "converged")
+}
