@@ -103,7 +103,9 @@ func TestDecryptSnapshot(t *testing.T) {
 		t.Run(what, func(t *testing.T) {
 			d := t.TempDir()
 			p := filepath.Join(d, "snap.db")
-			os.WriteFile(p, c.data, 0o600)
+			if err := os.WriteFile(p, c.data, 0o600); err != nil {
+				t.Fatal(err)
+			}
 			out := t.TempDir()
 			_, err := DecryptSnapshot(context.Background(), p, c.side, c.keys, out)
 			if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -133,14 +135,20 @@ func BenchmarkEncryptSnapshot(b *testing.B) {
 	rand.Read(plain)
 	dir := b.TempDir()
 	clear := filepath.Join(dir, "clear.db")
-	os.WriteFile(clear, plain, 0o600)
+	if err := os.WriteFile(clear, plain, 0o600); err != nil {
+		b.Fatal(err)
+	}
 	b.Run("copy", func(b *testing.B) {
 		b.SetBytes(int64(len(plain)))
 		for range b.N {
 			src, _ := os.Open(clear)
 			dst, _ := os.Create(filepath.Join(dir, "copy.db"))
-			io.Copy(dst, src)
-			dst.Sync()
+			if _, err := io.Copy(dst, src); err != nil {
+				b.Fatal(err)
+			}
+			if err := dst.Sync(); err != nil {
+				b.Fatal(err)
+			}
 			dst.Close()
 			src.Close()
 		}

@@ -95,6 +95,24 @@ func CheckVacant(out string) error {
 	return nil
 }
 
+// warnEtcdHealth says what is wrong with etcd before the snapshot is taken
+// from one of sources: without quorum, what the snapshot may lack.
+func (o *Options) warnEtcdHealth(view gate.EtcdView, sources []string) {
+	switch {
+	case view.NoQuorum():
+		why := view.NoQuorumReason()
+		details := slices.DeleteFunc(slices.Clone(view.Problems), func(p string) bool { return p == why })
+		o.warn("%s; backing up from a member that still runs (%s): its snapshot is its local copy, which holds what it had received and may lack the last writes the cluster committed; the sidecar records noQuorum (%s)",
+			why, strings.Join(sources, ", "), strings.Join(details, "; "))
+	case len(view.Problems) > 0:
+		why := view.Problems
+		if len(view.Down) > 0 {
+			why = append([]string{"down: " + strings.Join(view.Down, ", ")}, why...)
+		}
+		o.warn("etcd is not wholly healthy (%s); backing up from a healthy member", strings.Join(why, "; "))
+	}
+}
+
 // Etcd asks every control plane for its view of etcd, streams a snapshot
 // from a healthy member into Out, verified, and writes its sidecar. A
 // stream that broke off, arrived corrupt or stalled is thrown away and the
@@ -134,19 +152,7 @@ func Etcd(ctx context.Context, o Options) (*Result, error) {
 		return nil, fmt.Errorf("%w; nothing was written", err)
 	}
 	noQuorum := view.NoQuorum()
-	switch {
-	case noQuorum:
-		why := view.NoQuorumReason()
-		details := slices.DeleteFunc(slices.Clone(view.Problems), func(p string) bool { return p == why })
-		o.warn("%s; backing up from a member that still runs (%s): its snapshot is its local copy, which holds what it had received and may lack the last writes the cluster committed; the sidecar records noQuorum (%s)",
-			why, strings.Join(sources, ", "), strings.Join(details, "; "))
-	case len(view.Problems) > 0:
-		why := view.Problems
-		if len(view.Down) > 0 {
-			why = append([]string{"down: " + strings.Join(view.Down, ", ")}, why...)
-		}
-		o.warn("etcd is not wholly healthy (%s); backing up from a healthy member", strings.Join(why, "; "))
-	}
+	o.warnEtcdHealth(view, sources)
 
 	for i, name := range sources {
 		m := inv.Machine(name)

@@ -136,15 +136,33 @@ func TestListAndPrune(t *testing.T) {
 	}
 	outside := filepath.Join(t.TempDir(), "elsewhere.db")
 	pairOutside := pair(t, filepath.Dir(outside), "homelab", at("2026-11-01T04:00"))
-	os.Symlink(filepath.Join(filepath.Dir(outside), pairOutside), filepath.Join(dir, "linked.db"))
-	os.Symlink(filepath.Join(filepath.Dir(outside), SidecarPath(pairOutside)), filepath.Join(dir, "linked.db.json"))
-	os.WriteFile(filepath.Join(dir, "talosctl-snapshot.db"), []byte("x"), 0o600)
-	os.WriteFile(filepath.Join(dir, "orphan.db.json"), []byte("{}"), 0o600)
-	os.WriteFile(filepath.Join(dir, "cut.db"), []byte("short"), 0o600)
-	writeSidecar(filepath.Join(dir, "cut.db.json"), Sidecar{Cluster: "homelab", Time: at("2026-12-05T05:00"), Snapshot: "cut.db", Size: 99, SHA256: strings.Repeat("00", 32)})
-	os.WriteFile(filepath.Join(dir, "foreign.db"), []byte("x"), 0o600)
-	os.WriteFile(filepath.Join(dir, "foreign.db.json"), []byte(`{"snapshot":"foreign.db","size":1}`), 0o600)
-	os.Mkdir(filepath.Join(dir, "sub.db"), 0o700)
+	if err := os.Symlink(filepath.Join(filepath.Dir(outside), pairOutside), filepath.Join(dir, "linked.db")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(filepath.Dir(outside), SidecarPath(pairOutside)), filepath.Join(dir, "linked.db.json")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "talosctl-snapshot.db"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "orphan.db.json"), []byte("{}"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "cut.db"), []byte("short"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeSidecar(filepath.Join(dir, "cut.db.json"), Sidecar{Cluster: "homelab", Time: at("2026-12-05T05:00"), Snapshot: "cut.db", Size: 99, SHA256: strings.Repeat("00", 32)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "foreign.db"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "foreign.db.json"), []byte(`{"snapshot":"foreign.db","size":1}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(dir, "sub.db"), 0o700); err != nil {
+		t.Fatal(err)
+	}
 
 	cat, err := List(t.Context(), dir)
 	if err != nil {

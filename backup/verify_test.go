@@ -184,7 +184,7 @@ func TestVerifyRefuses(t *testing.T) {
 		want    string
 	}{
 		{"no Kubernetes in it", bare, bareRev, []string{"cp-1"}, nil, nil, "serves no Kubernetes cluster (0 namespaces, kube-system missing, 0 nodes, 0 kube-system objects)"},
-		{"changed after it was written", kube, rev, []string{"cp-1"}, nil, func(p string) { os.WriteFile(p, tampered, 0o600) }, "it changed since backup etcd wrote it"},
+		{"changed after it was written", kube, rev, []string{"cp-1"}, nil, func(p string) { _ = os.WriteFile(p, tampered, 0o600) }, "it changed since backup etcd wrote it"},
 		{"another cluster's members", stranger, strangerRev, []string{"stg-cp-1"}, nil, nil, `its etcd members "stg-cp-1" are not control planes of the inventory (cp-1, cp-2, cp-3): it is not a backup of homelab`},
 		{"members other than the sidecar's", kube, rev, []string{"cp-1", "cp-2"}, nil, nil, "it holds 1 member (cp-1) where its sidecar says 2 (cp-1, cp-2)"},
 		{"revision other than the sidecar's", kube, rev, []string{"cp-1"}, func(s *Sidecar) { s.EtcdRevision = rev + 5 }, nil, fmt.Sprintf("its revision is %d where its sidecar says %d", rev, rev+5)},
@@ -217,21 +217,31 @@ func TestVerifyCannotCheck(t *testing.T) {
 	dir := t.TempDir()
 	data, rev := etcdWith(t, "cp-1", kubeKeys)
 	lone := filepath.Join(dir, "lone.db")
-	os.WriteFile(lone, data, 0o600)
+	if err := os.WriteFile(lone, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	if p, err := Verify(t.Context(), lone, VerifyOptions{}); p != nil || err == nil || !strings.Contains(err.Error(), "has no sidecar") {
 		t.Errorf("no sidecar: %+v, %v", p, err)
 	}
 	path := writePair(t, dir, "etcd-homelab-20261205T040500Z.db", data, rev, []string{"cp-1"}, nil)
 	link := filepath.Join(dir, "link.db")
-	os.Symlink(path, link)
-	os.Symlink(SidecarPath(path), SidecarPath(link))
+	if err := os.Symlink(path, link); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(SidecarPath(path), SidecarPath(link)); err != nil {
+		t.Fatal(err)
+	}
 	if p, err := Verify(t.Context(), link, VerifyOptions{}); p != nil || err == nil || !strings.Contains(err.Error(), "is a symbolic link") {
 		t.Errorf("a link: %+v, %v", p, err)
 	}
 	onlyLinked := filepath.Join(dir, "only-linked.db")
-	os.Symlink(path, onlyLinked)
+	if err := os.Symlink(path, onlyLinked); err != nil {
+		t.Fatal(err)
+	}
 	raw, _ := os.ReadFile(SidecarPath(path))
-	os.WriteFile(SidecarPath(onlyLinked), []byte(strings.Replace(string(raw), "etcd-homelab-20261205T040500Z.db", "only-linked.db", 1)), 0o600)
+	if err := os.WriteFile(SidecarPath(onlyLinked), []byte(strings.Replace(string(raw), "etcd-homelab-20261205T040500Z.db", "only-linked.db", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	if p, err := Verify(t.Context(), onlyLinked, VerifyOptions{}); p != nil || err == nil || !strings.Contains(err.Error(), "is a symbolic link") {
 		t.Errorf("a linked snapshot with its own sidecar: %+v, %v", p, err)
 	}

@@ -535,7 +535,9 @@ func testReconcileDeployment(t *testing.T, b *podBed) {
 	defer func() {
 		if cmd.ProcessState == nil {
 			cmd.Process.Kill() //nolint:errcheck // the test failed: stop it
-			<-exited
+			if err := <-exited; err != nil {
+				t.Logf("devata, stopped: %v", err)
+			}
 		}
 	}()
 

@@ -145,35 +145,8 @@ func (r *Remover) Plan(ctx context.Context, name string) (*Plan, error) {
 		return nil, fmt.Errorf("read Node %s: %w; nothing was changed", name, err)
 	}
 	p.Machine = r.machine(name, nodeIP, p.ControlPlane)
-	if p.Machine != nil {
-		cctx, cancel := r.call(ctx)
-		o := talosapi.Observe(cctx, r.Dialer, p.Machine)
-		cancel()
-		switch {
-		case o.Err != nil:
-			p.Notes = append(p.Notes, fmt.Sprintf("%s does not answer at %s (%v): it is taken as gone, and not reset", name, r.Dialer.Endpoint(p.Machine), talosapi.PlainError(o.Err)))
-		case o.Maintenance:
-			p.Reachable, p.Maintenance = true, true
-		default:
-			if err := identify(o, name, p.MemberID); err != nil {
-				return nil, fmt.Errorf("the machine at %s: %w; nothing was changed (pass --address with the machine's own address)", r.Dialer.Endpoint(p.Machine), err)
-			}
-			p.Reachable = true
-			// its own status (EtcdStatus) names its member, leader or not
-			if l := o.EtcdLocal; p.ControlPlane && l != nil && l.MemberID != 0 && l.MemberID != p.MemberID {
-				return nil, fmt.Errorf("the machine at %s runs etcd member %s, not %s's %s; nothing was changed", r.Dialer.Endpoint(p.Machine),
-					etcdres.FormatMemberID(l.MemberID), name, etcdres.FormatMemberID(p.MemberID))
-			}
-			p.Machine.Role = inventory.RoleWorker
-			if o.EtcdService != nil || p.ControlPlane {
-				p.Machine.Role = inventory.RoleControlPlane
-			}
-			if !p.ControlPlane && o.EtcdService != nil && o.EtcdService.State == "Running" {
-				p.Notes = append(p.Notes, name+" runs etcd but is not in etcd's member list: its reset leaves nothing behind in etcd")
-			}
-		}
-	} else {
-		p.Notes = append(p.Notes, fmt.Sprintf("no address for %s (no dial setting, no Node InternalIP): it is taken as gone, and not reset; pass --address to reset it", name))
+	if err := r.observeMachine(ctx, p); err != nil {
+		return nil, err
 	}
 	if !p.ControlPlane && !p.Node && (!p.Reachable || p.Maintenance) {
 		return nil, fmt.Errorf("%s: %w: no etcd member, no Node and no configured machine of that name", name, ErrNothingToRemove)
@@ -205,6 +178,44 @@ func (r *Remover) Plan(ctx context.Context, name string) (*Plan, error) {
 		}
 	}
 	return p, nil
+}
+
+// observeMachine reads the machine to reset, when it has an address: that
+// it is name (its member ID too, for a control plane), whether it answers
+// and in maintenance mode, and the role it runs as.
+func (r *Remover) observeMachine(ctx context.Context, p *Plan) error {
+	name := p.Name
+	if p.Machine == nil {
+		p.Notes = append(p.Notes, fmt.Sprintf("no address for %s (no dial setting, no Node InternalIP): it is taken as gone, and not reset; pass --address to reset it", name))
+		return nil
+	}
+	cctx, cancel := r.call(ctx)
+	o := talosapi.Observe(cctx, r.Dialer, p.Machine)
+	cancel()
+	switch {
+	case o.Err != nil:
+		p.Notes = append(p.Notes, fmt.Sprintf("%s does not answer at %s (%v): it is taken as gone, and not reset", name, r.Dialer.Endpoint(p.Machine), talosapi.PlainError(o.Err)))
+	case o.Maintenance:
+		p.Reachable, p.Maintenance = true, true
+	default:
+		if err := identify(o, name, p.MemberID); err != nil {
+			return fmt.Errorf("the machine at %s: %w; nothing was changed (pass --address with the machine's own address)", r.Dialer.Endpoint(p.Machine), err)
+		}
+		p.Reachable = true
+		// its own status (EtcdStatus) names its member, leader or not
+		if l := o.EtcdLocal; p.ControlPlane && l != nil && l.MemberID != 0 && l.MemberID != p.MemberID {
+			return fmt.Errorf("the machine at %s runs etcd member %s, not %s's %s; nothing was changed", r.Dialer.Endpoint(p.Machine),
+				etcdres.FormatMemberID(l.MemberID), name, etcdres.FormatMemberID(p.MemberID))
+		}
+		p.Machine.Role = inventory.RoleWorker
+		if o.EtcdService != nil || p.ControlPlane {
+			p.Machine.Role = inventory.RoleControlPlane
+		}
+		if !p.ControlPlane && o.EtcdService != nil && o.EtcdService.State == "Running" {
+			p.Notes = append(p.Notes, name+" runs etcd but is not in etcd's member list: its reset leaves nothing behind in etcd")
+		}
+	}
+	return nil
 }
 
 // steps fills the plan's steps from what it observed.

@@ -75,7 +75,7 @@ func BenchmarkStream1GiB(b *testing.B) {
 			}
 			resetPeakRSS()
 			start := time.Now()
-			var src io.Reader = io.LimitReader(rand.NewChaCha8([32]byte{1}), size)
+			src := io.LimitReader(rand.NewChaCha8([32]byte{1}), size)
 			if c.age {
 				src = encrypting(b, src, id.Recipient())
 			}
@@ -93,7 +93,7 @@ func BenchmarkStream1GiB(b *testing.B) {
 				b.Fatal(err)
 			}
 			stored := sha256.New()
-			var clear io.Reader = io.TeeReader(r, stored)
+			clear := io.TeeReader(r, stored)
 			if c.age {
 				if clear, err = age.Decrypt(clear, id); err != nil {
 					b.Fatal(err)

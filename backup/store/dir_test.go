@@ -218,7 +218,9 @@ func TestDirRefusesSymlinks(t *testing.T) {
 func TestOpenRefuses(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "f")
-	os.WriteFile(file, nil, 0o600)
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct{ raw, want string }{
 		{"", "empty"},
 		{filepath.Join(dir, "missing"), "does not exist: create it"},

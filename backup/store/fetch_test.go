@@ -119,7 +119,9 @@ func BenchmarkFetch(b *testing.B) {
 				in, _ := os.Open(path)
 				out, _ := os.Create(path + ".copy")
 				n, _ := io.Copy(out, in)
-				out.Sync()
+				if err := out.Sync(); err != nil {
+					b.Fatal(err)
+				}
 				in.Close()
 				out.Close()
 				d = time.Since(start)

@@ -43,46 +43,58 @@ type s3Store struct {
 // The URL's query parameters, as gocloud's s3blob and aws.V2ConfigFromURLParams name them.
 var s3Params = []string{"region", "endpoint", "profile", "use_path_style", "s3ForcePathStyle"}
 
-func openS3(ctx context.Context, u *url.URL, shown string, opts Options) (Store, error) {
-	fail := func(format string, args ...any) error {
-		return fmt.Errorf("backup destination %s: "+format, append([]any{shown}, args...)...)
-	}
+// s3Settings reads the s3:// URL: the key prefix (ending in a slash), and
+// the region, endpoint, profile and path-style addressing, each from
+// Options first, else from the URL's query. Credentials in the URL and
+// unknown parameters are refused.
+func s3Settings(u *url.URL, opts Options, fail func(string, ...any) error) (prefix, region, endpoint, profile string, pathStyle *bool, err error) {
 	if u.User != nil {
-		return nil, fail("credentials do not go in the URL (they would show in logs and process lists): set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE")
+		return "", "", "", "", nil, fail("credentials do not go in the URL (they would show in logs and process lists): set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE")
 	}
 	if u.Host == "" {
-		return nil, fail("no bucket: write s3://BUCKET/PREFIX/")
+		return "", "", "", "", nil, fail("no bucket: write s3://BUCKET/PREFIX/")
 	}
 	q := u.Query()
 	for k := range q {
 		if !slices.Contains(s3Params, k) {
-			return nil, fail("unknown query parameter %q (known: %s)", k, strings.Join(s3Params, ", "))
+			return "", "", "", "", nil, fail("unknown query parameter %q (known: %s)", k, strings.Join(s3Params, ", "))
 		}
 	}
-	prefix := strings.TrimPrefix(u.Path, "/")
+	prefix = strings.TrimPrefix(u.Path, "/")
 	if prefix != "" && !strings.HasSuffix(prefix, "/") {
 		prefix += "/"
 	}
 	if strings.Contains(prefix, "//") {
-		return nil, fail("empty path element in the prefix %q", prefix)
+		return "", "", "", "", nil, fail("empty path element in the prefix %q", prefix)
 	}
-	region := first(opts.Region, q.Get("region"))
-	endpoint := first(opts.Endpoint, q.Get("endpoint"))
-	profile := first(opts.Profile, q.Get("profile"))
-	pathStyle := opts.UsePathStyle
+	region = first(opts.Region, q.Get("region"))
+	endpoint = first(opts.Endpoint, q.Get("endpoint"))
+	profile = first(opts.Profile, q.Get("profile"))
+	pathStyle = opts.UsePathStyle
 	for _, k := range []string{"use_path_style", "s3ForcePathStyle"} {
 		if v := q.Get(k); v != "" && pathStyle == nil {
 			b, err := strconv.ParseBool(v)
 			if err != nil {
-				return nil, fail("?%s=%s: give true or false", k, v)
+				return "", "", "", "", nil, fail("?%s=%s: give true or false", k, v)
 			}
 			pathStyle = &b
 		}
 	}
 	if endpoint != "" {
 		if e, err := url.Parse(endpoint); err != nil || (e.Scheme != "http" && e.Scheme != "https") || e.Host == "" {
-			return nil, fail("endpoint %q: give a URL such as https://s3.example.com or http://127.0.0.1:9000", redactEndpoint(endpoint))
+			return "", "", "", "", nil, fail("endpoint %q: give a URL such as https://s3.example.com or http://127.0.0.1:9000", redactEndpoint(endpoint))
 		}
+	}
+	return prefix, region, endpoint, profile, pathStyle, nil
+}
+
+func openS3(ctx context.Context, u *url.URL, shown string, opts Options) (Store, error) {
+	fail := func(format string, args ...any) error {
+		return fmt.Errorf("backup destination %s: "+format, append([]any{shown}, args...)...)
+	}
+	prefix, region, endpoint, profile, pathStyle, err := s3Settings(u, opts, fail)
+	if err != nil {
+		return nil, err
 	}
 
 	var load []func(*config.LoadOptions) error

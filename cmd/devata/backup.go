@@ -50,25 +50,8 @@ docs/backup-storage.md tell the whole of it.`,
 	return cmd
 }
 
-func (a *app) newBackupEtcdCommand() *cobra.Command {
-	var flags struct {
-		output   string
-		force    bool
-		verify   bool
-		prune    bool
-		policy   policyFlags
-		promFile string
-		// encryptTo are recipients (age1…, ssh-ed25519, ssh-rsa) the
-		// snapshot is encrypted to, and encryptToFiles files of them
-		encryptTo      []string
-		encryptToFiles []string
-		// bundleRecipients adds the recipients of the sops-encrypted bundle
-		bundleRecipients bool
-	}
-	cmd := &cobra.Command{
-		Use:   "etcd --to FILE|DIR/|URL",
-		Short: "Write a verified etcd snapshot from a healthy control plane (0600) and FILE.json; os:etcd:backup is enough",
-		Long: `backup etcd asks every control plane for its view of etcd, then streams a
+// backupEtcdLong is the help text of backup etcd.
+const backupEtcdLong = `backup etcd asks every control plane for its view of etcd, then streams a
 snapshot (Talos' EtcdSnapshot, what talosctl etcd snapshot saves) from a healthy
 member whose view the others share, into FILE.tmp (mode 0600). It is verified
 as etcdutl's restore checks it (a multiple of 512 bytes plus the sha256 etcd
@@ -162,7 +145,14 @@ tried and keeps the rest, so a failed run keeps the last success's time
 Exit 0 written and verified (and proven, and pruned, when asked), 2 not
 (nothing is left at FILE when the write failed; a snapshot that fails
 --verify stays, recorded as failed, and nothing is pruned), 64 for a usage
-error.`,
+error.`
+
+func (a *app) newBackupEtcdCommand() *cobra.Command {
+	var flags backupEtcdFlags
+	cmd := &cobra.Command{
+		Use:   "etcd --to FILE|DIR/|URL",
+		Short: "Write a verified etcd snapshot from a healthy control plane (0600) and FILE.json; os:etcd:backup is enough",
+		Long:  backupEtcdLong,
 		Example: `  devata backup etcd --to backups/etcd-$(date +%F).db
   devata backup etcd --to /backups/      # /backups/etcd-homelab-20261204T040500Z.db
   devata backup etcd --to /backups/ --verify --prune --keep-daily 7 --keep-weekly 4 --keep-monthly 6
@@ -170,55 +160,8 @@ error.`,
   AWS_ENDPOINT_URL_S3=https://minio.example:9000 devata backup etcd --to s3://backups/homelab/ --verify --prune --keep-daily 7`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if flags.output == "" {
-				return usageError(errors.New("backup etcd needs --to FILE|DIR/|URL: where to write the snapshot"))
-			}
-			keeps := flags.policy.p != (backup.Policy{})
-			url := backup.IsURL(flags.output)
-			switch {
-			case url && flags.prune && !strings.HasSuffix(strings.SplitN(flags.output, "?", 2)[0], "/"):
-				return usageError(fmt.Errorf("--prune needs --to URL/ (a prefix of snapshots, ending in a slash), not the object %s", flags.output))
-			case !url && flags.prune && !backup.NamesDirectory(flags.output):
-				return usageError(fmt.Errorf("--prune needs --to DIR/ (a directory of snapshots), not the file %s", flags.output))
-			case !url && flags.verify && writesThrough(flags.output):
-				return usageError(fmt.Errorf("--verify needs --to FILE or DIR/: a snapshot written through %s cannot be read back", flags.output))
-			case keeps && !flags.prune:
-				return usageError(errors.New("--keep-* say what --prune keeps: add --prune, or use devata backup prune"))
-			case flags.prune:
-				if err := flags.policy.p.Check(); err != nil {
-					return usageError(err)
-				}
-			}
-			after := afterBackup{verify: flags.verify, outcome: &backup.Outcome{BackupTried: true, VerifyTried: flags.verify}}
-			if flags.prune {
-				after.prune = &flags.policy.p
-			}
-			if cmd.Flags().Changed("encrypt-to") || cmd.Flags().Changed("encrypt-to-file") {
-				if len(flags.encryptTo) > 0 {
-					rs, err := render.ParseAgeRecipients(flags.encryptTo)
-					if err != nil {
-						return usageError(fmt.Errorf("--encrypt-to: %w", err))
-					}
-					after.encryptTo = rs
-				}
-				for _, f := range flags.encryptToFiles {
-					rs, err := readRecipientsFile(f)
-					if err != nil {
-						return usageError(fmt.Errorf("--encrypt-to-file: %w; nothing was backed up", err))
-					}
-					after.encryptTo = append(after.encryptTo, rs...)
-				}
-			} else if set := a.settings.Backup; len(set.EncryptTo) > 0 {
-				// the setting: what deploy/'s CronJob encrypts to without a flag
-				rs, err := render.ParseAgeRecipients(set.EncryptTo)
-				if err != nil {
-					return exitWith(exitTrouble, fmt.Errorf("%s: %w; nothing was backed up", set.EncryptToFrom, err))
-				}
-				after.encryptTo = rs
-			}
-			after.bundleRecipients = flags.bundleRecipients
-			err := a.backupEtcd(cmd.Context(), flags.output, flags.force, after)
-			return a.writeBackupMetrics(cmd.Context(), flags.promFile, flags.output, after.outcome, err)
+			return a.runBackupEtcd(cmd, &flags)
+
 		},
 	}
 	cmd.Flags().StringVar(&flags.output, "to", "", "snapshot file to write (FILE.json is written next to it); a directory (or a path ending in /, created 0700 when missing) gets etcd-CLUSTER-TIME.db; s3://BUCKET/PREFIX/[NAME] or file:///DIR/[NAME] uploads it there")
@@ -232,6 +175,74 @@ error.`,
 	flags.policy.register(cmd.Flags())
 	cmd.Flags().StringVar(&flags.promFile, "prom-file", "", promFileUsage)
 	return cmd
+}
+
+// backupEtcdFlags are the flags of backup etcd.
+type backupEtcdFlags struct {
+	output   string
+	force    bool
+	verify   bool
+	prune    bool
+	policy   policyFlags
+	promFile string
+	// encryptTo are recipients (age1…, ssh-ed25519, ssh-rsa) the
+	// snapshot is encrypted to, and encryptToFiles files of them
+	encryptTo      []string
+	encryptToFiles []string
+	// bundleRecipients adds the recipients of the sops-encrypted bundle
+	bundleRecipients bool
+}
+
+func (a *app) runBackupEtcd(cmd *cobra.Command, f *backupEtcdFlags) error {
+	if f.output == "" {
+		return usageError(errors.New("backup etcd needs --to FILE|DIR/|URL: where to write the snapshot"))
+	}
+	keeps := f.policy.p != (backup.Policy{})
+	url := backup.IsURL(f.output)
+	switch {
+	case url && f.prune && !strings.HasSuffix(strings.SplitN(f.output, "?", 2)[0], "/"):
+		return usageError(fmt.Errorf("--prune needs --to URL/ (a prefix of snapshots, ending in a slash), not the object %s", f.output))
+	case !url && f.prune && !backup.NamesDirectory(f.output):
+		return usageError(fmt.Errorf("--prune needs --to DIR/ (a directory of snapshots), not the file %s", f.output))
+	case !url && f.verify && writesThrough(f.output):
+		return usageError(fmt.Errorf("--verify needs --to FILE or DIR/: a snapshot written through %s cannot be read back", f.output))
+	case keeps && !f.prune:
+		return usageError(errors.New("--keep-* say what --prune keeps: add --prune, or use devata backup prune"))
+	case f.prune:
+		if err := f.policy.p.Check(); err != nil {
+			return usageError(err)
+		}
+	}
+	after := afterBackup{verify: f.verify, outcome: &backup.Outcome{BackupTried: true, VerifyTried: f.verify}}
+	if f.prune {
+		after.prune = &f.policy.p
+	}
+	if cmd.Flags().Changed("encrypt-to") || cmd.Flags().Changed("encrypt-to-file") {
+		if len(f.encryptTo) > 0 {
+			rs, err := render.ParseAgeRecipients(f.encryptTo)
+			if err != nil {
+				return usageError(fmt.Errorf("--encrypt-to: %w", err))
+			}
+			after.encryptTo = rs
+		}
+		for _, f := range f.encryptToFiles {
+			rs, err := readRecipientsFile(f)
+			if err != nil {
+				return usageError(fmt.Errorf("--encrypt-to-file: %w; nothing was backed up", err))
+			}
+			after.encryptTo = append(after.encryptTo, rs...)
+		}
+	} else if set := a.settings.Backup; len(set.EncryptTo) > 0 {
+		// the setting: what deploy/'s CronJob encrypts to without a flag
+		rs, err := render.ParseAgeRecipients(set.EncryptTo)
+		if err != nil {
+			return exitWith(exitTrouble, fmt.Errorf("%s: %w; nothing was backed up", set.EncryptToFrom, err))
+		}
+		after.encryptTo = rs
+	}
+	after.bundleRecipients = f.bundleRecipients
+	err := a.backupEtcd(cmd.Context(), f.output, f.force, after)
+	return a.writeBackupMetrics(cmd.Context(), f.promFile, f.output, after.outcome, err)
 }
 
 // promFileUsage is --prom-file's help on backup etcd and backup verify.

@@ -319,11 +319,17 @@ func TestBootstrapRecoverFromEncrypted(t *testing.T) {
 	tampered := filepath.Join(dir, "tampered.snapshot")
 	data, _ := os.ReadFile(snap)
 	data[len(data)/2] ^= 0x01
-	os.WriteFile(tampered, data, 0o600)
+	if err := os.WriteFile(tampered, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	side, _ := os.ReadFile(snap + ".json")
-	os.WriteFile(tampered+".json", bytes.Replace(side, []byte(`"etcd.snapshot"`), []byte(`"tampered.snapshot"`), 1), 0o600)
+	if err := os.WriteFile(tampered+".json", bytes.Replace(side, []byte(`"etcd.snapshot"`), []byte(`"tampered.snapshot"`), 1), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	noSidecar := filepath.Join(dir, "bare.snapshot")
-	os.WriteFile(noSidecar, data, 0o600)
+	if err := os.WriteFile(noSidecar, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
 
 	var all strings.Builder
 	for what, c := range map[string]struct {

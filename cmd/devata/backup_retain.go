@@ -19,17 +19,8 @@ import (
 	"devata.dev/devata/inventory"
 )
 
-func (a *app) newBackupVerifyCommand() *cobra.Command {
-	var flags struct {
-		latest   string
-		workDir  string
-		output   string
-		promFile string
-	}
-	cmd := &cobra.Command{
-		Use:   "verify FILE|URL | verify --latest DIR|URL",
-		Short: "Prove a snapshot restores: restore it into a real etcd on loopback and read it back; records the proof in FILE.json",
-		Long: `backup verify proves that an etcd snapshot devata backup etcd wrote restores,
+// backupVerifyLong is the help text of backup verify.
+const backupVerifyLong = `backup verify proves that an etcd snapshot devata backup etcd wrote restores,
 before the day it must. It reads FILE and FILE.json (or, with --latest DIR, the
 newest snapshot of the inventory's cluster in DIR) and:
 
@@ -75,7 +66,19 @@ devata_backup_verified_revision), keeping the series it did not touch.
 
 Exit 0 the snapshot restores, 2 it does not (why, and what to do, on stderr;
 recorded as failed) or it could not be checked (nothing recorded), 64 for a
-usage error.`,
+usage error.`
+
+func (a *app) newBackupVerifyCommand() *cobra.Command {
+	var flags struct {
+		latest   string
+		workDir  string
+		output   string
+		promFile string
+	}
+	cmd := &cobra.Command{
+		Use:   "verify FILE|URL | verify --latest DIR|URL",
+		Short: "Prove a snapshot restores: restore it into a real etcd on loopback and read it back; records the proof in FILE.json",
+		Long:  backupVerifyLong,
 		Example: `  devata backup verify /backups/etcd-homelab-20261204T040500.123456789Z.db
   devata backup verify --latest /backups/
   devata backup verify --latest s3://backups/homelab/`,

@@ -248,13 +248,19 @@ func TestBackupVerifyFails(t *testing.T) {
 	older := dir + l.Snapshots[1].Name
 	data, _ := os.ReadFile(older)
 	data[len(data)/2] ^= 0xff
-	os.WriteFile(older, data, 0o600)
+	if err := os.WriteFile(older, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	hostile := snapshottest.Fanout(63)
 	sum := sha256.Sum256(hostile)
-	os.WriteFile(dir+"hostile.db", hostile, 0o600)
+	if err := os.WriteFile(dir+"hostile.db", hostile, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	side, _ := json.Marshal(map[string]any{"cluster": "homelab", "time": time.Now(), "members": []string{"cp-1", "cp-2", "cp-3"},
 		"snapshot": "hostile.db", "size": len(hostile), "sha256": hex.EncodeToString(sum[:])})
-	os.WriteFile(dir+"hostile.db.json", side, 0o600)
+	if err := os.WriteFile(dir+"hostile.db.json", side, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for file, want := range map[string]string{older: "it changed since backup etcd wrote it", dir + "hostile.db": "not a database etcd wrote"} {
 		r := devata(t, nil, "backup", "verify", "--config", sf.settings, file)
 		if r.code != 2 || !strings.Contains(r.err, want) || !strings.Contains(r.err, "do not rely on "+file) {

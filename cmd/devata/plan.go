@@ -17,15 +17,8 @@ import (
 	"devata.dev/devata/talosapi"
 )
 
-func (a *app) newPlanCommand() *cobra.Command {
-	var flags struct {
-		sequenceFlags
-		output string
-	}
-	cmd := &cobra.Command{
-		Use:   "plan",
-		Short: "The ordered actions bootstrap and apply would take now, with reasons and evidence",
-		Long: `plan observes every machine, as bootstrap would, and prints the ordered actions
+// planLong is the help text of plan.
+const planLong = `plan observes every machine, as bootstrap would, and prints the ordered actions
 that devata bootstrap (and, for configured machines whose config differs once
 the cluster exists, devata apply) would take now: each with its status
 (pending, done, blocked), its reason, the evidence behind it (the rung of the
@@ -56,8 +49,18 @@ Once the cluster answers, plan also lists orphans: etcd members and Nodes
 that no machine of the inventory has (a machine deleted from it). Nothing
 touches them; devata remove NAME takes each out.
 
-Exit 0 nothing to do, 1 actions pending, 2 error or a blocked action.`,
-		Args: cobra.NoArgs,
+Exit 0 nothing to do, 1 actions pending, 2 error or a blocked action.`
+
+func (a *app) newPlanCommand() *cobra.Command {
+	var flags struct {
+		sequenceFlags
+		output string
+	}
+	cmd := &cobra.Command{
+		Use:   "plan",
+		Short: "The ordered actions bootstrap and apply would take now, with reasons and evidence",
+		Long:  planLong,
+		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			switch flags.output {
 			case plan.FormatText, plan.FormatMarkdown, plan.FormatJSON:

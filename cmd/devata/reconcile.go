@@ -128,31 +128,41 @@ Metrics, /healthz and /readyz are served on --metrics-addr.`,
 	return cmd
 }
 
+// checkReconcileFlags refuses flags that cannot go together or do not
+// parse, before anything is opened, and reads the mode and the shard.
+func (a *app) checkReconcileFlags(flags reconcileFlags) (mode talosapi.Mode, shard reconcile.Shard, err error) {
+	if err := a.registry().Validate(flags.checks); err != nil {
+		return mode, shard, usageError(err)
+	}
+	mode, err = talosapi.ParseMode(flags.mode)
+	if err != nil {
+		return mode, shard, usageError(err)
+	}
+	shard, err = reconcile.ParseShard(flags.shard)
+	if err != nil {
+		return mode, shard, usageError(err)
+	}
+	if flags.once && flags.leaderElect {
+		return mode, shard, usageError(errors.New("--once runs one pass now and --leader-elect is for the long-running loop: use one or the other (give each Indexed Job pod its own --shard instead)"))
+	}
+	if flags.reportOnly && flags.dryRun {
+		return mode, shard, usageError(errors.New("--report-only and --dry-run exclude each other: --report-only already sends nothing"))
+	}
+	if err := checkPullTimeout(flags.pullTimeout, flags.pullTimeoutSet, flags.upgrade); err != nil {
+		return mode, shard, err
+	}
+	if err := checkDrainTimeout(flags.drainTimeout); err != nil {
+		return mode, shard, err
+	}
+	return mode, shard, nil
+}
+
 // reconcile runs the loop (or one pass) as flags say: it checks them, opens
 // what the loop reads and writes, takes the cluster's lock unless nothing is
 // written, and runs, with or without leader election.
 func (a *app) reconcile(ctx context.Context, flags reconcileFlags) error {
-	if err := a.registry().Validate(flags.checks); err != nil {
-		return usageError(err)
-	}
-	mode, err := talosapi.ParseMode(flags.mode)
+	mode, shard, err := a.checkReconcileFlags(flags)
 	if err != nil {
-		return usageError(err)
-	}
-	shard, err := reconcile.ParseShard(flags.shard)
-	if err != nil {
-		return usageError(err)
-	}
-	if flags.once && flags.leaderElect {
-		return usageError(errors.New("--once runs one pass now and --leader-elect is for the long-running loop: use one or the other (give each Indexed Job pod its own --shard instead)"))
-	}
-	if flags.reportOnly && flags.dryRun {
-		return usageError(errors.New("--report-only and --dry-run exclude each other: --report-only already sends nothing"))
-	}
-	if err := checkPullTimeout(flags.pullTimeout, flags.pullTimeoutSet, flags.upgrade); err != nil {
-		return err
-	}
-	if err := checkDrainTimeout(flags.drainTimeout); err != nil {
 		return err
 	}
 	log := a.loopLogger()
