@@ -32,6 +32,12 @@ func serviceState(t *testing.T, c *client.Client, id string) string {
 	t.Helper()
 
 	resp, err := c.ServiceList(ctxTimeout(t, time.Second))
+	if client.StatusCode(err) == codes.Unavailable {
+		// a machine just back from a reboot may reset a connection made
+		// before its API listens again: no state yet, ask again
+		t.Logf("service list: %v", err)
+		return ""
+	}
 	if err != nil {
 		t.Fatalf("service list: %v", err)
 	}
