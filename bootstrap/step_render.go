@@ -13,7 +13,7 @@ import (
 // render renders and validates every machine's config and makes the dialer,
 // from the given talosconfig or one derived from the bundle.
 func (s *Sequence) render(ctx context.Context) (string, error) {
-	d, err := render.RenderDesired(ctx, s.inv, s.bundle, nil, false)
+	d, err := render.DesiredOf(ctx, s.inv, s.bundle, nil, false)
 	if err != nil {
 		return "", fmt.Errorf("rendering failed, nothing was sent to any machine: %w", err)
 	}

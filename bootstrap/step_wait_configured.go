@@ -23,7 +23,7 @@ import (
 func (s *Sequence) waitConfigured(ctx context.Context, m *inventory.Machine, reapply bool, sent []byte) (runs string, current bool, err error) {
 	start := time.Now()
 	deadline := start.Add(s.opts.Wait)
-	last := "no answer yet"
+	var last string // what the last look found, once one did
 	beat := heartbeat.Start(s.say, 0, s.opts.Wait, m.Name+" to answer on mTLS and run its desired config")
 	defer beat.Stop()
 	for {

@@ -148,7 +148,7 @@ func TestKubernetesUpgradeSyncsBootstrapManifests(t *testing.T) {
 	imageOwner := func(mf []metav1.ManagedFieldsEntry) []string {
 		var out []string
 		for _, m := range mf {
-			if m.FieldsV1 != nil && strings.Contains(string(m.FieldsV1.Raw), `"f:image"`) {
+			if m.FieldsV1 != nil && strings.Contains(m.FieldsV1.GetRawString(), `"f:image"`) {
 				out = append(out, m.Manager+"/"+string(m.Operation))
 			}
 		}

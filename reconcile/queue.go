@@ -24,7 +24,7 @@ const queueName = "devata"
 // it is processing and folds re-adds into one), with a per-machine exponential
 // backoff between base and max for keys re-added after a failure.
 func newQueue(base, max time.Duration, m *Metrics) workqueue.TypedRateLimitingInterface[string] {
-	var rl workqueue.TypedRateLimiter[string] = workqueue.NewTypedItemExponentialFailureRateLimiter[string](base, max)
+	rl := workqueue.NewTypedItemExponentialFailureRateLimiter[string](base, max)
 	cfg := workqueue.TypedRateLimitingQueueConfig[string]{Name: queueName}
 	if m != nil {
 		rl = &observedLimiter{inner: rl, m: m}

@@ -446,7 +446,7 @@ func (r *Rollout) waitConverged(ctx context.Context, m *inventory.Machine, want 
 	// reported when the wait ends is a whole observation, not a cut-off one.
 	wctx, cancel := context.WithTimeout(ctx, r.Wait)
 	defer cancel()
-	last := "no answer yet"
+	var last string // what the last look found, once one did
 	beat := heartbeat.Start(r.Say, r.Heartbeat, r.Wait, m.Name+" "+waitsFor)
 	defer beat.Stop()
 	for {
@@ -501,10 +501,3 @@ func (r *Rollout) say(format string, args ...any) {
 	}
 }
 
-func names(as []Action) string {
-	var n []string
-	for _, a := range as {
-		n = append(n, a.Machine.Name)
-	}
-	return strings.Join(n, ", ")
-}

@@ -50,7 +50,7 @@ func FileSourceWith(path string, ids render.AgeIdentities) Source {
 		if err != nil {
 			return nil, err
 		}
-		configs, err := render.RenderDesired(context.Background(), inv, bundle, nil, true)
+		configs, err := render.DesiredOf(context.Background(), inv, bundle, nil, true)
 		if err != nil {
 			return nil, fmt.Errorf("render %s: %w", path, err)
 		}

@@ -155,7 +155,7 @@ func (p *Planner) planUpgrade(m *inventory.Machine, o *talosapi.Observation, evi
 		if !ok {
 			return Action{Machine: m, Kind: KindSkip, Reason: "upgrade refused: " + err.Error(), Evidence: evidence}
 		}
-		final, want, image = want, hop, hopImage
+		final, want = want, hop
 		step.To, step.Image, step.Final = hop, hopImage, final
 	}
 	notReady := notReadyBefore(o)
@@ -417,7 +417,8 @@ func printable(s string) string {
 func (r *Rollout) waitUpgraded(ctx context.Context, m *inventory.Machine, u *UpgradeStep) error {
 	wctx, cancel := context.WithTimeout(ctx, r.Wait)
 	defer cancel()
-	last, wentDown := "no answer yet", false
+	var last string // what the last look found, once one did
+	wentDown := false
 	reinstall := u.From == u.To
 	var reads []talosapi.Read
 	if reinstall || u.want.Known {

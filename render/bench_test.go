@@ -53,7 +53,7 @@ func BenchmarkRenderValidated(b *testing.B) {
 	_, bundle := loadFixture(b)
 	b.ResetTimer()
 	for b.Loop() {
-		out, err := render.RenderValidated(inv, bundle)
+		out, err := render.Validated(inv, bundle)
 		if err != nil {
 			b.Fatal(err)
 		}

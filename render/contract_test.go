@@ -175,7 +175,7 @@ func TestDesiredForAnOlderRelease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := render.RenderDesired(t.Context(), inv, b, nil, false)
+	d, err := render.DesiredOf(t.Context(), inv, b, nil, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +221,7 @@ func TestDesiredForAnOlderRelease(t *testing.T) {
 	if inv, err = inventory.Load(path); err != nil {
 		t.Fatal(err)
 	}
-	if d, err = render.RenderDesired(t.Context(), inv, b, nil, false); err != nil {
+	if d, err = render.DesiredOf(t.Context(), inv, b, nil, false); err != nil {
 		t.Fatal(err)
 	}
 	_, err = d.For(inv.Machine("worker-1"), "v1.13.9")

@@ -20,7 +20,7 @@ var LeanAbove = 5000
 // Desired is every machine's rendered, validated config, either held or,
 // when lean, rendered again on demand. Either way every config was rendered
 // and validated when the Desired was made, before anything is sent. Whether
-// it is lean is decided here alone (RenderDesired).
+// it is lean is decided here alone (DesiredOf).
 type Desired struct {
 	held map[string][]byte
 	lean *Renderer
@@ -29,12 +29,12 @@ type Desired struct {
 	older *olderContracts
 }
 
-// RenderDesired renders and validates the configs of the named machines of
+// DesiredOf renders and validates the configs of the named machines of
 // inv (all of them when none is named; names not in the inventory are
 // ignored, the caller reports them). With leanOK and more than LeanAbove
 // machines it keeps none. It stops between machines once ctx is done (the
 // error is then an *inventory.InterruptedError).
-func RenderDesired(ctx context.Context, inv *inventory.Inventory, bundle *secrets.Bundle, only []string, leanOK bool) (*Desired, error) {
+func DesiredOf(ctx context.Context, inv *inventory.Inventory, bundle *secrets.Bundle, only []string, leanOK bool) (*Desired, error) {
 	n := len(only)
 	if n == 0 {
 		n = len(inv.Machines)

@@ -12,7 +12,7 @@ import (
 // selection holds just the named machines.
 func TestRenderDesiredLeanOrHeld(t *testing.T) {
 	inv, b := loadFixture(t)
-	held, err := render.RenderDesired(t.Context(), inv, b, nil, false)
+	held, err := render.DesiredOf(t.Context(), inv, b, nil, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -22,7 +22,7 @@ func TestRenderDesiredLeanOrHeld(t *testing.T) {
 	before := render.LeanAbove
 	render.LeanAbove = len(inv.Machines) - 1
 	defer func() { render.LeanAbove = before }()
-	lean, err := render.RenderDesired(t.Context(), inv, b, nil, true)
+	lean, err := render.DesiredOf(t.Context(), inv, b, nil, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,11 +40,11 @@ func TestRenderDesiredLeanOrHeld(t *testing.T) {
 			t.Errorf("%s: Only gives %d configs (%v)", m.Name, len(only), err)
 		}
 	}
-	if notLean, err := render.RenderDesired(t.Context(), inv, b, nil, false); err != nil || notLean.Lean() {
+	if notLean, err := render.DesiredOf(t.Context(), inv, b, nil, false); err != nil || notLean.Lean() {
 		t.Errorf("without leanOK a Desired past LeanAbove is lean %t (%v)", notLean.Lean(), err)
 	}
 
-	some, err := render.RenderDesired(t.Context(), inv, b, []string{"worker-2", "cp-1", "no-such-machine"}, true)
+	some, err := render.DesiredOf(t.Context(), inv, b, []string{"worker-2", "cp-1", "no-such-machine"}, true)
 	if err != nil {
 		t.Fatal(err)
 	}

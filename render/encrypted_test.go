@@ -135,7 +135,7 @@ func TestRealToolFixturesDecrypt(t *testing.T) {
 
 func mustRender(t *testing.T, inv *inventory.Inventory, b *secrets.Bundle) []*render.Rendered {
 	t.Helper()
-	out, err := render.RenderValidated(inv, b)
+	out, err := render.Validated(inv, b)
 	if err != nil {
 		t.Fatalf("decrypted bundle does not render: %v", err)
 	}

@@ -62,7 +62,7 @@ func TestRenderGroups(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			out, err := render.RenderValidated(inv, b)
+			out, err := render.Validated(inv, b)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -36,14 +36,14 @@ func TestRenderValidatedContextStopsWhenInterrupted(t *testing.T) {
 			}
 			done := make(chan answer, 1)
 			go func() {
-				out, err := render.RenderValidatedContext(tc.ctx, inv, bundle)
+				out, err := render.ValidatedContext(tc.ctx, inv, bundle)
 				done <- answer{out, err}
 			}()
 			var a answer
 			select {
 			case a = <-done:
 			case <-time.After(60 * time.Second): // generous: it stops within a machine's render
-				t.Fatal("RenderValidatedContext did not stop when its context was cancelled")
+				t.Fatal("ValidatedContext did not stop when its context was cancelled")
 			}
 			var ie *inventory.InterruptedError
 			if !errors.As(a.err, &ie) || !errors.Is(a.err, context.Canceled) {

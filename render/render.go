@@ -465,16 +465,16 @@ func trimV(v string) string {
 	return v
 }
 
-// RenderValidated renders every machine and validates each config with
+// Validated renders every machine and validates each config with
 // machinery in metal mode. Machinery's warnings are kept on each Rendered; every
 // machine whose config fails is named in the aggregated error.
-func RenderValidated(inv *inventory.Inventory, bundle *secrets.Bundle) ([]*Rendered, error) {
+func Validated(inv *inventory.Inventory, bundle *secrets.Bundle) ([]*Rendered, error) {
 	return renderAll(context.Background(), inv, bundle, true, nil)
 }
 
-// RenderValidatedContext is RenderValidated that stops when ctx is done
+// ValidatedContext is Validated that stops when ctx is done
 // (Ctrl-C on a large fleet): every worker looks at ctx before each machine,
 // and the error is then an *inventory.InterruptedError, nothing rendered.
-func RenderValidatedContext(ctx context.Context, inv *inventory.Inventory, bundle *secrets.Bundle) ([]*Rendered, error) {
+func ValidatedContext(ctx context.Context, inv *inventory.Inventory, bundle *secrets.Bundle) ([]*Rendered, error) {
 	return renderAll(ctx, inv, bundle, true, nil)
 }

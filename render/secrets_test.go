@@ -153,7 +153,7 @@ func TestTalosctlBundleLoads(t *testing.T) {
 		t.Fatal(err)
 	}
 	inv, _ := loadFixture(t)
-	out, err := render.RenderValidated(inv, b)
+	out, err := render.Validated(inv, b)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,6 @@ package talosapi
 
 import (
 	"bytes"
-	"crypto/sha256"
 	"fmt"
 	"slices"
 	"strings"
@@ -99,4 +98,3 @@ func pluralize(n int, one, many string) string {
 	return many
 }
 
-func sumOf(b []byte) [32]byte { return sha256.Sum256(b) }

@@ -156,7 +156,7 @@ only replaced with --force. An existing talosconfig is kept unless --force.`,
 			if err != nil {
 				return exitWith(exitTrouble, err)
 			}
-			rendered, err := render.RenderValidated(inv, b)
+			rendered, err := render.Validated(inv, b)
 			if err != nil {
 				return a.invalid(err)
 			}

@@ -64,7 +64,7 @@ func (a *app) openSession(ctx context.Context, leanOK bool, only ...string) (*se
 	}
 	s := &session{inv: inv, only: only}
 	// Every config is rendered and validated now, before anything is sent.
-	s.desired, err = render.RenderDesired(ctx, inv, bundle, only, leanOK)
+	s.desired, err = render.DesiredOf(ctx, inv, bundle, only, leanOK)
 	if interrupted(err) {
 		return nil, exitWith(exitTrouble, fmt.Errorf("%w; nothing was sent to any machine", err))
 	}

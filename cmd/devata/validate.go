@@ -43,7 +43,7 @@ Exit 0 valid, 1 invalid, 2 interrupted or could not complete.`,
 			if err != nil {
 				return exitWith(exitFailed, err)
 			}
-			rendered, err := render.RenderValidatedContext(ctx, inv, bundle)
+			rendered, err := render.ValidatedContext(ctx, inv, bundle)
 			if interrupted(err) {
 				return exitWith(exitTrouble, err)
 			}

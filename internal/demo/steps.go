@@ -50,7 +50,7 @@ func (s *scenario) secrets(context.Context) error {
 func (s *scenario) render(context.Context) error {
 	st := startStep(s.Out, "render: each machine's config, validated by Talos machinery (metal mode)")
 	var err error
-	if s.rendered, err = render.RenderValidated(s.inv, s.bundle); err != nil {
+	if s.rendered, err = render.Validated(s.inv, s.bundle); err != nil {
 		return err
 	}
 	s.PrintRendered(s.Out, s.inv, s.rendered)

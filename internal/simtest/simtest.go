@@ -161,7 +161,7 @@ func Start(t testing.TB, opts Options) *Fleet {
 			t.Fatal(err)
 		}
 	}
-	older, err := render.RenderDesired(context.Background(), startInv, f.Bundle, nil, false)
+	older, err := render.DesiredOf(context.Background(), startInv, f.Bundle, nil, false)
 	if err != nil {
 		t.Fatal(err)
 	}
