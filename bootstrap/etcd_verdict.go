@@ -19,6 +19,44 @@ const (
 	etcdBroken                 // refuse: a control plane's etcd failed on data it cannot start from
 )
 
+// foreignVerdict says why the etcd data of withData was not made by this
+// sequence from this inventory (want are its control planes, listed those
+// whose member list answered, inMaintenance those still unconfigured), or
+// "" when nothing says so.
+func foreignVerdict(inv *inventory.Inventory, st *fleetState, want, withData, listed, inMaintenance []string) string {
+	var first etcdFact
+	if len(listed) > 0 {
+		first = st.etcd[listed[0]]
+	}
+	for _, name := range withData {
+		f := st.etcd[name]
+		if len(inMaintenance) > 0 {
+			return fmt.Sprintf("%s already has etcd data (%s) while %s %s still in maintenance mode. "+
+				"devata bootstrap configures every machine before it bootstraps etcd, so it did not make this data from this inventory; nothing was applied or bootstrapped. "+
+				"If %s belongs to another cluster, wipe it (talosctl -n %s reset --graceful=false --reboot --system-labels-to-wipe EPHEMERAL) and run bootstrap again; "+
+				"if it is this cluster's and %s %s reinstalled, that is a control-plane replacement, not a bootstrap (talosctl etcd remove-member, then talosctl apply-config --insecure)",
+				name, f.Seen, strings.Join(inMaintenance, ", "), isAre(len(inMaintenance)), name, inv.Machine(name).Address, strings.Join(inMaintenance, ", "), wasWere(len(inMaintenance)))
+		}
+		if f.NoLeader || f.Starting {
+			continue
+		}
+		for _, member := range f.Members {
+			if !slices.Contains(want, member) {
+				return fmt.Sprintf("%s already has etcd data (%s): member %q is not a control plane of this inventory; refusing to bootstrap", name, f.Seen, member)
+			}
+		}
+		// two views of one cluster taken a moment apart may differ while a
+		// member is added or removed (a wiped control plane rejoining
+		// removes its old member first); one cluster's views share member
+		// IDs, two clusters' never do (each member ID is random, and a
+		// bootstrap or a restore makes new ones)
+		if !slices.Equal(f.Members, first.Members) && !shareMember(f, first) {
+			return fmt.Sprintf("%s and %s report different etcd clusters (%s; %s): refusing to bootstrap", listed[0], name, first.Seen, f.Seen)
+		}
+	}
+	return ""
+}
+
 // etcdVerdict decides from every control plane's answer. It is "ours" only
 // when every node with data reports members that are all configured control
 // planes, all of them agree, and no control plane is still in maintenance
@@ -67,35 +105,8 @@ func etcdVerdict(inv *inventory.Inventory, st *fleetState) (verdict, string) {
 			listed = append(listed, name)
 		}
 	}
-	var first etcdFact
-	if len(listed) > 0 {
-		first = st.etcd[listed[0]]
-	}
-	for _, name := range withData {
-		f := st.etcd[name]
-		if len(inMaintenance) > 0 {
-			return etcdForeign, fmt.Sprintf("%s already has etcd data (%s) while %s %s still in maintenance mode. "+
-				"devata bootstrap configures every machine before it bootstraps etcd, so it did not make this data from this inventory; nothing was applied or bootstrapped. "+
-				"If %s belongs to another cluster, wipe it (talosctl -n %s reset --graceful=false --reboot --system-labels-to-wipe EPHEMERAL) and run bootstrap again; "+
-				"if it is this cluster's and %s %s reinstalled, that is a control-plane replacement, not a bootstrap (talosctl etcd remove-member, then talosctl apply-config --insecure)",
-				name, f.Seen, strings.Join(inMaintenance, ", "), isAre(len(inMaintenance)), name, inv.Machine(name).Address, strings.Join(inMaintenance, ", "), wasWere(len(inMaintenance)))
-		}
-		if f.NoLeader || f.Starting {
-			continue
-		}
-		for _, member := range f.Members {
-			if !slices.Contains(want, member) {
-				return etcdForeign, fmt.Sprintf("%s already has etcd data (%s): member %q is not a control plane of this inventory; refusing to bootstrap", name, f.Seen, member)
-			}
-		}
-		// two views of one cluster taken a moment apart may differ while a
-		// member is added or removed (a wiped control plane rejoining
-		// removes its old member first); one cluster's views share member
-		// IDs, two clusters' never do (each member ID is random, and a
-		// bootstrap or a restore makes new ones)
-		if !slices.Equal(f.Members, first.Members) && !shareMember(f, first) {
-			return etcdForeign, fmt.Sprintf("%s and %s report different etcd clusters (%s; %s): refusing to bootstrap", listed[0], name, first.Seen, f.Seen)
-		}
+	if why := foreignVerdict(inv, st, want, withData, listed, inMaintenance); why != "" {
+		return etcdForeign, why
 	}
 	if len(listed) == 0 && len(leaderless) == 0 {
 		why := fmt.Sprintf("etcd is starting on the data of %s (its service Preparing, its data directory not empty, as on every boot): nothing is bootstrapped over its data; waiting for it to run", strings.Join(starting, ", "))
@@ -114,7 +125,7 @@ func etcdVerdict(inv *inventory.Inventory, st *fleetState) (verdict, string) {
 	if len(unclear) > 0 {
 		return etcdUnclear, "etcd exists on " + strings.Join(withData, ", ") + " but these control planes did not answer clearly: " + strings.Join(unclear, "; ")
 	}
-	return etcdOurs, fmt.Sprintf("etcd exists: %s report members [%s], all control planes of this inventory", strings.Join(listed, ", "), strings.Join(first.Members, " "))
+	return etcdOurs, fmt.Sprintf("etcd exists: %s report members [%s], all control planes of this inventory", strings.Join(listed, ", "), strings.Join(st.etcd[listed[0]].Members, " "))
 }
 
 func wasWere(n int) string {

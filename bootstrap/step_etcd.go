@@ -31,26 +31,7 @@ func (s *Sequence) bootstrapEtcd(ctx context.Context) (string, error) {
 	for {
 		s.st = observeFleet(ctx, s.inv, s.dialer, s.desiredFor, s.opts.Concurrency, s.opts.Timeout, false)
 		v, why := etcdVerdict(s.inv, s.st)
-		var notReady, unsettled []string
-		now := time.Now()
-		for _, m := range s.inv.ControlPlanes() {
-			if !s.st.configured(m.Name) {
-				notReady = append(notReady, m.Name)
-			}
-			if f := s.st.etcd[m.Name]; !f.None || f.JoinFailed || s.st.maintenance(m.Name) || !s.st.obs[m.Name].WaitingForEtcd() {
-				// only a service Preparing needs to be seen holding: a
-				// failed join or an unreadable snapshot is evidence of an
-				// empty data directory at once
-				delete(waitingSince, m.Name)
-				continue
-			}
-			if _, ok := waitingSince[m.Name]; !ok {
-				waitingSince[m.Name] = now
-			}
-			if now.Sub(waitingSince[m.Name]) < s.opts.EtcdSettle {
-				unsettled = append(unsettled, m.Name)
-			}
-		}
+		notReady, unsettled := s.etcdWaits(waitingSince)
 		switch {
 		case v == etcdUnclear:
 			beat.For("a clear etcd answer from every control plane")
@@ -98,6 +79,33 @@ func (s *Sequence) bootstrapEtcd(ctx context.Context) (string, error) {
 			return "", err
 		}
 	}
+}
+
+// etcdWaits names the control planes not yet configured and up
+// (notReady), and those whose etcd waits to be bootstrapped but has not yet
+// held that wait for EtcdSettle (unsettled); waitingSince keeps, across
+// looks, when each was first seen waiting.
+func (s *Sequence) etcdWaits(waitingSince map[string]time.Time) (notReady, unsettled []string) {
+	now := time.Now()
+	for _, m := range s.inv.ControlPlanes() {
+		if !s.st.configured(m.Name) {
+			notReady = append(notReady, m.Name)
+		}
+		if f := s.st.etcd[m.Name]; !f.None || f.JoinFailed || s.st.maintenance(m.Name) || !s.st.obs[m.Name].WaitingForEtcd() {
+			// only a service Preparing needs to be seen holding: a
+			// failed join or an unreadable snapshot is evidence of an
+			// empty data directory at once
+			delete(waitingSince, m.Name)
+			continue
+		}
+		if _, ok := waitingSince[m.Name]; !ok {
+			waitingSince[m.Name] = now
+		}
+		if now.Sub(waitingSince[m.Name]) < s.opts.EtcdSettle {
+			unsettled = append(unsettled, m.Name)
+		}
+	}
+	return notReady, unsettled
 }
 
 func (s *Sequence) bootstrapFirst(ctx context.Context, why string) (string, error) {
