@@ -114,29 +114,11 @@ func (p *Planner) observeOthers(ctx context.Context, actions []Action) []*talosa
 	return out
 }
 
-// planKubernetes finds the actions that move Kubernetes versions and turns
-// each into its phases, or holds or refuses them, from what every machine
-// runs; nil when no version moves.
-func (p *Planner) planKubernetes(ctx context.Context, actions []Action, others func() []*talosapi.Observation) *gate.KubeRollout {
-	to := p.Inventory.Cluster.KubernetesVersion
-	desired := make([]talosapi.KubeComponents, len(actions))
-	moves := false
-	for i, a := range actions {
-		if a.Kind != KindApply || a.seen == nil || a.seen.running == nil {
-			continue
-		}
-		k, err := talosapi.KubeComponentsOf(p.config(a))
-		if err != nil {
-			continue // the dry run validated it; nothing to move
-		}
-		desired[i] = k
-		km := gate.KubeMachine{Running: a.seen.running, Changes: true, Desired: k}
-		moves = moves || len(km.Moves()) > 0
-	}
-	if !moves {
-		return nil
-	}
-
+// kubeMachines are what each machine runs and would run, for
+// gate.PlanKubernetes: the actions' (in their order, desired[i] for
+// actions[i]), then the others', each with its Node's kubelet version;
+// nodes is nil when the Nodes could not be listed.
+func (p *Planner) kubeMachines(ctx context.Context, actions []Action, desired []talosapi.KubeComponents, others func() []*talosapi.Observation) ([]gate.KubeMachine, map[string]string) {
 	var kms []gate.KubeMachine
 	for i, a := range actions {
 		km := gate.KubeMachine{Name: a.Machine.Name, ControlPlane: a.Machine.IsControlPlane(), Why: a.Reason}
@@ -160,6 +142,33 @@ func (p *Planner) planKubernetes(ctx context.Context, actions []Action, others f
 	for i := range kms {
 		kms[i].NodeKubelet = nodes[kms[i].Name]
 	}
+	return kms, nodes
+}
+
+// planKubernetes finds the actions that move Kubernetes versions and turns
+// each into its phases, or holds or refuses them, from what every machine
+// runs; nil when no version moves.
+func (p *Planner) planKubernetes(ctx context.Context, actions []Action, others func() []*talosapi.Observation) *gate.KubeRollout {
+	to := p.Inventory.Cluster.KubernetesVersion
+	desired := make([]talosapi.KubeComponents, len(actions))
+	moves := false
+	for i, a := range actions {
+		if a.Kind != KindApply || a.seen == nil || a.seen.running == nil {
+			continue
+		}
+		k, err := talosapi.KubeComponentsOf(p.config(a))
+		if err != nil {
+			continue // the dry run validated it; nothing to move
+		}
+		desired[i] = k
+		km := gate.KubeMachine{Running: a.seen.running, Changes: true, Desired: k}
+		moves = moves || len(km.Moves()) > 0
+	}
+	if !moves {
+		return nil
+	}
+
+	kms, nodes := p.kubeMachines(ctx, actions, desired, others)
 	noNodes := ""
 	switch {
 	case p.Kube == nil:

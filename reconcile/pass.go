@@ -108,24 +108,42 @@ type passBook struct {
 	cpsDone    chan struct{}
 }
 
+// countPass records a finished pass in the metrics: how long, when, and
+// how it ended.
+func (l *Loop) countPass(ctx context.Context, res *PassResult) {
+	res.Duration = time.Since(res.Started)
+	l.opts.Metrics.passDuration.Observe(res.Duration.Seconds())
+	l.opts.Metrics.lastPass.SetToCurrentTime()
+	result := passOK
+	switch {
+	case ctx.Err() != nil:
+		result = passInterrupted
+	case res.Report == nil:
+		result = passInventoryInvalid
+	case res.Blocked != "":
+		result = passBlocked
+	}
+	l.opts.Metrics.passes.WithLabelValues(result).Inc()
+}
+
+// needsChange names the machines whose applied config is not known to be
+// the desired one (with upgrades, whose Talos version or extensions are
+// not either).
+func (l *Loop) needsChange(rep *drift.Report) map[string]bool {
+	needs := map[string]bool{}
+	for _, r := range rep.Results {
+		if r.Check == machines.CheckConfig && r.Status != drift.StatusInSync ||
+			l.opts.Changes.Upgrades != nil && (r.Check == machines.CheckTalosVersion || r.Check == machines.CheckExtensions) && r.Status != drift.StatusInSync {
+			needs[r.Machine] = true
+		}
+	}
+	return needs
+}
+
 // pass is one level-triggered pass.
 func (l *Loop) pass(ctx context.Context, t *term) *PassResult {
 	res := &PassResult{Started: time.Now(), Outcomes: map[string]Outcome{}, Errors: map[string]string{}, Held: map[string]string{}}
-	defer func() {
-		res.Duration = time.Since(res.Started)
-		l.opts.Metrics.passDuration.Observe(res.Duration.Seconds())
-		l.opts.Metrics.lastPass.SetToCurrentTime()
-		result := passOK
-		switch {
-		case ctx.Err() != nil:
-			result = passInterrupted
-		case res.Report == nil:
-			result = passInventoryInvalid
-		case res.Blocked != "":
-			result = passBlocked
-		}
-		l.opts.Metrics.passes.WithLabelValues(result).Inc()
-	}()
+	defer l.countPass(ctx, res)
 
 	d := l.readSpec(ctx, res)
 	if d == nil {
@@ -146,13 +164,7 @@ func (l *Loop) pass(ctx context.Context, t *term) *PassResult {
 
 	// The machines whose applied config is not known to be the desired one,
 	// control planes first: the queue hands keys out in order.
-	needs := map[string]bool{}
-	for _, r := range res.Report.Results {
-		if r.Check == machines.CheckConfig && r.Status != drift.StatusInSync ||
-			l.opts.Changes.Upgrades != nil && (r.Check == machines.CheckTalosVersion || r.Check == machines.CheckExtensions) && r.Status != drift.StatusInSync {
-			needs[r.Machine] = true
-		}
-	}
+	needs := l.needsChange(res.Report)
 	slices.SortStableFunc(owned, func(a, b *inventory.Machine) int {
 		return compareBool(b.IsControlPlane(), a.IsControlPlane())
 	})
