@@ -75,7 +75,8 @@ func (s *JSONStream) Begin(h Header) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.begun {
-		return s.fail(errors.New("json stream: Begin called twice"))
+		s.fail(errors.New("json stream: Begin called twice"))
+		return s.err
 	}
 	s.begun = true
 	for _, m := range h.Machines {
@@ -86,12 +87,14 @@ func (s *JSONStream) Begin(h Header) error {
 		Inventory: h.Inventory, Provenance: h.Provenance, Cluster: h.Cluster, Simulated: h.Simulated,
 	}, "")
 	if err != nil {
-		return s.fail(fmt.Errorf("encode report header: %w", err))
+		s.fail(fmt.Errorf("encode report header: %w", err))
+		return s.err
 	}
 	// Reopen the header object and append the results array to it.
 	b = bytes.TrimSuffix(b, []byte("\n}"))
 	b = append(b, ",\n  \"results\": ["...)
-	return s.write(b)
+	s.write(b)
+	return s.err
 }
 
 // Add writes results. Invalid statuses become Unknown, as in Report.Add.
@@ -141,7 +144,8 @@ func (s *JSONStream) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.begun {
-		return s.fail(errors.New("json stream: Close before Begin"))
+		s.fail(errors.New("json stream: Close before Begin"))
+		return s.err
 	}
 	if s.closed {
 		return s.err
@@ -155,7 +159,8 @@ func (s *JSONStream) Close() error {
 	}{s.tally.machines(), s.errs, s.summary}
 	b, err := marshal(tail, "")
 	if err != nil {
-		return s.fail(fmt.Errorf("encode report summary: %w", err))
+		s.fail(fmt.Errorf("encode report summary: %w", err))
+		return s.err
 	}
 	var buf bytes.Buffer
 	if s.n > 0 {
@@ -176,19 +181,21 @@ func (s *JSONStream) ExitCode() int {
 	return s.tally.summary(len(s.errs)).ExitCode
 }
 
-func (s *JSONStream) write(b []byte) error {
+// write writes b unless the stream has already failed. A write error is
+// recorded, not returned: the stream's first error is sticky, and Begin and
+// Close report it (Add and AddError have no error to return).
+func (s *JSONStream) write(b []byte) {
 	if s.err != nil {
-		return s.err
+		return
 	}
 	if _, err := s.w.Write(b); err != nil {
-		return s.fail(fmt.Errorf("write report: %w", err))
+		s.fail(fmt.Errorf("write report: %w", err))
 	}
-	return nil
 }
 
-func (s *JSONStream) fail(err error) error {
+// fail records err unless an earlier error was recorded; the first one wins.
+func (s *JSONStream) fail(err error) {
 	if s.err == nil {
 		s.err = err
 	}
-	return s.err
 }

@@ -111,18 +111,7 @@ func promRegistry(r *Report) (*prometheus.Registry, error) {
 		i = j
 	}
 
-	// the certificate with the fewest days left where a machine reports one
-	// credential twice
-	certs := map[[2]string]*Certificate{}
-	for _, res := range r.Results {
-		if c := res.Certificate; c != nil {
-			k := [2]string{res.Machine, c.Credential}
-			if v, ok := certs[k]; !ok || c.NotAfter.Before(v.NotAfter) {
-				certs[k] = c
-			}
-		}
-	}
-	if len(certs) > 0 {
+	if certs := certificates(r.Results); len(certs) > 0 {
 		left := gauge(CertificateDaysLeft, "Days from the drift run to the notAfter of a credential's certificate, as the certificates check read it on the machine (negative: expired).", "machine", "credential")
 		life := gauge(CertificateLifetimeDays, "Days from the notBefore to the notAfter of a credential's certificate: a short one (a day or less) is renewed by Talos, not by a person.", "machine", "credential")
 		for k, c := range certs {
@@ -152,6 +141,22 @@ func promRegistry(r *Report) (*prometheus.Registry, error) {
 		set(gauge(InventoryInfo, InventoryInfoHelp, InventoryInfoLabels()...), 1, InventoryInfoValues(r.Provenance)...)
 	}
 	return reg, err
+}
+
+// certificates is each machine's certificate by credential, keyed by machine
+// and credential: the one with the fewest days left where a machine reports
+// one credential twice.
+func certificates(results []Result) map[[2]string]*Certificate {
+	certs := map[[2]string]*Certificate{}
+	for _, res := range results {
+		if c := res.Certificate; c != nil {
+			k := [2]string{res.Machine, c.Credential}
+			if v, ok := certs[k]; !ok || c.NotAfter.Before(v.NotAfter) {
+				certs[k] = c
+			}
+		}
+	}
+	return certs
 }
 
 func b2f(b bool) float64 {

@@ -49,33 +49,56 @@ const simulatedNotice = "SIMULATED: these results come from devata's simulated f
 // naming their checks, then the errors and a summary line. Text observed on
 // machines is escaped so that it cannot drive the terminal.
 func WriteTable(w io.Writer, r *Report, opts TableOptions) error {
-	r = r.finishedView()
-	bw := bufio.NewWriter(w)
-	p := func(format string, a ...any) { fmt.Fprintf(bw, format, a...) }
-	paint := func(s Status, text string) string {
-		if !opts.Color {
-			return text
-		}
-		code := map[Status]string{StatusInSync: "32", StatusDrifted: "33"}[s]
-		if code == "" {
-			code = "31"
-		}
-		return "\x1b[" + code + "m" + text + "\x1b[0m"
+	t := &tableWriter{bw: bufio.NewWriter(w), r: r.finishedView(), opts: opts}
+	if t.r.Simulated {
+		t.p("%s\n\n", simulatedNotice)
 	}
+	if line := provenanceLine(t.r); line != "" {
+		t.p("%s\n\n", line)
+	}
+	t.machineTable()
+	t.details()
+	t.errors()
+	t.summary()
+	if t.r.Simulated {
+		t.p("%s\n", simulatedNotice)
+	}
+	return t.bw.Flush()
+}
 
-	if r.Simulated {
-		p("%s\n\n", simulatedNotice)
-	}
-	if line := provenanceLine(r); line != "" {
-		p("%s\n\n", line)
-	}
+// tableWriter holds what WriteTable's steps share: the buffered output, the
+// finished report and, in the details, the machine whose header was written last.
+type tableWriter struct {
+	bw      *bufio.Writer
+	r       *Report
+	opts    TableOptions
+	machine map[string]MachineSummary
+	current string
+}
 
-	// The machine table. Columns are padded by hand rather than with tabwriter
-	// so that color escapes do not count towards a column's width.
+// p writes to the buffer; a write error is kept by bufio and returned by Flush.
+func (t *tableWriter) p(format string, a ...any) { fmt.Fprintf(t.bw, format, a...) }
+
+// paint colors a status's text when opts.Color asks for it.
+func (t *tableWriter) paint(s Status, text string) string {
+	if !t.opts.Color {
+		return text
+	}
+	code := map[Status]string{StatusInSync: "32", StatusDrifted: "33"}[s]
+	if code == "" {
+		code = "31"
+	}
+	return "\x1b[" + code + "m" + text + "\x1b[0m"
+}
+
+// machineTable writes one line per machine, past SummaryAbove machines only
+// those not in sync unless opts.All. Columns are padded by hand rather than
+// with tabwriter so that color escapes do not count towards a column's width.
+func (t *tableWriter) machineTable() {
 	rows := [][]string{{"NAME", "ROLE", "ADDRESS", "STATUS", "CHECKS"}}
-	summary := !opts.All && len(r.Machines) > SummaryAbove
+	summary := !t.opts.All && len(t.r.Machines) > SummaryAbove
 	hidden := 0
-	for _, m := range r.Machines {
+	for _, m := range t.r.Machines {
 		if summary && m.Status == StatusInSync {
 			hidden++
 			continue
@@ -100,107 +123,123 @@ func WriteTable(w io.Writer, r *Report, opts TableOptions) error {
 				pad = strings.Repeat(" ", widths[i]-utf8.RuneCountInString(cell)+2)
 			}
 			if i == 3 && n > 0 {
-				cell = paint(Status(cell), cell)
+				cell = t.paint(Status(cell), cell)
 			}
 			line.WriteString(cell + pad)
 		}
-		p("%s\n", strings.TrimRight(line.String(), " "))
+		t.p("%s\n", strings.TrimRight(line.String(), " "))
 	}
 	if hidden > 0 {
-		p("(%d more %s in sync; --all lists every machine)\n", hidden, plural(hidden, "machine", "machines"))
+		t.p("(%d more %s in sync; --all lists every machine)\n", hidden, plural(hidden, "machine", "machines"))
 	}
+}
 
-	// Details: every result that is not InSync, and machines nothing was seen of.
-	// Results are sorted by machine, so one pass groups them.
-	machine := map[string]MachineSummary{}
-	for _, m := range r.Machines {
-		machine[m.Name] = m
+// details writes every result that is not InSync, and the machines nothing
+// was seen of. Results are sorted by machine, so one pass groups them.
+func (t *tableWriter) details() {
+	t.machine = map[string]MachineSummary{}
+	for _, m := range t.r.Machines {
+		t.machine[m.Name] = m
 	}
-	current := ""
-	header := func(name string) {
-		if name == current {
-			return
-		}
-		current = name
-		m := machine[name]
-		about := strings.Join(nonEmpty(clean(m.Role), clean(m.Address)), ", ")
-		if about != "" {
-			about = " (" + about + ")"
-		}
-		p("\n%s%s: %s, %d/%d in sync\n", clean(name), about, paint(m.Status, string(m.Status)), m.Counts.InSync, m.Counts.Total())
-		if m.Held != "" {
-			p("  held by the inventory: %s\n", clean(m.Held))
-		}
+	for _, g := range sameSaying(t.r.Results) {
+		t.header(g.Machine)
+		t.result(g)
 	}
-	for _, g := range sameSaying(r.Results) {
-		res := g.Result
-		header(res.Machine)
-		status := paint(res.Status, string(res.Status))
-		switch {
-		case g.blocks:
-			status += ", fail-closed: blocks a rollout"
-		case res.Status == StatusUnknown:
-			status += ", fail-open: reported, does not block a rollout"
-		}
-		p("  %s: %s\n", g.name(), status)
-		field := func(name, value string) {
-			if value != "" {
-				p("    %-9s %s\n", name+":", clean(value))
-			}
-		}
-		field("reason", res.Reason)
-		field("desired", res.Desired)
-		field("actual", res.Actual)
-		// The changes by path come first, one a line: what changed reads
-		// at a glance before the diff shows it in context.
-		if len(res.Changes) > 0 {
-			p("    changes:\n")
-			for _, c := range res.Changes {
-				p("      %s\n", clean(c))
-			}
-		}
-		if res.Diff != "" {
-			p("    diff:\n")
-			for line := range strings.Lines(strings.TrimRight(res.Diff, "\n")) {
-				p("      %s\n", cleanKeepTabs(strings.TrimRight(line, "\r\n")))
-			}
-		}
-		for _, e := range res.Evidence {
-			field("evidence", e)
-		}
-		field("next", res.Next)
-	}
-	for _, m := range r.Machines {
+	for _, m := range t.r.Machines {
 		if m.Counts.Total() == 0 {
-			header(m.Name)
-			p("  no check produced a result: nothing was observed\n")
+			t.header(m.Name)
+			t.p("  no check produced a result: nothing was observed\n")
 		}
 	}
+}
 
-	if len(r.Errors) > 0 {
-		p("\nErrors that stopped part of the run:\n")
-		for _, e := range r.Errors {
-			for i, line := range strings.Split(e, "\n") {
-				lead := "  - "
-				if i > 0 {
-					lead = "    "
-				}
-				p("%s%s\n", lead, cleanKeepTabs(strings.TrimRight(line, "\r")))
+// header writes a machine's heading in the details, once per machine.
+func (t *tableWriter) header(name string) {
+	if name == t.current {
+		return
+	}
+	t.current = name
+	m := t.machine[name]
+	about := strings.Join(nonEmpty(clean(m.Role), clean(m.Address)), ", ")
+	if about != "" {
+		about = " (" + about + ")"
+	}
+	t.p("\n%s%s: %s, %d/%d in sync\n", clean(name), about, t.paint(m.Status, string(m.Status)), m.Counts.InSync, m.Counts.Total())
+	if m.Held != "" {
+		t.p("  held by the inventory: %s\n", clean(m.Held))
+	}
+}
+
+// result writes one folded result: its status and failure policy, then its
+// fields, changes, diff and evidence.
+func (t *tableWriter) result(g saying) {
+	res := g.Result
+	status := t.paint(res.Status, string(res.Status))
+	switch {
+	case g.blocks:
+		status += ", fail-closed: blocks a rollout"
+	case res.Status == StatusUnknown:
+		status += ", fail-open: reported, does not block a rollout"
+	}
+	t.p("  %s: %s\n", g.name(), status)
+	t.field("reason", res.Reason)
+	t.field("desired", res.Desired)
+	t.field("actual", res.Actual)
+	// The changes by path come first, one a line: what changed reads
+	// at a glance before the diff shows it in context.
+	if len(res.Changes) > 0 {
+		t.p("    changes:\n")
+		for _, c := range res.Changes {
+			t.p("      %s\n", clean(c))
+		}
+	}
+	if res.Diff != "" {
+		t.p("    diff:\n")
+		for line := range strings.Lines(strings.TrimRight(res.Diff, "\n")) {
+			t.p("      %s\n", cleanKeepTabs(strings.TrimRight(line, "\r\n")))
+		}
+	}
+	for _, e := range res.Evidence {
+		t.field("evidence", e)
+	}
+	t.field("next", res.Next)
+}
+
+// field writes one named field of a result, unless it is empty.
+func (t *tableWriter) field(name, value string) {
+	if value != "" {
+		t.p("    %-9s %s\n", name+":", clean(value))
+	}
+}
+
+// errors writes the errors that stopped part of the run, one per item with
+// its continuation lines indented.
+func (t *tableWriter) errors() {
+	if len(t.r.Errors) == 0 {
+		return
+	}
+	t.p("\nErrors that stopped part of the run:\n")
+	for _, e := range t.r.Errors {
+		for i, line := range strings.Split(e, "\n") {
+			lead := "  - "
+			if i > 0 {
+				lead = "    "
 			}
+			t.p("%s%s\n", lead, cleanKeepTabs(strings.TrimRight(line, "\r")))
 		}
 	}
+}
 
-	s := r.Summary
-	p("\n%d in sync, %d drifted, %d unknown", s.Machines.InSync, s.Machines.Drifted, s.Machines.Unknown)
-	if len(r.Errors) > 0 {
-		p(", %d %s", len(r.Errors), plural(len(r.Errors), "error", "errors"))
+// summary writes the closing line: the machines by status, the errors, the
+// totals and the exit code.
+func (t *tableWriter) summary() {
+	s := t.r.Summary
+	t.p("\n%d in sync, %d drifted, %d unknown", s.Machines.InSync, s.Machines.Drifted, s.Machines.Unknown)
+	if len(t.r.Errors) > 0 {
+		t.p(", %d %s", len(t.r.Errors), plural(len(t.r.Errors), "error", "errors"))
 	}
-	p(" (%d %s, %d %s) — exit %d\n", s.Machines.Total(), plural(s.Machines.Total(), "machine", "machines"),
+	t.p(" (%d %s, %d %s) — exit %d\n", s.Machines.Total(), plural(s.Machines.Total(), "machine", "machines"),
 		s.Results.Total(), plural(s.Results.Total(), "result", "results"), s.ExitCode)
-	if r.Simulated {
-		p("%s\n", simulatedNotice)
-	}
-	return bw.Flush()
 }
 
 // provenanceLine is "inventory: PATH @ COMMIT (dirty), sha256:HASH", the

@@ -60,8 +60,7 @@ func statusOf(rep *drift.Report, machine, check string) drift.Result {
 
 func TestHealthyFleetIsInSync(t *testing.T) {
 	tf := startFleet(t)
-	var rep *drift.Report
-	rep = tf.drift(t, machines.CheckConfig, machines.CheckTalosVersion, machines.CheckMachineStage, machines.CheckEtcd)
+	rep := tf.drift(t, machines.CheckConfig, machines.CheckTalosVersion, machines.CheckMachineStage, machines.CheckEtcd)
 	if got := len(rep.Results); got != 5*3+3 {
 		t.Errorf("%d results, want 18 (3 checks × 5 machines + etcd on 3 control planes)", got)
 	}

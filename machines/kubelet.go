@@ -51,26 +51,9 @@ func checkKubelet(_ context.Context, t *Target) []drift.Result {
 			problems = append(problems, "no Kubernetes Node "+name+" registered")
 		default:
 			evidence = append(evidence, fmt.Sprintf("Node %s Ready=%t kubelet %s", name, node.Ready, node.KubeletVersion))
-			if !node.Ready {
-				problems = append(problems, "Node "+name+" is not Ready ("+node.ReadyReason+")")
-			}
-			if node.KubeletVersion != t.KubernetesVersion {
-				problems = append(problems, fmt.Sprintf("kubelet %s, cluster.kubernetesVersion %s", node.KubeletVersion, t.KubernetesVersion))
-			}
-			var missing []string
-			for k, v := range t.Machine.NodeLabels() {
-				if got, ok := node.Labels[k]; !ok || got != v {
-					missing = append(missing, k+"="+v)
-				}
-			}
-			if len(missing) > 0 {
-				slices.Sort(missing)
-				problems = append(problems, "Node lacks labels "+strings.Join(missing, ", "))
-			}
-			if p, fix := missingTaints(t.Machine.NodeTaints(), node.Taints); p != "" {
-				problems = append(problems, p)
-				taintFix = "kubectl taint node " + name + " " + strings.Join(fix, " ")
-			}
+			var p []string
+			p, taintFix = nodeProblems(t, node)
+			problems = append(problems, p...)
 		}
 	}
 	switch {
@@ -100,6 +83,35 @@ func checkKubelet(_ context.Context, t *Target) []drift.Result {
 		return []drift.Result{drift.Unknown(unknown, next).WithEvidence(evidence...)}
 	}
 	return []drift.Result{drift.InSync(evidence...)}
+}
+
+// nodeProblems is what is wrong with the machine's registered Node: not
+// Ready, another kubelet version, labels or taints the inventory gives it
+// that it lacks. taintFix is the kubectl taint command that adds the missing
+// taints, or "".
+func nodeProblems(t *Target, node talosapi.NodeFacts) (problems []string, taintFix string) {
+	name := t.Machine.Name
+	if !node.Ready {
+		problems = append(problems, "Node "+name+" is not Ready ("+node.ReadyReason+")")
+	}
+	if node.KubeletVersion != t.KubernetesVersion {
+		problems = append(problems, fmt.Sprintf("kubelet %s, cluster.kubernetesVersion %s", node.KubeletVersion, t.KubernetesVersion))
+	}
+	var missing []string
+	for k, v := range t.Machine.NodeLabels() {
+		if got, ok := node.Labels[k]; !ok || got != v {
+			missing = append(missing, k+"="+v)
+		}
+	}
+	if len(missing) > 0 {
+		slices.Sort(missing)
+		problems = append(problems, "Node lacks labels "+strings.Join(missing, ", "))
+	}
+	if p, fix := missingTaints(t.Machine.NodeTaints(), node.Taints); p != "" {
+		problems = append(problems, p)
+		taintFix = "kubectl taint node " + name + " " + strings.Join(fix, " ")
+	}
+	return problems, taintFix
 }
 
 // missingTaints names the taints the inventory gives the machine (its own

@@ -63,10 +63,9 @@ func EvaluateAgent(st *models.StatusResponse) []Problem {
 	}
 	const status = "kubectl -n kube-system exec POD -c cilium-agent -- cilium-dbg status --verbose"
 	var ps []Problem
-	switch kpr := st.KubeProxyReplacement; {
-	case kpr == nil:
+	if kpr := st.KubeProxyReplacement; kpr == nil {
 		ps = append(ps, Problem{"agent reports no kube-proxy replacement status", status})
-	default:
+	} else {
 		if kpr.Mode != models.KubeProxyReplacementModeTrue {
 			ps = append(ps, Problem{
 				fmt.Sprintf("agent runs with kube-proxy replacement %q", kpr.Mode),

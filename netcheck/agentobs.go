@@ -133,6 +133,26 @@ type section struct {
 // ParseAgentReply splits and parses the output of AgentCommand.
 func ParseAgentReply(stdout, stderr []byte, frontends []string) *AgentObservation {
 	o := &AgentObservation{}
+	sections := splitSections(stdout)
+
+	st := sections[0]
+	if st.exit >= 0 {
+		o.StatusErr = st.failed("cilium-dbg status", stderr)
+	} else {
+		o.Status, o.StatusErr = ParseAgentStatus(st.body.Bytes())
+	}
+
+	if len(frontends) == 0 {
+		return o
+	}
+	o.parseFrontends(sections[1:], stderr)
+
+	return o
+}
+
+// splitSections cuts AgentCommand's stdout at its section and exit markers.
+// The first section is cilium-dbg status, which has no marker of its own.
+func splitSections(stdout []byte) []*section {
 	sections := []*section{{name: "status", exit: -1}}
 
 	sc := bufio.NewScanner(bytes.NewReader(stdout))
@@ -154,35 +174,32 @@ func ParseAgentReply(stdout, stderr []byte, frontends []string) *AgentObservatio
 		}
 	}
 
-	failed := func(s *section, what string) error {
-		msg := fmt.Sprintf("%s exited %d", what, s.exit)
-		if t := tail(stderr); t != "" {
-			msg += ": " + t
-		}
+	return sections
+}
 
-		return errors.New(msg)
+// failed is the error of a section whose command exited non-zero, with the
+// tail of the reply's stderr.
+func (s *section) failed(what string, stderr []byte) error {
+	msg := fmt.Sprintf("%s exited %d", what, s.exit)
+	if t := tail(stderr); t != "" {
+		msg += ": " + t
 	}
 
-	st := sections[0]
-	if st.exit >= 0 {
-		o.StatusErr = failed(st, "cilium-dbg status")
-	} else {
-		o.Status, o.StatusErr = ParseAgentStatus(st.body.Bytes())
-	}
+	return errors.New(msg)
+}
 
-	if len(frontends) == 0 {
-		return o
-	}
-
+// parseFrontends fills Frontends from the frontend sections, or from the
+// service-list section, which an agent without the db/get shell falls back to.
+func (o *AgentObservation) parseFrontends(sections []*section, stderr []byte) {
 	o.Frontends = map[string]*FrontendRow{}
 
 	var shellErr error
 
-	for _, s := range sections[1:] {
+	for _, s := range sections {
 		switch s.name {
 		case "frontend":
 			if s.exit >= 0 {
-				shellErr = failed(s, "cilium-dbg shell -- db/get frontends")
+				shellErr = s.failed("cilium-dbg shell -- db/get frontends", stderr)
 				continue
 			}
 
@@ -200,7 +217,7 @@ func ParseAgentReply(stdout, stderr []byte, frontends []string) *AgentObservatio
 		case "service-list":
 			o.FromServiceList = true
 			if s.exit >= 0 {
-				o.FrontendsErr = fmt.Errorf("%w; and %w", shellErr, failed(s, "cilium-dbg service list"))
+				o.FrontendsErr = fmt.Errorf("%w; and %w", shellErr, s.failed("cilium-dbg service list", stderr))
 				continue
 			}
 
@@ -221,8 +238,6 @@ func ParseAgentReply(stdout, stderr []byte, frontends []string) *AgentObservatio
 	if shellErr != nil && !o.FromServiceList && o.FrontendsErr == nil {
 		o.FrontendsErr = shellErr
 	}
-
-	return o
 }
 
 // ParseFrontendRows decodes `db/show frontends -f json` or `db/get`

@@ -275,35 +275,42 @@ func observeAPIService(ctx context.Context, kube kubernetes.Interface) (*APIServ
 			continue
 		}
 		for _, sp := range svc.Spec.Ports {
-			fe := L3n4(ip, int(sp.Port), string(sp.Protocol))
-			backends := []string{}
-			for _, es := range eps.Items {
-				if (es.AddressType == discoveryv1.AddressTypeIPv4) != addr.Is4() {
-					continue
-				}
-				for _, p := range es.Ports {
-					if p.Port == nil || (p.Name != nil && *p.Name != sp.Name) {
-						continue
-					}
-					proto := string(corev1.ProtocolTCP)
-					if p.Protocol != nil {
-						proto = string(*p.Protocol)
-					}
-					for _, e := range es.Endpoints {
-						if e.Conditions.Ready != nil && !*e.Conditions.Ready {
-							continue
-						}
-						for _, a := range e.Addresses {
-							backends = append(backends, L3n4(a, int(*p.Port), proto))
-						}
-					}
-				}
-			}
-			slices.Sort(backends)
-			out.Frontends[fe] = slices.Compact(backends)
+			out.Frontends[L3n4(ip, int(sp.Port), string(sp.Protocol))] = backendsOf(eps.Items, addr.Is4(), sp.Name)
 		}
 	}
 	return out, nil
+}
+
+// backendsOf is the backends of the Service port named portName in the
+// EndpointSlices of one address family: the ready endpoints' addresses with
+// the slice port of that name (an unnamed slice port matches any), sorted
+// and without duplicates.
+func backendsOf(items []discoveryv1.EndpointSlice, is4 bool, portName string) []string {
+	backends := []string{}
+	for _, es := range items {
+		if (es.AddressType == discoveryv1.AddressTypeIPv4) != is4 {
+			continue
+		}
+		for _, p := range es.Ports {
+			if p.Port == nil || (p.Name != nil && *p.Name != portName) {
+				continue
+			}
+			proto := string(corev1.ProtocolTCP)
+			if p.Protocol != nil {
+				proto = string(*p.Protocol)
+			}
+			for _, e := range es.Endpoints {
+				if e.Conditions.Ready != nil && !*e.Conditions.Ready {
+					continue
+				}
+				for _, a := range e.Addresses {
+					backends = append(backends, L3n4(a, int(*p.Port), proto))
+				}
+			}
+		}
+	}
+	slices.Sort(backends)
+	return slices.Compact(backends)
 }
 
 // L3n4 writes an address as Cilium's load-balancer tables do

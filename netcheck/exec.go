@@ -10,7 +10,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/util/httpstream"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -134,17 +133,14 @@ func IsForbidden(err error) bool {
 		return true
 	}
 
-	// A refused upgrade carries the API server's Status as its cause,
-	// without unwrapping to it; the WebSocket and SPDY executors use the
-	// same error type from two packages.
-	var ws *httpstream.UpgradeFailureError
-	if errors.As(err, &ws) {
-		return apierrors.IsForbidden(ws.Cause)
-	}
-
-	var spdy *streamhttp.UpgradeFailureError
-	if errors.As(err, &spdy) {
-		return apierrors.IsForbidden(spdy.Cause)
+	// A refused WebSocket upgrade carries the API server's Status as its
+	// cause, without unwrapping to it. client-go's WebSocket round tripper
+	// (transport/websocket/roundtripper.go, RoundTrip) builds it from
+	// k8s.io/streaming's httpstream; the deprecated copy in apimachinery's
+	// util/httpstream is no longer constructed by client-go.
+	var upgrade *streamhttp.UpgradeFailureError
+	if errors.As(err, &upgrade) {
+		return apierrors.IsForbidden(upgrade.Cause)
 	}
 
 	return false

@@ -71,47 +71,7 @@ type ProbeResult struct {
 // waits for it to end and always deletes it, even when ctx ends first.
 func Probe(ctx context.Context, kube kubernetes.Interface, opts ProbeOptions, node, target string, hostNetwork bool) ProbeResult {
 	opts = opts.withDefaults()
-	kind := "pod"
-	if hostNetwork {
-		kind = "host"
-	}
-	nonRoot, uid, noEscalation := true, int64(65534), false
-	sc := &corev1.SecurityContext{
-		RunAsNonRoot: &nonRoot, RunAsUser: &uid, AllowPrivilegeEscalation: &noEscalation,
-		Capabilities:   &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
-	}
-	deadline := int64(opts.Timeout / time.Second)
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{
-			GenerateName: "devata-probe-" + kind + "-",
-			Namespace:    opts.Namespace,
-			Labels: map[string]string{
-				"app.kubernetes.io/name": ProbeLabel, "app.kubernetes.io/managed-by": "devata",
-				"devata.dev/probe-network": kind,
-			},
-			Annotations: map[string]string{"devata.dev/probe-node": node, "devata.dev/probe-target": target},
-		},
-		Spec: corev1.PodSpec{
-			NodeName:                      node, // no scheduler in the way: this node, or nothing
-			HostNetwork:                   hostNetwork,
-			RestartPolicy:                 corev1.RestartPolicyNever,
-			ActiveDeadlineSeconds:         &deadline,
-			TerminationGracePeriodSeconds: new(int64),
-			AutomountServiceAccountToken:  new(false),
-			Tolerations:                   []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
-			Containers: []corev1.Container{{
-				Name: "probe", Image: opts.Image,
-				Args:                     []string{"connect", target, "--timeout=5s"},
-				TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
-				SecurityContext:          sc,
-				Resources: corev1.ResourceRequirements{
-					Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("16Mi")},
-					Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("32Mi")},
-				},
-			}},
-		},
-	}
+	pod := probePod(opts, node, target, hostNetwork)
 	pods := kube.CoreV1().Pods(opts.Namespace)
 	created, err := pods.Create(ctx, pod, metav1.CreateOptions{})
 	if err != nil {
@@ -163,6 +123,52 @@ func Probe(ctx context.Context, kube kubernetes.Interface, opts ProbeOptions, no
 			continue
 		}
 		last = p
+	}
+}
+
+// probePod is the probe pod: agnhost connect to target, pinned to node,
+// unprivileged, deleted by the API server after opts.Timeout at the latest.
+func probePod(opts ProbeOptions, node, target string, hostNetwork bool) *corev1.Pod {
+	kind := "pod"
+	if hostNetwork {
+		kind = "host"
+	}
+	nonRoot, uid, noEscalation := true, int64(65534), false
+	sc := &corev1.SecurityContext{
+		RunAsNonRoot: &nonRoot, RunAsUser: &uid, AllowPrivilegeEscalation: &noEscalation,
+		Capabilities:   &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+	}
+	deadline := int64(opts.Timeout / time.Second)
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			GenerateName: "devata-probe-" + kind + "-",
+			Namespace:    opts.Namespace,
+			Labels: map[string]string{
+				"app.kubernetes.io/name": ProbeLabel, "app.kubernetes.io/managed-by": "devata",
+				"devata.dev/probe-network": kind,
+			},
+			Annotations: map[string]string{"devata.dev/probe-node": node, "devata.dev/probe-target": target},
+		},
+		Spec: corev1.PodSpec{
+			NodeName:                      node, // no scheduler in the way: this node, or nothing
+			HostNetwork:                   hostNetwork,
+			RestartPolicy:                 corev1.RestartPolicyNever,
+			ActiveDeadlineSeconds:         &deadline,
+			TerminationGracePeriodSeconds: new(int64),
+			AutomountServiceAccountToken:  new(false),
+			Tolerations:                   []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
+			Containers: []corev1.Container{{
+				Name: "probe", Image: opts.Image,
+				Args:                     []string{"connect", target, "--timeout=5s"},
+				TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+				SecurityContext:          sc,
+				Resources: corev1.ResourceRequirements{
+					Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("16Mi")},
+					Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("32Mi")},
+				},
+			}},
+		},
 	}
 }
 

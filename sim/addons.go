@@ -234,6 +234,47 @@ func podSubnet(s snapshot) netip.Prefix {
 	return netip.MustParsePrefix("10.244.0.0/16")
 }
 
+// coreDNSReplicaSet gets or creates the Deployment's ReplicaSet, which owns
+// the pods (what kubectl drain looks for: a pod no controller owns is not
+// evicted without --force).
+func coreDNSReplicaSet(ctx context.Context, kc kubernetes.Interface, dep *appsv1.Deployment, labels map[string]string) (*appsv1.ReplicaSet, error) {
+	rsName := coreDNSName + "-sim"
+	rs, err := kc.AppsV1().ReplicaSets(kubeSystem).Get(ctx, rsName, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		rs, err = kc.AppsV1().ReplicaSets(kubeSystem).Create(ctx, &appsv1.ReplicaSet{
+			ObjectMeta: metav1.ObjectMeta{Name: rsName, Namespace: kubeSystem, Labels: labels,
+				OwnerReferences: []metav1.OwnerReference{controllerRef("apps/v1", "Deployment", dep.Name, dep.UID)}},
+			Spec: appsv1.ReplicaSetSpec{
+				Replicas: dep.Spec.Replicas,
+				Selector: &metav1.LabelSelector{MatchLabels: labels},
+				Template: dep.Spec.Template,
+			},
+		}, metav1.CreateOptions{})
+	}
+
+	if err != nil {
+		return nil, fmt.Errorf("coredns replicaset: %w", err)
+	}
+
+	return rs, nil
+}
+
+// schedulableNodes is the scheduler's NodeUnschedulable filter: a replica is
+// not placed on a cordoned node (the sim moves one there to another, where a
+// real cluster would leave it until a drain evicts it). With every node
+// cordoned, it is all of nodes.
+func schedulableNodes(ctx context.Context, kc kubernetes.Interface, nodes []string) []string {
+	schedulable := slices.DeleteFunc(slices.Clone(nodes), func(name string) bool {
+		n, err := kc.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		return err == nil && n.Spec.Unschedulable
+	})
+	if len(schedulable) == 0 {
+		return nodes
+	}
+
+	return schedulable
+}
+
 // syncCoreDNS keeps the CoreDNS Deployment Talos applies and its pods,
 // placed on the posting nodes in name order, Ready only on a node with a
 // CNI.
@@ -255,36 +296,12 @@ func syncCoreDNS(ctx context.Context, kc kubernetes.Interface, subnet netip.Pref
 		return nil
 	}
 
-	// the Deployment's ReplicaSet, which owns the pods (what kubectl drain
-	// looks for: a pod no controller owns is not evicted without --force)
-	rsName := coreDNSName + "-sim"
-	rs, err := kc.AppsV1().ReplicaSets(kubeSystem).Get(ctx, rsName, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		rs, err = kc.AppsV1().ReplicaSets(kubeSystem).Create(ctx, &appsv1.ReplicaSet{
-			ObjectMeta: metav1.ObjectMeta{Name: rsName, Namespace: kubeSystem, Labels: labels,
-				OwnerReferences: []metav1.OwnerReference{controllerRef("apps/v1", "Deployment", dep.Name, dep.UID)}},
-			Spec: appsv1.ReplicaSetSpec{
-				Replicas: dep.Spec.Replicas,
-				Selector: &metav1.LabelSelector{MatchLabels: labels},
-				Template: dep.Spec.Template,
-			},
-		}, metav1.CreateOptions{})
-	}
-
+	rs, err := coreDNSReplicaSet(ctx, kc, dep, labels)
 	if err != nil {
-		return fmt.Errorf("coredns replicaset: %w", err)
+		return err
 	}
 
-	// the scheduler's NodeUnschedulable filter: a replica is not placed on
-	// a cordoned node (the sim moves one there to another, where a real
-	// cluster would leave it until a drain evicts it)
-	schedulable := slices.DeleteFunc(slices.Clone(nodes), func(name string) bool {
-		n, err := kc.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-		return err == nil && n.Spec.Unschedulable
-	})
-	if len(schedulable) == 0 {
-		schedulable = nodes
-	}
+	schedulable := schedulableNodes(ctx, kc, nodes)
 
 	var errs []error
 

@@ -773,7 +773,7 @@
 //     maintenance server is a factory.NewServer without MaxRecvMsgSize
 //     (v1.11.0 controllers/runtime/maintenance_service.go Run), and a
 //     bigger request fails ResourceExhausted "grpc: received message
-//     larger than max" there (route.go maintenanceMessageSize);
+//     larger than max" there (route_interceptors.go maintenanceMessageSize);
 //   - Version's GoVersion is the Go that built the machine's release
 //     (machinery constants.GoVersion of each tag, goversion.go), not the
 //     sim's (VersionSuite/TestExpectedVersionMaster);
@@ -801,7 +801,7 @@
 //     TestEventsTailAndWatch). v1.11.0's suites wait for every node's boot
 //     STOP (base/api.go WaitForBootDone) through apid's one-to-many
 //     stream, whose targets now stream side by side, as apid's proxy runs
-//     its backends, each given the one request (route.go).
+//     its backends, each given the one request (route_interceptors.go streamInterceptor).
 //
 // Run and expected to pass on both releases: VersionSuite
 // (TestExpectedVersionMaster, TestSameVersionCluster), ApidSuite

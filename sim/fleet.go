@@ -202,58 +202,63 @@ type Fleet struct {
 	schematics   map[string]Schematic
 }
 
+// setDefaults fills the delays and timeouts o leaves at zero.
+func (o *Options) setDefaults() {
+	if o.RebootDelay <= 0 {
+		o.RebootDelay = 2 * time.Second
+	}
+
+	if o.UpgradeDelay <= 0 {
+		o.UpgradeDelay = o.RebootDelay
+	}
+
+	if o.EtcdJoinDelay <= 0 {
+		o.EtcdJoinDelay = 300 * time.Millisecond
+	}
+
+	if o.EtcdClientWait <= 0 {
+		o.EtcdClientWait = 2 * time.Second
+	}
+
+	if o.EtcdNoLeaderWait <= 0 {
+		o.EtcdNoLeaderWait = etcdRetries * etcdRetryBackoff
+	}
+
+	if o.CRIStartDelay <= 0 {
+		o.CRIStartDelay = 500 * time.Millisecond
+	}
+
+	if o.RestartDelay <= 0 {
+		o.RestartDelay = time.Second
+	}
+
+	if o.InstallerPullDelay <= 0 {
+		o.InstallerPullDelay = 100 * time.Millisecond
+	}
+
+	if o.CNIStartDelay <= 0 {
+		o.CNIStartDelay = 2 * time.Second
+	}
+	if o.EtcdJoinTimeout <= 0 {
+		o.EtcdJoinTimeout = 30 * time.Minute
+	}
+
+	if o.BootTimeout <= 0 {
+		o.BootTimeout = 70 * time.Minute
+	}
+
+	if o.EtcdPrepareDelay <= 0 {
+		o.EtcdPrepareDelay = 200 * time.Millisecond
+	}
+}
+
 // Start serves every machine of opts and returns once all of them listen.
 func Start(ctx context.Context, opts Options) (*Fleet, error) {
 	if opts.Bundle == nil || opts.Bundle.Certs == nil || opts.Bundle.Certs.OS == nil {
 		return nil, errors.New("sim: options need a secrets bundle with an OS CA")
 	}
 
-	if opts.RebootDelay <= 0 {
-		opts.RebootDelay = 2 * time.Second
-	}
-
-	if opts.UpgradeDelay <= 0 {
-		opts.UpgradeDelay = opts.RebootDelay
-	}
-
-	if opts.EtcdJoinDelay <= 0 {
-		opts.EtcdJoinDelay = 300 * time.Millisecond
-	}
-
-	if opts.EtcdClientWait <= 0 {
-		opts.EtcdClientWait = 2 * time.Second
-	}
-
-	if opts.EtcdNoLeaderWait <= 0 {
-		opts.EtcdNoLeaderWait = etcdRetries * etcdRetryBackoff
-	}
-
-	if opts.CRIStartDelay <= 0 {
-		opts.CRIStartDelay = 500 * time.Millisecond
-	}
-
-	if opts.RestartDelay <= 0 {
-		opts.RestartDelay = time.Second
-	}
-
-	if opts.InstallerPullDelay <= 0 {
-		opts.InstallerPullDelay = 100 * time.Millisecond
-	}
-
-	if opts.CNIStartDelay <= 0 {
-		opts.CNIStartDelay = 2 * time.Second
-	}
-	if opts.EtcdJoinTimeout <= 0 {
-		opts.EtcdJoinTimeout = 30 * time.Minute
-	}
-
-	if opts.BootTimeout <= 0 {
-		opts.BootTimeout = 70 * time.Minute
-	}
-
-	if opts.EtcdPrepareDelay <= 0 {
-		opts.EtcdPrepareDelay = 200 * time.Millisecond
-	}
+	opts.setDefaults()
 
 	log := opts.Logger
 	if log == nil {
@@ -329,21 +334,15 @@ func Start(ctx context.Context, opts Options) (*Fleet, error) {
 	return f, nil
 }
 
-func (f *Fleet) add(spec MachineSpec, loaded map[[sha256.Size]byte]config.Provider) (*Machine, error) {
-	if spec.Name == "" {
-		return nil, errors.New("name is empty")
-	}
-
-	if _, dup := f.byName[spec.Name]; dup {
-		return nil, errors.New("name is not unique")
-	}
-
+// withDefaults checks a machine's role and fills the role, address, Talos
+// version and system disk it leaves empty.
+func (spec MachineSpec) withDefaults() (MachineSpec, error) {
 	switch spec.Role {
 	case "controlplane", "worker":
 	case "":
 		spec.Role = "worker"
 	default:
-		return nil, fmt.Errorf("role %q is neither controlplane nor worker", spec.Role)
+		return spec, fmt.Errorf("role %q is neither controlplane nor worker", spec.Role)
 	}
 
 	if spec.Address == "" {
@@ -356,6 +355,25 @@ func (f *Fleet) add(spec MachineSpec, loaded map[[sha256.Size]byte]config.Provid
 
 	if spec.SystemDisk.Device == "" {
 		spec.SystemDisk.Device = "/dev/sda"
+	}
+
+	return spec, nil
+}
+
+// add validates spec, loads its config (once per distinct config), starts
+// listening and serving the machine, and registers it in the fleet.
+func (f *Fleet) add(spec MachineSpec, loaded map[[sha256.Size]byte]config.Provider) (*Machine, error) {
+	if spec.Name == "" {
+		return nil, errors.New("name is empty")
+	}
+
+	if _, dup := f.byName[spec.Name]; dup {
+		return nil, errors.New("name is not unique")
+	}
+
+	spec, err := spec.withDefaults()
+	if err != nil {
+		return nil, err
 	}
 
 	m := &Machine{

@@ -124,112 +124,17 @@ func Observe(ctx context.Context, c *client.Client, m *inventory.Machine) *Obser
 		wg.Add(1)
 		go func() { defer wg.Done(); fn() }()
 	}
-
-	read(func() {
-		list, err := safe.StateListAll[*block.VolumeStatus](ctx, c.COSI)
-		if err != nil {
-			o.VolumesErr = fmt.Errorf("list VolumeStatus: %w", talosapi.PlainError(err))
-			return
-		}
-		o.Volumes = make(map[string]Volume, list.Len())
-		for r := range list.All() {
-			s := r.TypedSpec()
-			v := Volume{
-				ID: r.Metadata().ID(), Phase: s.Phase.String(), ErrorMessage: s.ErrorMessage,
-				Location: s.Location, ParentLocation: s.ParentLocation, Size: s.Size,
-			}
-			if s.Phase == block.VolumePhaseFailed {
-				v.PreFailPhase = s.PreFailPhase.String()
-			}
-			if s.Filesystem != block.FilesystemTypeNone {
-				v.Filesystem = s.Filesystem.String()
-			}
-			o.Volumes[v.ID] = v
-		}
-	})
-	read(func() {
-		list, err := safe.StateListAll[*block.MountStatus](ctx, c.COSI)
-		if err != nil {
-			o.MountsErr = fmt.Errorf("list MountStatus: %w", talosapi.PlainError(err))
-			return
-		}
-		for r := range list.All() {
-			s := r.TypedSpec()
-			mnt := Mount{ID: r.Metadata().ID(), VolumeID: s.Spec.VolumeID, Source: s.Source, Target: s.Target, ReadOnly: s.ReadOnly}
-			if s.Filesystem != block.FilesystemTypeNone {
-				mnt.Filesystem = s.Filesystem.String()
-			}
-			o.Mounts = append(o.Mounts, mnt)
-		}
-	})
-	read(func() {
-		resp, err := c.Mounts(ctx)
-		if err != nil {
-			o.UsageErr = fmt.Errorf("mounts: %w", talosapi.PlainError(err))
-			return
-		}
-		for _, msg := range resp.GetMessages() {
-			for _, st := range msg.GetStats() {
-				o.Usage = append(o.Usage, Usage{Source: st.GetFilesystem(), Target: st.GetMountedOn(), Size: st.GetSize(), Available: st.GetAvailable()})
-			}
-		}
-	})
-	read(func() {
-		ks, err := safe.StateGet[*k8s.KubeletSpec](ctx, c.COSI, resource.NewMetadata(k8s.NamespaceName, k8s.KubeletSpecType, k8s.KubeletID, resource.VersionUndefined))
-		switch {
-		case state.IsNotFoundError(err):
-			return
-		case err != nil:
-			o.KubeletErr = fmt.Errorf("read KubeletSpec: %w", talosapi.PlainError(err))
-			return
-		}
-		o.KubeletFound = true
-		for _, em := range ks.TypedSpec().ExtraMounts {
-			o.KubeletMounts = append(o.KubeletMounts, KubeletMount{Source: em.Source, Destination: em.Destination, Type: em.Type, Options: slices.Clone(em.Options)})
-		}
-	})
-	read(func() {
-		list, err := safe.StateListAll[*block.DiscoveredVolume](ctx, c.COSI)
-		if err != nil {
-			o.DiscoveredErr = fmt.Errorf("list DiscoveredVolume: %w", talosapi.PlainError(err))
-			return
-		}
-		for r := range list.All() {
-			s := r.TypedSpec()
-			o.Discovered = append(o.Discovered, Discovered{
-				ID: r.Metadata().ID(), DevPath: s.DevPath, Type: s.Type, ParentDevPath: s.ParentDevPath,
-				Signature: s.Name, PartitionLabel: s.PartitionLabel, Size: s.Size,
-			})
-		}
-	})
+	// Each read fills its own fields of o, so they need no lock.
+	read(func() { o.readVolumes(ctx, c) })
+	read(func() { o.readMounts(ctx, c) })
+	read(func() { o.readUsage(ctx, c) })
+	read(func() { o.readKubeletMounts(ctx, c) })
+	read(func() { o.readDiscovered(ctx, c) })
 	var disksErr, systemErr error
 	if m != nil && len(m.RawDisks) > 0 {
 		o.DisksRead = true
-		read(func() {
-			list, err := safe.StateListAll[*block.Disk](ctx, c.COSI)
-			if err != nil {
-				disksErr = fmt.Errorf("list Disk: %w", talosapi.PlainError(err))
-				return
-			}
-			for r := range list.All() {
-				spec := &blockpb.DiskSpec{}
-				if err := proto.ResourceSpecToProto(r, spec); err != nil {
-					disksErr = fmt.Errorf("disk %s: %w", r.Metadata().ID(), err)
-					return
-				}
-				o.Disks = append(o.Disks, Disk{ID: r.Metadata().ID(), Spec: spec})
-			}
-		})
-		read(func() {
-			sd, err := safe.StateGet[*block.SystemDisk](ctx, c.COSI, resource.NewMetadata(block.NamespaceName, block.SystemDiskType, block.SystemDiskID, resource.VersionUndefined))
-			switch {
-			case state.IsNotFoundError(err):
-			case err != nil:
-				systemErr = fmt.Errorf("read SystemDisk: %w", talosapi.PlainError(err))
-			default:
-				o.SystemDisk = sd.TypedSpec().DiskID
-			}
-		})
+		read(func() { disksErr = o.readDisks(ctx, c) })
+		read(func() { systemErr = o.readSystemDisk(ctx, c) })
 	}
 	wg.Wait()
 	o.DisksErr = errors.Join(disksErr, systemErr)
@@ -244,4 +149,124 @@ func Observe(ctx context.Context, c *client.Client, m *inventory.Machine) *Obser
 	}
 
 	return o
+}
+
+// readVolumes fills Volumes (or VolumesErr) from the VolumeStatus resources.
+func (o *Observation) readVolumes(ctx context.Context, c *client.Client) {
+	list, err := safe.StateListAll[*block.VolumeStatus](ctx, c.COSI)
+	if err != nil {
+		o.VolumesErr = fmt.Errorf("list VolumeStatus: %w", talosapi.PlainError(err))
+		return
+	}
+	o.Volumes = make(map[string]Volume, list.Len())
+	for r := range list.All() {
+		s := r.TypedSpec()
+		v := Volume{
+			ID: r.Metadata().ID(), Phase: s.Phase.String(), ErrorMessage: s.ErrorMessage,
+			Location: s.Location, ParentLocation: s.ParentLocation, Size: s.Size,
+		}
+		if s.Phase == block.VolumePhaseFailed {
+			v.PreFailPhase = s.PreFailPhase.String()
+		}
+		if s.Filesystem != block.FilesystemTypeNone {
+			v.Filesystem = s.Filesystem.String()
+		}
+		o.Volumes[v.ID] = v
+	}
+}
+
+// readMounts fills Mounts (or MountsErr) from the MountStatus resources.
+func (o *Observation) readMounts(ctx context.Context, c *client.Client) {
+	list, err := safe.StateListAll[*block.MountStatus](ctx, c.COSI)
+	if err != nil {
+		o.MountsErr = fmt.Errorf("list MountStatus: %w", talosapi.PlainError(err))
+		return
+	}
+	for r := range list.All() {
+		s := r.TypedSpec()
+		mnt := Mount{ID: r.Metadata().ID(), VolumeID: s.Spec.VolumeID, Source: s.Source, Target: s.Target, ReadOnly: s.ReadOnly}
+		if s.Filesystem != block.FilesystemTypeNone {
+			mnt.Filesystem = s.Filesystem.String()
+		}
+		o.Mounts = append(o.Mounts, mnt)
+	}
+}
+
+// readUsage fills Usage (or UsageErr) from the Mounts API.
+func (o *Observation) readUsage(ctx context.Context, c *client.Client) {
+	resp, err := c.Mounts(ctx)
+	if err != nil {
+		o.UsageErr = fmt.Errorf("mounts: %w", talosapi.PlainError(err))
+		return
+	}
+	for _, msg := range resp.GetMessages() {
+		for _, st := range msg.GetStats() {
+			o.Usage = append(o.Usage, Usage{Source: st.GetFilesystem(), Target: st.GetMountedOn(), Size: st.GetSize(), Available: st.GetAvailable()})
+		}
+	}
+}
+
+// readKubeletMounts fills KubeletFound and KubeletMounts (or KubeletErr)
+// from the KubeletSpec; a node without one has KubeletFound false.
+func (o *Observation) readKubeletMounts(ctx context.Context, c *client.Client) {
+	ks, err := safe.StateGet[*k8s.KubeletSpec](ctx, c.COSI, resource.NewMetadata(k8s.NamespaceName, k8s.KubeletSpecType, k8s.KubeletID, resource.VersionUndefined))
+	switch {
+	case state.IsNotFoundError(err):
+		return
+	case err != nil:
+		o.KubeletErr = fmt.Errorf("read KubeletSpec: %w", talosapi.PlainError(err))
+		return
+	}
+	o.KubeletFound = true
+	for _, em := range ks.TypedSpec().ExtraMounts {
+		o.KubeletMounts = append(o.KubeletMounts, KubeletMount{Source: em.Source, Destination: em.Destination, Type: em.Type, Options: slices.Clone(em.Options)})
+	}
+}
+
+// readDiscovered fills Discovered (or DiscoveredErr) from the
+// DiscoveredVolume resources.
+func (o *Observation) readDiscovered(ctx context.Context, c *client.Client) {
+	list, err := safe.StateListAll[*block.DiscoveredVolume](ctx, c.COSI)
+	if err != nil {
+		o.DiscoveredErr = fmt.Errorf("list DiscoveredVolume: %w", talosapi.PlainError(err))
+		return
+	}
+	for r := range list.All() {
+		s := r.TypedSpec()
+		o.Discovered = append(o.Discovered, Discovered{
+			ID: r.Metadata().ID(), DevPath: s.DevPath, Type: s.Type, ParentDevPath: s.ParentDevPath,
+			Signature: s.Name, PartitionLabel: s.PartitionLabel, Size: s.Size,
+		})
+	}
+}
+
+// readDisks fills Disks from the Disk resources. Its error joins
+// readSystemDisk's in DisksErr.
+func (o *Observation) readDisks(ctx context.Context, c *client.Client) error {
+	list, err := safe.StateListAll[*block.Disk](ctx, c.COSI)
+	if err != nil {
+		return fmt.Errorf("list Disk: %w", talosapi.PlainError(err))
+	}
+	for r := range list.All() {
+		spec := &blockpb.DiskSpec{}
+		if err := proto.ResourceSpecToProto(r, spec); err != nil {
+			return fmt.Errorf("disk %s: %w", r.Metadata().ID(), err)
+		}
+		o.Disks = append(o.Disks, Disk{ID: r.Metadata().ID(), Spec: spec})
+	}
+	return nil
+}
+
+// readSystemDisk fills SystemDisk from the SystemDisk resource; a node
+// without one leaves it empty.
+func (o *Observation) readSystemDisk(ctx context.Context, c *client.Client) error {
+	sd, err := safe.StateGet[*block.SystemDisk](ctx, c.COSI, resource.NewMetadata(block.NamespaceName, block.SystemDiskType, block.SystemDiskID, resource.VersionUndefined))
+	switch {
+	case state.IsNotFoundError(err):
+	case err != nil:
+		return fmt.Errorf("read SystemDisk: %w", talosapi.PlainError(err))
+	default:
+		o.SystemDisk = sd.TypedSpec().DiskID
+	}
+	return nil
 }
