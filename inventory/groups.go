@@ -84,46 +84,73 @@ func ParseTaint(s string) (value, effect string) {
 // (Machine.Groups) and merges their labels and taints, naming two groups
 // that set one label or taint differently on a machine.
 func (v *validator) validateGroups() {
-	inv := v.inv
 	names := map[string]string{}
-	for i := range inv.Groups {
-		g := &inv.Groups[i]
-		p := fmt.Sprintf("groups[%d]", i)
-		if v.dns1123Label(p+".name", g.Name) {
-			if first, dup := names[g.Name]; dup {
-				v.errorf(p+".name", "duplicate group name %q (also %s)", g.Name, first)
-			}
-			names[g.Name] = p
-		}
-		switch g.Selector.Role {
-		case "", RoleControlPlane, RoleWorker:
-		default:
-			v.errorf(p+".selector.role", "must be controlplane or worker, got %q", g.Selector.Role)
-		}
-		if g.Selector.Role == "" && len(g.Selector.MatchLabels) == 0 {
-			v.errorf(p+".selector", "an empty selector would pick every machine: give matchLabels or a role (cluster.patches already apply to every machine)")
-		}
-		v.labelMap(p+".selector.matchLabels", g.Selector.MatchLabels)
-		v.labelMap(p+".labels", g.Labels)
-		v.taintMap(p+".taints", g.Taints)
-		v.patches(p+".patches", g.Patches)
-		if g.Rollout.MaxUnavailable < 0 {
-			v.errorf(p+".rollout.maxUnavailable", "%d: give how many of the group's workers may change at once (1 or more), or leave it out for the global --max-unavailable", g.Rollout.MaxUnavailable)
-		}
-		v.validateHoldAndWindows(p, g.Hold, g.MaintenanceWindows)
-		if len(g.Labels) == 0 && len(g.Taints) == 0 && len(g.Patches) == 0 && g.Rollout.MaxUnavailable == 0 && g.Hold == nil && len(g.MaintenanceWindows) == 0 {
-			v.warnf(p, "group %s sets no patches, labels, taints or rollout limit: it changes nothing", g.Name)
-		}
+	for i := range v.inv.Groups {
+		v.validateGroup(i, names)
 	}
+	v.resolveGroups()
+}
 
-	type setBy struct{ value, group string }
-	type conflict struct {
-		gi                int
-		what, key, first  string
-		firstVal, thisVal string
+// validateGroup checks groups[i]'s own fields; names maps the group names
+// seen so far to their paths.
+func (v *validator) validateGroup(i int, names map[string]string) {
+	g := &v.inv.Groups[i]
+	p := fmt.Sprintf("groups[%d]", i)
+	if v.dns1123Label(p+".name", g.Name) {
+		if first, dup := names[g.Name]; dup {
+			v.errorf(p+".name", "duplicate group name %q (also %s)", g.Name, first)
+		}
+		names[g.Name] = p
 	}
-	var conflicts []conflict
-	clashes := map[conflict][]string{} // machines each clash is on, named once
+	switch g.Selector.Role {
+	case "", RoleControlPlane, RoleWorker:
+	default:
+		v.errorf(p+".selector.role", "must be controlplane or worker, got %q", g.Selector.Role)
+	}
+	if g.Selector.Role == "" && len(g.Selector.MatchLabels) == 0 {
+		v.errorf(p+".selector", "an empty selector would pick every machine: give matchLabels or a role (cluster.patches already apply to every machine)")
+	}
+	v.labelMap(p+".selector.matchLabels", g.Selector.MatchLabels)
+	v.labelMap(p+".labels", g.Labels)
+	v.taintMap(p+".taints", g.Taints)
+	v.patches(p+".patches", g.Patches)
+	if g.Rollout.MaxUnavailable < 0 {
+		v.errorf(p+".rollout.maxUnavailable", "%d: give how many of the group's workers may change at once (1 or more), or leave it out for the global --max-unavailable", g.Rollout.MaxUnavailable)
+	}
+	v.validateHoldAndWindows(p, g.Hold, g.MaintenanceWindows)
+	if len(g.Labels) == 0 && len(g.Taints) == 0 && len(g.Patches) == 0 && g.Rollout.MaxUnavailable == 0 && g.Hold == nil && len(g.MaintenanceWindows) == 0 {
+		v.warnf(p, "group %s sets no patches, labels, taints or rollout limit: it changes nothing", g.Name)
+	}
+}
+
+// setBy is a label's or taint's value and the group that set it first.
+type setBy struct{ value, group string }
+
+// groupConflict is two groups setting one label or taint differently.
+type groupConflict struct {
+	gi                int
+	what, key, first  string
+	firstVal, thisVal string
+}
+
+// groupClashes gathers the conflicts, each once, with the machines it is on.
+type groupClashes struct {
+	order []groupConflict
+	on    map[groupConflict][]string
+}
+
+func (c *groupClashes) add(k groupConflict, machine string) {
+	if _, ok := c.on[k]; !ok {
+		c.order = append(c.order, k)
+	}
+	c.on[k] = append(c.on[k], machine)
+}
+
+// resolveGroups resolves which machines each group selects and merges the
+// groups' labels, taints, holds and windows onto each machine.
+func (v *validator) resolveGroups() {
+	inv := v.inv
+	clashes := &groupClashes{on: map[groupConflict][]string{}}
 	matched := make([]int, len(inv.Groups))
 	for i := range inv.Machines {
 		m := &inv.Machines[i]
@@ -135,33 +162,8 @@ func (v *validator) validateGroups() {
 				continue
 			}
 			matched[gi]++
-			m.Groups = append(m.Groups, g.Name)
-			if g.Hold != nil && m.groupHold == nil {
-				m.groupHold = &Hold{Reason: "group " + g.Name + ": " + g.Hold.Reason}
-			}
-			for _, w := range g.MaintenanceWindows {
-				if !slices.Contains(m.groupWindows, w) {
-					m.groupWindows = append(m.groupWindows, w)
-				}
-			}
-			for _, kv := range []struct {
-				what string
-				set  map[string]string
-				seen map[string]setBy
-			}{{"label", g.Labels, labels}, {"taint", g.Taints, taints}} {
-				for _, k := range slices.Sorted(maps.Keys(kv.set)) {
-					val := kv.set[k]
-					if first, ok := kv.seen[k]; ok && first.value != val {
-						c := conflict{gi, kv.what, k, first.group, first.value, val}
-						if _, ok := clashes[c]; !ok {
-							conflicts = append(conflicts, c)
-						}
-						clashes[c] = append(clashes[c], m.Name)
-						continue
-					}
-					kv.seen[k] = setBy{val, g.Name}
-				}
-			}
+			joinGroup(m, g)
+			mergeGroupKeys(clashes, m.Name, gi, g, labels, taints)
 		}
 		if len(m.Groups) == 0 {
 			continue
@@ -169,8 +171,8 @@ func (v *validator) validateGroups() {
 		m.nodeLabels = merged(labels, m.Labels, func(s setBy) string { return s.value })
 		m.nodeTaints = merged(taints, m.Taints, func(s setBy) string { return s.value })
 	}
-	for _, c := range conflicts {
-		ms := clashes[c]
+	for _, c := range clashes.order {
+		ms := clashes.on[c]
 		on := strings.Join(ms[:min(len(ms), 5)], ", ")
 		if len(ms) > 5 {
 			on += fmt.Sprintf(" and %d more", len(ms)-5)
@@ -181,6 +183,39 @@ func (v *validator) validateGroups() {
 	for gi, n := range matched {
 		if n == 0 {
 			v.warnf(fmt.Sprintf("groups[%d].selector", gi), "group %s selects no machine: check matchLabels against the machines' own labels (labels groups give are not matched)", inv.Groups[gi].Name)
+		}
+	}
+}
+
+// joinGroup records that g selects m: its name, its hold (the first
+// group's) and its maintenance windows.
+func joinGroup(m *Machine, g *Group) {
+	m.Groups = append(m.Groups, g.Name)
+	if g.Hold != nil && m.groupHold == nil {
+		m.groupHold = &Hold{Reason: "group " + g.Name + ": " + g.Hold.Reason}
+	}
+	for _, w := range g.MaintenanceWindows {
+		if !slices.Contains(m.groupWindows, w) {
+			m.groupWindows = append(m.groupWindows, w)
+		}
+	}
+}
+
+// mergeGroupKeys adds groups[gi]'s labels and taints to those machine got
+// from earlier groups, recording a clash where one sets a key differently.
+func mergeGroupKeys(clashes *groupClashes, machine string, gi int, g *Group, labels, taints map[string]setBy) {
+	for _, kv := range []struct {
+		what string
+		set  map[string]string
+		seen map[string]setBy
+	}{{"label", g.Labels, labels}, {"taint", g.Taints, taints}} {
+		for _, k := range slices.Sorted(maps.Keys(kv.set)) {
+			val := kv.set[k]
+			if first, ok := kv.seen[k]; ok && first.value != val {
+				clashes.add(groupConflict{gi, kv.what, k, first.group, first.value, val}, machine)
+				continue
+			}
+			kv.seen[k] = setBy{val, g.Name}
 		}
 	}
 }

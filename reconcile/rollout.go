@@ -137,10 +137,35 @@ func (r *Rollout) Run(ctx context.Context, plan *Plan) *RolloutResult {
 		}
 		return out
 	}
-	var cps []unit
-	var workers []int
-	// joins first: until a control plane joined, a gate counts it down
-	// when etcd still lists its old member
+	run := &rolloutRun{r: r, gate: g, actions: actions, out: out, started: make([]bool, len(actions)), done: make([]bool, len(actions))}
+	cps, workers := rolloutOrder(actions)
+	if k := plan.Kubernetes; k != nil && k.Refused == "" {
+		if err := r.prePull(ctx, actions); err != nil {
+			return run.stop(err.Error())
+		}
+	}
+	for _, u := range cps {
+		if why := run.controlPlane(ctx, u); why != "" {
+			return run.stop(why)
+		}
+	}
+	for _, batch := range workerBatches(r.Inventory, actions, workers, r.MaxUnavailable) {
+		if why := run.workers(ctx, batch); why != "" {
+			return run.stop(why)
+		}
+	}
+	if err := r.syncManifests(ctx, plan, out); err != nil { // kubemanifests.go
+		return run.stop(err.Error())
+	}
+	return out
+}
+
+// rolloutOrder is the order Run takes the actions in: the control planes'
+// units (joins first: until a control plane joined, a gate counts it down
+// when etcd still lists its old member; then each control plane's change,
+// a Kubernetes change one phase per component round in talosctl
+// upgrade-k8s' order), and the workers' actions.
+func rolloutOrder(actions []Action) (cps []unit, workers []int) {
 	for i, a := range actions {
 		if a.Kind == KindJoin && a.Machine.IsControlPlane() {
 			cps = append(cps, unit{i, -1})
@@ -168,115 +193,126 @@ func (r *Rollout) Run(ctx context.Context, plan *Plan) *RolloutResult {
 			}
 		}
 	}
-	started, done := make([]bool, len(actions)), make([]bool, len(actions))
-	// stop ends the rollout: every action not started is untouched, every
-	// one started and not done partial.
-	stop := func(why string) *RolloutResult {
-		out.Stopped = why
-		for i, a := range actions {
-			switch {
-			case !started[i]:
-				out.Untouched = append(out.Untouched, a.Machine.Name)
-			case !done[i] && !slices.Contains(out.Failed, a.Machine.Name):
-				out.Partial = append(out.Partial, a.Machine.Name)
-			}
+	return cps, workers
+}
+
+// rolloutRun is one Run's progress: which actions started and which are
+// done, and the result it builds.
+type rolloutRun struct {
+	r             *Rollout
+	gate          *gate.Etcd
+	actions       []Action
+	out           *RolloutResult
+	started, done []bool
+}
+
+// stop ends the rollout: every action not started is untouched, every one
+// started and not done partial.
+func (run *rolloutRun) stop(why string) *RolloutResult {
+	out := run.out
+	out.Stopped = why
+	for i, a := range run.actions {
+		switch {
+		case !run.started[i]:
+			out.Untouched = append(out.Untouched, a.Machine.Name)
+		case !run.done[i] && !slices.Contains(out.Failed, a.Machine.Name):
+			out.Partial = append(out.Partial, a.Machine.Name)
 		}
-		return out
-	}
-	// finish counts an action whose last apply is done.
-	finish := func(i int) {
-		done[i] = true
-		if k := actions[i].Kubernetes; k != nil && len(k.Held) > 0 {
-			out.Partial = append(out.Partial, actions[i].Machine.Name)
-			return
-		}
-		out.Converged = append(out.Converged, actions[i].Machine.Name)
-	}
-	if k := plan.Kubernetes; k != nil && k.Refused == "" {
-		if err := r.prePull(ctx, actions); err != nil {
-			return stop(err.Error())
-		}
-	}
-	for _, u := range cps {
-		a := actions[u.action]
-		if err := ctx.Err(); err != nil {
-			return stop("interrupted before " + a.Machine.Name)
-		}
-		var down *inventory.Machine
-		if u.reboots(a) {
-			down = a.Machine
-		}
-		pass := func() error { return g.Pass(ctx, "before "+a.Machine.Name, down) }
-		if a.Kind == KindJoin {
-			pass = func() error { return g.PassJoin(ctx, "before "+a.Machine.Name+" joins", a.Machine) }
-		}
-		if err := pass(); err != nil {
-			var qe *gate.QuorumError
-			out.Refused = errors.As(err, &qe) && qe.Loss
-			return stop(err.Error())
-		}
-		started[u.action] = true
-		err := r.apply(context.WithoutCancel(ctx), a, u.phase)
-		if ctx.Err() != nil {
-			out.InFlight = a.Machine.Name // interrupted while changing it: finished, not abandoned
-		}
-		if err != nil {
-			out.Failed = append(out.Failed, a.Machine.Name)
-			return stop(err.Error())
-		}
-		if u.last(a) {
-			finish(u.action)
-		}
-		if err := g.Pass(context.WithoutCancel(ctx), "after "+a.Machine.Name, nil); err != nil {
-			return stop(err.Error())
-		}
-	}
-	for _, batch := range workerBatches(r.Inventory, actions, workers, r.MaxUnavailable) {
-		if ctx.Err() != nil {
-			var ns []string
-			for _, i := range batch {
-				ns = append(ns, actions[i].Machine.Name)
-			}
-			return stop("interrupted before " + strings.Join(ns, ", "))
-		}
-		var (
-			mu   sync.Mutex
-			errs []string
-			wg   sync.WaitGroup
-		)
-		for _, i := range batch {
-			started[i] = true
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				err := r.applyAll(context.WithoutCancel(ctx), actions[i])
-				mu.Lock()
-				defer mu.Unlock()
-				if err != nil {
-					out.Failed = append(out.Failed, actions[i].Machine.Name)
-					errs = append(errs, err.Error())
-				} else {
-					finish(i)
-				}
-			}()
-		}
-		wg.Wait()
-		if ctx.Err() != nil {
-			var ns []string
-			for _, i := range batch {
-				ns = append(ns, actions[i].Machine.Name)
-			}
-			out.InFlight = strings.Join(ns, ", ")
-		}
-		if len(errs) > 0 {
-			slices.Sort(out.Failed)
-			return stop(strings.Join(errs, "; "))
-		}
-	}
-	if err := r.syncManifests(ctx, plan, out); err != nil { // kubemanifests.go
-		return stop(err.Error())
 	}
 	return out
+}
+
+// finish counts an action whose last apply is done.
+func (run *rolloutRun) finish(i int) {
+	run.done[i] = true
+	if k := run.actions[i].Kubernetes; k != nil && len(k.Held) > 0 {
+		run.out.Partial = append(run.out.Partial, run.actions[i].Machine.Name)
+		return
+	}
+	run.out.Converged = append(run.out.Converged, run.actions[i].Machine.Name)
+}
+
+// controlPlane takes one control plane's unit between two passes of the
+// etcd gate; it says why the rollout stops, or "".
+func (run *rolloutRun) controlPlane(ctx context.Context, u unit) string {
+	a := run.actions[u.action]
+	if err := ctx.Err(); err != nil {
+		return "interrupted before " + a.Machine.Name
+	}
+	var down *inventory.Machine
+	if u.reboots(a) {
+		down = a.Machine
+	}
+	pass := func() error { return run.gate.Pass(ctx, "before "+a.Machine.Name, down) }
+	if a.Kind == KindJoin {
+		pass = func() error { return run.gate.PassJoin(ctx, "before "+a.Machine.Name+" joins", a.Machine) }
+	}
+	if err := pass(); err != nil {
+		var qe *gate.QuorumError
+		run.out.Refused = errors.As(err, &qe) && qe.Loss
+		return err.Error()
+	}
+	run.started[u.action] = true
+	err := run.r.apply(context.WithoutCancel(ctx), a, u.phase)
+	if ctx.Err() != nil {
+		run.out.InFlight = a.Machine.Name // interrupted while changing it: finished, not abandoned
+	}
+	if err != nil {
+		run.out.Failed = append(run.out.Failed, a.Machine.Name)
+		return err.Error()
+	}
+	if u.last(a) {
+		run.finish(u.action)
+	}
+	if err := run.gate.Pass(context.WithoutCancel(ctx), "after "+a.Machine.Name, nil); err != nil {
+		return err.Error()
+	}
+	return ""
+}
+
+// workers changes one batch of workers at once; it says why the rollout
+// stops, or "".
+func (run *rolloutRun) workers(ctx context.Context, batch []int) string {
+	names := func() string {
+		var ns []string
+		for _, i := range batch {
+			ns = append(ns, run.actions[i].Machine.Name)
+		}
+		return strings.Join(ns, ", ")
+	}
+	if ctx.Err() != nil {
+		return "interrupted before " + names()
+	}
+	var (
+		mu   sync.Mutex
+		errs []string
+		wg   sync.WaitGroup
+	)
+	for _, i := range batch {
+		run.started[i] = true
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := run.r.applyAll(context.WithoutCancel(ctx), run.actions[i])
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				run.out.Failed = append(run.out.Failed, run.actions[i].Machine.Name)
+				errs = append(errs, err.Error())
+			} else {
+				run.finish(i)
+			}
+		}()
+	}
+	wg.Wait()
+	if ctx.Err() != nil {
+		run.out.InFlight = names()
+	}
+	if len(errs) > 0 {
+		slices.Sort(run.out.Failed)
+		return strings.Join(errs, "; ")
+	}
+	return ""
 }
 
 // workerBatches splits the workers' actions into batches of at most max,
@@ -500,4 +536,3 @@ func (r *Rollout) say(format string, args ...any) {
 		r.Say(format, args...)
 	}
 }
-

@@ -46,81 +46,100 @@ func (p *Plan) Write(w io.Writer) {
 		if len(g) > 1 {
 			who = machineList(g) + fmt.Sprintf(" (%d machines)", len(g))
 		}
-		switch act.Kind {
-		case KindApply:
-			reboot := "no reboot"
-			if act.Reboots {
-				reboot = "REBOOTS"
-			}
-			fmt.Fprintf(w, "  %-20s apply %s (%s): %s\n", who, act.Mode, reboot, act.Diff.Summary())
-			if act.Contract != "" {
-				fmt.Fprintf(w, "      %s\n", act.Contract)
-			}
-			if act.NotReady != "" {
-				fmt.Fprintf(w, "      %s\n", act.NotReady)
-			}
-			if k := act.Kubernetes; k != nil {
-				fmt.Fprintf(w, "      Kubernetes %s, one apply per component: %s\n", k.From, k.moves())
-			}
-			if len(act.Diff.Changes) > 0 {
-				fmt.Fprintln(w, "      changes:")
-				for _, c := range act.Diff.Changes {
-					fmt.Fprintf(w, "        %s\n", c)
-				}
-			}
-			for _, line := range strings.Split(strings.TrimRight(act.Diff.Text, "\n"), "\n") {
-				if line != "" {
-					fmt.Fprintf(w, "      %s\n", line)
-				}
-			}
-			for _, warn := range act.Warnings {
-				fmt.Fprintf(w, "      warning: %s\n", warn)
-			}
-			p.writeDrain(w, act)
-		case KindUpgrade:
-			u := act.Upgrade
-			if u.From == u.To {
-				fmt.Fprintf(w, "  %-20s reinstall Talos %s (REBOOTS): %s\n", who, u.To, u.Image)
-				fmt.Fprintf(w, "      %s\n", act.Reason)
-			} else {
-				fmt.Fprintf(w, "  %-20s upgrade Talos %s → %s (REBOOTS): %s\n", who, u.From, u.To, u.Image)
-			}
-			if u.Final != "" {
-				fmt.Fprintf(w, "      one minor release at a time: this hop to %s, then on to %s (cluster.installImage)\n", u.To, u.Final)
-			}
-			if via := talosapi.UpgradeVia(u.From); via == talosapi.UpgradeViaLifecycle && !u.Stage {
-				fmt.Fprintf(w, "      through %s: the installer is pulled and run while it runs, then it reboots\n", via)
-			}
-			if act.NotReady != "" {
-				fmt.Fprintf(w, "      %s\n", act.NotReady)
-			}
-			for _, warn := range act.Warnings {
-				fmt.Fprintf(w, "      warning: %s\n", warn)
-			}
-			p.writeDrain(w, act)
-		case KindJoin:
-			fmt.Fprintf(w, "  %-20s join (REBOOTS): %s\n", who, act.Reason)
-			for _, warn := range act.Warnings {
-				fmt.Fprintf(w, "      warning: %s\n", warn)
-			}
-		case KindNone:
-			if !countInSync {
-				fmt.Fprintf(w, "  %-20s in sync\n", who)
-			}
-		case KindSkip:
-			if act.HeldBy != "" {
-				fmt.Fprintf(w, "  %-20s held: %s\n", who, act.Reason)
-				break
-			}
-			fmt.Fprintf(w, "  %-20s skipped: %s\n", who, act.Reason)
-		default:
-			fmt.Fprintf(w, "  %-20s skipped: %s\n", who, act.Reason)
-		}
+		p.writeGroup(w, act, who, countInSync)
 	}
 	if countInSync && inSync > 0 {
 		fmt.Fprintf(w, "  %d of %d machines in sync\n", inSync, len(p.Actions))
 	}
 	writeKubernetes(w, p.Kubernetes)
+}
+
+// writeGroup writes one action for who: a machine, or the machines that
+// share it.
+func (p *Plan) writeGroup(w io.Writer, act Action, who string, countInSync bool) {
+	switch act.Kind {
+	case KindApply:
+		p.writeApply(w, act, who)
+	case KindUpgrade:
+		p.writeUpgrade(w, act, who)
+	case KindJoin:
+		fmt.Fprintf(w, "  %-20s join (REBOOTS): %s\n", who, act.Reason)
+		for _, warn := range act.Warnings {
+			fmt.Fprintf(w, "      warning: %s\n", warn)
+		}
+	case KindNone:
+		if !countInSync {
+			fmt.Fprintf(w, "  %-20s in sync\n", who)
+		}
+	case KindSkip:
+		if act.HeldBy != "" {
+			fmt.Fprintf(w, "  %-20s held: %s\n", who, act.Reason)
+			break
+		}
+		fmt.Fprintf(w, "  %-20s skipped: %s\n", who, act.Reason)
+	default:
+		fmt.Fprintf(w, "  %-20s skipped: %s\n", who, act.Reason)
+	}
+}
+
+// writeApply writes a config change: mode, reboot, summary, the contract,
+// readiness, the Kubernetes phases, the changes by path, the diff, Talos'
+// warnings and the drain.
+func (p *Plan) writeApply(w io.Writer, act Action, who string) {
+	reboot := "no reboot"
+	if act.Reboots {
+		reboot = "REBOOTS"
+	}
+	fmt.Fprintf(w, "  %-20s apply %s (%s): %s\n", who, act.Mode, reboot, act.Diff.Summary())
+	if act.Contract != "" {
+		fmt.Fprintf(w, "      %s\n", act.Contract)
+	}
+	if act.NotReady != "" {
+		fmt.Fprintf(w, "      %s\n", act.NotReady)
+	}
+	if k := act.Kubernetes; k != nil {
+		fmt.Fprintf(w, "      Kubernetes %s, one apply per component: %s\n", k.From, k.moves())
+	}
+	if len(act.Diff.Changes) > 0 {
+		fmt.Fprintln(w, "      changes:")
+		for _, c := range act.Diff.Changes {
+			fmt.Fprintf(w, "        %s\n", c)
+		}
+	}
+	for _, line := range strings.Split(strings.TrimRight(act.Diff.Text, "\n"), "\n") {
+		if line != "" {
+			fmt.Fprintf(w, "      %s\n", line)
+		}
+	}
+	for _, warn := range act.Warnings {
+		fmt.Fprintf(w, "      warning: %s\n", warn)
+	}
+	p.writeDrain(w, act)
+}
+
+// writeUpgrade writes a Talos upgrade or reinstall: versions and image,
+// the hop, the RPC, readiness, warnings and the drain.
+func (p *Plan) writeUpgrade(w io.Writer, act Action, who string) {
+	u := act.Upgrade
+	if u.From == u.To {
+		fmt.Fprintf(w, "  %-20s reinstall Talos %s (REBOOTS): %s\n", who, u.To, u.Image)
+		fmt.Fprintf(w, "      %s\n", act.Reason)
+	} else {
+		fmt.Fprintf(w, "  %-20s upgrade Talos %s → %s (REBOOTS): %s\n", who, u.From, u.To, u.Image)
+	}
+	if u.Final != "" {
+		fmt.Fprintf(w, "      one minor release at a time: this hop to %s, then on to %s (cluster.installImage)\n", u.To, u.Final)
+	}
+	if via := talosapi.UpgradeVia(u.From); via == talosapi.UpgradeViaLifecycle && !u.Stage {
+		fmt.Fprintf(w, "      through %s: the installer is pulled and run while it runs, then it reboots\n", via)
+	}
+	if act.NotReady != "" {
+		fmt.Fprintf(w, "      %s\n", act.NotReady)
+	}
+	for _, warn := range act.Warnings {
+		fmt.Fprintf(w, "      warning: %s\n", warn)
+	}
+	p.writeDrain(w, act)
 }
 
 // writeDrain says under a change that reboots its machine what happens
