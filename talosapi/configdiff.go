@@ -97,4 +97,3 @@ func pluralize(n int, one, many string) string {
 	}
 	return many
 }
-
