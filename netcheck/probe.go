@@ -68,8 +68,11 @@ type ProbeResult struct {
 
 // Probe runs one short-lived pod pinned to node (on the host network or the
 // pod network) that opens a TCP connection to target ("10.96.0.1:443"),
-// waits for it to end and always deletes it, even when ctx ends first.
-func Probe(ctx context.Context, kube kubernetes.Interface, opts ProbeOptions, node, target string, hostNetwork bool) ProbeResult {
+// waits for it to end and always deletes it, even when ctx ends first. A
+// delete that fails is the result's Err when nothing else went wrong, so
+// that a pod left behind is said (res is named for that: the deferred
+// delete sets it after the return statement ran).
+func Probe(ctx context.Context, kube kubernetes.Interface, opts ProbeOptions, node, target string, hostNetwork bool) (res ProbeResult) {
 	opts = opts.withDefaults()
 	pod := probePod(opts, node, target, hostNetwork)
 	pods := kube.CoreV1().Pods(opts.Namespace)
@@ -77,7 +80,7 @@ func Probe(ctx context.Context, kube kubernetes.Interface, opts ProbeOptions, no
 	if err != nil {
 		return ProbeResult{Err: fmt.Errorf("create probe pod in %s: %w", opts.Namespace, err)}
 	}
-	res := ProbeResult{Pod: created.Namespace + "/" + created.Name}
+	res = ProbeResult{Pod: created.Namespace + "/" + created.Name}
 	defer func() {
 		// Always cleaned up: on a context of its own, so that a cancelled
 		// pass still deletes what it created.

@@ -2,6 +2,7 @@ package netcheck_test
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -9,6 +10,7 @@ import (
 
 	authv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -120,6 +122,46 @@ func probeTests(t *testing.T, b *bed, machinesOf []string) {
 		_, name, _ := strings.Cut(r.Pod, "/")
 		if _, err := b.kube.CoreV1().Pods(netcheck.DefaultProbeNamespace).Get(t.Context(), name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 			t.Errorf("probe pod %s still there after the probe returned: %v", r.Pod, err)
+		}
+	})
+
+	t.Run("a probe pod that cannot be deleted is said, not left silently", func(t *testing.T) {
+		// a user who may create and read probe pods but not delete them
+		const user = "netcheck-probe-no-delete"
+		cfg, err := b.env.User(user)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kube, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ns := netcheck.DefaultProbeNamespace
+		role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: user}, Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"create", "get"}}}}
+		if _, err := b.kube.RbacV1().Roles(ns).Create(t.Context(), role, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		binding := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: user}, RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: user},
+			Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}}}
+		if _, err := b.kube.RbacV1().RoleBindings(ns).Create(t.Context(), binding, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitAllowed(t, kube, authv1.ResourceAttributes{Verb: "create", Resource: "pods", Namespace: ns})
+
+		ctx, stop := context.WithCancel(t.Context())
+		done := make(chan struct{})
+		go func() { defer close(done); b.fleet.Sim.RunKubelets(ctx, b.kube, 100*time.Millisecond) }()
+		r := netcheck.Probe(t.Context(), kube, netcheck.ProbeOptions{Timeout: 20 * time.Second}, "cp-1", "10.0.0.1:443", false)
+		stop()
+		<-done
+		if r.Pod != "" {
+			_, name, _ := strings.Cut(r.Pod, "/")
+			if err := b.kube.CoreV1().Pods(ns).Delete(t.Context(), name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil && !apierrors.IsNotFound(err) {
+				t.Errorf("clean up %s: %v", r.Pod, err)
+			}
+		}
+		if !r.Reached || r.Err == nil || !strings.Contains(r.Err.Error(), "delete probe pod "+r.Pod) || !apierrors.IsForbidden(errors.Unwrap(r.Err)) {
+			t.Errorf("a probe that connected but could not delete its pod: %+v, want Reached and the delete's Forbidden error", r)
 		}
 	})
 
