@@ -359,6 +359,10 @@ func (a *machineAPI) applyMaintenance113(ctx context.Context, t *Machine, s snap
 	}
 
 	if err := t.installedFrom(cfg); err != nil {
+		if t.keepAndRetry(cfg, err) { // unattended.go: 1.14's UnattendedInstallController
+			return reply, nil
+		}
+
 		a.fleet.log.Info("sim: install failed, rebooting into maintenance mode", "machine", t.name, "error", err)
 		t.reboot(true)
 

@@ -696,7 +696,7 @@
 //   - Resource types newer than 1.11 that talosctl reads (rdversions.go
 //     typesSince, localresources.go): of the 200 types v1.14.1 registers
 //     and v1.13.9's 165, the sim serves ImageFactorySchematic,
-//     KubeletStatus (controllers/k8s/kubelet_status.go
+//     UnattendedInstallStatus (unattended.go), KubeletStatus (controllers/k8s/kubelet_status.go
 //     KubeletStatusController: the KubeletSpec's image; talosctl's
 //     dashboard reads it, internal/pkg/dashboard/resourcedata) and
 //     NTPStatus (controllers/time/sync.go SyncController: the spike
@@ -948,18 +948,34 @@
 // arguments). A 1.14 config's UnattendedInstallConfig names the installer
 // (controllers/runtime/unattended_install.go).
 //
+// An UnattendedInstallConfig install on 1.14 that fails (unattended.go,
+// v1.14.1 controllers/runtime/unattended_install.go
+// UnattendedInstallController.reconcile) does not reboot: the machine
+// leaves maintenance mode with the config active (in memory only: a
+// reboot before an install succeeds loses it), UnattendedInstallStatus
+// says phase "failed" with the installer's error, and the install runs
+// again on each restart of the failed controller (cosi-project/runtime
+// rruntime run.go Run: exponential backoff from 500ms, times 1.5, ±50%,
+// at most 60s, for ever); one that succeeds says "waiting-for-reboot",
+// persists the config and reboots, and the status says "installed".
+// Pre-1.14 machines and configs without the document keep the install
+// sequence's failure (back into maintenance mode without the config).
+// Kinder than Talos: the sim writes the status only on this path (after
+// a first install that succeeds, none is served), keeps it as last
+// written across reboots (Talos recomputes or drops it), does not retry
+// on the controller's input events (config, disks), and reboots after the
+// install even when the document's reboot is false.
+//
 // What stays kinder than a Talos of another version (to be modelled per
 // version, issue 30): the resource
-// definitions the sim serves (cosi.go talosResources, 157 types) are the
-// same on every release but ImageFactorySchematic, KubeletStatus and
-// NTPStatus, registered from 1.14 only (rdversions.go: machined's v1alpha2_state.go NewState registers 155
+// definitions the sim serves (cosi.go talosResources, 158 types) are the
+// same on every release but ImageFactorySchematic,
+// UnattendedInstallStatus, KubeletStatus and NTPStatus, registered from
+// 1.14 only (rdversions.go: machined's v1alpha2_state.go NewState registers 155
 // types in v1.11.0, 165 in v1.13.9 and 200 in v1.14.1; the other
 // additions, LVM and MD arrays, ContainerConfig's containers, …, are not
 // served on any release, and v1.11.0's MaintenanceServiceCerts, gone in
-// 1.13, not either); a 1.14 UnattendedInstallConfig install that fails
-// reboots back into maintenance mode as the install sequence does, where
-// 1.14's UnattendedInstallController keeps the config, reports the phase
-// "failed" in UnattendedInstallStatus and retries.
+// 1.13, not either).
 //
 // # Storage
 //

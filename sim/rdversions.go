@@ -20,16 +20,17 @@ import (
 // than their minor does not register: machined registers its resource
 // definitions in runtime/v1alpha2/v1alpha2_state.go NewState (155 in
 // v1.11.0, 165 in v1.13.9, 200 in v1.14.1); of the types the sim serves
-// only ImageFactorySchematic, KubeletStatus and NTPStatus came later than
-// 1.11, all three in 1.14 (v1.14.1 v1alpha2_state.go; absent from
+// only ImageFactorySchematic, UnattendedInstallStatus, KubeletStatus and
+// NTPStatus came later than 1.11, all four in 1.14 (v1.14.1 v1alpha2_state.go; absent from
 // v1.13.9's). On an older machine its
 // ResourceDefinition is not listed (talosctl's ResolveResourceKind then
 // says the kind is not registered) and a read of it is refused as machined's
 // access policy refuses a type it has no definition for.
 var typesSince = map[resource.Type]int{
-	runtime.ImageFactorySchematicType: 14,
-	k8s.KubeletStatusType:             14,
-	timeres.NTPStatusType:             14,
+	runtime.ImageFactorySchematicType:   14,
+	runtime.UnattendedInstallStatusType: 14,
+	k8s.KubeletStatusType:               14,
+	timeres.NTPStatusType:               14,
 }
 
 // typeRegistered reports whether Talos version registers typ; a version

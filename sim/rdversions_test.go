@@ -40,12 +40,12 @@ func TestResourceDefinitionsPerRelease(t *testing.T) {
 			switch rd.Metadata().ID() {
 			case "imagefactoryschematics.runtime.talos.dev":
 				has = true
-			case "kubeletstatuses.kubernetes.talos.dev", "ntpstatuses.v1alpha1.talos.dev":
+			case "kubeletstatuses.kubernetes.talos.dev", "ntpstatuses.v1alpha1.talos.dev", "unattendedinstallstatuses.runtime.talos.dev":
 				since114++
 			}
 		}
-		if (since114 == 2) != want || (since114 == 0) == want {
-			t.Errorf("%s: %d of the definitions of KubeletStatus and NTPStatus listed; want them listed %v", name, since114, want)
+		if (since114 == 3) != want || (since114 == 0) == want {
+			t.Errorf("%s: %d of the definitions of KubeletStatus, NTPStatus and UnattendedInstallStatus listed; want them listed %v", name, since114, want)
 		}
 		if has != want || n < 100 {
 			t.Errorf("%s: %d definitions, ImageFactorySchematic's listed %v; want %v", name, n, has, want)

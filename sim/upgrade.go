@@ -76,7 +76,10 @@ func installImageOf(cfg config.Provider, version string) string {
 // the error and reboots (machined main.go handle, after ten seconds) from
 // the install medium, into maintenance mode again, without the config,
 // which only the install's STATE would have kept. installedFrom then
-// installs nothing and returns the pull's error.
+// installs nothing and returns the pull's error. On 1.14 a config with an
+// UnattendedInstallConfig document is installed by the
+// UnattendedInstallController instead, which keeps the config and retries
+// (unattended.go keepAndRetry, run by the apply on this error).
 func (m *Machine) installedFrom(cfg config.Provider) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
