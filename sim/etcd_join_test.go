@@ -121,7 +121,10 @@ func TestEtcdOneLearnerAtATime(t *testing.T) {
 func TestEtcdPreparingOnEveryBoot(t *testing.T) {
 	t.Parallel()
 
-	f := controlPlanes(t, 3, sim.Options{EtcdJoinDelay: 50 * time.Millisecond, RebootDelay: 100 * time.Millisecond, EtcdPrepareDelay: 800 * time.Millisecond, CRIStartDelay: 50 * time.Millisecond})
+	// etcd stays Preparing for 3s after each boot: longer than gRPC's
+	// reconnect backoff (1s) after a first connection the rebooting machine
+	// refused, so the client sees the state even under the race detector
+	f := controlPlanes(t, 3, sim.Options{EtcdJoinDelay: 50 * time.Millisecond, RebootDelay: 100 * time.Millisecond, EtcdPrepareDelay: 3 * time.Second, CRIStartDelay: 50 * time.Millisecond})
 	joined(t, f, 3)
 
 	m2 := f.Machine("cp-2")
@@ -133,6 +136,10 @@ func TestEtcdPreparingOnEveryBoot(t *testing.T) {
 	until(t, "cp-2 back", func() (bool, error) { return !m2.Observe().Down, nil })
 
 	c2 := admin(t, m2.Addr())
+	// its API may reset the first connections while it comes up (more so
+	// under the race detector): wait for an answer, well inside the 3s the
+	// etcd service stays Preparing
+	until(t, "cp-2's API answers", func() (bool, error) { return serviceState(t, c2, "etcd") != "", nil })
 	if st, ev := serviceState(t, c2, "etcd"), lastEvent(t, c2, "etcd"); st != "Preparing" || ev != "Running pre state" {
 		t.Errorf("etcd on cp-2 right after its boot: %s %q, want Preparing \"Running pre state\"", st, ev)
 	}
