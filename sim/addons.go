@@ -352,8 +352,9 @@ func syncCoreDNS(ctx context.Context, kc kubernetes.Interface, subnet netip.Pref
 // k8s-app=kube-dns, ports dns/UDP, dns-tcp/TCP 53 and metrics 9153) and
 // the EndpointSlice kube-controller-manager's EndpointSlice controller
 // would keep for it: an endpoint per CoreDNS pod, ready as the pod is.
-// Approximation: Talos pins the ClusterIP (the service subnet's tenth
-// address); the test bed's kube-apiserver allocates one from its own range.
+// The ClusterIP is the one the manifest pins (the service subnet's tenth
+// address, manifests_apply.go), or, on an API server whose range lacks it
+// (a test's own envtest), one that server allocated.
 func syncKubeDNSService(ctx context.Context, kc kubernetes.Interface, selector map[string]string, endpoints []discoveryv1.Endpoint) error {
 	const name = "kube-dns"
 	ports := []corev1.ServicePort{

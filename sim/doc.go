@@ -327,8 +327,10 @@
 //     coredns.go CoreDNSService and the EndpointSlice kube-controller-
 //     manager would keep, an endpoint per pod ready as the pod is; the
 //     ClusterIP is Talos' pinned tenth address of the service subnet where
-//     the test bed API server's service range holds it, else its own
-//     allocation) and, unless cluster.proxy.disabled,
+//     the test bed API server's service range holds it, as devata sim's
+//     and the demo's do (their range is the inventory's service subnets,
+//     control_plane_final.go), else its own allocation) and, unless
+//     cluster.proxy.disabled,
 //     kube-proxy (DaemonSet k8s-app=kube-proxy, a host-network pod per
 //     node). The pods run the images of the Deployment's and DaemonSet's
 //     templates, whoever set them. KubePrismStatuses lists

@@ -26,10 +26,13 @@ import (
 // the inventory. An object the inventory lists is never applied again,
 // even when it was deleted or changed since: only talosctl upgrade-k8s (and
 // devata after a Kubernetes upgrade) brings it back to the manifest.
-// Approximation: the test bed's API server allocates Service addresses
-// from its own range; when it refuses the kube-dns Service's pinned
-// ClusterIP (the inventory's service subnet), the sim lets it allocate one
-// where Talos would report the error and leave the Service out.
+// devata sim and the demo run their API server with the inventory's
+// service subnets (internal/simfleet, as control_plane_final.go gives
+// kube-apiserver --service-cluster-ip-range), so the pinned ClusterIP fits.
+// Approximation: a test that starts its own API server keeps envtest's
+// range unless it asks for another; when that refuses the kube-dns
+// Service's pinned ClusterIP, the sim lets it allocate one where Talos
+// would report the error and leave the Service out.
 
 const owningInventoryAnnotation = "config.k8s.io/owning-inventory"
 

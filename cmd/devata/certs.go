@@ -1,6 +1,10 @@
 package main
 
 import (
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
 	"k8s.io/client-go/rest"
 
 	"devata.dev/devata/certcheck"
@@ -28,3 +32,21 @@ func (a *app) certOptions(inv *inventory.Inventory, d *talosapi.Dialer) certchec
 	}
 	return o
 }
+
+// addCertDaysFlag adds --cert-days, the certificates check's threshold, to
+// a command that runs the check (drift, reconcile), with one default and
+// one usage text.
+func addCertDaysFlag(cmd *cobra.Command, days *int) {
+	cmd.Flags().IntVar(days, "cert-days", int(certcheck.DefaultThreshold.Hours()/24), "certificates: a talosconfig, kubeconfig or API server certificate with fewer days left than this is Drifted")
+}
+
+// checkCertDays refuses a --cert-days below one day.
+func checkCertDays(days int) error {
+	if days < 1 {
+		return usageError(fmt.Errorf("--cert-days %d: give the days left (1 or more) below which a certificate is Drifted", days))
+	}
+	return nil
+}
+
+// certThreshold is --cert-days as the check's threshold.
+func certThreshold(days int) time.Duration { return time.Duration(days) * 24 * time.Hour }

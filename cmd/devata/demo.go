@@ -20,6 +20,9 @@ against a SIMULATED Talos fleet on loopback and a real kube-apiserver (envtest):
   drift (clean) → inject faults (a config
   edited behind devata's back, kubelet down on a worker, a machine unreachable)
   → drift (each reported) → apply → drift (clean but for the unreachable one)
+  → a machine group by label and a held machine: apply reports it held and
+  leaves it alone, then changes it once the hold is lifted → an etcd snapshot,
+  every control plane's disk lost → bootstrap --recover-from → drift (clean)
 
 The first run builds kube-apiserver and etcd from the Go module proxy (minutes,
 once; --kubernetes=false skips Kubernetes and the kubelet check). Everything

@@ -7,11 +7,9 @@ import (
 	"io"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
 
-	"devata.dev/devata/certcheck"
 	"devata.dev/devata/checks"
 	"devata.dev/devata/config"
 	"devata.dev/devata/drift"
@@ -61,7 +59,7 @@ Exit 0 all in sync, 1 drift found, 2 could not complete (any Unknown or an error
 	cmd.Flags().StringVar(&flags.probeOpts.Namespace, "probe-namespace", netcheck.DefaultProbeNamespace, "namespace of the --probe pods (the host-network one needs Pod Security level privileged there)")
 	cmd.Flags().StringVar(&flags.probeOpts.Image, "probe-image", netcheck.DefaultProbeImage, "image of the --probe pods (it must have agnhost's connect subcommand)")
 	cmd.Flags().DurationVar(&flags.probeOpts.Timeout, "probe-timeout", netcheck.DefaultProbeTimeout, "how long a --probe pod may take from creation to its end (image pull included)")
-	cmd.Flags().IntVar(&flags.certDays, "cert-days", int(certcheck.DefaultThreshold.Hours()/24), "certificates: a talosconfig, kubeconfig or API server certificate with fewer days left than this is Drifted")
+	addCertDaysFlag(cmd, &flags.certDays)
 	cmd.Flags().BoolVar(&flags.all, "all", false, fmt.Sprintf("the table lists every machine (past %d machines it lists those not in sync and counts the rest)", drift.SummaryAbove))
 	cmd.Flags().StringVar(&flags.junitFile, "junit-file", "", "also write the report as JUnit XML to this file")
 	cmd.Flags().StringVar(&flags.htmlFile, "html-file", "", "also write the report as one self-contained HTML page to this file (what -o html prints)")
@@ -97,8 +95,8 @@ func (a *app) drift(ctx context.Context, flags driftFlags) error {
 	if err := a.registry().Validate(flags.checks); err != nil {
 		return usageError(err)
 	}
-	if flags.certDays < 1 {
-		return usageError(fmt.Errorf("--cert-days %d: give the days left (1 or more) below which a certificate is Drifted", flags.certDays))
+	if err := checkCertDays(flags.certDays); err != nil {
+		return err
 	}
 	if slices.Contains(flags.checks, netcheck.CheckProbe) && !flags.probe {
 		return usageError(errors.New("cilium-probe creates pods in the cluster: it runs only with --probe"))
@@ -119,7 +117,7 @@ func (a *app) drift(ctx context.Context, flags driftFlags) error {
 	fc := a.fleetCheck(s.inv, s.desired.Held(), s.dialer, s.kube, s.exec)
 	fc.DesiredFor = s.desired.For
 	co := checks.Options{Kube: s.kube, Exec: s.exec, Certs: a.certOptions(s.inv, s.dialer)}
-	co.Certs.Threshold = time.Duration(flags.certDays) * 24 * time.Hour
+	co.Certs.Threshold = certThreshold(flags.certDays)
 	if flags.probe {
 		co.Probe = &flags.probeOpts
 	}

@@ -267,6 +267,20 @@ func TestDemo(t *testing.T) {
 			t.Errorf("%s: output lacks %q", tt.name, tt.want)
 		}
 	}
+	// a group by label and a held machine: apply changes the group's other
+	// worker and reports worker-1 held, not changed, until its hold is lifted
+	groups, _, _ := strings.Cut(after, "==> recovery")
+	_, groups, ok := strings.Cut(groups, "==> groups and holds")
+	held, lifted, cut := strings.Cut(groups, "worker-1's hold lifted")
+	if !ok || !cut {
+		t.Errorf("the demo has no groups and holds step:\n%s", after)
+	}
+	lacks(t, "apply with worker-1 held", held, "worker-1             held: held by the inventory (disk replacement, OPS-123), not changed",
+		`machine.nodeLabels["storage.devata.dev/pool"]: added "longhorn"`, "converged: worker-2")
+	lacks(t, "apply with the hold lifted", lifted, "converged: worker-1")
+	if strings.Contains(held, "converged: worker-1") {
+		t.Errorf("apply changed the held worker-1:\n%s", held)
+	}
 	if strings.Contains(after, "install Cilium") {
 		t.Errorf("after Cilium runs, the demo still says to install it:\n%s", after)
 	}

@@ -46,6 +46,7 @@ type reconcileFlags struct {
 	maxUnavailable, writeBurst                int
 	writeRate                                 float64
 	checks                                    []string
+	certDays                                  int
 }
 
 // upgrades is what --upgrade asks of the loop: nil without it.
@@ -125,6 +126,7 @@ Metrics, /healthz and /readyz are served on --metrics-addr.`,
 	f.IntVar(&flags.writeBurst, "write-burst", 1, "config writes allowed at once before --write-rate applies")
 	f.DurationVar(&flags.backoffMax, "backoff-max", 10*time.Minute, "longest wait before retrying a machine that keeps failing")
 	f.StringSliceVar(&flags.checks, "checks", nil, "observe only these checks (comma-separated); config is always observed")
+	addCertDaysFlag(cmd, &flags.certDays)
 	return cmd
 }
 
@@ -152,6 +154,9 @@ func (a *app) checkReconcileFlags(flags reconcileFlags) (mode talosapi.Mode, sha
 		return mode, shard, err
 	}
 	if err := checkDrainTimeout(flags.drainTimeout); err != nil {
+		return mode, shard, err
+	}
+	if err := checkCertDays(flags.certDays); err != nil {
 		return mode, shard, err
 	}
 	return mode, shard, nil
@@ -205,6 +210,7 @@ func (a *app) reconcile(ctx context.Context, flags reconcileFlags) error {
 		defer audit.Close()
 	}
 	certs := a.certOptions(nil, dialer)
+	certs.Threshold = certThreshold(flags.certDays)
 	elect, err := a.election(flags, shard, kube, identity, log, metrics)
 	if err != nil {
 		return err

@@ -1,7 +1,7 @@
 // Package demo tells devata's story on an embedded simulated fleet: the
 // homelab example rendered and served by the sim in maintenance mode, then
-// bootstrapped, checked, broken, applied and checked again, each step
-// printed. It owns the scenario; devata's commands run through
+// bootstrapped, checked, broken, applied and checked again, given a machine
+// group and a hold, and rebuilt from a snapshot, each step printed. It owns the scenario; devata's commands run through
 // Options.Devata, and nothing here touches a real machine.
 package demo
 
@@ -50,7 +50,7 @@ func Run(ctx context.Context, opts Options) error {
 	steps := []func(context.Context) error{
 		s.inventory, s.secrets, s.render, s.kubernetes, s.fleet, s.bootstrap, s.cilium,
 		s.driftHealthy, s.faults, s.driftFaulty, s.apply, s.driftAfterApply,
-		s.recovery, s.driftRecovered,
+		s.groups, s.recovery, s.driftRecovered,
 	}
 	for _, step := range steps {
 		if err := step(ctx); err != nil {

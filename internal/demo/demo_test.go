@@ -3,6 +3,7 @@ package demo
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"regexp"
@@ -50,6 +51,7 @@ func TestStepPrintsTitleThenOutcomeWithDuration(t *testing.T) {
 func TestRunTellsTheStoryInOrder(t *testing.T) {
 	var out bytes.Buffer
 	var calls [][]string
+	var applied []string // what each apply finds in the inventory: worker-1's hold and groups
 	err := Run(context.Background(), Options{
 		Out: &out, Err: io.Discard,
 		Devata: func(_ context.Context, args []string) int {
@@ -59,6 +61,9 @@ func TestRunTellsTheStoryInOrder(t *testing.T) {
 				t.Errorf("devata %v: no --config pinned", args)
 			} else if _, err := os.Stat(args[i+1]); err != nil {
 				t.Errorf("devata %v: settings file: %v", args, err)
+			}
+			if args[0] == "apply" {
+				applied = append(applied, appliedInventory(t, args))
 			}
 			return 0
 		},
@@ -76,7 +81,7 @@ func TestRunTellsTheStoryInOrder(t *testing.T) {
 			titles = append(titles, strings.Fields(title)[0])
 		}
 	}
-	want := []string{"inventory:", "secrets:", "render:", "fleet:", "bootstrap:", "drift", "faults:", "drift:", "apply:", "drift", "recovery:", "drift"}
+	want := []string{"inventory:", "secrets:", "render:", "fleet:", "bootstrap:", "drift", "faults:", "drift:", "apply:", "drift", "groups", "recovery:", "drift"}
 	if !slices.Equal(titles, want) {
 		t.Errorf("steps %q, want %q", titles, want)
 	}
@@ -89,10 +94,41 @@ func TestRunTellsTheStoryInOrder(t *testing.T) {
 	for _, c := range calls {
 		verbs = append(verbs, c[0])
 	}
-	if want := []string{"bootstrap", "drift", "drift", "apply", "drift", "backup", "bootstrap", "drift"}; !slices.Equal(verbs, want) {
+	if want := []string{"bootstrap", "drift", "drift", "apply", "drift", "apply", "apply", "backup", "bootstrap", "drift"}; !slices.Equal(verbs, want) {
 		t.Errorf("ran %q, want %q", verbs, want)
+	}
+	// the first apply before any group or hold; the second with worker-1
+	// held and both workers in the longhorn group; the third with the hold lifted
+	wantApplied := []string{
+		"worker-1 held by \"\", groups []; worker-2 groups []",
+		"worker-1 held by \"disk replacement, OPS-123\", groups [longhorn]; worker-2 groups [longhorn]",
+		"worker-1 held by \"\", groups [longhorn]; worker-2 groups [longhorn]",
+	}
+	if !slices.Equal(applied, wantApplied) {
+		t.Errorf("the applies found\n  %q\nwant\n  %q", applied, wantApplied)
 	}
 	if drift := calls[1]; slices.Contains(drift, "--checks=") || !strings.HasPrefix(drift[1], "--checks=config,") || strings.Contains(drift[1], machines.CheckKubelet) {
 		t.Errorf("drift without Kubernetes: %v", drift)
 	}
+}
+
+// appliedInventory loads the inventory a devata command is pointed at
+// (-i) and says what it holds of the workers: worker-1's hold and each
+// worker's groups.
+func appliedInventory(t *testing.T, args []string) string {
+	t.Helper()
+	i := slices.Index(args, "-i")
+	if i < 0 || i+1 == len(args) {
+		t.Fatalf("devata %v: no -i pinned", args)
+	}
+	inv, err := inventory.Load(args[i+1])
+	if err != nil {
+		t.Fatalf("devata %v: %v", args, err)
+	}
+	w1, w2 := inv.Machine("worker-1"), inv.Machine("worker-2")
+	reason := ""
+	if h := w1.ActiveHold(); h != nil {
+		reason = h.Reason
+	}
+	return fmt.Sprintf("worker-1 held by %q, groups %v; worker-2 groups %v", reason, w1.Groups, w2.Groups)
 }

@@ -237,8 +237,6 @@ func (s *scenario) driftAfterApply(ctx context.Context) error {
 // one command.
 func (s *scenario) recovery(ctx context.Context) error {
 	startStep(s.Out, "recovery: an etcd snapshot, every control plane's disk lost, the cluster rebuilt from the snapshot")
-	// Meanwhile worker-2 came back.
-	s.sim.Machine("worker-2").SetFaults(sim.Faults{})
 	snapshot := filepath.Join(s.dir, "etcd.snapshot")
 	if code := s.devata(ctx, "backup", "etcd", "--to", snapshot); code != 0 {
 		return fmt.Errorf("backup etcd exited %d", code)

@@ -56,9 +56,13 @@ func (k *Kubernetes) Stop() error { return k.stop() }
 
 // apiServer shapes the sim's kube-apiserver as a Talos control
 // plane's: serving and client certificates from the bundle's Kubernetes
-// CA, the cluster endpoint's host in its serving certificate.
+// CA, the cluster endpoint's host in its serving certificate, and the
+// inventory's service subnets as its service range, so that the kube-dns
+// Service gets the address Talos pins it to (sim/manifests.go) and a
+// later manifest sync (talosctl upgrade-k8s, devata after a Kubernetes
+// upgrade) finds the ClusterIP it applies.
 func apiServer(inv *inventory.Inventory, bundle *secrets.Bundle) testenv.Options {
-	opts := testenv.Options{ClusterCA: bundle.Certs.K8s}
+	opts := testenv.Options{ClusterCA: bundle.Certs.K8s, ServiceSubnets: inv.Cluster.Network.ServiceSubnets}
 	if u, err := url.Parse(inv.Cluster.Endpoint); err == nil && u.Hostname() != "" {
 		opts.ServingHosts = []string{u.Hostname()}
 	}

@@ -30,6 +30,12 @@ type Options struct {
 	// dashes (runtime-config: resource.k8s.io/v1beta1=true, to serve an
 	// API that is off by default).
 	APIServerArgs map[string]string
+	// ServiceSubnets is the cluster's service range (--service-cluster-ip-range,
+	// comma-joined, as Talos v1.14.1 control_plane_final.go gives its
+	// kube-apiserver the config's service CIDRs). Without it envtest's
+	// 10.0.0.0/24 stays, where Talos' kube-dns address (the tenth of
+	// 10.96.0.0/12) does not fit.
+	ServiceSubnets []string
 }
 
 // The file names envtest's API server looks for in its cert dir

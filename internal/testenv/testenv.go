@@ -142,6 +142,9 @@ func start(dir string, opts Options) (*Env, func() error, error) {
 	// self-signed, which an API server without --kubelet-certificate-authority
 	// accepts, as a default kubeadm cluster does.
 	env.ControlPlane.APIServer.Configure().Set("kubelet-preferred-address-types", "InternalIP")
+	if len(opts.ServiceSubnets) > 0 {
+		env.ControlPlane.APIServer.Configure().Set("service-cluster-ip-range", strings.Join(opts.ServiceSubnets, ","))
+	}
 	for k, v := range opts.APIServerArgs {
 		env.ControlPlane.APIServer.Configure().Set(k, v)
 	}
