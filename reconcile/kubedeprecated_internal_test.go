@@ -10,8 +10,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-
-	"devata.dev/devata/internal/testenv"
 )
 
 // The deprecated-API check reads what the real API server records: a
@@ -26,11 +24,7 @@ import (
 // metric holds no such line. A caller that may not read /metrics is refused
 // too (fail closed), with what to grant.
 func TestDeprecatedAPIsFromTheAPIServersMetric(t *testing.T) {
-	env := testenv.StartWith(t, testenv.Options{APIServerArgs: map[string]string{"runtime-config": "resource.k8s.io/v1beta1=true"}})
-	kc, err := kubernetes.NewForConfig(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
+	env, kc := StartTestKube(t, map[string]string{"runtime-config": "resource.k8s.io/v1beta1=true"})
 	ctx := context.Background()
 	deviceClasses := DeprecatedAPI{Group: "resource.k8s.io", Version: "v1beta1", Resource: "deviceclasses", RemovedRelease: "1.38"}
 

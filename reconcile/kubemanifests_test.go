@@ -11,10 +11,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/client-go/kubernetes"
 
 	"devata.dev/devata/internal/simtest"
-	"devata.dev/devata/internal/testenv"
 	"devata.dev/devata/reconcile"
 )
 
@@ -30,11 +28,7 @@ import (
 // and a second sync changes nothing.
 func TestKubernetesUpgradeSyncsBootstrapManifests(t *testing.T) {
 	// the inventory's service subnet: the kube-dns Service pins 10.96.0.10
-	env := testenv.StartWith(t, testenv.Options{APIServerArgs: map[string]string{"service-cluster-ip-range": "10.96.0.0/12"}})
-	kc, err := kubernetes.NewForConfig(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, kc := reconcile.StartTestKube(t, map[string]string{"service-cluster-ip-range": "10.96.0.0/12"})
 	h := &harness{f: simtest.Start(t, simtest.Options{Bootstrap: true, KubernetesVersion: "v1.33.5", RestartDelay: 100 * time.Millisecond,
 		EditInventory: func(s string) string {
 			s = strings.Replace(s, "kubeProxy: false", "kubeProxy: true", 1)

@@ -87,11 +87,9 @@ func (a *machineAPI) ApplyConfiguration(ctx context.Context, in *machine.ApplyCo
 // loadApplied loads and validates the config a configured node is given,
 // and returns it with the validation warnings.
 func loadApplied(ctx context.Context, t *Machine, data []byte) (config.Provider, []string, error) {
-	cfg, err := configloader.NewFromBytes(data)
-	if err == nil {
-		err = notRegistered(data, t.snap().version) // a kind this machine's Talos lacks
-	}
+	version := t.snap().version
 
+	cfg, err := loadConfig(data, version)
 	if err != nil {
 		return nil, nil, status.Error(codes.InvalidArgument, err.Error())
 	}
@@ -100,24 +98,54 @@ func loadApplied(ctx context.Context, t *Machine, data []byte) (config.Provider,
 		return nil, nil, status.Error(codes.InvalidArgument, "the applied machine configuration doesn't contain v1alpha1 config, did you mean to patch the machine config instead?")
 	}
 
-	warnings, err := cfg.Validate(metalMode{}, validation.WithLocal())
+	// v1alpha1_server.go ApplyConfiguration: then Validate, and
+	// RuntimeValidate against the node's resources.
+	warnings, _, err := validateConfig(ctx, t, cfg, version, metalMode{})
 	if err != nil {
 		return nil, nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 
-	// v1alpha1_server.go ApplyConfiguration: then RuntimeValidate against
-	// the node's resources (Kubernetes images supported by this Talos:
-	// kubernetesImages, by the machine's version).
-	warningsRuntime, err := cfg.RuntimeValidate(ctx, t.st, metalMode{})
+	return cfg, warnings, nil
+}
+
+// loadConfig loads a config as machined does, refusing a document kind
+// the machine's Talos (version) lacks.
+func loadConfig(data []byte, version string) (config.Provider, error) {
+	cfg, err := configloader.NewFromBytes(data)
 	if err == nil {
-		err = kubernetesImages(cfg, t.snap().version)
+		err = notRegistered(data, version)
 	}
 
 	if err != nil {
-		return nil, nil, status.Error(codes.InvalidArgument, err.Error())
+		return nil, err
 	}
 
-	return cfg, slices.Concat(warnings, warningsRuntime), nil
+	return cfg, nil
+}
+
+// validateConfig is ApplyConfiguration's validation of a loaded config on
+// a machine of version: Validate in mode, then RuntimeValidate against the
+// node's resources (in a mode that installs, the install disk selector
+// must match one of its Disk resources: blockhelpers.MatchDisks) and the
+// Kubernetes images this Talos supports (kubernetesImages). It returns
+// both steps' warnings; runtime says the error is RuntimeValidate's, for
+// the maintenance service before 1.13, which words the two apart.
+func validateConfig(ctx context.Context, t *Machine, cfg config.Provider, version string, mode metalMode) (warnings []string, runtime bool, err error) {
+	warnings, err = cfg.Validate(mode, validation.WithLocal())
+	if err != nil {
+		return nil, false, err
+	}
+
+	warningsRuntime, err := cfg.RuntimeValidate(ctx, t.st, mode)
+	if err == nil {
+		err = kubernetesImages(cfg, version)
+	}
+
+	if err != nil {
+		return nil, true, err
+	}
+
+	return slices.Concat(warnings, warningsRuntime), false, nil
 }
 
 // resolveMode is the mode the config is applied in on a machine of
@@ -228,33 +256,21 @@ func (a *machineAPI) applyMaintenance(ctx context.Context, t *Machine, s snapsho
 			strings.ReplaceAll(strings.ToLower(in.Mode.String()), "_", "-"))
 	}
 
-	cfg, err := configloader.NewFromBytes(in.GetData())
-	if err == nil {
-		err = notRegistered(in.GetData(), t.snap().version) // a kind this machine's Talos lacks
-	}
-
+	cfg, err := loadConfig(in.GetData(), s.version)
 	if err != nil {
 		return nil, fmt.Errorf("failed to parse config: %w", err)
 	}
 
-	warnings, err := cfg.Validate(metalMode{requiresInstall: true}, validation.WithLocal())
+	// maintenance/server.go ApplyConfiguration: Validate, then
+	// RuntimeValidate in a mode that installs.
+	warnings, runtime, err := validateConfig(ctx, t, cfg, s.version, metalMode{requiresInstall: true})
 	if err != nil {
+		if runtime {
+			return nil, status.Errorf(codes.InvalidArgument, "runtime configuration validation failed: %s", err)
+		}
+
 		return nil, status.Errorf(codes.InvalidArgument, "configuration validation failed: %s", err)
 	}
-
-	// maintenance/server.go ApplyConfiguration: RuntimeValidate, which in a
-	// mode that installs also needs the install disk selector to match one
-	// of the node's Disk resources (blockhelpers.MatchDisks).
-	warningsRuntime, err := cfg.RuntimeValidate(ctx, t.st, metalMode{requiresInstall: true})
-	if err == nil {
-		err = kubernetesImages(cfg, t.snap().version)
-	}
-
-	if err != nil {
-		return nil, status.Errorf(codes.InvalidArgument, "runtime configuration validation failed: %s", err)
-	}
-
-	warnings = slices.Concat(warnings, warningsRuntime)
 
 	reply := &machine.ApplyConfigurationResponse{Messages: []*machine.ApplyConfiguration{{Warnings: warnings}}}
 
@@ -264,21 +280,9 @@ func (a *machineAPI) applyMaintenance(ctx context.Context, t *Machine, s snapsho
 		return reply, nil
 	}
 
-	if t.rebootDuringApply(cfg) {
-		return nil, interrupted(ctx, t)
+	if err := a.install(ctx, t, cfg); err != nil {
+		return nil, err
 	}
-
-	if err := t.installedFrom(cfg); err != nil {
-		a.fleet.log.Info("sim: install failed, rebooting into maintenance mode", "machine", t.name, "error", err)
-		t.reboot(true)
-
-		return reply, nil
-	}
-
-	t.setConfig(cfg, false, true)
-	t.reboot(true)
-
-	a.fleet.log.Info("sim: config installed from maintenance", "machine", t.name)
 
 	return reply, nil
 }
@@ -295,30 +299,15 @@ func (a *machineAPI) applyMaintenance(ctx context.Context, t *Machine, s snapsho
 // the maintenance install does; STAGED only persists it, for the next
 // boot. TRY is played as NO_REBOOT: Talos arms a rollback to no config.
 func (a *machineAPI) applyMaintenance113(ctx context.Context, t *Machine, s snapshot, in *machine.ApplyConfigurationRequest) (*machine.ApplyConfigurationResponse, error) {
-	cfg, err := configloader.NewFromBytes(in.GetData())
-	if err == nil {
-		err = notRegistered(in.GetData(), s.version) // a kind this machine's Talos lacks
-	}
-
+	cfg, err := loadConfig(in.GetData(), s.version)
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 
-	warnings, err := cfg.Validate(metalMode{requiresInstall: true}, validation.WithLocal())
+	warnings, _, err := validateConfig(ctx, t, cfg, s.version, metalMode{requiresInstall: true})
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-
-	warningsRuntime, err := cfg.RuntimeValidate(ctx, t.st, metalMode{requiresInstall: true})
-	if err == nil {
-		err = kubernetesImages(cfg, s.version)
-	}
-
-	if err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
-	}
-
-	warnings = slices.Concat(warnings, warningsRuntime)
 
 	mode, details := in.Mode, "Applied configuration without a reboot"
 
@@ -354,19 +343,32 @@ func (a *machineAPI) applyMaintenance113(ctx context.Context, t *Machine, s snap
 		return reply, nil
 	}
 
+	if err := a.install(ctx, t, cfg); err != nil {
+		return nil, err
+	}
+
+	return reply, nil
+}
+
+// install is what a maintenance apply does once it has replied: install
+// cfg and boot into it. A failed install reboots into maintenance mode,
+// unless 1.14's UnattendedInstallController keeps the config and retries
+// (keepAndRetry, unattended.go; false on any older Talos). Its error is
+// the caller's when the node went down mid-call (RebootDuringApply).
+func (a *machineAPI) install(ctx context.Context, t *Machine, cfg config.Provider) error {
 	if t.rebootDuringApply(cfg) {
-		return nil, interrupted(ctx, t)
+		return interrupted(ctx, t)
 	}
 
 	if err := t.installedFrom(cfg); err != nil {
-		if t.keepAndRetry(cfg, err) { // unattended.go: 1.14's UnattendedInstallController
-			return reply, nil
+		if t.keepAndRetry(cfg, err) {
+			return nil
 		}
 
 		a.fleet.log.Info("sim: install failed, rebooting into maintenance mode", "machine", t.name, "error", err)
 		t.reboot(true)
 
-		return reply, nil
+		return nil
 	}
 
 	t.setConfig(cfg, false, true)
@@ -374,7 +376,7 @@ func (a *machineAPI) applyMaintenance113(ctx context.Context, t *Machine, s snap
 
 	a.fleet.log.Info("sim: config installed from maintenance", "machine", t.name)
 
-	return reply, nil
+	return nil
 }
 
 // rebootDuringApply fires the RebootDuringApply fault: the config is

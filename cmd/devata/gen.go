@@ -147,14 +147,9 @@ A file whose content would not change is left alone; one that would change is
 only replaced with --force. An existing talosconfig is kept unless --force.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			inv, err := inventory.Load(a.settings.Inventory)
+			inv, b, err := a.loadInventoryAndSecrets()
 			if err != nil {
-				return a.invalid(err)
-			}
-			a.printWarnings(inv)
-			b, err := a.loadSecrets(inv.SecretsPath())
-			if err != nil {
-				return exitWith(exitTrouble, err)
+				return err
 			}
 			rendered, err := render.Validated(inv, b)
 			if err != nil {
@@ -203,6 +198,22 @@ only replaced with --force. An existing talosconfig is kept unless --force.`,
 	deprecatedPathOutput(cmd, a.streams.Err, &flags.dir, "--dir")
 	cmd.Flags().BoolVar(&flags.force, "force", false, "replace files whose content changed, and the talosconfig")
 	return cmd
+}
+
+// loadInventoryAndSecrets loads the inventory, printing its warnings, and
+// the secrets bundle it names: what gen config and gen talosconfig render
+// from. Its error is the command's, with the exit code.
+func (a *app) loadInventoryAndSecrets() (*inventory.Inventory, *secrets.Bundle, error) {
+	inv, err := inventory.Load(a.settings.Inventory)
+	if err != nil {
+		return nil, nil, a.invalid(err)
+	}
+	a.printWarnings(inv)
+	b, err := a.loadSecrets(inv.SecretsPath())
+	if err != nil {
+		return nil, nil, exitWith(exitTrouble, err)
+	}
+	return inv, b, nil
 }
 
 // writeRendered writes a config 0600 unless it is already there unchanged.

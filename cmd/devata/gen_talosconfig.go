@@ -77,14 +77,9 @@ func (a *app) genTalosconfig(cmd *cobra.Command, f *genTalosconfigFlags) error {
 	} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return exitWith(exitTrouble, err)
 	}
-	inv, err := inventory.Load(a.settings.Inventory)
+	inv, b, err := a.loadInventoryAndSecrets()
 	if err != nil {
-		return a.invalid(err)
-	}
-	a.printWarnings(inv)
-	b, err := a.loadSecrets(inv.SecretsPath())
-	if err != nil {
-		return exitWith(exitTrouble, err)
+		return err
 	}
 	// machined's GenerateClientConfiguration signs with the bundle's
 	// OS CA (v1alpha1_server.go); a loaded bundle's clock is now

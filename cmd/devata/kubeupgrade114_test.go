@@ -1,14 +1,11 @@
 package main
 
 import (
-	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"devata.dev/devata/examples"
 	"devata.dev/devata/internal/simtest"
-	"devata.dev/devata/internal/testenv"
 	"devata.dev/devata/talosapi"
 )
 
@@ -28,11 +25,7 @@ import (
 // order, within the version skew policy, the Nodes report v1.37.0 through
 // the real API server, drift is clean and a second run has nothing to do.
 func TestKubernetesUpgradeOnTalos114(t *testing.T) {
-	sf := startSim(t, simtest.Options{Example: examples.HomelabV114Name, TalosVersion: "v1.14.1", KubernetesVersion: "v1.36.3", Bootstrap: true, RestartDelay: 200 * time.Millisecond})
-	k := startKubeWith(t, testenv.Options{APIServerArgs: kubeServiceRange})
-	k.playKubelets(t, sf.Sim)
-	k.waitKubelets(t, "v1.36.3")
-	kubeconfig := "--kubeconfig=" + k.env.Kubeconfig
+	sf, k, kubeconfig := startOnKubernetesWith(t, simtest.Options{Example: examples.HomelabV114Name, TalosVersion: "v1.14.1", KubernetesVersion: "v1.36.3"})
 
 	w := watchMoves(t, sf.Sim, "v1.37.0")
 	before, _ := writes(sf.Sim)
@@ -43,25 +36,7 @@ func TestKubernetesUpgradeOnTalos114(t *testing.T) {
 	}
 	assertPrePulled(t, sf.Sim, "v1.37.0", before)
 	k.waitKubelets(t, "v1.37.0")
-	time.Sleep(50 * time.Millisecond) // a last sample
-	moves, broken := w.order()
-	for _, b := range broken {
-		t.Error(b)
-	}
-	var want []string
-	for _, c := range talosapi.KubeOrder {
-		for _, m := range []string{"cp-1", "cp-2", "cp-3"} {
-			want = append(want, m+"/"+c)
-		}
-	}
-	want = append(want, "worker-1/kubelet", "worker-2/kubelet")
-	if len(moves) != len(want) || !slices.Equal(moves[:len(want)-2], want[:len(want)-2]) {
-		t.Errorf("moves in the order\n  %v\nwant\n  %v", moves, want)
-	}
-	// one apply per component and control plane, one per worker
-	if applies, _ := writes(sf.Sim); applies != 3*4+2 {
-		t.Errorf("%d applies, want 14", applies)
-	}
+	assertUpgradeOrder(t, w, sf.Sim)
 	for _, m := range sf.Sim.Machines() {
 		for c, img := range m.Observe().Images {
 			if talosapi.ImageTag(img) != "v1.37.0" {

@@ -143,11 +143,47 @@ func (k *kube) waitKubelets(t *testing.T, version string) {
 // --kubeconfig flag for it.
 func startOnKubernetes(t *testing.T, version string) (*simFleet, *kube, string) {
 	t.Helper()
-	sf := startSim(t, simtest.Options{Bootstrap: true, KubernetesVersion: version, RestartDelay: 200 * time.Millisecond})
+	return startOnKubernetesWith(t, simtest.Options{KubernetesVersion: version})
+}
+
+// startOnKubernetesWith is startOnKubernetes for the fleet opts describe
+// (another example, another Talos release): built and bootstrapped, its
+// services restarting in 200ms, its kubelets on opts.KubernetesVersion.
+func startOnKubernetesWith(t *testing.T, opts simtest.Options) (*simFleet, *kube, string) {
+	t.Helper()
+	opts.Bootstrap, opts.RestartDelay = true, 200*time.Millisecond
+	sf := startSim(t, opts)
 	k := startKubeWith(t, testenv.Options{APIServerArgs: kubeServiceRange})
 	k.playKubelets(t, sf.Sim)
-	k.waitKubelets(t, version)
+	k.waitKubelets(t, opts.KubernetesVersion)
 	return sf, k, "--kubeconfig=" + k.env.Kubeconfig
+}
+
+// assertUpgradeOrder checks what w saw on the 3+2 fleet after a whole
+// Kubernetes upgrade: each component of talosctl upgrade-k8s' order on
+// cp-1, cp-2, cp-3, then the workers' kubelets (in either order), no
+// kubelet ever newer than an API server, and one apply per component and
+// control plane, one per worker.
+func assertUpgradeOrder(t *testing.T, w *moveWatch, f *sim.Fleet) {
+	t.Helper()
+	time.Sleep(50 * time.Millisecond) // a last sample
+	moves, broken := w.order()
+	for _, b := range broken {
+		t.Error(b)
+	}
+	var want []string
+	for _, c := range talosapi.KubeOrder {
+		for _, m := range []string{"cp-1", "cp-2", "cp-3"} {
+			want = append(want, m+"/"+c)
+		}
+	}
+	want = append(want, "worker-1/kubelet", "worker-2/kubelet")
+	if len(moves) != len(want) || !slices.Equal(moves[:len(want)-2], want[:len(want)-2]) {
+		t.Errorf("moves in the order\n  %v\nwant\n  %v", moves, want)
+	}
+	if applies, _ := writes(f); applies != 3*4+2 {
+		t.Errorf("%d applies, want 14", applies)
+	}
 }
 
 // A Kubernetes minor upgrade driven by the inventory: the 3+2 fleet runs
@@ -211,26 +247,7 @@ func TestKubernetesUpgrade(t *testing.T) {
 		"==> bootstrap manifests: server-side apply as talosctl upgrade-k8s (field manager talos)",
 		"6 objects of cp-1's manifests: 0 created, 0 configured, 6 unchanged")
 	k.waitKubelets(t, "v1.34.1")
-	time.Sleep(50 * time.Millisecond) // a last sample
-	moves, broken := w.order()
-	for _, b := range broken {
-		t.Error(b)
-	}
-	var want []string
-	for _, c := range talosapi.KubeOrder {
-		for _, m := range []string{"cp-1", "cp-2", "cp-3"} {
-			want = append(want, m+"/"+c)
-		}
-	}
-	want = append(want, "worker-1/kubelet", "worker-2/kubelet")
-	if len(moves) != len(want) || !slices.Equal(moves[:len(want)-2], want[:len(want)-2]) {
-		t.Errorf("moves in the order\n  %v\nwant\n  %v", moves, want)
-	}
-	// one apply per component and control plane, one per worker
-	applies, _ := writes(sf.Sim)
-	if applies != 3*4+2 {
-		t.Errorf("%d applies, want 14", applies)
-	}
+	assertUpgradeOrder(t, w, sf.Sim)
 	if r := devata(t, nil, "drift", "--config", sf.settings, machineChecks); r.code != 0 {
 		t.Errorf("drift after the upgrade: exit %d\n%s", r.code, r.stdout)
 	}

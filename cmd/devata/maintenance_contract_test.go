@@ -1,14 +1,11 @@
 package main
 
 import (
-	"context"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 
 	"devata.dev/devata/examples"
 	"devata.dev/devata/internal/simtest"
@@ -74,25 +71,9 @@ func TestBootstrapRecoverMaintenanceOnOlderTalos(t *testing.T) {
 	if r := devata(t, nil, "backup", "etcd", "--to", snap, "--config", sf.settings); r.code != 0 {
 		t.Fatalf("backup: exit %d\n%s%s", r.code, r.stdout, r.err)
 	}
-	ctx := context.Background()
-	for _, name := range []string{"cp-1", "cp-2", "cp-3"} {
-		c, err := sf.Dialer.Client(ctx, sf.Inventory.Machine(name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := c.ResetGeneric(ctx, &machine.ResetRequest{Reboot: true, Mode: machine.ResetRequest_SYSTEM_DISK}); err != nil {
-			t.Fatalf("reset %s: %v", name, err)
-		}
-		c.Close()
-	}
-	for _, name := range []string{"cp-1", "cp-2", "cp-3"} {
-		m := sf.Sim.Machine(name)
-		for deadline := time.Now().Add(20 * time.Second); m.Configured() || m.Observe().Down; time.Sleep(20 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s not back in maintenance mode", name)
-			}
-		}
-		if v := m.Observe().TalosVersion; v != "v1.13.9" {
+	wipeControlPlanes(t, sf)
+	for _, name := range fleetControlPlanes {
+		if v := sf.Sim.Machine(name).Observe().TalosVersion; v != "v1.13.9" {
 			t.Fatalf("%s boots %s in maintenance mode, want v1.13.9", name, v)
 		}
 	}

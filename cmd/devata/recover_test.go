@@ -92,25 +92,7 @@ func TestBootstrapRecoverFrom(t *testing.T) {
 	}
 
 	// every control plane loses its disk: back in maintenance mode
-	ctx := context.Background()
-	for _, name := range []string{"cp-1", "cp-2", "cp-3"} {
-		c, err := sf.Dialer.Client(ctx, sf.Inventory.Machine(name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := c.ResetGeneric(ctx, &machine.ResetRequest{Reboot: true, Mode: machine.ResetRequest_SYSTEM_DISK}); err != nil {
-			t.Fatalf("reset %s: %v", name, err)
-		}
-		c.Close()
-	}
-	for _, name := range []string{"cp-1", "cp-2", "cp-3"} {
-		m := sf.Sim.Machine(name)
-		for deadline := time.Now().Add(20 * time.Second); m.Configured() || m.Observe().Down; time.Sleep(20 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s not back in maintenance mode", name)
-			}
-		}
-	}
+	wipeControlPlanes(t, sf)
 	if cs := sf.Sim.EtcdClusters(); len(cs) != 0 {
 		t.Fatalf("etcd after the wipe: %+v", cs)
 	}
@@ -145,6 +127,42 @@ func TestBootstrapRecoverFrom(t *testing.T) {
 	}
 }
 
+// fleetControlPlanes are the 3+2 fleet's control planes.
+var fleetControlPlanes = []string{"cp-1", "cp-2", "cp-3"}
+
+// wipeControlPlanes loses every control plane's disk through its Talos
+// API (Reset of the system disk, with a reboot) and waits until each is
+// back in maintenance mode.
+func wipeControlPlanes(t *testing.T, sf *simFleet) {
+	t.Helper()
+	ctx := context.Background()
+	for _, name := range fleetControlPlanes {
+		c, err := sf.Dialer.Client(ctx, sf.Inventory.Machine(name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.ResetGeneric(ctx, &machine.ResetRequest{Reboot: true, Mode: machine.ResetRequest_SYSTEM_DISK}); err != nil {
+			t.Fatalf("reset %s: %v", name, err)
+		}
+		c.Close()
+	}
+	waitMaintenance(t, sf, fleetControlPlanes...)
+}
+
+// waitMaintenance waits until each machine named is up in maintenance
+// mode, for 20 seconds at the most.
+func waitMaintenance(t *testing.T, sf *simFleet, names ...string) {
+	t.Helper()
+	for _, name := range names {
+		m := sf.Sim.Machine(name)
+		for deadline := time.Now().Add(20 * time.Second); m.Configured() || m.Observe().Down; time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s not back in maintenance mode", name)
+			}
+		}
+	}
+}
+
 // A recovery that fails on the node (issue 32, item 3): the snapshot was
 // verified here, but what cp-1 wrote of it is damaged (the sim's
 // EtcdRecoverCorrupt fault), so Talos' restore fails after it wrote the
@@ -161,17 +179,10 @@ func TestBootstrapRecoverFromFailedRestore(t *testing.T) {
 		t.Fatalf("backup: exit %d\n%s%s", r.code, r.stdout, r.err)
 	}
 	ctx := context.Background()
-	for _, name := range []string{"cp-1", "cp-2", "cp-3"} {
+	for _, name := range fleetControlPlanes {
 		sf.Sim.Machine(name).Wipe()
 	}
-	for _, name := range []string{"cp-1", "cp-2", "cp-3"} {
-		m := sf.Sim.Machine(name)
-		for deadline := time.Now().Add(20 * time.Second); m.Configured() || m.Observe().Down; time.Sleep(20 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s not back in maintenance mode", name)
-			}
-		}
-	}
+	waitMaintenance(t, sf, fleetControlPlanes...)
 	cp1 := sf.Sim.Machine("cp-1")
 	cp1.SetFaults(sim.Faults{EtcdRecoverCorrupt: true})
 

@@ -4,14 +4,11 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
@@ -41,9 +38,7 @@ type NodeExporter struct {
 	URL string // http://127.0.0.1:PORT/metrics
 	Dir string
 
-	cmd  *exec.Cmd
-	out  *tail
-	done chan struct{}
+	proc *loopbackProcess
 }
 
 // StartNodeExporter starts node_exporter over dir on loopback and stops it
@@ -57,67 +52,35 @@ func StartNodeExporter(t testing.TB, dir string) *NodeExporter {
 	if err := Install(t.Context(), cache, logWriter{t}); err != nil {
 		t.Fatalf("testenv: %v", err)
 	}
-	var n *NodeExporter
-	for range 3 { // the port picked may be taken before node_exporter binds it
-		n, err = startNodeExporter(filepath.Join(cache, nodeExporterBinary.name), dir)
-		if err == nil || !strings.Contains(err.Error(), "address already in use") {
-			break
-		}
-	}
+	bin := filepath.Join(cache, nodeExporterBinary.name)
+	proc, err := startLoopback("node_exporter "+NodeExporterVersion,
+		func(addr string) *exec.Cmd {
+			return exec.Command(bin,
+				"--web.listen-address="+addr,
+				"--collector.disable-defaults",
+				"--collector.textfile",
+				"--collector.textfile.directory="+dir,
+				"--web.disable-exporter-metrics", // no go_* and process_* series
+			)
+		},
+		func(addr string) bool {
+			resp, err := http.Get(metricsURL(addr))
+			if err != nil {
+				return false
+			}
+			resp.Body.Close()
+			return resp.StatusCode == http.StatusOK
+		})
 	if err != nil {
 		t.Fatalf("testenv: %v", err)
 	}
+	n := &NodeExporter{URL: metricsURL(proc.addr), Dir: dir, proc: proc}
 	t.Cleanup(n.Stop)
 	t.Logf("testenv: node_exporter %s up at %s (textfile collector over %s)", NodeExporterVersion, n.URL, dir)
 	return n
 }
 
-func startNodeExporter(bin, dir string) (*NodeExporter, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	addr := l.Addr().String()
-	l.Close()
-	n := &NodeExporter{
-		URL:  "http://" + addr + "/metrics",
-		Dir:  dir,
-		out:  &tail{max: 16 << 10},
-		done: make(chan struct{}),
-	}
-	n.cmd = exec.Command(bin,
-		"--web.listen-address="+addr,
-		"--collector.disable-defaults",
-		"--collector.textfile",
-		"--collector.textfile.directory="+dir,
-		"--web.disable-exporter-metrics", // no go_* and process_* series
-	)
-	n.cmd.Stdout, n.cmd.Stderr = n.out, n.out
-	n.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := n.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start node_exporter: %w", err)
-	}
-	go func() { _ = n.cmd.Wait(); close(n.done) }()
-	deadline := time.Now().Add(startTimeout)
-	for {
-		resp, err := http.Get(n.URL)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return n, nil
-			}
-		}
-		select {
-		case <-n.done:
-			return nil, fmt.Errorf("node_exporter %s exited at start: %s", NodeExporterVersion, n.out.String())
-		case <-time.After(100 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			n.Stop()
-			return nil, fmt.Errorf("node_exporter %s did not serve %s within %s: %s", NodeExporterVersion, n.URL, startTimeout, n.out.String())
-		}
-	}
-}
+func metricsURL(addr string) string { return "http://" + addr + "/metrics" }
 
 // Scrape reads /metrics as Prometheus' text format (version 0.0.4) and
 // returns its families by name: the textfile's series as node_exporter
@@ -150,21 +113,8 @@ func (n *NodeExporter) Scrape(ctx context.Context) (map[string]*dto.MetricFamily
 
 // Log is what node_exporter wrote to stdout and stderr (the last 16 KiB):
 // a textfile it refused is logged there.
-func (n *NodeExporter) Log() string { return n.out.String() }
+func (n *NodeExporter) Log() string { return n.proc.out.String() }
 
 // Stop ends node_exporter (SIGTERM, then SIGKILL after 10 seconds).
 // Stopping twice is fine.
-func (n *NodeExporter) Stop() {
-	select {
-	case <-n.done:
-		return
-	default:
-	}
-	_ = n.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-n.done:
-	case <-time.After(10 * time.Second):
-		_ = n.cmd.Process.Kill()
-		<-n.done
-	}
-}
+func (n *NodeExporter) Stop() { n.proc.Stop() }

@@ -10,8 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -42,9 +40,7 @@ type S3 struct {
 	Bucket    string
 	Dir       string // the directory behind the buckets: Dir/BUCKET/KEY
 
-	cmd  *exec.Cmd
-	out  *tail
-	done chan struct{}
+	proc *loopbackProcess
 }
 
 // StartS3 starts versitygw with a fresh directory, a random root user and
@@ -60,13 +56,7 @@ func StartS3(t testing.TB) *S3 {
 	if err := Install(t.Context(), dir, logWriter{t}); err != nil {
 		t.Fatalf("testenv: %v", err)
 	}
-	var s *S3
-	for range 3 { // the port picked may be taken before versitygw binds it
-		s, err = startS3(filepath.Join(dir, versitygwBinary.name), t.TempDir())
-		if err == nil || !strings.Contains(err.Error(), "address already in use") {
-			break
-		}
-	}
+	s, err := startS3(filepath.Join(dir, versitygwBinary.name), t.TempDir())
 	if err != nil {
 		t.Fatalf("testenv: %v", err)
 	}
@@ -86,66 +76,38 @@ func startS3(bin, dir string) (*S3, error) {
 			return nil, err
 		}
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	addr := l.Addr().String()
-	l.Close()
 	s := &S3{
-		Endpoint:  "http://" + addr,
 		AccessKey: "devata" + randomHex(6),
 		SecretKey: randomHex(20),
 		Dir:       root,
-		out:       &tail{max: 16 << 10},
-		done:      make(chan struct{}),
 	}
-	// Metadata in a sidecar directory: the posix backend's default,
-	// extended attributes, is not on every file system a test runs on.
-	s.cmd = exec.Command(bin, "--port", addr, "--quiet", "posix", "--sidecar", meta, root)
-	// The root user's keys go in the environment, not in ps' view.
-	s.cmd.Env = append(os.Environ(), "ROOT_ACCESS_KEY_ID="+s.AccessKey, "ROOT_SECRET_ACCESS_KEY="+s.SecretKey)
-	s.cmd.Stdout, s.cmd.Stderr = s.out, s.out
-	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := s.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start versitygw: %w", err)
-	}
-	go func() { _ = s.cmd.Wait(); close(s.done) }()
-	deadline := time.Now().Add(startTimeout)
-	for {
-		c, err := net.DialTimeout("tcp", addr, time.Second)
-		if err == nil {
+	proc, err := startLoopback("versitygw "+VersitygwVersion,
+		func(addr string) *exec.Cmd {
+			// Metadata in a sidecar directory: the posix backend's default,
+			// extended attributes, is not on every file system a test runs on.
+			cmd := exec.Command(bin, "--port", addr, "--quiet", "posix", "--sidecar", meta, root)
+			// The root user's keys go in the environment, not in ps' view.
+			cmd.Env = append(os.Environ(), "ROOT_ACCESS_KEY_ID="+s.AccessKey, "ROOT_SECRET_ACCESS_KEY="+s.SecretKey)
+			return cmd
+		},
+		func(addr string) bool {
+			c, err := net.DialTimeout("tcp", addr, time.Second)
+			if err != nil {
+				return false
+			}
 			c.Close()
-			return s, nil
-		}
-		select {
-		case <-s.done:
-			return nil, fmt.Errorf("versitygw %s exited at start: %s", VersitygwVersion, s.out.String())
-		case <-time.After(100 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			s.Stop()
-			return nil, fmt.Errorf("versitygw %s did not listen on %s within %s: %s", VersitygwVersion, addr, startTimeout, s.out.String())
-		}
+			return true
+		})
+	if err != nil {
+		return nil, err
 	}
+	s.proc, s.Endpoint = proc, "http://"+proc.addr
+	return s, nil
 }
 
 // Stop ends the server (SIGTERM, then SIGKILL after 10 seconds); the
 // endpoint is then down. Stopping twice is fine.
-func (s *S3) Stop() {
-	select {
-	case <-s.done:
-		return
-	default:
-	}
-	_ = s.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-s.done:
-	case <-time.After(10 * time.Second):
-		_ = s.cmd.Process.Kill()
-		<-s.done
-	}
-}
+func (s *S3) Stop() { s.proc.Stop() }
 
 // Client is an SDK client of the server as its root user, for a test to
 // look at what a store wrote (ListMultipartUploads) or to change it
@@ -172,7 +134,7 @@ func (s *S3) CreateBucket(ctx context.Context, name string) error {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	return fmt.Errorf("versitygw: create bucket %s: %w\n%s", name, err, s.out.String())
+	return fmt.Errorf("versitygw: create bucket %s: %w\n%s", name, err, s.proc.out.String())
 }
 
 func randomHex(n int) string {
