@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc/peer"
 	"k8s.io/client-go/rest"
 
+	"devata.dev/devata/checks/target"
 	"devata.dev/devata/drift"
 	"devata.dev/devata/machines"
 	"devata.dev/devata/talosapi"
@@ -63,8 +64,8 @@ type Options struct {
 // Info is the certificates check as the catalogue lists it.
 func Info() drift.Info { return check().Info() }
 
-func check() drift.Check[*target] {
-	return drift.Check[*target]{Name: CheckCertificates, Rung: drift.RungResources, Run: run, Kubernetes: true}
+func check() drift.Check[*machineCerts] {
+	return drift.Check[*machineCerts]{Name: CheckCertificates, Rung: drift.RungResources, Run: run, Kubernetes: true}
 }
 
 // Extension plugs the certificates check into a checks.FleetCheck. The
@@ -90,8 +91,8 @@ type extension struct {
 
 func (e *extension) Checks() []drift.Info { return []drift.Info{Info()} }
 
-func (e *extension) Run(ctx context.Context, c *client.Client, mt *machines.Target, _ []string) []drift.Result {
-	t := &target{machine: mt, threshold: e.o.Threshold, now: e.o.Now()}
+func (e *extension) Run(ctx context.Context, c *client.Client, mt *target.Target, _ []string) []drift.Result {
+	t := &machineCerts{machine: mt, threshold: e.o.Threshold, now: e.o.Now()}
 	if mt.Machine.IsControlPlane() {
 		e.once.Do(func() { e.fl = e.cluster(ctx) })
 		t.findings = append(t.findings, e.fl...)
@@ -100,9 +101,9 @@ func (e *extension) Run(ctx context.Context, c *client.Client, mt *machines.Targ
 	return check().Evaluate(ctx, mt.Machine.Name, t)
 }
 
-// target is one machine's certificates as a pass read them.
-type target struct {
-	machine   *machines.Target
+// machineCerts is one machine's certificates as a pass read them.
+type machineCerts struct {
+	machine   *target.Target
 	threshold time.Duration
 	now       time.Time
 	findings  []finding
@@ -122,7 +123,7 @@ type finding struct {
 	unknownNext    string
 }
 
-func run(_ context.Context, t *target) []drift.Result {
+func run(_ context.Context, t *machineCerts) []drift.Result {
 	out := make([]drift.Result, 0, len(t.findings))
 	for _, f := range t.findings {
 		out = append(out, f.result(t))
@@ -130,7 +131,7 @@ func run(_ context.Context, t *target) []drift.Result {
 	return out
 }
 
-func (f finding) result(t *target) drift.Result {
+func (f finding) result(t *machineCerts) drift.Result {
 	switch {
 	case f.err != nil:
 		return drift.Unknown(fmt.Errorf("%s: %w", f.what, f.err), f.unknownNext)
@@ -331,7 +332,7 @@ func (e *extension) apiServer(ctx context.Context) finding {
 // apid reads the serving certificate the machine's apid presented on a
 // Version call. Through an endpoint the TLS peer is the endpoint's apid,
 // which its own machine reports.
-func (e *extension) apid(ctx context.Context, c *client.Client, mt *machines.Target) finding {
+func (e *extension) apid(ctx context.Context, c *client.Client, mt *target.Target) finding {
 	f := finding{credential: CredApid, what: "apid's serving certificate", renewedByTalos: true,
 		renew:       "machined issues apid's certificate from the OS CA and renews it at half its life (secrets APIController): one this close to its end was not renewed; " + talosctl(mt, "logs controller-runtime") + " says why",
 		unknownNext: talosctlHint(mt)}
@@ -360,7 +361,7 @@ func (e *extension) apid(ctx context.Context, c *client.Client, mt *machines.Tar
 	return f
 }
 
-func talosctl(mt *machines.Target, args string) string {
+func talosctl(mt *target.Target, args string) string {
 	prefix := mt.Talosctl
 	if prefix == "" {
 		prefix = "talosctl -n " + mt.Machine.Address
@@ -368,7 +369,7 @@ func talosctl(mt *machines.Target, args string) string {
 	return prefix + " " + args
 }
 
-func talosctlHint(mt *machines.Target) string { return talosctl(mt, "version") }
+func talosctlHint(mt *target.Target) string { return talosctl(mt, "version") }
 
 func firstCertificate(data []byte) (*x509.Certificate, error) {
 	for {

@@ -8,13 +8,16 @@
 package checks
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
 
+	"github.com/siderolabs/talos/pkg/machinery/client"
 	"k8s.io/client-go/kubernetes"
 
 	"devata.dev/devata/certcheck"
+	"devata.dev/devata/checks/target"
 	"devata.dev/devata/dnscheck"
 	"devata.dev/devata/drift"
 	"devata.dev/devata/inventory"
@@ -144,5 +147,23 @@ func Extensions(inv *inventory.Inventory, o Options) []machines.Extension {
 	if o.Probe != nil {
 		opts = append(opts, netcheck.WithProbe(*o.Probe))
 	}
-	return []machines.Extension{storagecheck.Extension(), certcheck.Extension(o.Certs), dnscheck.Extension(o.Kube), netcheck.Extension(o.Kube, o.Exec, inv, opts...)}
+	return []machines.Extension{Riding(storagecheck.Checks()), certcheck.Extension(o.Certs), dnscheck.Extension(o.Kube), netcheck.Extension(o.Kube, o.Exec, inv, opts...)}
+}
+
+// Riding runs a family's checks on the machine checks' target, for the
+// families that read everything from it.
+func Riding(cs []drift.Check[*target.Target]) machines.Extension { return family(cs) }
+
+type family []drift.Check[*target.Target]
+
+func (f family) Checks() []drift.Info { return drift.Infos(f) }
+
+func (f family) Run(ctx context.Context, _ *client.Client, t *target.Target, want []string) []drift.Result {
+	var out []drift.Result
+	for _, c := range f {
+		if slices.Contains(want, c.Name) {
+			out = append(out, c.Evaluate(ctx, t.Machine.Name, t)...)
+		}
+	}
+	return out
 }

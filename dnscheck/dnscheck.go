@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"devata.dev/devata/checks/target"
 	"devata.dev/devata/drift"
 	"devata.dev/devata/machines"
 )
@@ -52,7 +53,7 @@ type extension struct {
 
 func (e *extension) Checks() []drift.Info { return []drift.Info{Info()} }
 
-func (e *extension) Run(ctx context.Context, _ *client.Client, mt *machines.Target, _ []string) []drift.Result {
+func (e *extension) Run(ctx context.Context, _ *client.Client, mt *target.Target, _ []string) []drift.Result {
 	if !mt.Machine.IsControlPlane() {
 		return nil
 	}

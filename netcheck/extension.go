@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
+	"devata.dev/devata/checks/target"
 	"devata.dev/devata/drift"
 	"devata.dev/devata/inventory"
 	"devata.dev/devata/machines"
@@ -68,7 +69,7 @@ type extension struct {
 
 func (e *extension) Checks() []drift.Info { return drift.Infos(e.checks) }
 
-func (e *extension) Run(ctx context.Context, c *client.Client, mt *machines.Target, want []string) []drift.Result {
+func (e *extension) Run(ctx context.Context, c *client.Client, mt *target.Target, want []string) []drift.Result {
 	o := mt.Obs
 	var no *Observation
 	switch {

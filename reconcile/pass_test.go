@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"devata.dev/devata/checks"
 	"devata.dev/devata/drift"
 	"devata.dev/devata/internal/simtest"
 	"devata.dev/devata/inventory"
@@ -58,7 +59,7 @@ func TestPassesCarryTheExtensionChecks(t *testing.T) {
 	h := newLoop(t, nil)
 	h.opts.Checks = append(slices.Clone(talosChecks), "storage-volumes")
 	h.opts.Extensions = func(*inventory.Inventory) []machines.Extension {
-		return []machines.Extension{storagecheck.Extension()}
+		return []machines.Extension{checks.Riding(storagecheck.Checks())}
 	}
 	res := h.loop().Once(context.Background())
 	n := 0
