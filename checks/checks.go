@@ -61,8 +61,8 @@ func All() Registry {
 	}
 	add(FamilyMachine, drift.Infos(machines.Checks())...)
 	add(FamilyStorage, drift.Infos(storagecheck.Checks())...)
-	add(FamilyCerts, certcheck.Info())
-	add(FamilyDNS, dnscheck.Info())
+	add(FamilyCerts, drift.Infos(certcheck.Checks(certcheck.Options{}))...)
+	add(FamilyDNS, drift.Infos(dnscheck.Checks())...)
 	add(FamilyNet, drift.Infos(netcheck.Checks())...)
 	add(FamilyNet, netcheck.ProbeCheck(nil, netcheck.ProbeOptions{}).Info())
 	return out
@@ -147,7 +147,7 @@ func Extensions(inv *inventory.Inventory, o Options) []machines.Extension {
 	if o.Probe != nil {
 		opts = append(opts, netcheck.WithProbe(*o.Probe))
 	}
-	return []machines.Extension{Riding(storagecheck.Checks()), certcheck.Extension(o.Certs), dnscheck.Extension(o.Kube), netcheck.Extension(o.Kube, o.Exec, inv, opts...)}
+	return []machines.Extension{Riding(storagecheck.Checks()), Riding(certcheck.Checks(o.Certs)), Riding(dnscheck.Checks()), netcheck.Extension(o.Kube, o.Exec, inv, opts...)}
 }
 
 // Riding runs a family's checks on the machine checks' target, for the
@@ -161,7 +161,7 @@ func (f family) Checks() []drift.Info { return drift.Infos(f) }
 func (f family) Run(ctx context.Context, _ *client.Client, t *target.Target, want []string) []drift.Result {
 	var out []drift.Result
 	for _, c := range f {
-		if slices.Contains(want, c.Name) {
+		if slices.Contains(want, c.Name) && c.AppliesTo(t) {
 			out = append(out, c.Evaluate(ctx, t.Machine.Name, t)...)
 		}
 	}

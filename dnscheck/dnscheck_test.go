@@ -18,8 +18,8 @@ import (
 
 func pass(t *testing.T, f *simtest.Fleet, kube kubernetes.Interface) []drift.Result {
 	t.Helper()
-	fc := &checks.FleetCheck{Inventory: f.Inventory, Desired: f.Desired, Dialer: f.Dialer, Checks: []string{dnscheck.CheckCoreDNS},
-		Extensions: []machines.Extension{dnscheck.Extension(kube)}, Concurrency: 4, Timeout: 10 * time.Second}
+	fc := &checks.FleetCheck{Inventory: f.Inventory, Desired: f.Desired, Dialer: f.Dialer, Kube: kube, Checks: []string{dnscheck.CheckCoreDNS},
+		Extensions: []machines.Extension{checks.Riding(dnscheck.Checks())}, Concurrency: 4, Timeout: 10 * time.Second}
 	rep, err := fc.Report(t.Context(), drift.Header{Cluster: "homelab"})
 	if err != nil {
 		t.Fatal(err)

@@ -58,8 +58,8 @@ var allowed = []struct {
 	{"gate", []string{"internal/heartbeat", "inventory", "talosapi"}},
 	{"netcheck", []string{"checks/target", "drift", "internal/configview", "inventory", "machines", "talosapi"}},
 	{"storagecheck", []string{"checks/target", "drift", "inventory", "machines", "talosapi"}},
-	{"certcheck", []string{"checks/target", "drift", "machines", "talosapi"}},
-	{"dnscheck", []string{"checks/target", "drift", "machines"}},
+	{"certcheck", []string{"checks/target", "drift", "talosapi"}},
+	{"dnscheck", []string{"checks/target", "drift"}},
 	// the one list of checks
 	{"checks", []string{"certcheck", "checks/target", "dnscheck", "drift", "inventory", "machines", "netcheck", "storagecheck", "talosapi"}},
 	// what changes machines
