@@ -29,10 +29,12 @@ type FleetCheck struct {
 	// held (a pass over a very large fleet holds only the configs in flight).
 	DesiredFor talosapi.DesiredFunc
 	Dialer     *talosapi.Dialer
-	// Kube is used for the Kubernetes side of the kubelet check; nil makes that side Unknown.
+	// Kube is the cluster's Kubernetes API every check's target carries;
+	// nil makes the Kubernetes side of every check Unknown.
 	Kube kubernetes.Interface
-	// Extensions run after the machine checks, on the same connection.
-	Extensions []machines.Extension
+	// Families are the checks that run after the machine checks, on the
+	// same target (Families builds them); nil: the machine checks alone.
+	Families []drift.Check[*target.Target]
 	// Machines and Checks restrict the pass; empty means all.
 	Machines, Checks []string
 	Concurrency      int
@@ -63,15 +65,10 @@ func (f *FleetCheck) Select() ([]*inventory.Machine, []drift.Check[*target.Targe
 			return nil, nil, fmt.Errorf("--machines: no machine %q in %s%s", name, f.Inventory.Path, didYouMean(name, machineNames(f.Inventory)))
 		}
 	}
-	all := machines.Checks()
-	var names []string
+	all := append(machines.Checks(), f.Families...)
+	names := make([]string, 0, len(all))
 	for _, c := range all {
 		names = append(names, c.Name)
-	}
-	for _, e := range f.Extensions {
-		for _, c := range e.Checks() {
-			names = append(names, c.Name)
-		}
 	}
 	if err := validate(f.Checks, names); err != nil {
 		return nil, nil, err
@@ -129,7 +126,8 @@ func (f *FleetCheck) Run(ctx context.Context, out drift.Collector) error {
 // run is Run over a selection already made.
 func (f *FleetCheck) run(ctx context.Context, out drift.Collector, ms []*inventory.Machine, checks []drift.Check[*target.Target]) {
 	var nodes *talosapi.Nodes
-	if f.Kube != nil || slices.ContainsFunc(checks, func(c drift.Check[*target.Target]) bool { return c.Name == machines.CheckKubelet }) {
+	// the Nodes are the kubelet check's; the families read their own
+	if slices.ContainsFunc(checks, func(c drift.Check[*target.Target]) bool { return c.Name == machines.CheckKubelet }) {
 		n := talosapi.ObserveNodes(ctx, f.Kube)
 		nodes = &n
 	}
@@ -180,17 +178,6 @@ func (f *FleetCheck) run(ctx context.Context, out drift.Collector, ms []*invento
 		for _, c := range checks {
 			if c.AppliesTo(t) {
 				results = append(results, c.Evaluate(ctx, m.Name, t)...)
-			}
-		}
-		for _, e := range f.Extensions {
-			var want []string
-			for _, c := range e.Checks() {
-				if len(f.Checks) == 0 || slices.Contains(f.Checks, c.Name) {
-					want = append(want, c.Name)
-				}
-			}
-			if len(want) > 0 {
-				results = append(results, e.Run(ctx, c, t, want)...)
 			}
 		}
 		heldNext(results, m)

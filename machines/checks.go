@@ -6,10 +6,7 @@
 package machines
 
 import (
-	"context"
 	"fmt"
-
-	"github.com/siderolabs/talos/pkg/machinery/client"
 
 	"devata.dev/devata/checks/target"
 	"devata.dev/devata/drift"
@@ -24,18 +21,6 @@ const (
 	CheckKubelet      = "kubelet"
 	CheckEtcd         = "etcd"
 )
-
-// Extension is a family of checks that read more from each machine on the
-// connection the machine checks use (storagecheck, netcheck).
-type Extension interface {
-	// Checks lists the family's checks in the order they run: their names
-	// are what --checks takes.
-	Checks() []drift.Info
-	// Run observes and evaluates the named ones of them (never empty) for
-	// one machine, given the machine checks' target (its Obs holds the
-	// active config); c is nil when the machine could not be dialled.
-	Run(ctx context.Context, c *client.Client, t *target.Target, names []string) []drift.Result
-}
 
 // Checks returns the machine checks in ladder order.
 func Checks() []drift.Check[*target.Target] {

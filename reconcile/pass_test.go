@@ -6,11 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"devata.dev/devata/checks"
 	"devata.dev/devata/drift"
 	"devata.dev/devata/internal/simtest"
-	"devata.dev/devata/inventory"
-	"devata.dev/devata/machines"
 	"devata.dev/devata/reconcile"
 	"devata.dev/devata/storagecheck"
 )
@@ -58,9 +55,7 @@ func TestShardsSplitTheFleet(t *testing.T) {
 func TestPassesCarryTheExtensionChecks(t *testing.T) {
 	h := newLoop(t, nil)
 	h.opts.Checks = append(slices.Clone(talosChecks), "storage-volumes")
-	h.opts.Extensions = func(*inventory.Inventory) []machines.Extension {
-		return []machines.Extension{checks.Riding(storagecheck.Checks())}
-	}
+	h.opts.Families = storagecheck.Checks()
 	res := h.loop().Once(context.Background())
 	n := 0
 	for _, r := range res.Report.Results {

@@ -56,14 +56,14 @@ var allowed = []struct {
 	{"checks/target", []string{"inventory", "talosapi"}},
 	{"machines", []string{"checks/target", "drift", "internal/talos", "inventory", "redact", "talosapi"}},
 	{"gate", []string{"internal/heartbeat", "inventory", "talosapi"}},
-	{"netcheck", []string{"checks/target", "drift", "internal/configview", "inventory", "machines", "talosapi"}},
-	{"storagecheck", []string{"checks/target", "drift", "inventory", "machines", "talosapi"}},
+	{"netcheck", []string{"checks/target", "drift", "internal/configview", "inventory", "talosapi"}},
+	{"storagecheck", []string{"checks/target", "drift", "inventory", "talosapi"}},
 	{"certcheck", []string{"checks/target", "drift", "talosapi"}},
 	{"dnscheck", []string{"checks/target", "drift"}},
 	// the one list of checks
 	{"checks", []string{"certcheck", "checks/target", "dnscheck", "drift", "inventory", "machines", "netcheck", "storagecheck", "talosapi"}},
 	// what changes machines
-	{"reconcile", []string{"render", "checks", "drift", "gate", "internal/drain", "internal/heartbeat", "internal/talos", "inventory", "machines", "plan", "provenance", "talosapi"}},
+	{"reconcile", []string{"render", "checks", "checks/target", "drift", "gate", "internal/drain", "internal/heartbeat", "internal/talos", "inventory", "machines", "plan", "provenance", "talosapi"}},
 	{"bootstrap", []string{"render", "checks", "drift", "gate", "internal/heartbeat", "internal/talos", "inventory", "machines", "plan", "provenance", "snapshot", "talosapi"}},
 	{"backup/store", []string{"redact"}},
 	{"backup", []string{"backup/store", "gate", "internal/outfile", "inventory", "provenance", "snapshot", "talosapi"}},
