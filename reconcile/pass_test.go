@@ -50,9 +50,9 @@ func TestShardsSplitTheFleet(t *testing.T) {
 	}
 }
 
-// The checks that ride on the machine checks' connection (storage, Cilium)
+// The checks of the other families (storage, Cilium)
 // are part of every pass's report when the Loop is given them.
-func TestPassesCarryTheExtensionChecks(t *testing.T) {
+func TestPassesCarryTheOtherFamilies(t *testing.T) {
 	h := newLoop(t, nil)
 	h.opts.Checks = append(slices.Clone(talosChecks), "storage-volumes")
 	h.opts.Families = storagecheck.Checks()
