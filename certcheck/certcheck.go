@@ -17,17 +17,15 @@ import (
 	"net/url"
 	"os"
 	"strings"
-	"sync"
 	"time"
 
-	"github.com/siderolabs/talos/pkg/machinery/client"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/peer"
 	"k8s.io/client-go/rest"
 
+	"devata.dev/devata/checks/target"
 	"devata.dev/devata/drift"
-	"devata.dev/devata/machines"
 	"devata.dev/devata/talosapi"
 )
 
@@ -60,49 +58,40 @@ type Options struct {
 	Now func() time.Time
 }
 
-// Info is the certificates check as the catalogue lists it.
-func Info() drift.Info { return check().Info() }
-
-func check() drift.Check[*target] {
-	return drift.Check[*target]{Name: CheckCertificates, Rung: drift.RungResources, Run: run, Kubernetes: true}
-}
-
-// Extension plugs the certificates check into a checks.FleetCheck. The
-// talosconfig, kubeconfig and API server certificates are the cluster's,
-// read once per pass and reported on each control plane (the API server
-// runs there, the talosconfig's endpoints are there); every machine
-// reports the serving certificate its apid presented. Build one per pass.
-func Extension(o Options) machines.Extension {
+// Checks is the certificates check with what it reads besides each
+// machine's connection. The talosconfig, kubeconfig and API server
+// certificates are the cluster's, read once per pass and reported on each
+// control plane (the API server runs there, the talosconfig's endpoints are
+// there); every machine reports the serving certificate its apid presented.
+func Checks(o Options) []drift.Check[*target.Target] {
 	if o.Threshold <= 0 {
 		o.Threshold = DefaultThreshold
 	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	return &extension{o: o}
+	return []drift.Check[*target.Target]{{Name: CheckCertificates, Rung: drift.RungResources, Run: o.run, Kubernetes: true}}
 }
 
-type extension struct {
-	o    Options
-	once sync.Once
-	fl   []finding // the cluster's credentials, read by the first control plane
-}
+// clusterKey holds the pass's findings of the cluster's credentials.
+type clusterKey struct{}
 
-func (e *extension) Checks() []drift.Info { return []drift.Info{Info()} }
-
-func (e *extension) Run(ctx context.Context, c *client.Client, mt *machines.Target, _ []string) []drift.Result {
-	t := &target{machine: mt, threshold: e.o.Threshold, now: e.o.Now()}
-	if mt.Machine.IsControlPlane() {
-		e.once.Do(func() { e.fl = e.cluster(ctx) })
-		t.findings = append(t.findings, e.fl...)
+func (o Options) run(ctx context.Context, t *target.Target) []drift.Result {
+	mc := &machineCerts{threshold: o.Threshold, now: o.Now()}
+	if t.Machine.IsControlPlane() {
+		// read by the first control plane, whatever its deadline did
+		mc.findings = append(mc.findings, target.Shared(ctx, t, clusterKey{}, func(ctx context.Context) ([]finding, bool) { return o.cluster(ctx), true })...)
 	}
-	t.findings = append(t.findings, e.apid(ctx, c, mt))
-	return check().Evaluate(ctx, mt.Machine.Name, t)
+	mc.findings = append(mc.findings, o.apid(ctx, t))
+	out := make([]drift.Result, 0, len(mc.findings))
+	for _, f := range mc.findings {
+		out = append(out, f.result(mc))
+	}
+	return out
 }
 
-// target is one machine's certificates as a pass read them.
-type target struct {
-	machine   *machines.Target
+// machineCerts is one machine's certificates as a pass read them.
+type machineCerts struct {
 	threshold time.Duration
 	now       time.Time
 	findings  []finding
@@ -122,15 +111,7 @@ type finding struct {
 	unknownNext    string
 }
 
-func run(_ context.Context, t *target) []drift.Result {
-	out := make([]drift.Result, 0, len(t.findings))
-	for _, f := range t.findings {
-		out = append(out, f.result(t))
-	}
-	return out
-}
-
-func (f finding) result(t *target) drift.Result {
+func (f finding) result(t *machineCerts) drift.Result {
 	switch {
 	case f.err != nil:
 		return drift.Unknown(fmt.Errorf("%s: %w", f.what, f.err), f.unknownNext)
@@ -193,18 +174,18 @@ func subject(c *x509.Certificate) string {
 
 // cluster reads the talosconfig's, the kubeconfig's and the API server's
 // certificates.
-func (e *extension) cluster(ctx context.Context) []finding {
-	return []finding{e.talosconfig(), e.kubeconfig(), e.apiServer(ctx)}
+func (o Options) cluster(ctx context.Context) []finding {
+	return []finding{o.talosconfig(), o.kubeconfig(), o.apiServer(ctx)}
 }
 
-func (e *extension) talosconfig() finding {
+func (o Options) talosconfig() finding {
 	f := finding{credential: CredTalosconfig, what: "the talosconfig's client certificate",
 		unknownNext: "talosctl config info (the talosconfig's certificate could not be read)"}
-	if e.o.Dialer == nil {
+	if o.Dialer == nil {
 		f.err = errors.New("no talosconfig")
 		return f
 	}
-	crt, tcContext, err := e.o.Dialer.ClientCertificate()
+	crt, tcContext, err := o.Dialer.ClientCertificate()
 	f.what += " (context " + tcContext + ")"
 	f.crt, f.err = crt, err
 	if crt == nil && err == nil {
@@ -228,10 +209,10 @@ func RenewTalosconfig(roles []string) string {
 
 const renewKubeconfig = "fetch it anew through the Talos API: talosctl -n CONTROL_PLANE kubeconfig --force KUBECONFIG_PATH (Talos signs an admin kubeconfig for cluster.adminKubeconfig.certLifetime, a year by default); a kubeconfig from elsewhere renews where it came from"
 
-func (e *extension) kubeconfig() finding {
+func (o Options) kubeconfig() finding {
 	f := finding{credential: CredKubeconfig, what: "the kubeconfig's client certificate", renew: renewKubeconfig,
 		unknownNext: "check the kubeconfig's client-certificate-data: kubectl config view --raw --minify"}
-	cfg := e.o.Kube
+	cfg := o.Kube
 	switch {
 	case cfg == nil:
 		f.err = errors.New("no kubeconfig")
@@ -257,11 +238,11 @@ func (e *extension) kubeconfig() finding {
 // TLS handshake: it is verified against the kubeconfig's CA at a time it
 // was valid, so an expired one is read and reported, and a stranger's
 // (another CA) is not.
-func (e *extension) apiServer(ctx context.Context) finding {
+func (o Options) apiServer(ctx context.Context) finding {
 	f := finding{credential: CredKubeAPIServer, what: "the Kubernetes API server's serving certificate", renewedByTalos: true,
 		renew:       "Talos issues it from the Kubernetes CA and renews it at half its life (secrets.KubernetesCertificatesController): a certificate this close to its end was not renewed; talosctl -n CONTROL_PLANE logs controller-runtime says why, and a reboot of the control plane issues it anew",
 		unknownNext: "check that the API server answers at the kubeconfig's server: kubectl cluster-info"}
-	cfg := e.o.Kube
+	cfg := o.Kube
 	if cfg == nil {
 		f.err = errors.New("no kubeconfig")
 		f.unknownNext = "pass --kubeconfig (or set KUBECONFIG) so the API server's certificate can be read"
@@ -331,7 +312,8 @@ func (e *extension) apiServer(ctx context.Context) finding {
 // apid reads the serving certificate the machine's apid presented on a
 // Version call. Through an endpoint the TLS peer is the endpoint's apid,
 // which its own machine reports.
-func (e *extension) apid(ctx context.Context, c *client.Client, mt *machines.Target) finding {
+func (o Options) apid(ctx context.Context, mt *target.Target) finding {
+	c := mt.Client
 	f := finding{credential: CredApid, what: "apid's serving certificate", renewedByTalos: true,
 		renew:       "machined issues apid's certificate from the OS CA and renews it at half its life (secrets APIController): one this close to its end was not renewed; " + talosctl(mt, "logs controller-runtime") + " says why",
 		unknownNext: talosctlHint(mt)}
@@ -342,7 +324,7 @@ func (e *extension) apid(ctx context.Context, c *client.Client, mt *machines.Tar
 	case c == nil:
 		f.err = errors.New("no Talos connection")
 		return f
-	case e.o.Dialer != nil && e.o.Dialer.Proxied(ctx, mt.Machine):
+	case o.Dialer != nil && o.Dialer.Proxied(ctx, mt.Machine):
 		f.none = "reached through an endpoint: the certificate presented was the endpoint's, which that machine reports"
 		return f
 	}
@@ -360,7 +342,7 @@ func (e *extension) apid(ctx context.Context, c *client.Client, mt *machines.Tar
 	return f
 }
 
-func talosctl(mt *machines.Target, args string) string {
+func talosctl(mt *target.Target, args string) string {
 	prefix := mt.Talosctl
 	if prefix == "" {
 		prefix = "talosctl -n " + mt.Machine.Address
@@ -368,7 +350,7 @@ func talosctl(mt *machines.Target, args string) string {
 	return prefix + " " + args
 }
 
-func talosctlHint(mt *machines.Target) string { return talosctl(mt, "version") }
+func talosctlHint(mt *target.Target) string { return talosctl(mt, "version") }
 
 func firstCertificate(data []byte) (*x509.Certificate, error) {
 	for {

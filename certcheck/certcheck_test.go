@@ -15,7 +15,6 @@ import (
 	"devata.dev/devata/checks"
 	"devata.dev/devata/drift"
 	"devata.dev/devata/internal/simtest"
-	"devata.dev/devata/machines"
 	"devata.dev/devata/talosapi"
 )
 
@@ -55,7 +54,7 @@ func pass(t *testing.T, f *simtest.Fleet, d *talosapi.Dialer, o certcheck.Option
 	t.Helper()
 	o.Dialer = d
 	fc := &checks.FleetCheck{Inventory: f.Inventory, Desired: f.Desired, Dialer: d, Checks: []string{certcheck.CheckCertificates},
-		Extensions: []machines.Extension{certcheck.Extension(o)}, Concurrency: 4, Timeout: 10 * time.Second}
+		Families: certcheck.Checks(o), Concurrency: 4, Timeout: 10 * time.Second}
 	rep, err := fc.Report(t.Context(), drift.Header{Cluster: "homelab"})
 	if err != nil {
 		t.Fatal(err)

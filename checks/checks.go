@@ -1,7 +1,7 @@
 // Package checks is devata's one list of checks, in the shape of Talos'
 // DefaultClusterChecks (pkg/cluster/check/default.go): the machine checks,
-// then each family that rides on their connection (storage, cilium), built in
-// one place. Help text, --checks, the demo, bootstrap's closing report and
+// then the other families (storage, certificates, coredns, cilium), every
+// one a drift.Check over the one target.Target, built in one place. Help text, --checks, the demo, bootstrap's closing report and
 // reconcile take their names and properties from here. To add a check:
 // write it in its family's package and add it to that family's Checks list;
 // nothing else names it.
@@ -12,12 +12,10 @@ import (
 	"slices"
 	"strings"
 
-	"k8s.io/client-go/kubernetes"
-
 	"devata.dev/devata/certcheck"
+	"devata.dev/devata/checks/target"
 	"devata.dev/devata/dnscheck"
 	"devata.dev/devata/drift"
-	"devata.dev/devata/inventory"
 	"devata.dev/devata/machines"
 	"devata.dev/devata/netcheck"
 	"devata.dev/devata/storagecheck"
@@ -58,10 +56,9 @@ func All() Registry {
 	}
 	add(FamilyMachine, drift.Infos(machines.Checks())...)
 	add(FamilyStorage, drift.Infos(storagecheck.Checks())...)
-	add(FamilyCerts, certcheck.Info())
-	add(FamilyDNS, dnscheck.Info())
-	add(FamilyNet, drift.Infos(netcheck.Checks())...)
-	add(FamilyNet, netcheck.ProbeCheck(nil, netcheck.ProbeOptions{}).Info())
+	add(FamilyCerts, drift.Infos(certcheck.Checks(certcheck.Options{}))...)
+	add(FamilyDNS, drift.Infos(dnscheck.Checks())...)
+	add(FamilyNet, drift.Infos(netcheck.Checks(netcheck.Options{Probe: &netcheck.ProbeOptions{}}))...)
 	return out
 }
 
@@ -121,11 +118,9 @@ func Names() []string { return All().Names() }
 // Of returns the names of All's checks of the given families that always run.
 func Of(families ...Family) []string { return All().Of(families...) }
 
-// Options gives the families what they read beyond the Talos connection.
+// Options gives the families what they use besides the target (which
+// carries the Talos connection and the Kubernetes client).
 type Options struct {
-	// Kube is the cluster's Kubernetes API; nil makes the Kubernetes-side
-	// findings Unknown.
-	Kube kubernetes.Interface
 	// Exec reaches the Cilium agents (pods/exec); nil leaves the agents'
 	// own status Unknown.
 	Exec netcheck.Execer
@@ -136,13 +131,14 @@ type Options struct {
 	Certs certcheck.Options
 }
 
-// Extensions builds the families that ride on the machine checks for one
-// pass over inv (FleetCheck.Extensions), in All's order. Build them
-// per pass: the cilium family keeps one Kubernetes snapshot per pass.
-func Extensions(inv *inventory.Inventory, o Options) []machines.Extension {
-	var opts []netcheck.Option
-	if o.Probe != nil {
-		opts = append(opts, netcheck.WithProbe(*o.Probe))
-	}
-	return []machines.Extension{storagecheck.Extension(), certcheck.Extension(o.Certs), dnscheck.Extension(o.Kube), netcheck.Extension(o.Kube, o.Exec, inv, opts...)}
+// Families is the checks of every family but the machine checks, in All's
+// order, with what they use besides the target (FleetCheck.Families). What
+// they read once per pass they keep on the pass, not here: one list serves
+// any number of passes.
+func Families(o Options) []drift.Check[*target.Target] {
+	var out []drift.Check[*target.Target]
+	out = append(out, storagecheck.Checks()...)
+	out = append(out, certcheck.Checks(o.Certs)...)
+	out = append(out, dnscheck.Checks()...)
+	return append(out, netcheck.Checks(netcheck.Options{Exec: o.Exec, Probe: o.Probe})...)
 }

@@ -9,7 +9,6 @@ import (
 
 	"devata.dev/devata/checks"
 	"devata.dev/devata/drift"
-	"devata.dev/devata/inventory"
 	"devata.dev/devata/machines"
 	"devata.dev/devata/netcheck"
 	"devata.dev/devata/storagecheck"
@@ -37,7 +36,7 @@ func TestNamesAreUniqueAndInLadderOrderPerFamily(t *testing.T) {
 	for f, list := range map[checks.Family][]drift.Info{
 		checks.FamilyMachine: drift.Infos(machines.Checks()),
 		checks.FamilyStorage: drift.Infos(storagecheck.Checks()),
-		checks.FamilyNet:     drift.Infos(netcheck.Checks()),
+		checks.FamilyNet:     drift.Infos(netcheck.Checks(netcheck.Options{})),
 	} {
 		var want []string
 		for _, i := range list {
@@ -52,19 +51,13 @@ func TestNamesAreUniqueAndInLadderOrderPerFamily(t *testing.T) {
 	}
 }
 
-// TestExtensionsRunWhatAllLists: the families a pass runs are the ones the
+// TestFamiliesRunWhatAllLists: the families a pass runs are the ones the
 // catalogue lists, optional ones only when asked for.
-func TestExtensionsRunWhatAllLists(t *testing.T) {
-	inv := &inventory.Inventory{}
+func TestFamiliesRunWhatAllLists(t *testing.T) {
 	run := func(o checks.Options) []string {
 		var names []string
-		for _, c := range machines.Checks() {
+		for _, c := range append(machines.Checks(), checks.Families(o)...) {
 			names = append(names, c.Name)
-		}
-		for _, e := range checks.Extensions(inv, o) {
-			for _, c := range e.Checks() {
-				names = append(names, c.Name)
-			}
 		}
 		return names
 	}

@@ -10,6 +10,7 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 
+	"devata.dev/devata/checks/target"
 	"devata.dev/devata/drift"
 	"devata.dev/devata/inventory"
 	"devata.dev/devata/machines"
@@ -28,10 +29,12 @@ type FleetCheck struct {
 	// held (a pass over a very large fleet holds only the configs in flight).
 	DesiredFor talosapi.DesiredFunc
 	Dialer     *talosapi.Dialer
-	// Kube is used for the Kubernetes side of the kubelet check; nil makes that side Unknown.
+	// Kube is the cluster's Kubernetes API every check's target carries;
+	// nil makes the Kubernetes side of every check Unknown.
 	Kube kubernetes.Interface
-	// Extensions run after the machine checks, on the same connection.
-	Extensions []machines.Extension
+	// Families are the checks that run after the machine checks, on the
+	// same target (Families builds them); nil: the machine checks alone.
+	Families []drift.Check[*target.Target]
 	// Machines and Checks restrict the pass; empty means all.
 	Machines, Checks []string
 	Concurrency      int
@@ -42,7 +45,7 @@ type FleetCheck struct {
 
 // Select returns the machines a pass covers, in inventory order, or an error
 // naming any requested machine or check that does not exist.
-func (f *FleetCheck) Select() ([]*inventory.Machine, []drift.Check[*machines.Target], error) {
+func (f *FleetCheck) Select() ([]*inventory.Machine, []drift.Check[*target.Target], error) {
 	// A set, not a search per name: reconcile passes every machine it owns,
 	// and a search per name was quadratic (minutes at 100,000 machines).
 	var ms []*inventory.Machine
@@ -62,20 +65,15 @@ func (f *FleetCheck) Select() ([]*inventory.Machine, []drift.Check[*machines.Tar
 			return nil, nil, fmt.Errorf("--machines: no machine %q in %s%s", name, f.Inventory.Path, didYouMean(name, machineNames(f.Inventory)))
 		}
 	}
-	all := machines.Checks()
-	var names []string
+	all := append(machines.Checks(), f.Families...)
+	names := make([]string, 0, len(all))
 	for _, c := range all {
 		names = append(names, c.Name)
-	}
-	for _, e := range f.Extensions {
-		for _, c := range e.Checks() {
-			names = append(names, c.Name)
-		}
 	}
 	if err := validate(f.Checks, names); err != nil {
 		return nil, nil, err
 	}
-	var checks []drift.Check[*machines.Target]
+	var checks []drift.Check[*target.Target]
 	for _, c := range all {
 		if len(f.Checks) == 0 || slices.Contains(f.Checks, c.Name) {
 			checks = append(checks, c)
@@ -126,41 +124,47 @@ func (f *FleetCheck) Run(ctx context.Context, out drift.Collector) error {
 }
 
 // run is Run over a selection already made.
-func (f *FleetCheck) run(ctx context.Context, out drift.Collector, ms []*inventory.Machine, checks []drift.Check[*machines.Target]) {
+func (f *FleetCheck) run(ctx context.Context, out drift.Collector, ms []*inventory.Machine, checks []drift.Check[*target.Target]) {
 	var nodes *talosapi.Nodes
-	if f.Kube != nil || slices.ContainsFunc(checks, func(c drift.Check[*machines.Target]) bool { return c.Name == machines.CheckKubelet }) {
+	// the Nodes are the kubelet check's; the families read their own
+	if slices.ContainsFunc(checks, func(c drift.Check[*target.Target]) bool { return c.Name == machines.CheckKubelet }) {
 		n := talosapi.ObserveNodes(ctx, f.Kube)
 		nodes = &n
 	}
 	var reads []talosapi.Read
-	if slices.ContainsFunc(checks, func(c drift.Check[*machines.Target]) bool { return c.Name == machines.CheckExtensions }) {
+	if slices.ContainsFunc(checks, func(c drift.Check[*target.Target]) bool { return c.Name == machines.CheckExtensions }) {
 		reads = append(reads, talosapi.ReadBootImage)
 	}
 	var cps []string
 	for _, m := range f.Inventory.ControlPlanes() {
 		cps = append(cps, m.Name)
 	}
+	pass := target.NewPass()
+	selected := func(name string) bool { return len(f.Checks) == 0 || slices.Contains(f.Checks, name) }
 	var mu sync.Mutex
 	// Per-machine problems become Unknown results, so ForEach's error is only
 	// about machines never started (cancelled); it is reported, not fatal.
 	ferr := talosapi.ForEach(ctx, ms, f.Concurrency, f.Timeout, func(ctx context.Context, m *inventory.Machine) error {
-		t := &machines.Target{
+		t := &target.Target{
 			Machine:           m,
 			Inventory:         f.Inventory,
 			Desired:           f.Desired[m.Name],
 			TalosVersion:      f.Inventory.Cluster.TalosVersion,
 			KubernetesVersion: f.Inventory.Cluster.KubernetesVersion,
-			Boot:              machines.WantBootOf(f.Inventory, m),
 			ControlPlanes:     cps,
+			Kube:              f.Kube,
 			Nodes:             nodes,
 			Talosctl:          f.Dialer.Talosctl(m),
 			Node:              f.Dialer.Node(m),
+			Selected:          selected,
 		}
+		t.In(pass)
 		c, err := f.Dialer.Client(ctx, m)
 		if err != nil {
 			t.Obs = &talosapi.Observation{Machine: m, Endpoint: f.Dialer.Endpoint(m), Err: fmt.Errorf("dial %s: %w", f.Dialer.Endpoint(m), err)}
 		} else {
 			defer c.Close()
+			t.Client = c
 			t.Obs = talosapi.ObserveWith(ctx, c, f.Dialer, m, reads...)
 		}
 		if f.DesiredFor != nil {
@@ -174,17 +178,6 @@ func (f *FleetCheck) run(ctx context.Context, out drift.Collector, ms []*invento
 		for _, c := range checks {
 			if c.AppliesTo(t) {
 				results = append(results, c.Evaluate(ctx, m.Name, t)...)
-			}
-		}
-		for _, e := range f.Extensions {
-			var want []string
-			for _, c := range e.Checks() {
-				if len(f.Checks) == 0 || slices.Contains(f.Checks, c.Name) {
-					want = append(want, c.Name)
-				}
-			}
-			if len(want) > 0 {
-				results = append(results, e.Run(ctx, c, t, want)...)
 			}
 		}
 		heldNext(results, m)

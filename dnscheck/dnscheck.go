@@ -9,17 +9,15 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 
-	"github.com/siderolabs/talos/pkg/machinery/client"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"devata.dev/devata/checks/target"
 	"devata.dev/devata/drift"
-	"devata.dev/devata/machines"
 )
 
 // CheckCoreDNS is the check's name, as `devata drift --checks` takes it.
@@ -32,42 +30,25 @@ const (
 	service   = "kube-dns"
 )
 
-// Info is the coredns check as the catalogue lists it.
-func Info() drift.Info { return check().Info() }
-
-func check() drift.Check[*Observation] {
-	return drift.Check[*Observation]{Name: CheckCoreDNS, Rung: drift.RungResources, Run: evaluate, Kubernetes: true}
+// Checks is the coredns check: the cluster's CoreDNS, read through the
+// target's Kubernetes client once per pass and reported on each control
+// plane. Without a Kubernetes client it is Unknown.
+func Checks() []drift.Check[*target.Target] {
+	return []drift.Check[*target.Target]{{Name: CheckCoreDNS, Rung: drift.RungResources, Applies: onControlPlanes, Run: run, Kubernetes: true}}
 }
 
-// Extension plugs the coredns check into a checks.FleetCheck: the
-// cluster's CoreDNS is read once per pass and reported on each control
-// plane. A nil kube makes it Unknown. Build one per pass.
-func Extension(kube kubernetes.Interface) machines.Extension { return &extension{kube: kube} }
+func onControlPlanes(t *target.Target) bool { return t.Machine.IsControlPlane() }
 
-type extension struct {
-	kube kubernetes.Interface
-	mu   sync.Mutex
-	obs  *Observation
-}
+// observationKey holds the pass's Observation.
+type observationKey struct{}
 
-func (e *extension) Checks() []drift.Info { return []drift.Info{Info()} }
-
-func (e *extension) Run(ctx context.Context, _ *client.Client, mt *machines.Target, _ []string) []drift.Result {
-	if !mt.Machine.IsControlPlane() {
-		return nil
-	}
-	e.mu.Lock()
-	if e.obs == nil {
-		o := Observe(ctx, e.kube)
-		if ctx.Err() != nil { // cut short by this machine's deadline: the next one reads again
-			e.mu.Unlock()
-			return check().Evaluate(ctx, mt.Machine.Name, o)
-		}
-		e.obs = o
-	}
-	o := e.obs
-	e.mu.Unlock()
-	return check().Evaluate(ctx, mt.Machine.Name, o)
+func run(ctx context.Context, t *target.Target) []drift.Result {
+	o := target.Shared(ctx, t, observationKey{}, func(ctx context.Context) (*Observation, bool) {
+		o := Observe(ctx, t.Kube)
+		// cut short by this machine's deadline: the next one reads again
+		return o, ctx.Err() == nil
+	})
+	return evaluate(o)
 }
 
 // Observation is the cluster's CoreDNS as one read saw it.
@@ -173,7 +154,7 @@ func podReady(p *corev1.Pod) bool {
 
 const next = "kubectl -n kube-system get deploy,pods,endpointslices -l k8s-app=kube-dns -o wide; kubectl -n kube-system describe pods -l k8s-app=kube-dns"
 
-func evaluate(_ context.Context, o *Observation) []drift.Result {
+func evaluate(o *Observation) []drift.Result {
 	if o.Err != nil {
 		n := "check that the Kubernetes API answers with the same credentials: kubectl -n kube-system get deploy coredns"
 		if strings.HasPrefix(o.Err.Error(), "no kubeconfig") {

@@ -12,14 +12,13 @@ import (
 	"devata.dev/devata/drift"
 	"devata.dev/devata/internal/simtest"
 	"devata.dev/devata/internal/testenv"
-	"devata.dev/devata/machines"
 	"devata.dev/devata/sim"
 )
 
 func pass(t *testing.T, f *simtest.Fleet, kube kubernetes.Interface) []drift.Result {
 	t.Helper()
-	fc := &checks.FleetCheck{Inventory: f.Inventory, Desired: f.Desired, Dialer: f.Dialer, Checks: []string{dnscheck.CheckCoreDNS},
-		Extensions: []machines.Extension{dnscheck.Extension(kube)}, Concurrency: 4, Timeout: 10 * time.Second}
+	fc := &checks.FleetCheck{Inventory: f.Inventory, Desired: f.Desired, Dialer: f.Dialer, Kube: kube, Checks: []string{dnscheck.CheckCoreDNS},
+		Families: dnscheck.Checks(), Concurrency: 4, Timeout: 10 * time.Second}
 	rep, err := fc.Report(t.Context(), drift.Header{Cluster: "homelab"})
 	if err != nil {
 		t.Fatal(err)

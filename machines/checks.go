@@ -1,17 +1,15 @@
 // Package machines is the registry's "machine" family: the checks of
 // what Talos reports about each machine (config, talos-version, extensions,
-// machine-stage, kubelet, etcd), one file each, over a Target that one pass
-// of checks.FleetCheck observed through talosapi. It dials nothing itself.
+// machine-stage, kubelet, etcd), one file each, over the target.Target that
+// one pass of checks.FleetCheck observed through talosapi. It dials nothing
+// itself.
 package machines
 
 import (
-	"context"
 	"fmt"
 
-	"github.com/siderolabs/talos/pkg/machinery/client"
-
+	"devata.dev/devata/checks/target"
 	"devata.dev/devata/drift"
-	"devata.dev/devata/inventory"
 	"devata.dev/devata/talosapi"
 )
 
@@ -24,62 +22,9 @@ const (
 	CheckEtcd         = "etcd"
 )
 
-// Target is everything a machine check needs: the desired state and what
-// one pass observed.
-type Target struct {
-	Machine *inventory.Machine
-	// Inventory is the machine's (nil in checks that need only Machine).
-	Inventory *inventory.Inventory
-	// Desired is the rendered machine config.
-	Desired           []byte
-	TalosVersion      string
-	KubernetesVersion string
-	// Boot is the installer an upgrade to TalosVersion boots (Boot.Image:
-	// cluster.installImage, or the Image Factory installer of the
-	// machine's schematic) and what it puts on the machine (WantBootOf).
-	Boot WantBoot
-	// ControlPlanes are the names of the inventory's control planes: the etcd members there should be.
-	ControlPlanes []string
-	Obs           *talosapi.Observation
-	// Nodes is the Kubernetes side; nil means Kubernetes was not consulted.
-	Nodes *talosapi.Nodes
-	// Talosctl is how next steps reach the machine with talosctl, as
-	// devata did (Dialer.Talosctl); Node is the -n it names. Empty means
-	// "talosctl -n ADDRESS".
-	Talosctl, Node string
-}
-
-// Extension is a family of checks that read more from each machine on the
-// connection the machine checks use (storagecheck, netcheck).
-type Extension interface {
-	// Checks lists the family's checks in the order they run: their names
-	// are what --checks takes.
-	Checks() []drift.Info
-	// Run observes and evaluates the named ones of them (never empty) for
-	// one machine, given the machine checks' target (its Obs holds the
-	// active config); c is nil when the machine could not be dialled.
-	Run(ctx context.Context, c *client.Client, t *Target, names []string) []drift.Result
-}
-
-// talosctl is a talosctl command line for the machine.
-func (t *Target) talosctl(args string) string {
-	if t.Talosctl == "" {
-		return "talosctl -n " + t.Machine.Address + " " + args
-	}
-	return t.Talosctl + " " + args
-}
-
-// node is the machine as talosctl -n names it.
-func (t *Target) node() string {
-	if t.Node == "" {
-		return t.Machine.Address
-	}
-	return t.Node
-}
-
 // Checks returns the machine checks in ladder order.
-func Checks() []drift.Check[*Target] {
-	return []drift.Check[*Target]{
+func Checks() []drift.Check[*target.Target] {
+	return []drift.Check[*target.Target]{
 		{Name: CheckConfig, Rung: drift.RungReconciliation, FailClosed: true, Run: checkConfig, FixedBy: drift.FixedByApply | drift.FixedByJoin},
 		{Name: CheckTalosVersion, Rung: drift.RungReconciliation, FailClosed: false, Run: checkTalosVersion, FixedBy: drift.FixedByUpgrade},
 		{Name: CheckExtensions, Rung: drift.RungReconciliation, FailClosed: false, Run: checkExtensions},
@@ -91,12 +36,12 @@ func Checks() []drift.Check[*Target] {
 
 // onControlPlanes is the Applies of checks that mean something on control
 // planes only (etcd runs there alone).
-func onControlPlanes(t *Target) bool { return t.Machine.IsControlPlane() }
+func onControlPlanes(t *target.Target) bool { return t.Machine.IsControlPlane() }
 
 // unreachable turns a machine-level observation failure into this check's
 // result: Unknown when the machine did not answer, Drifted when it answered
 // from maintenance mode (observed: not configured at all).
-func unreachable(t *Target) (drift.Result, bool) {
+func unreachable(t *target.Target) (drift.Result, bool) {
 	o := t.Obs
 	if o.Err == nil {
 		return drift.Result{}, false
@@ -105,16 +50,16 @@ func unreachable(t *Target) (drift.Result, bool) {
 	if o.Maintenance {
 		return drift.Drifted("machine is in maintenance mode: no config applied", "configured", "maintenance mode").
 			WithEvidence("Talos API " + o.Endpoint + " answers only insecurely").
-			WithNext("devata apply joins it to the running cluster, devata bootstrap builds a new one (or: talosctl apply-config --insecure -n " + t.node() + ")"), true
+			WithNext("devata apply joins it to the running cluster, devata bootstrap builds a new one (or: talosctl apply-config --insecure -n " + t.NodeName() + ")"), true
 	}
 	if talosapi.IsForeignCA(o.Err) {
 		// it answered: its certificate is signed by another CA than the talosconfig's
 		return drift.Unknown(fmt.Errorf("%s answered with a certificate the talosconfig's CA did not sign: the talosconfig is not this cluster's (or %s was configured from another secrets bundle): %w", name, name, o.Err),
 			"use this cluster's talosconfig (--talosconfig, or the settings file's talosconfig and context); compare its CA with the machines': talosctl config info"), true
 	}
-	return drift.Unreachable(name, o.Err, t.talosctl("version")), true
+	return drift.Unreachable(name, o.Err, t.TalosctlFor("version")), true
 }
 
-func unknownRead(t *Target, err error) drift.Result {
-	return drift.ReadFailed(err, t.talosctl("get machinestatus"), "MachineConfig needs os:admin", "an os:admin talosconfig")
+func unknownRead(t *target.Target, err error) drift.Result {
+	return drift.ReadFailed(err, t.TalosctlFor("get machinestatus"), "MachineConfig needs os:admin", "an os:admin talosconfig")
 }

@@ -8,11 +8,12 @@ import (
 	"fmt"
 	"strings"
 
+	"devata.dev/devata/checks/target"
 	"devata.dev/devata/drift"
 	"devata.dev/devata/talosapi"
 )
 
-func checkConfig(_ context.Context, t *Target) []drift.Result {
+func checkConfig(_ context.Context, t *target.Target) []drift.Result {
 	if r, ok := unreachable(t); ok {
 		return []drift.Result{r}
 	}
@@ -25,7 +26,7 @@ func checkConfig(_ context.Context, t *Target) []drift.Result {
 	}
 	d, err := talosapi.DiffConfigs(o.Active, t.Desired)
 	if err != nil {
-		return []drift.Result{drift.Unknown(fmt.Errorf("compare configs: %w", err), t.talosctl("get machineconfig -o yaml"))}
+		return []drift.Result{drift.Unknown(fmt.Errorf("compare configs: %w", err), t.TalosctlFor("get machineconfig -o yaml"))}
 	}
 	evidence := []string{"MachineConfig v1alpha1 sha256:" + short(o.ActiveHash)}
 	desiredHash := sumOf(t.Desired)
@@ -51,7 +52,7 @@ func checkConfig(_ context.Context, t *Target) []drift.Result {
 	next := "devata apply --machines " + name
 	if o.HasPersistent && o.PersistentHash == desiredHash {
 		reason = "desired config is staged but not applied (it takes effect on the next reboot); applied differs: " + d.Summary()
-		next = "reboot " + name + " to apply it (" + t.talosctl("reboot") + "), or devata apply --machines " + name
+		next = "reboot " + name + " to apply it (" + t.TalosctlFor("reboot") + "), or devata apply --machines " + name
 	}
 	return []drift.Result{drift.Drifted(reason, "sha256:"+short(desiredHash), "sha256:"+short(o.ActiveHash)).
 		WithDiff(d.Text).WithChanges(d.Changes...).WithEvidence(evidence...).WithNext(next)}

@@ -9,18 +9,19 @@ import (
 
 	etcdres "github.com/siderolabs/talos/pkg/machinery/resources/etcd"
 
+	"devata.dev/devata/checks/target"
 	"devata.dev/devata/drift"
 	"devata.dev/devata/talosapi"
 )
 
-func checkEtcd(_ context.Context, t *Target) []drift.Result {
+func checkEtcd(_ context.Context, t *target.Target) []drift.Result {
 	if r, ok := unreachable(t); ok {
 		return []drift.Result{r}
 	}
 	o, name := t.Obs, t.Machine.Name
 	if o.EtcdService != nil && o.Etcd == nil && errors.Is(o.EtcdErr, talosapi.ErrEtcdNotRunning) {
 		// observed, not unknown: the service says etcd does not run here
-		next := t.talosctl("service etcd") + "; " + t.talosctl("logs etcd")
+		next := t.TalosctlFor("service etcd") + "; " + t.TalosctlFor("logs etcd")
 		if o.WaitingForEtcd() {
 			next = "bootstrap the cluster (devata bootstrap) if no control plane has etcd yet, else check why it does not join: " + next
 		}
@@ -35,7 +36,7 @@ func checkEtcd(_ context.Context, t *Target) []drift.Result {
 		}
 		return []drift.Result{drift.Drifted("etcd runs on "+name+" but has no leader: etcd has no quorum (more than half of its members are down), or is electing a leader", "etcd with a leader", "no leader").
 			WithEvidence(evidence...).
-			WithNext("bring back the control planes whose etcd is down (the etcd check on each says which); a member alone cannot elect a leader. Until then the Kubernetes API does not answer; devata backup etcd still takes a snapshot from this member: " + t.talosctl("etcd status"))}
+			WithNext("bring back the control planes whose etcd is down (the etcd check on each says which); a member alone cannot elect a leader. Until then the Kubernetes API does not answer; devata backup etcd still takes a snapshot from this member: " + t.TalosctlFor("etcd status"))}
 	}
 	if errors.Is(o.EtcdErr, talosapi.ErrEtcdLearner) {
 		// observed, not unknown: etcd runs here as a learner
@@ -45,10 +46,10 @@ func checkEtcd(_ context.Context, t *Target) []drift.Result {
 		}
 		return []drift.Result{drift.Drifted("etcd on "+name+" runs as a learner, not yet promoted: it joined and is catching up", "a voting etcd member", "learner").
 			WithEvidence(evidence...).
-			WithNext("wait: Talos promotes it once it has caught up with the leader (" + t.talosctl("service etcd") + "); if it stays a learner, read " + t.talosctl("logs etcd"))}
+			WithNext("wait: Talos promotes it once it has caught up with the leader (" + t.TalosctlFor("service etcd") + "); if it stays a learner, read " + t.TalosctlFor("logs etcd"))}
 	}
 	if o.EtcdErr != nil && o.Etcd == nil {
-		return []drift.Result{drift.Unknown(o.EtcdErr, t.talosctl("service etcd")+"; "+t.talosctl("etcd members"))}
+		return []drift.Result{drift.Unknown(o.EtcdErr, t.TalosctlFor("service etcd")+"; "+t.TalosctlFor("etcd members"))}
 	}
 	e := o.Etcd
 	want := slices.Clone(t.ControlPlanes)
@@ -72,14 +73,14 @@ func checkEtcd(_ context.Context, t *Target) []drift.Result {
 	if quorum := len(want)/2 + 1; len(got) < quorum {
 		problems = append(problems, fmt.Sprintf("%d of %d members: below quorum (%d)", len(got), len(want), quorum))
 	}
-	next := t.talosctl("etcd members") + "; " + t.talosctl("etcd status")
+	next := t.TalosctlFor("etcd members") + "; " + t.TalosctlFor("etcd status")
 	if !slices.Equal(got, want) {
 		problems = append(problems, fmt.Sprintf("members [%s], control planes [%s]", strings.Join(got, " "), strings.Join(want, " ")))
 		for _, orphan := range slices.DeleteFunc(slices.Clone(got), func(m string) bool { return slices.Contains(want, m) }) {
 			// an orphan: the loop never removes a member on its own
 			problems = append(problems, "etcd member "+orphan+" is not in the inventory")
 			next = fmt.Sprintf("if %s is gone for good: %s while it runs, else %s; or add %s back to the inventory",
-				orphan, "talosctl -n "+orphan+" etcd leave", t.talosctl("etcd remove-member "+etcdres.FormatMemberID(e.IDs[orphan])), orphan)
+				orphan, "talosctl -n "+orphan+" etcd leave", t.TalosctlFor("etcd remove-member "+etcdres.FormatMemberID(e.IDs[orphan])), orphan)
 		}
 	}
 	if len(e.Learners) > 0 {

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"devata.dev/devata/checks/target"
 	"devata.dev/devata/drift"
 	"devata.dev/devata/internal/talos"
 	"devata.dev/devata/inventory"
@@ -48,6 +49,14 @@ func WantBootOf(inv *inventory.Inventory, m *inventory.Machine) WantBoot {
 		w.Known = true
 	}
 	return w
+}
+
+// bootKey holds a machine's WantBoot on its target.Target.
+type bootKey struct{}
+
+// wantBoot is the machine's WantBoot, from its inventory once per machine.
+func wantBoot(t *target.Target) WantBoot {
+	return target.Once(t, bootKey{}, func() WantBoot { return WantBootOf(t.Inventory, t.Machine) })
 }
 
 // imageRepository is image without its tag or digest.
@@ -128,16 +137,16 @@ func short8(id string) string {
 // checkExtensions: the booted image's schematic and extensions
 // (ExtensionStatus) against the inventory's schematic, and the schematic's
 // kernel arguments on /proc/cmdline.
-func checkExtensions(_ context.Context, t *Target) []drift.Result {
+func checkExtensions(_ context.Context, t *target.Target) []drift.Result {
 	if r, ok := unreachable(t); ok {
 		return []drift.Result{r}
 	}
-	o, w, name := t.Obs, t.Boot, t.Machine.Name
+	o, w, name := t.Obs, wantBoot(t), t.Machine.Name
 	switch {
 	case o.BootErr != nil:
 		return []drift.Result{unknownRead(t, o.BootErr)}
 	case o.Boot == nil:
-		return []drift.Result{drift.Unknown(errors.New("its extensions were not read"), t.talosctl("get extensions"))}
+		return []drift.Result{drift.Unknown(errors.New("its extensions were not read"), t.TalosctlFor("get extensions"))}
 	}
 	b := o.Boot
 	evidence := []string{"ExtensionStatus: " + describeBoot(b.SchematicID, b.Extensions)}
@@ -174,7 +183,7 @@ func checkExtensions(_ context.Context, t *Target) []drift.Result {
 		lacking := redact.Credentials(strings.Join(missing, " "))
 		return []drift.Result{drift.Drifted("the schematic's kernel arguments are not on its command line: "+lacking, redact.Credentials(strings.Join(w.KernelArgs, " ")), "KernelCmdline lacks "+lacking).
 			WithEvidence(append(evidence, "KernelCmdline: "+redact.Credentials(b.Cmdline))...).
-			WithNext(t.talosctl("get kernelcmdline") + "; a reinstall writes them back: devata upgrade --machines " + name)}
+			WithNext(t.TalosctlFor("get kernelcmdline") + "; a reinstall writes them back: devata upgrade --machines " + name)}
 	}
 	if len(w.KernelArgs) > 0 {
 		evidence = append(evidence, "KernelCmdline has "+redact.Credentials(strings.Join(w.KernelArgs, " ")))

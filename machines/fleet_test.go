@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"devata.dev/devata/checks"
+	"devata.dev/devata/checks/target"
 	"devata.dev/devata/drift"
 	"devata.dev/devata/internal/simtest"
 	"devata.dev/devata/internal/testenv"
@@ -143,7 +144,7 @@ func TestMaintenanceMachineIsDrifted(t *testing.T) {
 	if !o.Maintenance {
 		t.Fatalf("maintenance not detected: %v", o.Err)
 	}
-	rs := machines.Checks()[0].Evaluate(ctx, "worker-2", &machines.Target{Machine: f.Inventory.Machine("worker-2"), Obs: o, Desired: f.Desired["worker-2"]})
+	rs := machines.Checks()[0].Evaluate(ctx, "worker-2", &target.Target{Machine: f.Inventory.Machine("worker-2"), Obs: o, Desired: f.Desired["worker-2"]})
 	if rs[0].Status != drift.StatusDrifted || !strings.Contains(rs[0].Reason, "maintenance") {
 		t.Errorf("maintenance machine: %s %q", rs[0].Status, rs[0].Reason)
 	}

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"devata.dev/devata/checks/target"
 	"devata.dev/devata/inventory"
 	"devata.dev/devata/machines"
 	"devata.dev/devata/talosapi"
@@ -21,7 +22,7 @@ func TestUpgradeHintUsesTheInstallImage(t *testing.T) {
 		{"", "upgrade --image ghcr.io/siderolabs/installer:v1.11.0", ""},
 		{"registry.lan/talos/installer:v1.10.6", "is tagged v1.10.6, not v1.11.0", ""},
 	} {
-		tg := &machines.Target{Machine: m, TalosVersion: "v1.11.0", Boot: machines.WantBoot{Image: tc.image}, Obs: &talosapi.Observation{Machine: m, Version: "v1.10.6"}}
+		tg := machines.SetBoot(&target.Target{Machine: m, TalosVersion: "v1.11.0", Obs: &talosapi.Observation{Machine: m, Version: "v1.10.6"}}, machines.WantBoot{Image: tc.image})
 		for _, c := range machines.Checks() {
 			if c.Name != machines.CheckTalosVersion {
 				continue

@@ -9,6 +9,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
+	"devata.dev/devata/checks/target"
 	"devata.dev/devata/drift"
 	"devata.dev/devata/inventory"
 	"devata.dev/devata/talosapi"
@@ -17,7 +18,7 @@ import (
 // checkKubelet combines Talos' kubelet service with the Kubernetes Node: any
 // observed problem is Drifted; otherwise any part that could not be read
 // makes it Unknown.
-func checkKubelet(_ context.Context, t *Target) []drift.Result {
+func checkKubelet(_ context.Context, t *target.Target) []drift.Result {
 	if r, ok := unreachable(t); ok {
 		return []drift.Result{r}
 	}
@@ -58,19 +59,19 @@ func checkKubelet(_ context.Context, t *Target) []drift.Result {
 	}
 	switch {
 	case len(problems) > 0:
-		next := t.talosctl("service kubelet") + "; " + t.talosctl("logs kubelet") + "; kubectl describe node " + name
+		next := t.TalosctlFor("service kubelet") + "; " + t.TalosctlFor("logs kubelet") + "; kubectl describe node " + name
 		if taintFix != "" && len(problems) == 1 {
 			// a worker's Talos may not change its Node's taints (NodeRestriction): only an administrator can
 			next = taintFix
 		}
-		if node, ok := t.nodeFacts(name); ok && talosapi.NetworkNotReady(node.ReadyReason) {
+		if node, ok := nodeFacts(t, name); ok && talosapi.NetworkNotReady(node.ReadyReason) {
 			next = "no CNI runs on the node yet: with cluster.network.cni none, install Cilium (helm install cilium …), then see the cilium checks; kubectl describe node " + name
 		}
 		return []drift.Result{drift.Drifted(strings.Join(problems, "; "), "kubelet healthy, Node Ready, "+t.KubernetesVersion, problems[0]).
 			WithEvidence(evidence...).
 			WithNext(next)}
 	case unknown != nil:
-		next := t.talosctl("service kubelet")
+		next := t.TalosctlFor("service kubelet")
 		switch {
 		case t.Nodes == nil || errors.Is(t.Nodes.Err, talosapi.ErrNoKubernetes):
 			next = "pass --kubeconfig (or set KUBECONFIG) so the Node can be checked"
@@ -89,7 +90,7 @@ func checkKubelet(_ context.Context, t *Target) []drift.Result {
 // Ready, another kubelet version, labels or taints the inventory gives it
 // that it lacks. taintFix is the kubectl taint command that adds the missing
 // taints, or "".
-func nodeProblems(t *Target, node talosapi.NodeFacts) (problems []string, taintFix string) {
+func nodeProblems(t *target.Target, node talosapi.NodeFacts) (problems []string, taintFix string) {
 	name := t.Machine.Name
 	if !node.Ready {
 		problems = append(problems, "Node "+name+" is not Ready ("+node.ReadyReason+")")
@@ -145,7 +146,7 @@ func missingTaints(want, got map[string]string) (string, []string) {
 }
 
 // nodeFacts is the Node's facts, when the Nodes were observed.
-func (t *Target) nodeFacts(name string) (talosapi.NodeFacts, bool) {
+func nodeFacts(t *target.Target, name string) (talosapi.NodeFacts, bool) {
 	if t.Nodes == nil || t.Nodes.Err != nil {
 		return talosapi.NodeFacts{}, false
 	}

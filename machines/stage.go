@@ -5,10 +5,11 @@ import (
 	"fmt"
 	"strings"
 
+	"devata.dev/devata/checks/target"
 	"devata.dev/devata/drift"
 )
 
-func checkMachineStage(_ context.Context, t *Target) []drift.Result {
+func checkMachineStage(_ context.Context, t *target.Target) []drift.Result {
 	if r, ok := unreachable(t); ok {
 		return []drift.Result{r}
 	}
@@ -29,7 +30,7 @@ func checkMachineStage(_ context.Context, t *Target) []drift.Result {
 	if len(o.Unmet) > 0 {
 		reason += "; unmet: " + strings.Join(o.Unmet, "; ")
 	}
-	next := t.talosctl("get machinestatus -o yaml") + "; " + t.talosctl("dmesg")
+	next := t.TalosctlFor("get machinestatus -o yaml") + "; " + t.TalosctlFor("dmesg")
 	if o.Stage == "booting" && o.WaitingForEtcd() {
 		// machined's boot sequence waits for etcd (StartAllServices)
 		next = "its boot waits for etcd: devata bootstrap if no control plane has etcd yet, else " + next

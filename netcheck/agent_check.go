@@ -21,7 +21,7 @@ const nextExecRBAC = "the cilium checks need create on pods/exec in the agent's 
 // checkAgent proves the node's agent runs kube-proxy-free: its pod Ready,
 // and its own status (one exec per pass) reporting kube-proxy replacement
 // "True", NodePort, Kubernetes connectivity and no failing controllers.
-func checkAgent(_ context.Context, t *Target) []drift.Result {
+func checkAgent(_ context.Context, t *view) []drift.Result {
 	const desired = "agent pod Ready; status: kube-proxy replacement True, NodePort enabled, Kubernetes Ok, no failing controllers"
 	var f drift.Findings
 	if r, ok := kubeSideFirst(t, desired); ok {
@@ -65,7 +65,7 @@ func checkAgent(_ context.Context, t *Target) []drift.Result {
 
 // agentPodOf finds the node's agent pod; without one, f holds why (Unknown
 // or Drifted).
-func agentPodOf(t *Target, f *drift.Findings) (AgentPod, bool) {
+func agentPodOf(t *view, f *drift.Findings) (AgentPod, bool) {
 	cl := t.Cluster
 	switch {
 	case cl.AgentErr != nil:

@@ -5,6 +5,8 @@ import (
 	"net"
 	"strings"
 
+	"k8s.io/client-go/kubernetes"
+
 	"devata.dev/devata/drift"
 	"devata.dev/devata/inventory"
 )
@@ -45,8 +47,11 @@ func (e Expect) viaKubePrism() bool {
 	return h == "localhost" || net.ParseIP(h).IsLoopback()
 }
 
-// Target is everything the cilium checks need about one node.
-type Target struct {
+// view is what the cilium checks read of one node: its target's active
+// config and the Talos resources Observe read on its connection, the
+// pass's Kubernetes snapshot and the node's agent, once per machine
+// (viewOf).
+type view struct {
 	Machine *inventory.Machine
 	Expect  Expect
 	// Active is the node's active MachineConfig (v1alpha1) as Talos stores it
@@ -66,10 +71,12 @@ type Target struct {
 	// Talosctl is how next steps reach the node with talosctl, as devata
 	// did (talosapi.Dialer.Talosctl); empty means "talosctl -n ADDRESS".
 	Talosctl string
+
+	kube kubernetes.Interface // the target's, for the probe's pods
 }
 
 // talosctl is a talosctl command line for the node.
-func (t *Target) talosctl(args string) string {
+func (t *view) talosctl(args string) string {
 	return talosctlPrefix(t.Talosctl, t.Machine) + " " + args
 }
 
@@ -81,18 +88,7 @@ func talosctlPrefix(prefix string, m *inventory.Machine) string {
 }
 
 // node is the Kubernetes Node name of the machine, as the kubelet check has it.
-func (t *Target) node() string { return t.Machine.Name }
-
-// Checks returns the cilium checks in ladder order. All fail open: a Talos
-// rollout does not depend on Cilium, and is often what fixes a declaration
-// (cluster.proxy.disabled); the config check guards rollouts.
-func Checks() []drift.Check[*Target] {
-	return []drift.Check[*Target]{
-		{Name: CheckDeclaration, Rung: drift.RungDeclaration, Run: checkDeclaration, Kubernetes: true},
-		{Name: CheckAgent, Rung: drift.RungReconciliation, Run: checkAgent, Kubernetes: true},
-		{Name: CheckServices, Rung: drift.RungInfrastructure, Run: checkServices, Kubernetes: true},
-	}
-}
+func (t *view) node() string { return t.Machine.Name }
 
 // Problem is one observed disagreement with the inventory: what is wrong and
 // the next thing to inspect or run.
@@ -103,7 +99,7 @@ type Problem struct {
 
 // notExpected is the InSync of a cilium check when the inventory does not ask
 // for kube-proxy replacement: there is nothing for it to prove.
-func notExpected(t *Target) (drift.Result, bool) {
+func notExpected(t *view) (drift.Result, bool) {
 	if t.Expect.KubeProxyReplacement {
 		return drift.Result{}, false
 	}
@@ -111,7 +107,7 @@ func notExpected(t *Target) (drift.Result, bool) {
 }
 
 // kubeSide returns why the Kubernetes snapshot cannot be used, if it cannot.
-func kubeSide(t *Target) error {
+func kubeSide(t *view) error {
 	switch {
 	case t.Cluster == nil:
 		return errors.New("Kubernetes was not consulted")
@@ -126,7 +122,7 @@ func kubeSide(t *Target) error {
 // even when nothing is expected (nothing was seen), else InSync when the
 // inventory expects no kube-proxy replacement; ok is false when the check
 // goes on.
-func kubeSideFirst(t *Target, desired string) (drift.Result, bool) {
+func kubeSideFirst(t *view, desired string) (drift.Result, bool) {
 	if err := kubeSide(t); err != nil {
 		var f drift.Findings
 		f.Unknown(err, nextKubeconfig)

@@ -41,10 +41,10 @@ func TestDeclarationOnConstructedState(t *testing.T) {
 	f := simtest.Start(t, simtest.Options{})
 	m := f.Inventory.Machine("cp-1")
 	expect := netcheck.ExpectFrom(f.Inventory)
-	run := func(mutate func(*netcheck.Target)) drift.Result {
-		tg := &netcheck.Target{Machine: m, Expect: expect, Active: f.Desired["cp-1"], Obs: healthyObservation(), Cluster: healthyCluster()}
+	run := func(mutate func(*netcheck.View)) drift.Result {
+		tg := &netcheck.View{Machine: m, Expect: expect, Active: f.Desired["cp-1"], Obs: healthyObservation(), Cluster: healthyCluster()}
 		mutate(tg)
-		rs := netcheck.Checks()[0].Evaluate(context.Background(), m.Name, tg)
+		rs := netcheck.Checks(netcheck.Options{})[0].Evaluate(context.Background(), m.Name, netcheck.TargetOf(tg))
 		if len(rs) != 1 {
 			t.Fatalf("%d results", len(rs))
 		}
@@ -52,44 +52,44 @@ func TestDeclarationOnConstructedState(t *testing.T) {
 	}
 	for _, tt := range []struct {
 		name      string
-		mutate    func(*netcheck.Target)
+		mutate    func(*netcheck.View)
 		status    drift.Status
 		reason    string
 		next      string
 		evidences string
 	}{
-		{"healthy", func(*netcheck.Target) {}, drift.StatusInSync, "", "", "KubePrismStatuses localhost:7445 healthy true"},
-		{"KubePrism unhealthy", func(tg *netcheck.Target) { tg.Obs.KubePrism.Healthy = false }, drift.StatusDrifted,
+		{"healthy", func(*netcheck.View) {}, drift.StatusInSync, "", "", "KubePrismStatuses localhost:7445 healthy true"},
+		{"KubePrism unhealthy", func(tg *netcheck.View) { tg.Obs.KubePrism.Healthy = false }, drift.StatusDrifted,
 			"KubePrism at localhost:7445 is not healthy: the cilium agent cannot reach the API server through localhost:7445", "get kubeprismendpoints -o yaml", ""},
-		{"KubePrism on another port", func(tg *netcheck.Target) { tg.Obs.KubePrism.Host = "localhost:7446" }, drift.StatusDrifted,
+		{"KubePrism on another port", func(tg *netcheck.View) { tg.Obs.KubePrism.Host = "localhost:7446" }, drift.StatusDrifted,
 			"KubePrism listens on localhost:7446, the inventory's k8sServicePort is 7445", "machine.features.kubePrism.port", ""},
-		{"KubePrism not read", func(tg *netcheck.Target) {
+		{"KubePrism not read", func(tg *netcheck.View) {
 			tg.Obs.KubePrismErr = errors.New("list KubePrismStatuses: not authorized (PermissionDenied)")
 		}, drift.StatusUnknown, "list KubePrismStatuses", "get kubeprismstatuses", ""},
-		{"active config needs os:admin", func(tg *netcheck.Target) {
+		{"active config needs os:admin", func(tg *netcheck.View) {
 			tg.Active, tg.ActiveErr = nil, status.Error(codes.PermissionDenied, "not authorized")
 		}, drift.StatusUnknown, "not authorized", "os:admin", ""},
-		{"agent host through valueFrom", func(tg *netcheck.Target) {
+		{"agent host through valueFrom", func(tg *netcheck.View) {
 			delete(tg.Cluster.Agent.Env, netcheck.EnvServiceHost)
 			tg.Cluster.Agent.ValueFrom = []string{netcheck.EnvServiceHost}
 		}, drift.StatusUnknown, "sets KUBERNETES_SERVICE_HOST through valueFrom", "get daemonset cilium -o yaml", ""},
-		{"agent pointed at the VIP", func(tg *netcheck.Target) {
+		{"agent pointed at the VIP", func(tg *netcheck.View) {
 			tg.Cluster.Agent.Env[netcheck.EnvServiceHost] = "10.20.0.10"
 			tg.Cluster.Agent.Env[netcheck.EnvServicePort] = "6443"
 		}, drift.StatusDrifted, "DaemonSet kube-system/cilium has KUBERNETES_SERVICE_HOST=10.20.0.10, inventory localhost; DaemonSet kube-system/cilium has KUBERNETES_SERVICE_PORT=6443, inventory 7445", "helm upgrade cilium", ""},
-		{"no agent", func(tg *netcheck.Target) { tg.Cluster.Agent = nil }, drift.StatusDrifted, "no cilium agent DaemonSet", "helm -n kube-system status cilium", ""},
-		{"override for a node not registered", func(tg *netcheck.Target) {
+		{"no agent", func(tg *netcheck.View) { tg.Cluster.Agent = nil }, drift.StatusDrifted, "no cilium agent DaemonSet", "helm -n kube-system status cilium", ""},
+		{"override for a node not registered", func(tg *netcheck.View) {
 			tg.Cluster.NodeLabels = map[string]map[string]string{}
 			tg.Cluster.NodeConfigs = []netcheck.NodeConfig{{Namespace: "kube-system", Name: "all", Selector: labels.Everything(), Defaults: map[string]string{netcheck.KeyKPR: "false"}}}
 		}, drift.StatusUnknown, "no Node cp-1 is registered", "kubectl get node cp-1", ""},
-		{"override to true is fine", func(tg *netcheck.Target) {
+		{"override to true is fine", func(tg *netcheck.View) {
 			tg.Cluster.NodeConfigs = []netcheck.NodeConfig{{Namespace: "kube-system", Name: "all", Selector: labels.Everything(), Defaults: map[string]string{netcheck.KeyKPR: "true"}}}
 		}, drift.StatusInSync, "", "", "CiliumNodeConfig kube-system/all sets kube-proxy-replacement=true"},
-		{"a drift beats an unknown", func(tg *netcheck.Target) {
+		{"a drift beats an unknown", func(tg *netcheck.View) {
 			tg.Cluster.Config[netcheck.KeyKPR] = "false"
 			tg.Obs.ManifestsErr = errors.New("list ManifestStatus: timeout")
 		}, drift.StatusDrifted, `has kube-proxy-replacement="false"`, "", ""},
-		{"no replacement expected", func(tg *netcheck.Target) {
+		{"no replacement expected", func(tg *netcheck.View) {
 			tg.Expect.KubeProxyReplacement = false
 			tg.Cluster = nil
 		}, drift.StatusInSync, "", "", "no kube-proxy replacement expected"},

@@ -19,7 +19,7 @@ import (
 // checkDeclaration proves the node is declared kube-proxy-free everywhere
 // that decides it: the active Talos config, Talos' applied manifests and
 // KubePrism, the agent DaemonSet, cilium-config and CiliumNodeConfigs.
-func checkDeclaration(_ context.Context, t *Target) []drift.Result {
+func checkDeclaration(_ context.Context, t *view) []drift.Result {
 	if t.Obs != nil && t.Obs.Err != nil {
 		// unreachable: Unknown even when nothing is expected (an Unknown
 		// is never reported as InSync)
@@ -37,7 +37,7 @@ func checkDeclaration(_ context.Context, t *Target) []drift.Result {
 	return []drift.Result{f.Result(desired, "")}
 }
 
-func declareTalosConfig(t *Target, f *drift.Findings) {
+func declareTalosConfig(t *view, f *drift.Findings) {
 	if t.ActiveErr != nil {
 		f.Unknown(t.ActiveErr, talosRoleNext(t.ActiveErr, t.talosctl("get machineconfig v1alpha1 -o yaml")))
 		return
@@ -77,7 +77,7 @@ func declareTalosConfig(t *Target, f *drift.Findings) {
 	}
 }
 
-func declareTalosResources(t *Target, f *drift.Findings) {
+func declareTalosResources(t *view, f *drift.Findings) {
 	o := t.Obs
 	if o == nil {
 		f.Unknown(errors.New("Talos resources were not observed"), t.talosctl("get manifeststatus"))
@@ -139,7 +139,7 @@ func EvaluateKubePrism(e Expect, kp KubePrism, found bool, talosctl string) []Pr
 	return ps
 }
 
-func declareKubernetes(t *Target, f *drift.Findings) {
+func declareKubernetes(t *view, f *drift.Findings) {
 	if err := kubeSide(t); err != nil {
 		f.Unknown(err, nextKubeconfig)
 		return

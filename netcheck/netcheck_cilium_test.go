@@ -148,7 +148,7 @@ func TestCiliumChecks(t *testing.T) {
 	})
 
 	t.Run("no kubeconfig", func(t *testing.T) {
-		rs := b.drift(t, netcheck.Extension(nil, nil, f.Inventory))
+		rs := b.drift(t, with(nil, netcheck.Options{}))
 		for _, m := range machinesOf {
 			expect(t, rs, m+"/"+netcheck.CheckDeclaration, drift.StatusUnknown, "no kubeconfig", "--kubeconfig")
 			expect(t, rs, m+"/"+netcheck.CheckAgent, drift.StatusUnknown, "no kubeconfig", "--kubeconfig")
@@ -232,7 +232,7 @@ func TestCiliumChecks(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		rs := b.drift(t, netcheck.Extension(kube, ex, f.Inventory))
+		rs := b.drift(t, with(kube, netcheck.Options{Exec: ex}))
 		for _, m := range machinesOf {
 			expect(t, rs, m+"/"+netcheck.CheckDeclaration, drift.StatusInSync, "", "")
 			expect(t, rs, m+"/"+netcheck.CheckAgent, drift.StatusUnknown, "forbidden", "devata-netcheck-exec Role")
@@ -240,7 +240,7 @@ func TestCiliumChecks(t *testing.T) {
 		}
 		defer bindDeployRBAC(t, b, user, "Role")()
 		waitAllowed(t, kube, authv1.ResourceAttributes{Verb: "create", Resource: "pods", Subresource: "exec", Namespace: "kube-system"})
-		rs = b.drift(t, netcheck.Extension(kube, ex, f.Inventory))
+		rs = b.drift(t, with(kube, netcheck.Options{Exec: ex}))
 		for _, m := range machinesOf {
 			expect(t, rs, m+"/"+netcheck.CheckAgent, drift.StatusInSync, "", "")
 			expect(t, rs, m+"/"+netcheck.CheckServices, drift.StatusInSync, "", "")
@@ -280,7 +280,7 @@ func TestCiliumChecks(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		rs := b.drift(t, netcheck.Extension(b.kube, ex, f.Inventory))
+		rs := b.drift(t, with(b.kube, netcheck.Options{Exec: ex}))
 		for _, m := range machinesOf {
 			expect(t, rs, m+"/"+netcheck.CheckAgent, drift.StatusInSync, "", "")
 		}
@@ -306,7 +306,7 @@ func TestCiliumChecks(t *testing.T) {
 
 	t.Run("one snapshot per pass", func(t *testing.T) {
 		kube, reqs := counted(t, b.env)
-		rs := b.drift(t, netcheck.Extension(kube, b.exec, f.Inventory))
+		rs := b.drift(t, with(kube, netcheck.Options{Exec: b.exec}))
 		expect(t, rs, "worker-2/"+netcheck.CheckDeclaration, drift.StatusInSync, "", "")
 		want := map[string]int{
 			"GET /apis/apps/v1/daemonsets":                                    1,

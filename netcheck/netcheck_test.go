@@ -30,7 +30,6 @@ import (
 	"devata.dev/devata/drift"
 	"devata.dev/devata/internal/simtest"
 	"devata.dev/devata/internal/testenv"
-	"devata.dev/devata/machines"
 	"devata.dev/devata/netcheck"
 	"devata.dev/devata/sim"
 )
@@ -104,10 +103,17 @@ type bed struct {
 	env   *testenv.Env
 }
 
-// ext is the Extension as devata drift wires it, with the bed's clients.
-func (b *bed) ext() machines.Extension {
-	return netcheck.Extension(b.kube, b.exec, b.fleet.Inventory)
+// family is the cilium checks as a pass runs them: through the pass's
+// Kubernetes client, with what else they use.
+type family struct {
+	kube kubernetes.Interface
+	o    netcheck.Options
 }
+
+func with(kube kubernetes.Interface, o netcheck.Options) family { return family{kube: kube, o: o} }
+
+// ext is the cilium checks as devata drift wires them, with the bed's clients.
+func (b *bed) ext() family { return with(b.kube, netcheck.Options{Exec: b.exec}) }
 
 // sync runs one round of the simulated kubelets (Nodes and agent pods).
 func (b *bed) sync(t *testing.T) {
@@ -195,21 +201,21 @@ func start(t *testing.T) *bed {
 
 // drift runs devata drift's pass with the cilium checks only, through the
 // Extension as devata wires it.
-func (b *bed) drift(t *testing.T, ext machines.Extension) map[string]drift.Result {
+func (b *bed) drift(t *testing.T, ext family) map[string]drift.Result {
 	t.Helper()
 	return b.driftWith(t, ext, []string{netcheck.CheckDeclaration, netcheck.CheckAgent, netcheck.CheckServices}, 3)
 }
 
 // driftWith runs a pass with the given checks and expects perMachine
 // results for each machine.
-func (b *bed) driftWith(t *testing.T, ext machines.Extension, selected []string, perMachine int) map[string]drift.Result {
+func (b *bed) driftWith(t *testing.T, ext family, selected []string, perMachine int) map[string]drift.Result {
 	t.Helper()
 	f := b.fleet
 	rep := drift.NewReport(drift.Header{Cluster: f.Inventory.Cluster.Name, Simulated: true})
 	fc := &checks.FleetCheck{
-		Inventory: f.Inventory, Desired: f.Desired, Dialer: f.Dialer, Kube: b.kube,
-		Extensions: []machines.Extension{ext},
-		Checks:     selected,
+		Inventory: f.Inventory, Desired: f.Desired, Dialer: f.Dialer, Kube: ext.kube,
+		Families: netcheck.Checks(ext.o),
+		Checks:   selected,
 		// The config check is not asked for, but the machine observation
 		// (the active config) is read all the same.
 		Concurrency: 4, Timeout: 10 * time.Second,

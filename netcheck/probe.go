@@ -218,21 +218,16 @@ func probeTarget(cl *Cluster) (string, bool) {
 	return "", false
 }
 
-// ProbeCheck is the cilium-probe check: the transaction rung, failing open
-// like the other cilium checks. It creates pods through kube (and deletes
-// them), so it runs only when asked for (WithProbe).
-func ProbeCheck(kube kubernetes.Interface, opts ProbeOptions) drift.Check[*Target] {
-	return drift.Check[*Target]{
-		Name: CheckProbe, Rung: drift.RungTransaction, Optional: "--probe", Kubernetes: true,
-		Run: func(ctx context.Context, t *Target) []drift.Result { return checkProbe(ctx, t, kube, opts) },
-	}
-}
+// The cilium-probe check (Checks with Options.Probe) is the transaction
+// rung, failing open like the other cilium checks. It creates pods through
+// the target's Kubernetes client (and deletes them), so it runs only when
+// asked for.
 
 // checkProbe runs the transaction: from this node, one pod on the host
 // network and one on the pod network connect to the kubernetes Service's
 // ClusterIP, which only Cilium's kube-proxy replacement routes once
 // kube-proxy is gone.
-func checkProbe(ctx context.Context, t *Target, kube kubernetes.Interface, opts ProbeOptions) []drift.Result {
+func checkProbe(ctx context.Context, t *view, kube kubernetes.Interface, opts ProbeOptions) []drift.Result {
 	opts = opts.withDefaults()
 	const desired = "from the host and the pod network, the kubernetes Service ClusterIP accepts a connection"
 	var f drift.Findings

@@ -42,7 +42,7 @@ func probePass(t *testing.T, b *bed, kube kubernetes.Interface, timeout time.Dur
 	ctx, stop := context.WithCancel(t.Context())
 	done := make(chan struct{})
 	go func() { defer close(done); b.fleet.Sim.RunKubelets(ctx, b.kube, 100*time.Millisecond) }()
-	ext := netcheck.Extension(kube, b.exec, b.fleet.Inventory, netcheck.WithProbe(netcheck.ProbeOptions{Timeout: timeout}))
+	ext := with(kube, netcheck.Options{Exec: b.exec, Probe: &netcheck.ProbeOptions{Timeout: timeout}})
 	rs := b.driftWith(t, ext, []string{netcheck.CheckProbe}, 1)
 	stop()
 	<-done
@@ -166,7 +166,7 @@ func probeTests(t *testing.T, b *bed, machinesOf []string) {
 	})
 
 	t.Run("without --probe there is no cilium-probe check", func(t *testing.T) {
-		infos := b.ext().Checks()
+		infos := drift.Infos(netcheck.Checks(b.ext().o))
 		if len(infos) != 3 || slices.ContainsFunc(infos, func(i drift.Info) bool { return i.Name == netcheck.CheckProbe }) {
 			t.Errorf("checks %v", infos)
 		}

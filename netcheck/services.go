@@ -17,7 +17,7 @@ import (
 // proxy.disabled keeps both, and their iptables rules, until someone
 // deletes them); and the agent's frontends for the kubernetes Service hold
 // exactly the backends its EndpointSlices list, reconciled.
-func checkServices(_ context.Context, t *Target) []drift.Result {
+func checkServices(_ context.Context, t *view) []drift.Result {
 	var f drift.Findings
 	cl := t.Cluster
 	if r, ok := kubeSideFirst(t, servicesDesired); ok {
@@ -56,7 +56,7 @@ const stuckAfter = time.Minute
 
 // compareFrontends compares the agent's frontends for the kubernetes
 // Service with what its EndpointSlices say.
-func compareFrontends(t *Target, f *drift.Findings) {
+func compareFrontends(t *view, f *drift.Findings) {
 	cl, a := t.Cluster, t.Agent
 	switch {
 	case cl.APIServiceErr != nil:

@@ -18,14 +18,14 @@ import (
 func TestUnknownWhenNotObserved(t *testing.T) {
 	m := &inventory.Machine{Name: "worker-2", Address: "10.0.0.2", Role: inventory.RoleWorker}
 	unreachable := &netcheck.Observation{Err: errors.New("dial 10.0.0.2:50000: connection refused")}
-	checks := append(netcheck.Checks(), netcheck.ProbeCheck(nil, netcheck.ProbeOptions{}))
+	checks := netcheck.Checks(netcheck.Options{Probe: &netcheck.ProbeOptions{}})
 	for _, kpr := range []bool{true, false} {
-		for _, tg := range []*netcheck.Target{
+		for _, tg := range []*netcheck.View{
 			{Machine: m, Expect: netcheck.Expect{KubeProxyReplacement: kpr}, Obs: unreachable, Cluster: nil},
 			{Machine: m, Expect: netcheck.Expect{KubeProxyReplacement: kpr}, Obs: unreachable, Cluster: &netcheck.Cluster{Err: errors.New("no kubeconfig")}},
 		} {
 			for _, ch := range checks {
-				for _, r := range ch.Evaluate(context.Background(), m.Name, tg) {
+				for _, r := range ch.Evaluate(context.Background(), m.Name, netcheck.TargetOf(tg)) {
 					if r.Status != drift.StatusUnknown || r.Next == "" {
 						t.Errorf("kube-proxy replacement %t, %s: %s %s (%s), next %q", kpr, ch.Name, r.Check, r.Status, r.Reason, r.Next)
 					}

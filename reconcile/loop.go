@@ -9,8 +9,8 @@ import (
 	"sync"
 	"time"
 
-	"devata.dev/devata/inventory"
-	"devata.dev/devata/machines"
+	"devata.dev/devata/checks/target"
+	"devata.dev/devata/drift"
 )
 
 // The loop itself: its settings, the state it keeps across passes, and Run
@@ -52,10 +52,10 @@ type LoopOptions struct {
 	// (Windows) and ignores no hold (IgnoreHold). Changes.Dialer,
 	// Changes.Kube, Changes.Concurrency and Changes.Timeout observe too.
 	Changes Changes
-	// Extensions returns the checks that ride on the machine checks'
-	// connection (storage, Cilium) for one pass over inv; they are reported
-	// and exported like the others, and fail open. Nil: none.
-	Extensions func(inv *inventory.Inventory) []machines.Extension
+	// Families are the checks every pass runs after the machine checks
+	// (storage, Cilium: checks.Families); they are reported and exported
+	// like the others, and fail open. Nil: none.
+	Families []drift.Check[*target.Target]
 	// Checks restricts the observation (empty: all); config is always observed.
 	Checks []string
 	// Simulated marks reports of devata's simulated fleet.

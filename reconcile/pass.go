@@ -272,7 +272,7 @@ func (l *Loop) observe(ctx context.Context, d *Desired, owned []*inventory.Machi
 	}
 	fc := &checks.FleetCheck{
 		Inventory: d.Inventory, Desired: d.Configs.Held(), DesiredFor: d.Configs.For, Dialer: l.opts.Changes.Dialer, Kube: l.opts.Changes.Kube,
-		Machines: names, Checks: selected, Concurrency: l.opts.Changes.Concurrency, Timeout: l.opts.Changes.Timeout,
+		Machines: names, Checks: selected, Families: l.opts.Families, Concurrency: l.opts.Changes.Concurrency, Timeout: l.opts.Changes.Timeout,
 	}
 	var rep *drift.Report
 	if len(owned) == 0 {
@@ -280,9 +280,6 @@ func (l *Loop) observe(ctx context.Context, d *Desired, owned []*inventory.Machi
 		rep = drift.NewReport(fc.Header(h, nil))
 		rep.Finish()
 	} else {
-		if l.opts.Extensions != nil {
-			fc.Extensions = l.opts.Extensions(d.Inventory)
-		}
 		var err error
 		if rep, err = fc.Report(ctx, h); err != nil {
 			rep = drift.NewReport(fc.Header(h, owned))

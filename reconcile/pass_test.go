@@ -8,8 +8,6 @@ import (
 
 	"devata.dev/devata/drift"
 	"devata.dev/devata/internal/simtest"
-	"devata.dev/devata/inventory"
-	"devata.dev/devata/machines"
 	"devata.dev/devata/reconcile"
 	"devata.dev/devata/storagecheck"
 )
@@ -52,14 +50,12 @@ func TestShardsSplitTheFleet(t *testing.T) {
 	}
 }
 
-// The checks that ride on the machine checks' connection (storage, Cilium)
+// The checks of the other families (storage, Cilium)
 // are part of every pass's report when the Loop is given them.
-func TestPassesCarryTheExtensionChecks(t *testing.T) {
+func TestPassesCarryTheOtherFamilies(t *testing.T) {
 	h := newLoop(t, nil)
 	h.opts.Checks = append(slices.Clone(talosChecks), "storage-volumes")
-	h.opts.Extensions = func(*inventory.Inventory) []machines.Extension {
-		return []machines.Extension{storagecheck.Extension()}
-	}
+	h.opts.Families = storagecheck.Checks()
 	res := h.loop().Once(context.Background())
 	n := 0
 	for _, r := range res.Report.Results {

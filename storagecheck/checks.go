@@ -1,10 +1,12 @@
 package storagecheck
 
 import (
+	"context"
 	"errors"
 	"slices"
 	"strings"
 
+	"devata.dev/devata/checks/target"
 	"devata.dev/devata/drift"
 	"devata.dev/devata/inventory"
 )
@@ -21,8 +23,10 @@ const (
 // expects no storage at all.
 const noneExpected = "no volumes expected"
 
-// Target is everything the storage checks need about one machine.
-type Target struct {
+// view is what the storage checks read of one machine: its target's
+// desired config and active config, and the storage resources Observe read
+// on its connection, once per machine (viewOf).
+type view struct {
 	Machine *inventory.Machine
 	// Desired is the machine's rendered config; its UserVolumeConfig documents
 	// and machine.disks partitions are expected on the node. Nil means only
@@ -40,24 +44,47 @@ type Target struct {
 	// did (talosapi.Dialer.Talosctl); empty means "talosctl -n ADDRESS".
 	Talosctl string
 
-	exp *expectations // set by NewTarget; else derived per check
+	exp *expectations
 }
 
-// NewTarget builds a Target and derives its expectations once (a literal
-// Target works too, deriving them in every check).
-func NewTarget(m *inventory.Machine, desired, active []byte, activeErr error, obs *Observation) *Target {
-	return &Target{Machine: m, Desired: desired, Active: active, ActiveErr: activeErr, Obs: obs, exp: expect(m, desired)}
+// viewKey holds a machine's view on its target.Target.
+type viewKey struct{}
+
+// viewOf reads the machine's storage on the connection the pass opened,
+// once for all the storage checks, and reuses the active config the pass
+// already holds. A machine the pass could not reach is not asked again: its
+// storage results are Unknown with the same error.
+func viewOf(ctx context.Context, t *target.Target) *view {
+	return target.Once(t, viewKey{}, func() *view {
+		v := &view{Machine: t.Machine, Desired: t.Desired, Talosctl: t.Talosctl, exp: expect(t.Machine, t.Desired)}
+		o := t.Obs
+		switch {
+		case o != nil && o.Err != nil:
+			v.Obs = &Observation{Err: o.Err}
+		case t.Client != nil:
+			v.Obs = Observe(ctx, t.Client, t.Machine)
+		}
+		if o != nil {
+			v.Active, v.ActiveErr = o.Active, o.ConfigErr
+		}
+		return v
+	})
+}
+
+// on runs a storage check on the machine's view.
+func on(check func(context.Context, *view) []drift.Result) func(context.Context, *target.Target) []drift.Result {
+	return func(ctx context.Context, t *target.Target) []drift.Result { return check(ctx, viewOf(ctx, t)) }
 }
 
 // talosctl is a talosctl command line for the node.
-func (t *Target) talosctl(args string) string {
+func (t *view) talosctl(args string) string {
 	if t.Talosctl == "" {
 		return "talosctl -n " + t.Machine.Address + " " + args
 	}
 	return t.Talosctl + " " + args
 }
 
-func (t *Target) expectations() *expectations {
+func (t *view) expectations() *expectations {
 	if t.exp != nil {
 		return t.exp
 	}
@@ -68,17 +95,17 @@ func (t *Target) expectations() *expectations {
 // Unknown storage result is reported but does not block a rollout, since a
 // rollout is what brings missing volumes in; the config check guards the
 // rollout itself.
-func Checks() []drift.Check[*Target] {
-	return []drift.Check[*Target]{
-		{Name: CheckDeclaration, Rung: drift.RungDeclaration, Run: checkDeclaration, Detail: true},
-		{Name: CheckVolumes, Rung: drift.RungReconciliation, Run: checkVolumes},
-		{Name: CheckMounts, Rung: drift.RungInfrastructure, Run: checkMounts},
-		{Name: CheckRawDisks, Rung: drift.RungInfrastructure, Run: checkRawDisks, Detail: true},
+func Checks() []drift.Check[*target.Target] {
+	return []drift.Check[*target.Target]{
+		{Name: CheckDeclaration, Rung: drift.RungDeclaration, Run: on(checkDeclaration), Detail: true},
+		{Name: CheckVolumes, Rung: drift.RungReconciliation, Run: on(checkVolumes)},
+		{Name: CheckMounts, Rung: drift.RungInfrastructure, Run: on(checkMounts)},
+		{Name: CheckRawDisks, Rung: drift.RungInfrastructure, Run: on(checkRawDisks), Detail: true},
 	}
 }
 
 // notObserved is the Unknown of a check whose machine was not observed.
-func notObserved(t *Target) (drift.Result, bool) {
+func notObserved(t *view) (drift.Result, bool) {
 	switch {
 	case t.Obs == nil:
 		return drift.Unknown(errors.New("storage was not observed"), t.talosctl("get volumestatus")), true

@@ -17,7 +17,7 @@ import (
 // the rendered one: every UserVolumeConfig, machine.disks partition and
 // kubelet extraMount of a volume, one comparison per kind of document, top to
 // bottom.
-func checkDeclaration(_ context.Context, t *Target) []drift.Result {
+func checkDeclaration(_ context.Context, t *view) []drift.Result {
 	e := t.expectations()
 	active, r, ok := activeConfig(t, e)
 	if !ok {
@@ -32,7 +32,7 @@ func checkDeclaration(_ context.Context, t *Target) []drift.Result {
 
 // activeConfig loads the active config to compare, or says why there is
 // nothing to compare: ok is false and r is the check's result.
-func activeConfig(t *Target, e *expectations) (active config.Provider, r drift.Result, ok bool) {
+func activeConfig(t *view, e *expectations) (active config.Provider, r drift.Result, ok bool) {
 	if e.desiredErr != nil {
 		return nil, drift.Unknown(fmt.Errorf("rendered config does not load: %w", e.desiredErr), "devata validate"), false
 	}
@@ -62,7 +62,7 @@ func activeConfig(t *Target, e *expectations) (active config.Provider, r drift.R
 
 // declaration is what checkDeclaration gathers, document kind by document kind.
 type declaration struct {
-	t     *Target
+	t     *view
 	e     *expectations
 	apply string // the next step of every problem: apply the rendered config
 

@@ -16,7 +16,7 @@ import (
 // checkMounts reports, per expected volume and per inventory mount, Talos'
 // MountStatus (target, filesystem, read-write), the Mounts API's capacity and,
 // where kubeletMount is set, the KubeletSpec's extraMount (rshared, rw|ro).
-func checkMounts(_ context.Context, t *Target) []drift.Result {
+func checkMounts(_ context.Context, t *view) []drift.Result {
 	e := t.expectations()
 	// unreachable: Unknown even when nothing is expected (an Unknown is
 	// never reported as InSync)
@@ -81,7 +81,7 @@ func (me mountExpectation) want() string {
 // mountFacts is what mountResult gathers about one expected mount, one fact
 // after the other.
 type mountFacts struct {
-	t  *Target
+	t  *view
 	o  *Observation
 	me mountExpectation
 	// statusNext is what to look at for the MountStatus (and VolumeStatus).
@@ -93,7 +93,7 @@ type mountFacts struct {
 }
 
 // mountResult is the result of one expected mount.
-func (t *Target) mountResult(me mountExpectation) drift.Result {
+func (t *view) mountResult(me mountExpectation) drift.Result {
 	f := &mountFacts{t: t, o: t.Obs, me: me, statusNext: t.talosctl("get mountstatus")}
 	if me.volumeID != "" {
 		f.statusNext = t.talosctl("get volumestatus "+me.volumeID+" -o yaml") + "; " + f.statusNext

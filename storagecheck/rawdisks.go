@@ -17,7 +17,7 @@ import (
 // checkRawDisks reports, per rawDisks entry, that its selector matches enough
 // disks and that none of them carries a partition or a signature other than
 // those allowed.
-func checkRawDisks(_ context.Context, t *Target) []drift.Result {
+func checkRawDisks(_ context.Context, t *view) []drift.Result {
 	e := t.expectations()
 	// unreachable: Unknown even when nothing is expected (an Unknown is
 	// never reported as InSync)
@@ -41,7 +41,7 @@ func checkRawDisks(_ context.Context, t *Target) []drift.Result {
 
 // rawDiskResult is the result of one rawDisks entry, one fact after the
 // other; next is what to look at for the disks.
-func (t *Target) rawDiskResult(rd inventory.RawDisk, next string) drift.Result {
+func (t *view) rawDiskResult(rd inventory.RawDisk, next string) drift.Result {
 	o := t.Obs
 	what := fmt.Sprintf("rawDisks %q", rd.Selector)
 	switch {
@@ -88,7 +88,7 @@ func (t *Target) rawDiskResult(rd inventory.RawDisk, next string) drift.Result {
 }
 
 // matchDisks are the disks, CD-ROMs aside, that the selector matches.
-func (t *Target) matchDisks(expr cel.Expression, what string) ([]Disk, error) {
+func (t *view) matchDisks(expr cel.Expression, what string) ([]Disk, error) {
 	o := t.Obs
 	var matched []Disk
 	for _, d := range o.Disks {
@@ -119,7 +119,7 @@ type rawDiskFacts struct {
 
 // rawDisk checks that a matched disk is not the system disk and carries no
 // partition and no signature but those allowed.
-func (t *Target) rawDisk(rd inventory.RawDisk, d Disk, f *rawDiskFacts) {
+func (t *view) rawDisk(rd inventory.RawDisk, d Disk, f *rawDiskFacts) {
 	dev := d.Spec.GetDevPath()
 	if d.ID == t.Obs.SystemDisk {
 		f.problems = append(f.problems, dev+" is the system disk")
@@ -155,7 +155,7 @@ func (t *Target) rawDisk(rd inventory.RawDisk, d Disk, f *rawDiskFacts) {
 
 // discovered is what the DiscoveredVolumes say of a disk: its signature, its
 // partitions (sorted) and whether Talos probed it at all.
-func (t *Target) discovered(dev string) (sig string, parts []string, seen bool) {
+func (t *view) discovered(dev string) (sig string, parts []string, seen bool) {
 	for _, dv := range t.Obs.Discovered {
 		switch {
 		case dv.DevPath == dev && dv.Type == "disk":

@@ -11,7 +11,7 @@ import (
 
 // checkVolumes reports each expected volume's VolumeStatus: phase ready, the
 // expected filesystem, at least minSize.
-func checkVolumes(_ context.Context, t *Target) []drift.Result {
+func checkVolumes(_ context.Context, t *view) []drift.Result {
 	e := t.expectations()
 	// unreachable: Unknown even when nothing is expected (an Unknown is
 	// never reported as InSync)
@@ -33,7 +33,7 @@ func checkVolumes(_ context.Context, t *Target) []drift.Result {
 }
 
 // volumeResult is the result of one expected volume.
-func (t *Target) volumeResult(v *expectedVolume) drift.Result {
+func (t *view) volumeResult(v *expectedVolume) drift.Result {
 	o := t.Obs
 	next := t.talosctl("get volumestatus " + v.id + " -o yaml")
 	if o.VolumesErr != nil {
@@ -63,7 +63,7 @@ func (t *Target) volumeResult(v *expectedVolume) drift.Result {
 
 // readyVolume is the result of a ready volume: the expected filesystem, at
 // least minSize.
-func (t *Target) readyVolume(v *expectedVolume, st Volume, want, evidence, next string) drift.Result {
+func (t *view) readyVolume(v *expectedVolume, st Volume, want, evidence, next string) drift.Result {
 	var problems []string
 	if st.Filesystem != v.filesystem {
 		problems = append(problems, fmt.Sprintf("%s has filesystem %s, want %s", v.id, orNone(st.Filesystem), v.filesystem))
@@ -98,7 +98,7 @@ const (
 // volumeNotReady explains a waiting or failed VolumeStatus: what Talos'
 // volume manager (volume_manager.go and internal/volumes) was doing when it
 // stopped, and what to look at; one case per way Talos stops.
-func (t *Target) volumeNotReady(v *expectedVolume, st Volume, all map[string]Volume) drift.Result {
+func (t *view) volumeNotReady(v *expectedVolume, st Volume, all map[string]Volume) drift.Result {
 	msg := st.ErrorMessage
 	status := t.talosctl("get volumestatus " + v.id + " -o yaml")
 	selector, fix := "", t.talosctl("get disks")+": no disk fits"
@@ -134,7 +134,7 @@ func (t *Target) volumeNotReady(v *expectedVolume, st Volume, all map[string]Vol
 
 // volumeWaitingBehind explains a volume waiting without a message: behind
 // the failed volumes Talos provisions before it, or for a disk.
-func (t *Target) volumeWaitingBehind(v *expectedVolume, all map[string]Volume, selector, fix, status string) drift.Result {
+func (t *view) volumeWaitingBehind(v *expectedVolume, all map[string]Volume, selector, fix, status string) drift.Result {
 	e := t.expectations()
 	var blockers []string
 	for _, id := range sortedKeys(all) {
@@ -154,7 +154,7 @@ func (t *Target) volumeWaitingBehind(v *expectedVolume, all map[string]Volume, s
 
 // volumeWaitingForDisk explains a volume waiting (or failed while waiting)
 // with Talos' message: why no disk fits, where the message says.
-func (t *Target) volumeWaitingForDisk(v *expectedVolume, msg, selector, fix, status string) drift.Result {
+func (t *view) volumeWaitingForDisk(v *expectedVolume, msg, selector, fix, status string) drift.Result {
 	reason := v.id + " is waiting for a disk"
 	if msg != "" {
 		reason += ": " + msg
@@ -174,7 +174,7 @@ func (t *Target) volumeWaitingForDisk(v *expectedVolume, msg, selector, fix, sta
 
 // noDiskFits are the hints and next steps for the matched disks of
 // talosNoDiskFits that had not enough space or the wrong format.
-func (t *Target) noDiskFits(space, format int) (hints, nexts []string) {
+func (t *view) noDiskFits(space, format int) (hints, nexts []string) {
 	if space > 0 {
 		hints = append(hints, "a volume without maxSize takes all the free space of its disk, so the volumes before it may have taken these")
 		nexts = append(nexts, t.talosctl("get volumestatus")+" shows which volumes took the matched disks: give them a maxSize, or point this diskSelector at a disk with room ("+t.talosctl("get disks")+")")
@@ -194,7 +194,7 @@ func (t *Target) noDiskFits(space, format int) (hints, nexts []string) {
 }
 
 // volumeFilesystemMismatch explains a volume failed on talosFSMismatch.
-func (t *Target) volumeFilesystemMismatch(v *expectedVolume, st Volume) drift.Result {
+func (t *view) volumeFilesystemMismatch(v *expectedVolume, st Volume) drift.Result {
 	msg := st.ErrorMessage
 	found, wanted, _ := strings.Cut(strings.TrimPrefix(msg, talosFSMismatch), " != ")
 	dev := devName(st.Location)
@@ -210,7 +210,7 @@ func (t *Target) volumeFilesystemMismatch(v *expectedVolume, st Volume) drift.Re
 
 // signedDisks are the disks whose DiscoveredVolume shows a signature other
 // than a GPT ("sdb bluestore"): those Talos will not partition.
-func (t *Target) signedDisks() []string {
+func (t *view) signedDisks() []string {
 	var out []string
 	for _, dv := range t.Obs.Discovered {
 		if dv.Type == "disk" && dv.Signature != "" && dv.Signature != "gpt" {

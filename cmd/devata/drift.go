@@ -116,12 +116,12 @@ func (a *app) drift(ctx context.Context, flags driftFlags) error {
 	}
 	fc := a.fleetCheck(s.inv, s.desired.Held(), s.dialer, s.kube, s.exec)
 	fc.DesiredFor = s.desired.For
-	co := checks.Options{Kube: s.kube, Exec: s.exec, Certs: a.certOptions(s.inv, s.dialer)}
+	co := checks.Options{Exec: s.exec, Certs: a.certOptions(s.inv, s.dialer)}
 	co.Certs.Threshold = certThreshold(flags.certDays)
 	if flags.probe {
 		co.Probe = &flags.probeOpts
 	}
-	fc.Extensions = checks.Extensions(s.inv, co)
+	fc.Families = checks.Families(co)
 	fc.Machines, fc.Checks = s.only, flags.checks
 	ms, _, err := fc.Select()
 	if err != nil {

@@ -20,8 +20,6 @@ import (
 
 	"devata.dev/devata/checks"
 	"devata.dev/devata/drift"
-	"devata.dev/devata/inventory"
-	"devata.dev/devata/machines"
 	"devata.dev/devata/netcheck"
 	"devata.dev/devata/reconcile"
 	"devata.dev/devata/talosapi"
@@ -218,9 +216,7 @@ func (a *app) reconcile(ctx context.Context, flags reconcileFlags) error {
 	opts := flags.loopOptions(mode, shard, a.settings.Concurrency, a.settings.Timeout)
 	opts.Source = reconcile.FileSourceWith(a.settings.Inventory, a.ageIdentities())
 	opts.Changes.Dialer, opts.Changes.Kube = dialer, kube
-	opts.Extensions = func(inv *inventory.Inventory) []machines.Extension {
-		return checks.Extensions(inv, checks.Options{Kube: kube, Exec: ex, Certs: certs})
-	}
+	opts.Families = checks.Families(checks.Options{Exec: ex, Certs: certs})
 	opts.Simulated = a.settings.Simulated
 	opts.Metrics, opts.Audit, opts.Log = metrics, audit, log
 	if elect != nil {

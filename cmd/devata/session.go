@@ -129,12 +129,12 @@ func kubeClientsFor(cfg *rest.Config) (kubernetes.Interface, netcheck.Execer, er
 }
 
 // fleetCheck is every check devata drift knows, for one pass over inv: the
-// machine checks and, on the same connection, the storage and Cilium checks.
-// Build one per pass: the Cilium checks read the Kubernetes side once per value.
+// machine checks and, on the same target, the other families'. Build one
+// per pass: what a pass reads once (the Kubernetes side) it keeps per Run.
 func (a *app) fleetCheck(inv *inventory.Inventory, desired map[string][]byte, d *talosapi.Dialer, kube kubernetes.Interface, ex netcheck.Execer) *checks.FleetCheck {
 	return &checks.FleetCheck{
 		Inventory: inv, Desired: desired, Dialer: d, Kube: kube,
-		Extensions:  checks.Extensions(inv, checks.Options{Kube: kube, Exec: ex, Certs: a.certOptions(inv, d)}),
+		Families:    checks.Families(checks.Options{Exec: ex, Certs: a.certOptions(inv, d)}),
 		Concurrency: a.settings.Concurrency, Timeout: a.settings.Timeout,
 	}
 }

@@ -51,16 +51,19 @@ var allowed = []struct {
 	{"plan", []string{"drift", "inventory", "provenance"}},
 	// the Talos API and the checks of what it reports
 	{"talosapi", []string{"internal/configview", "inventory", "redact"}},
-	{"machines", []string{"drift", "internal/talos", "inventory", "redact", "talosapi"}},
+	// the one target every check receives: a machine, its Talos
+	// connection and observation, the Kubernetes client and its observation
+	{"checks/target", []string{"inventory", "talosapi"}},
+	{"machines", []string{"checks/target", "drift", "internal/talos", "inventory", "redact", "talosapi"}},
 	{"gate", []string{"internal/heartbeat", "inventory", "talosapi"}},
-	{"netcheck", []string{"drift", "internal/configview", "inventory", "machines", "talosapi"}},
-	{"storagecheck", []string{"drift", "inventory", "machines", "talosapi"}},
-	{"certcheck", []string{"drift", "machines", "talosapi"}},
-	{"dnscheck", []string{"drift", "machines"}},
+	{"netcheck", []string{"checks/target", "drift", "internal/configview", "inventory", "talosapi"}},
+	{"storagecheck", []string{"checks/target", "drift", "inventory", "talosapi"}},
+	{"certcheck", []string{"checks/target", "drift", "talosapi"}},
+	{"dnscheck", []string{"checks/target", "drift"}},
 	// the one list of checks
-	{"checks", []string{"certcheck", "dnscheck", "drift", "inventory", "machines", "netcheck", "storagecheck", "talosapi"}},
+	{"checks", []string{"certcheck", "checks/target", "dnscheck", "drift", "inventory", "machines", "netcheck", "storagecheck", "talosapi"}},
 	// what changes machines
-	{"reconcile", []string{"render", "checks", "drift", "gate", "internal/drain", "internal/heartbeat", "internal/talos", "inventory", "machines", "plan", "provenance", "talosapi"}},
+	{"reconcile", []string{"render", "checks", "checks/target", "drift", "gate", "internal/drain", "internal/heartbeat", "internal/talos", "inventory", "machines", "plan", "provenance", "talosapi"}},
 	{"bootstrap", []string{"render", "checks", "drift", "gate", "internal/heartbeat", "internal/talos", "inventory", "machines", "plan", "provenance", "snapshot", "talosapi"}},
 	{"backup/store", []string{"redact"}},
 	{"backup", []string{"backup/store", "gate", "internal/outfile", "inventory", "provenance", "snapshot", "talosapi"}},
