@@ -30,6 +30,9 @@ type Rollout struct {
 	Cluster    string          `json:"cluster"`
 	Simulated  bool            `json:"simulated"`
 	Steps      []Step          `json:"actions"`
+	// Kubernetes is the Kubernetes version change the steps make, in the
+	// shape of devata plan's (reconcile Plan.KubernetesChange).
+	Kubernetes *KubernetesChange `json:"kubernetes,omitempty"`
 	// Refused is why nothing of the plan may be written (reconcile
 	// Plan.Refusal).
 	Refused string         `json:"refused,omitempty"`

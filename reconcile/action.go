@@ -3,8 +3,10 @@ package reconcile
 import (
 	"fmt"
 	"slices"
+	"strings"
 
 	"devata.dev/devata/drift"
+	"devata.dev/devata/inventory"
 	"devata.dev/devata/plan"
 	"devata.dev/devata/talosapi"
 )
@@ -139,4 +141,33 @@ func (p *Plan) drainNote(a Action) string {
 		return "not drained: devata has no kubeconfig, so its Node is neither cordoned nor drained before the reboot (pass --kubeconfig, or --drain=false to say so)"
 	}
 	return "drain first: cordon its Node and evict its pods through the Eviction API (PodDisruptionBudgets hold; DaemonSet and mirror pods stay; as kubectl drain NODE --ignore-daemonsets --delete-emptydir-data), uncordon it once it is back and ready"
+}
+
+// KubernetesChange is the plan's Kubernetes version change as a plan
+// writes it: the steps before any component moves (KubernetesBefore),
+// each component's move in talosctl upgrade-k8s' order or why it is
+// held, what comes next, and the command that does it by hand against
+// inv's first control plane; nil when the plan changes no Kubernetes
+// version.
+func (p *Plan) KubernetesChange(inv *inventory.Inventory) *plan.KubernetesChange {
+	k := p.Kubernetes
+	if k == nil {
+		return nil
+	}
+	out := &plan.KubernetesChange{From: k.From, To: k.To, Refused: k.Refused, Before: p.KubernetesBefore(), Next: k.Next()}
+	if k.Refused != "" {
+		return out
+	}
+	for _, c := range talosapi.KubeOrder {
+		switch {
+		case k.Held[c] != "":
+			out.Steps = append(out.Steps, plan.KubernetesStep{Component: c, Held: k.Held[c]})
+		case len(k.Moves[c]) > 0:
+			out.Steps = append(out.Steps, plan.KubernetesStep{Component: c, Machines: k.Moves[c]})
+		}
+	}
+	if cps := inv.ControlPlanes(); len(cps) > 0 {
+		out.Talosctl = []string{fmt.Sprintf("talosctl --nodes %s upgrade-k8s --to %s", cps[0].Address, strings.TrimPrefix(k.To, "v"))}
+	}
+	return out
 }

@@ -2,11 +2,14 @@ package reconcile
 
 import (
 	"encoding/json"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
 
+	"devata.dev/devata/gate"
 	"devata.dev/devata/inventory"
+	"devata.dev/devata/plan"
 	"devata.dev/devata/talosapi"
 )
 
@@ -83,4 +86,30 @@ func TestPlanSteps(t *testing.T) {
 		t.Error("a step carries the desired config")
 	}
 
+}
+
+// The plan's Kubernetes change in plan's shape: the moves in talosctl
+// upgrade-k8s' order, the held component with why, the steps before, and
+// upgrade-k8s by hand against the inventory's first control plane; a
+// refused change has no moves.
+func TestPlanKubernetesChange(t *testing.T) {
+	cp := &inventory.Machine{Name: "cp-1", Address: "10.0.0.11", Role: "controlplane"}
+	inv := &inventory.Inventory{Machines: []inventory.Machine{*cp}}
+	p := &Plan{Actions: []Action{{Machine: cp, Kind: KindApply, Kubernetes: &KubeStep{Phases: []KubePhase{
+		{Component: talosapi.KubeAPIServer, Image: "registry.k8s.io/kube-apiserver:v1.34.1"}}}}},
+		Kubernetes: &gate.KubeRollout{From: "v1.34.0", To: "v1.34.1",
+			Moves: map[string][]string{talosapi.KubeAPIServer: {"cp-1"}}, Held: map[string]string{talosapi.Kubelet: "no Nodes"}}}
+	if (&Plan{}).KubernetesChange(inv) != nil {
+		t.Error("a plan that moves no version has a Kubernetes change")
+	}
+	k := p.KubernetesChange(inv)
+	want := []plan.KubernetesStep{{Component: talosapi.KubeAPIServer, Machines: []string{"cp-1"}}, {Component: talosapi.Kubelet, Held: "no Nodes"}}
+	if k.From != "v1.34.0" || k.To != "v1.34.1" || !reflect.DeepEqual(k.Steps, want) || k.Next != "kube-apiserver on cp-1" ||
+		!slices.Equal(k.Talosctl, []string{"talosctl --nodes 10.0.0.11 upgrade-k8s --to 1.34.1"}) || len(k.Before) != 1 || k.Before[0].Kind != StepKubeImagePull {
+		t.Errorf("Kubernetes change %+v", k)
+	}
+	p.Kubernetes.Refused = "a component runs v1.32"
+	if k := p.KubernetesChange(inv); k.Refused == "" || len(k.Steps) != 0 || k.Next != "none: refused" {
+		t.Errorf("refused change %+v", k)
+	}
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"devata.dev/devata/inventory"
 	"devata.dev/devata/plan"
 	"devata.dev/devata/provenance"
 	"devata.dev/devata/reconcile"
@@ -21,10 +22,10 @@ import (
 
 // writePlanJSON writes p as an ApplyPlan document, with the dry run's
 // exit code in its summary.
-func writePlanJSON(w io.Writer, verb, invPath, cluster string, prov provenance.Info, simulated bool, p *reconcile.Plan) error {
+func writePlanJSON(w io.Writer, verb string, inv *inventory.Inventory, prov provenance.Info, simulated bool, p *reconcile.Plan) error {
 	doc := plan.Rollout{
-		Command: verb, Inventory: invPath, Provenance: prov, Cluster: cluster, Simulated: simulated,
-		Steps: p.Steps(verb),
+		Command: verb, Inventory: inv.Path, Provenance: prov, Cluster: inv.Cluster.Name, Simulated: simulated,
+		Steps: p.Steps(verb), Kubernetes: p.KubernetesChange(inv),
 	}
 	pending, skipped := p.Pending(), p.Skipped()
 	doc.Summary = plan.RolloutSummary{Pending: len(pending), Skipped: len(skipped), Held: len(p.Held()), Machines: len(p.Actions), ExitCode: exitOK}

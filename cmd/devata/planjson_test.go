@@ -146,3 +146,46 @@ func TestApplyPlanJSONMatchesItsDocs(t *testing.T) {
 		t.Errorf("the example is %s %s, want %s %s", doc.APIVersion, doc.Kind, plan.RolloutAPIVersion, plan.RolloutKind)
 	}
 }
+
+// A Kubernetes version change is in apply's JSON plan as devata plan's
+// JSON has it (one shape, from the same planner): the moves in talosctl
+// upgrade-k8s' order, the steps before them, upgrade-k8s by hand; and each
+// moving machine's step says so in its notes.
+func TestApplyPlanJSONHasTheKubernetesChange(t *testing.T) {
+	sf, _, kubeconfig := startOnKubernetes(t, "v1.33.5")
+	r := devata(t, nil, "apply", "--dry-run", "-o", "json", "--config", sf.settings, kubeconfig)
+	if r.code != 1 {
+		t.Fatalf("apply --dry-run -o json: exit %d, want 1\n%s%s", r.code, r.stdout, r.err)
+	}
+	var doc plan.Rollout
+	if err := json.Unmarshal([]byte(r.stdout), &doc); err != nil {
+		t.Fatalf("%v\n%s", err, r.stdout)
+	}
+	k := doc.Kubernetes
+	if k == nil {
+		t.Fatalf("no kubernetes in the JSON plan:\n%s", r.stdout)
+	}
+	var comps []string
+	for _, s := range k.Steps {
+		comps = append(comps, s.Component)
+	}
+	if k.From != "v1.33.5" || k.To != "v1.34.1" || !slices.Equal(comps, []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet"}) ||
+		len(k.Before) == 0 || k.Before[0].Kind != "kubernetes-deprecated-apis" ||
+		!slices.Equal(k.Talosctl, []string{"talosctl --nodes " + sf.Inventory.Machine("cp-1").Address + " upgrade-k8s --to 1.34.1"}) {
+		t.Errorf("kubernetes %+v", k)
+	}
+	for _, s := range doc.Steps {
+		if s.Kind == "apply" && !slices.ContainsFunc(s.Notes, func(n string) bool { return strings.HasPrefix(n, "Kubernetes v1.33.5, one apply per component:") }) {
+			t.Errorf("%s's step does not say its Kubernetes phases: %q", s.Machine, s.Notes)
+		}
+	}
+
+	r = devata(t, nil, "plan", "-o", "json", "--config", sf.settings, kubeconfig)
+	var p plan.Plan
+	if err := json.Unmarshal([]byte(r.stdout), &p); err != nil {
+		t.Fatalf("plan -o json: %v\n%s", err, r.stdout)
+	}
+	if !reflect.DeepEqual(p.Kubernetes, k) {
+		t.Errorf("devata plan's kubernetes\n%+v\napply's\n%+v", p.Kubernetes, k)
+	}
+}
