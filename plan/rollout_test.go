@@ -94,3 +94,24 @@ func TestWriteRollout(t *testing.T) {
 		}
 	}
 }
+
+// The numbered text plan and the runbook write a step's notes and
+// warnings under it, as the folded plan does.
+func TestWritersShowNotesAndWarnings(t *testing.T) {
+	p := &Plan{Cluster: "c", Inventory: "inventory.yaml", Steps: []Step{{Kind: "upgrade", Machine: "cp-1", Status: StatusPending, By: "upgrade",
+		Summary: "upgrade Talos", Reason: "behind", Notes: []string{"one minor release at a time"}, Warnings: []string{"it loses an extension"}}}}
+	for format, want := range map[string][]string{
+		FormatText:     {"one minor release at a time\n", "warning: it loses an extension\n"},
+		FormatMarkdown: {"- One minor release at a time.\n", "- Warning: it loses an extension.\n"},
+	} {
+		var b bytes.Buffer
+		if err := Write(&b, format, p, false); err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range want {
+			if !strings.Contains(b.String(), w) {
+				t.Errorf("%s lacks %q:\n%s", format, w, b.String())
+			}
+		}
+	}
+}
