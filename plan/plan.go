@@ -43,8 +43,11 @@ type Evidence struct {
 type Step struct {
 	Kind    Kind   `json:"step"`
 	Machine string `json:"machine,omitempty"`
-	Status  Status `json:"status"`
-	// By is the command that takes the step: bootstrap, apply, remove.
+	// Role is the machine's, controlplane or worker, on the steps of
+	// apply, upgrade and reconcile.
+	Role   string `json:"role,omitempty"`
+	Status Status `json:"status"`
+	// By is the command that takes the step: bootstrap, apply, upgrade, remove.
 	By       string     `json:"by"`
 	Summary  string     `json:"summary"`
 	Reason   string     `json:"reason"`
@@ -60,6 +63,44 @@ type Step struct {
 	// Changes is an apply's config diff by YAML path, redacted
 	// (talosapi.ConfigDiff.Changes): what the apply would change.
 	Changes []string `json:"changes,omitempty"`
+
+	// The rest is what apply, upgrade and reconcile plan for one machine
+	// (reconcile Plan.Steps) and `devata plan`'s steps leave empty.
+
+	// Mode is the apply mode Talos resolved in the dry run (no-reboot,
+	// reboot, staged, try).
+	Mode string `json:"mode,omitempty"`
+	// SecretsChanged are the paths of the secrets the change moves, never
+	// their values.
+	SecretsChanged []string `json:"secretsChanged,omitempty"`
+	// Diff is the unified diff of the applied config against the desired
+	// one, both redacted.
+	Diff string `json:"diff,omitempty"`
+	// Upgrade is a Talos upgrade's versions and installer.
+	Upgrade *Upgrade `json:"upgrade,omitempty"`
+	// Notes are facts about the change the text plan prints under it
+	// (the config contract, readiness before it, the Kubernetes phases,
+	// the upgrade's hop and RPC).
+	Notes    []string `json:"notes,omitempty"`
+	Warnings []string `json:"warnings,omitempty"`
+	// Held says why the inventory holds the step back: "hold"
+	// (machines[].hold) or "window" (outside its maintenance windows).
+	Held string `json:"held,omitempty"`
+}
+
+// Upgrade is a Talos upgrade step: the version a machine runs, the one of
+// this hop and the installer.
+type Upgrade struct {
+	From  string `json:"from"`
+	To    string `json:"to"`
+	Image string `json:"image"`
+	// Final is the version the run ends on when this is a hop of a longer way.
+	Final string `json:"final,omitempty"`
+	// Stage: a staged upgrade (--stage).
+	Stage bool `json:"stage,omitempty"`
+	// Drops are the extensions the machine runs that the installer lacks
+	// (--drop-extensions).
+	Drops []string `json:"drops,omitempty"`
 }
 
 // Title is the step's kind and, for one machine's step, the machine.

@@ -116,8 +116,8 @@ func writeSteps(b *strings.Builder, steps []Step, byHand bool) {
 }
 
 // writeStepText is one step of the text plan: label (its number), status,
-// title, summary and who takes it, then why, evidence, drain and changes
-// in a column under the summary.
+// title, summary and who takes it, then why, evidence, notes, warnings,
+// drain and changes in a column under the summary.
 func writeStepText(b *strings.Builder, label string, s Step) {
 	reboot := ""
 	if s.Reboots {
@@ -127,6 +127,12 @@ func writeStepText(b *strings.Builder, label string, s Step) {
 	fmt.Fprintf(b, "     %-8s %-24s why: %s\n", "", "", s.Reason)
 	for _, e := range s.Evidence {
 		fmt.Fprintf(b, "     %-8s %-24s evidence [%s]: %s\n", "", "", e.Rung, e.Observed)
+	}
+	for _, n := range s.Notes {
+		fmt.Fprintf(b, "     %-8s %-24s %s\n", "", "", n)
+	}
+	for _, warn := range s.Warnings {
+		fmt.Fprintf(b, "     %-8s %-24s warning: %s\n", "", "", warn)
 	}
 	if s.Drain != "" {
 		fmt.Fprintf(b, "     %-8s %-24s %s\n", "", "", s.Drain)
@@ -205,6 +211,12 @@ func writeStepMarkdown(b *strings.Builder, heading string, s Step) {
 	}
 	if s.Reboots {
 		b.WriteString("- **Reboots the running machine.**\n")
+	}
+	for _, n := range s.Notes {
+		fmt.Fprintf(b, "- %s.\n", capitalize(n))
+	}
+	for _, warn := range s.Warnings {
+		fmt.Fprintf(b, "- Warning: %s.\n", warn)
 	}
 	if s.Drain != "" {
 		fmt.Fprintf(b, "- %s.\n", capitalize(s.Drain))

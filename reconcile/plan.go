@@ -43,7 +43,10 @@ const (
 	KindSkip Kind = "skip"
 )
 
-// Action is one machine's planned step with the evidence behind it.
+// Action is one machine's planned step with the evidence behind it, and
+// what its rollout needs (the desired config, the Kubernetes phases).
+// Plan.Steps gives it as a plan.Step, the one shape every writer of a plan
+// takes (action.go): nothing writes an Action itself.
 type Action struct {
 	Machine *inventory.Machine
 	Kind    Kind

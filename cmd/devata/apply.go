@@ -339,7 +339,7 @@ func (a *app) apply(ctx context.Context, flags applyFlags) error {
 		if err != nil {
 			return exitWith(exitTrouble, fmt.Errorf("planning interrupted: %w; nothing was changed", err))
 		}
-		if err := writePlanJSON(out, flags.verb(), s.inv.Path, s.inv.Cluster.Name, a.inventoryProvenance(ctx, s.inv.Path), a.settings.Simulated, plan); err != nil {
+		if err := writePlanJSON(out, flags.verb(), s.inv, a.inventoryProvenance(ctx, s.inv.Path), a.settings.Simulated, plan); err != nil {
 			return exitWith(exitTrouble, err)
 		}
 		if err := plan.Refusal(); err != nil {

@@ -60,7 +60,7 @@ func TestApplyLeavesAHeldMachineAlone(t *testing.T) {
 
 	r = devata(t, nil, "apply", "--config", sf.settings, "--dry-run", "-o", "json")
 	var plan struct {
-		Actions []struct{ Machine, Action, Held string }
+		Actions []struct{ Machine, Step, Status, Held string }
 		Summary struct{ Pending, Skipped, Held, ExitCode int }
 	}
 	if err := json.Unmarshal([]byte(r.stdout), &plan); err != nil {
@@ -70,8 +70,8 @@ func TestApplyLeavesAHeldMachineAlone(t *testing.T) {
 		t.Errorf("dry-run summary %+v, exit %d; want 1 held, 1 pending, exit 1", plan.Summary, r.code)
 	}
 	for _, a := range plan.Actions {
-		if a.Machine == "worker-1" && (a.Action != "skip" || a.Held != "hold") {
-			t.Errorf("worker-1's action %+v, want skip held by hold", a)
+		if a.Machine == "worker-1" && (a.Step != "skip" || a.Status != "blocked" || a.Held != "hold") {
+			t.Errorf("worker-1's step %+v, want skip, blocked, held by hold", a)
 		}
 	}
 

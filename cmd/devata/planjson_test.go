@@ -6,10 +6,12 @@ import (
 	"os"
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
 	"devata.dev/devata/internal/simtest"
+	"devata.dev/devata/plan"
 	"devata.dev/devata/sim"
 )
 
@@ -22,11 +24,11 @@ func TestApplyAndUpgradePlansAsJSON(t *testing.T) {
 	drifted := bytes.Replace(sf.Desired["cp-2"], []byte("time.cloudflare.com"), []byte("pool.ntp.org"), 1)
 	drifted = bytes.Replace(drifted, []byte(sf.Bundle.Secrets.BootstrapToken), []byte("abcdef.0123456789abcdef"), 1)
 	sf.Sim.Machine("cp-2").SetFaults(sim.Faults{DriftedConfig: drifted})
-	decode := func(what, out string) applyPlanJSON {
+	decode := func(what, out string) plan.Rollout {
 		t.Helper()
 		dec := json.NewDecoder(strings.NewReader(out))
 		dec.DisallowUnknownFields()
-		var doc applyPlanJSON
+		var doc plan.Rollout
 		if err := dec.Decode(&doc); err != nil {
 			t.Fatalf("%s: %v\n%s", what, err, out)
 		}
@@ -41,22 +43,31 @@ func TestApplyAndUpgradePlansAsJSON(t *testing.T) {
 		t.Fatalf("apply --dry-run -o json: exit %d, want 1\n%s%s", r.code, r.stdout, r.err)
 	}
 	doc := decode("apply", r.stdout)
-	if doc.APIVersion != applyPlanAPIVersion || doc.Kind != applyPlanKind || doc.Command != "apply" || doc.Cluster != sf.Inventory.Cluster.Name || !doc.Simulated || len(doc.Provenance.InventorySHA256) != 64 {
+	if doc.APIVersion != "devata.dev/v1alpha2" || doc.Kind != "ApplyPlan" || doc.Command != "apply" || doc.Cluster != sf.Inventory.Cluster.Name || !doc.Simulated || len(doc.Provenance.InventorySHA256) != 64 {
 		t.Errorf("header: %+v", doc)
 	}
-	if doc.Summary != (planSummaryJSON{Pending: 1, Skipped: 0, Machines: 5, ExitCode: 1}) {
+	if doc.Summary != (plan.RolloutSummary{Pending: 1, Skipped: 0, Machines: 5, ExitCode: 1}) {
 		t.Errorf("summary %+v", doc.Summary)
 	}
-	for _, act := range doc.Actions {
+	if len(doc.Steps) != 5 {
+		t.Errorf("%d steps, want one per machine (5)", len(doc.Steps))
+	}
+	for _, act := range doc.Steps {
 		switch act.Machine {
 		case "cp-2":
-			if act.Action != "apply" || act.Mode == "" || act.Role != "controlplane" || !strings.Contains(act.Diff, "+            - time.cloudflare.com") ||
-				len(act.Changes) != 1 || act.Changes[0] != `machine.time.servers[0]: "pool.ntp.org" → "time.cloudflare.com"` || len(act.SecretsChanged) != 1 {
+			if act.Kind != "apply" || act.Status != plan.StatusPending || act.By != "apply" || act.Mode == "" || act.Role != "controlplane" || !strings.Contains(act.Diff, "+            - time.cloudflare.com") ||
+				len(act.Changes) != 1 || act.Changes[0] != `machine.time.servers[0]: "pool.ntp.org" → "time.cloudflare.com"` || len(act.SecretsChanged) != 1 ||
+				len(act.Evidence) != 1 || !strings.HasPrefix(act.Evidence[0].Observed, "MachineConfig v1alpha1 observed") {
 				t.Errorf("cp-2: %+v", act)
 			}
+			// the talosctl equivalent names the inventory's address, never the sim's dial override
+			cp2 := sf.Inventory.Machine("cp-2")
+			if want := "talosctl apply-config --nodes " + cp2.Address + " --file rendered/cp-2.yaml --mode " + act.Mode; !slices.Contains(act.Talosctl, want) {
+				t.Errorf("cp-2: talosctl %q, want %q among them", act.Talosctl, want)
+			}
 		default:
-			if act.Action != "none" {
-				t.Errorf("%s: %+v, want none", act.Machine, act)
+			if act.Kind != "none" || act.Status != plan.StatusDone || act.Summary != "in sync" {
+				t.Errorf("%s: %+v, want none, done", act.Machine, act)
 			}
 		}
 	}
@@ -83,7 +94,8 @@ func TestApplyAndUpgradePlansAsJSON(t *testing.T) {
 }
 
 // docs/report.md documents every field of the plan's JSON, no other, and
-// its example decodes strictly into it.
+// its example decodes strictly into it (its steps are devata plan's, held
+// to their table by TestPlanJSONMatchesItsDocs).
 func TestApplyPlanJSONMatchesItsDocs(t *testing.T) {
 	b, err := os.ReadFile("../../docs/report.md")
 	if err != nil {
@@ -106,10 +118,9 @@ func TestApplyPlanJSONMatchesItsDocs(t *testing.T) {
 		return fields
 	}
 	for heading, typ := range map[string]reflect.Type{
-		"### `ApplyPlan`":  reflect.TypeFor[applyPlanJSON](),
-		"### `action`":     reflect.TypeFor[planActionJSON](),
-		"### `upgrade`":    reflect.TypeFor[planUpgradeJSON](),
-		"### Plan summary": reflect.TypeFor[planSummaryJSON](),
+		"### `ApplyPlan`":  reflect.TypeFor[plan.Rollout](),
+		"### `upgrade`":    reflect.TypeFor[plan.Upgrade](),
+		"### Plan summary": reflect.TypeFor[plan.RolloutSummary](),
 	} {
 		docs := table(heading)
 		code := map[string]bool{}
@@ -127,8 +138,54 @@ func TestApplyPlanJSONMatchesItsDocs(t *testing.T) {
 	}
 	dec := json.NewDecoder(strings.NewReader(example[1]))
 	dec.DisallowUnknownFields()
-	var doc applyPlanJSON
+	var doc plan.Rollout
 	if err := dec.Decode(&doc); err != nil {
 		t.Errorf("the example does not decode: %v", err)
+	}
+	if doc.APIVersion != plan.RolloutAPIVersion || doc.Kind != plan.RolloutKind {
+		t.Errorf("the example is %s %s, want %s %s", doc.APIVersion, doc.Kind, plan.RolloutAPIVersion, plan.RolloutKind)
+	}
+}
+
+// A Kubernetes version change is in apply's JSON plan as devata plan's
+// JSON has it (one shape, from the same planner): the moves in talosctl
+// upgrade-k8s' order, the steps before them, upgrade-k8s by hand; and each
+// moving machine's step says so in its notes.
+func TestApplyPlanJSONHasTheKubernetesChange(t *testing.T) {
+	sf, _, kubeconfig := startOnKubernetes(t, "v1.33.5")
+	r := devata(t, nil, "apply", "--dry-run", "-o", "json", "--config", sf.settings, kubeconfig)
+	if r.code != 1 {
+		t.Fatalf("apply --dry-run -o json: exit %d, want 1\n%s%s", r.code, r.stdout, r.err)
+	}
+	var doc plan.Rollout
+	if err := json.Unmarshal([]byte(r.stdout), &doc); err != nil {
+		t.Fatalf("%v\n%s", err, r.stdout)
+	}
+	k := doc.Kubernetes
+	if k == nil {
+		t.Fatalf("no kubernetes in the JSON plan:\n%s", r.stdout)
+	}
+	var comps []string
+	for _, s := range k.Steps {
+		comps = append(comps, s.Component)
+	}
+	if k.From != "v1.33.5" || k.To != "v1.34.1" || !slices.Equal(comps, []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet"}) ||
+		len(k.Before) == 0 || k.Before[0].Kind != "kubernetes-deprecated-apis" ||
+		!slices.Equal(k.Talosctl, []string{"talosctl --nodes " + sf.Inventory.Machine("cp-1").Address + " upgrade-k8s --to 1.34.1"}) {
+		t.Errorf("kubernetes %+v", k)
+	}
+	for _, s := range doc.Steps {
+		if s.Kind == "apply" && !slices.ContainsFunc(s.Notes, func(n string) bool { return strings.HasPrefix(n, "Kubernetes v1.33.5, one apply per component:") }) {
+			t.Errorf("%s's step does not say its Kubernetes phases: %q", s.Machine, s.Notes)
+		}
+	}
+
+	r = devata(t, nil, "plan", "-o", "json", "--config", sf.settings, kubeconfig)
+	var p plan.Plan
+	if err := json.Unmarshal([]byte(r.stdout), &p); err != nil {
+		t.Fatalf("plan -o json: %v\n%s", err, r.stdout)
+	}
+	if !reflect.DeepEqual(p.Kubernetes, k) {
+		t.Errorf("devata plan's kubernetes\n%+v\napply's\n%+v", p.Kubernetes, k)
 	}
 }
