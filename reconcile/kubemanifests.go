@@ -297,7 +297,15 @@ func (r *Rollout) syncManifests(ctx context.Context, plan *Plan, out *RolloutRes
 		!slices.ContainsFunc(plan.Pending(), func(a Action) bool { return a.Kubernetes != nil && a.Kubernetes.moves() != "no component now" }) {
 		return nil
 	}
-	retry := "every component moved; to sync them again run talosctl upgrade-k8s --to " + strings.TrimPrefix(k.To, "v") + " against a control plane"
+	return r.syncBootstrapManifests(ctx, k.To)
+}
+
+// syncBootstrapManifests syncs the bootstrap manifests once every
+// component runs Kubernetes to (the end of a version change made by a
+// rollout, or by the loop's changes: loop_manifests.go), then waits for
+// the changed Deployments and DaemonSets.
+func (r *Rollout) syncBootstrapManifests(ctx context.Context, to string) error {
+	retry := "every component moved; to sync them again run talosctl upgrade-k8s --to " + strings.TrimPrefix(to, "v") + " against a control plane"
 	if r.Kube == nil {
 		return errors.New("the bootstrap manifests (CoreDNS, kube-proxy) were not synced: devata has no kubeconfig (pass --kubeconfig or set KUBECONFIG); " + retry)
 	}

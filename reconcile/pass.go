@@ -40,6 +40,10 @@ type PassResult struct {
 	BackingOff []string
 	// Blocked says why every change is stopped (a failed gate), if it is.
 	Blocked string
+	// Manifests says what became of the bootstrap manifests after a
+	// Kubernetes version change the loop made (synced, or pending and
+	// why); ManifestsErr why their sync failed (loop_manifests.go).
+	Manifests, ManifestsErr string
 }
 
 // ExitCode is --once's exit code: 0 everything in sync or converged, 1 drift
@@ -86,6 +90,9 @@ func (r *PassResult) ExitCode() int {
 		case res.Status == drift.StatusDrifted && !fixes(res):
 			code = 1
 		}
+	}
+	if r.ManifestsErr != "" {
+		return 2
 	}
 	if r.Blocked != "" || len(r.BackingOff) > 0 {
 		code = max(code, 1)
@@ -203,6 +210,7 @@ func (l *Loop) pass(ctx context.Context, t *term) *PassResult {
 	case <-done:
 	case <-ctx.Done():
 	}
+	l.syncManifestsAfter(ctx, d, res) // loop_manifests.go
 	l.mu.Lock()
 	res.Outcomes, res.Errors, res.Held = maps.Clone(l.outcomes), maps.Clone(l.errs), maps.Clone(l.held)
 	if !t.once {
