@@ -88,6 +88,12 @@ func writeText(w io.Writer, p *Plan, simulated bool) error {
 		for _, c := range k.Talosctl {
 			fmt.Fprintf(&b, "     by hand: %s\n", c)
 		}
+		if len(k.Manifests) > 0 {
+			b.WriteString("     after the last step, the bootstrap manifests (CoreDNS, kube-proxy, …) server-side applied, as talosctl upgrade-k8s does; a dry run now:\n")
+			for _, m := range k.Manifests {
+				fmt.Fprintf(&b, "        %s\n", m)
+			}
+		}
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
@@ -244,6 +250,13 @@ func writeKubernetesMarkdown(b *strings.Builder, k *KubernetesChange) {
 		fmt.Fprintf(b, "%d. %s\n", i+1, st)
 	}
 	if len(k.Steps) > 0 {
+		b.WriteString("\n")
+	}
+	if len(k.Manifests) > 0 {
+		b.WriteString("Then the bootstrap manifests (CoreDNS, kube-proxy, …) are server-side applied with field manager `talos`, as `talosctl upgrade-k8s` does; a server-side dry run now:\n\n")
+		for _, m := range k.Manifests {
+			fmt.Fprintf(b, "- %s\n", m)
+		}
 		b.WriteString("\n")
 	}
 	fmt.Fprintf(b, "Next: %s.\n\n", k.Next)

@@ -45,6 +45,12 @@ With machine groups in the inventory, plan prints each machine's patch order:
 the cluster's patches, its role's, its groups' in the inventory's order, its
 own (machines with the same order on one line).
 
+When cluster.kubernetesVersion differs from what the machines run, plan shows
+the Kubernetes version change devata apply would make, one component at a
+time, and what syncing the bootstrap manifests (CoreDNS, kube-proxy, …)
+afterwards would change as they stand: a server-side dry run against the API
+server, by object and image, never an object's contents.
+
 Once the cluster answers, plan also lists orphans: etcd members and Nodes
 that no machine of the inventory has (a machine deleted from it). Nothing
 touches them; devata remove NAME takes each out.
@@ -142,7 +148,7 @@ func (a *app) planKubernetes(ctx context.Context, seq *bootstrap.Sequence, doc *
 		return nil
 	}
 	k := rp.Kubernetes
-	out := &plan.KubernetesChange{From: k.From, To: k.To, Refused: k.Refused, Before: rp.KubernetesBefore(), Next: k.Next()}
+	out := &plan.KubernetesChange{From: k.From, To: k.To, Refused: k.Refused, Before: rp.KubernetesBefore(), Manifests: k.Manifests, Next: k.Next()}
 	if k.Refused != "" {
 		return out
 	}
