@@ -172,9 +172,7 @@ func (l *Loop) pass(ctx context.Context, t *term) *PassResult {
 	// The machines whose applied config is not known to be the desired one,
 	// control planes first: the queue hands keys out in order.
 	needs := l.needsChange(res.Report)
-	slices.SortStableFunc(owned, func(a, b *inventory.Machine) int {
-		return compareBool(b.IsControlPlane(), a.IsControlPlane())
-	})
+	slices.SortStableFunc(owned, queueOrder(d.Inventory)) // and by rollout.order: rollout_order.go
 	l.mu.Lock()
 	l.awaited, l.outcomes, l.errs, l.held, l.passDone = map[string]bool{}, res.Outcomes, res.Errors, res.Held, make(chan struct{})
 	l.cpsAwaited, l.cpsDone = map[string]bool{}, make(chan struct{})
@@ -197,6 +195,7 @@ func (l *Loop) pass(ctx context.Context, t *term) *PassResult {
 	if len(l.cpsAwaited) == 0 {
 		close(l.cpsDone)
 	}
+	l.startOrder(queue)
 	done := l.passDone
 	if len(queue) == 0 {
 		close(done)
@@ -353,6 +352,7 @@ func (l *Loop) finish(key string, res Result, err error) {
 		return
 	}
 	delete(l.awaited, key)
+	l.orderFinished(key)
 	if l.cpsAwaited[key] {
 		delete(l.cpsAwaited, key)
 		if len(l.cpsAwaited) == 0 {
