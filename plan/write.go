@@ -67,6 +67,9 @@ func writeText(w io.Writer, p *Plan, simulated bool) error {
 			fmt.Fprintf(&b, "     %s: %s\n", strings.Join(mp.Machines, ", "), mp)
 		}
 	}
+	for _, o := range p.RolloutOrders {
+		fmt.Fprintf(&b, "rollout order of group %s (each waits until those before it of its role are done; control planes first): %s\n", o.Group, o)
+	}
 	for _, o := range p.Orphans {
 		fmt.Fprintf(&b, "orphan: %s: no machine of the inventory has it; nothing here touches it; take it out with %s\n", o.What, o.Remove)
 	}
@@ -179,6 +182,14 @@ func writeMarkdown(w io.Writer, p *Plan, simulated bool) error {
 		b.WriteString("Each machine's config is the generated one with these patches applied in this order (a later one wins): the cluster's, its role's, its groups' in the inventory's order, its own.\n\n")
 		for _, mp := range p.Patches {
 			fmt.Fprintf(&b, "- %s: %s\n", strings.Join(mp.Machines, ", "), mp)
+		}
+		b.WriteString("\n")
+	}
+	if len(p.RolloutOrders) > 0 {
+		b.WriteString("## Rollout order\n\n")
+		b.WriteString("`devata apply`, `upgrade` and `reconcile` change these groups' machines in this order: each starts only once those before it of its role are done (converged, failed or held); control planes still go first.\n\n")
+		for _, o := range p.RolloutOrders {
+			fmt.Fprintf(&b, "- group %s: %s\n", o.Group, o)
 		}
 		b.WriteString("\n")
 	}
