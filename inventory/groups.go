@@ -89,6 +89,7 @@ func (v *validator) validateGroups() {
 		v.validateGroup(i, names)
 	}
 	v.resolveGroups()
+	v.validateRolloutOrders() // rollout.go
 }
 
 // validateGroup checks groups[i]'s own fields; names maps the group names
@@ -118,8 +119,8 @@ func (v *validator) validateGroup(i int, names map[string]string) {
 		v.errorf(p+".rollout.maxUnavailable", "%d: give how many of the group's workers may change at once (1 or more), or leave it out for the global --max-unavailable", g.Rollout.MaxUnavailable)
 	}
 	v.validateHoldAndWindows(p, g.Hold, g.MaintenanceWindows)
-	if len(g.Labels) == 0 && len(g.Taints) == 0 && len(g.Patches) == 0 && g.Rollout.MaxUnavailable == 0 && g.Hold == nil && len(g.MaintenanceWindows) == 0 {
-		v.warnf(p, "group %s sets no patches, labels, taints or rollout limit: it changes nothing", g.Name)
+	if len(g.Labels) == 0 && len(g.Taints) == 0 && len(g.Patches) == 0 && g.Rollout.MaxUnavailable == 0 && len(g.Rollout.Order) == 0 && g.Hold == nil && len(g.MaintenanceWindows) == 0 {
+		v.warnf(p, "group %s sets no patches, labels, taints or rollout limit or order: it changes nothing", g.Name)
 	}
 }
 

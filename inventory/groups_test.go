@@ -62,7 +62,7 @@ machines:
 	want := []string{
 		`g.yaml:5:17: groups[0].selector: group gpu selects no machine: check matchLabels against the machines' own labels (labels groups give are not matched)`,
 		`g.yaml:6:19: groups[1].selector: group empty selects no machine: check matchLabels against the machines' own labels (labels groups give are not matched)`,
-		`g.yaml:6:5: groups[1]: group empty sets no patches, labels, taints or rollout limit: it changes nothing`,
+		`g.yaml:6:5: groups[1]: group empty sets no patches, labels, taints or rollout limit or order: it changes nothing`,
 	}
 	slices.Sort(inv.Warnings)
 	if !slices.Equal(inv.Warnings, want) {

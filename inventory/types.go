@@ -159,6 +159,8 @@ type GroupSelector struct {
 // GroupRollout limits a rollout within one group.
 type GroupRollout struct {
 	MaxUnavailable int `yaml:"maxUnavailable" json:"maxUnavailable" doc:"At most this many of the group's workers changed at once, within the global --max-unavailable (control planes go one at a time anyway). Default: only the global limit."`
+	// Order is read through Inventory.RolloutStage (rollout.go).
+	Order []string `yaml:"order" json:"order" doc:"Names of the group's machines in the order apply, upgrade and reconcile change them: each starts only once those before it of its role are done (converged, failed or held); the group's machines not named follow the last one named. Control planes still go before workers. A machine may be in only one group with an order. Default: no order beyond the global one."`
 }
 
 // InstallDiskSelector mirrors Talos' machine.install.diskSelector.

@@ -123,7 +123,11 @@ type KubernetesChange struct {
 	// requested, then each moving machine's pull of its new images.
 	Before []Step           `json:"before,omitempty"`
 	Steps  []KubernetesStep `json:"steps,omitempty"`
-	Next   string           `json:"next"`
+	// Manifests is what syncing the bootstrap manifests (CoreDNS,
+	// kube-proxy, …) after the last step would change as they stand: a
+	// server-side dry run, by object and image, never their contents.
+	Manifests []string `json:"manifests,omitempty"`
+	Next      string   `json:"next"`
 	// Talosctl does the same by hand.
 	Talosctl []string `json:"talosctl,omitempty"`
 }

@@ -157,6 +157,9 @@ type Plan struct {
 	// inventory has groups, which put patches between the role's and the
 	// machine's): machines with the same order share an entry.
 	Patches []MachinePatches `json:"patches,omitempty"`
+	// RolloutOrders are the groups' rollout orders (RolloutOrders; set by
+	// the caller).
+	RolloutOrders []RolloutOrder `json:"rolloutOrders,omitempty"`
 }
 
 // Pending returns the steps that would change something.

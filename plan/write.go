@@ -67,6 +67,9 @@ func writeText(w io.Writer, p *Plan, simulated bool) error {
 			fmt.Fprintf(&b, "     %s: %s\n", strings.Join(mp.Machines, ", "), mp)
 		}
 	}
+	for _, o := range p.RolloutOrders {
+		fmt.Fprintf(&b, "rollout order of group %s (each waits until those before it of its role are done; control planes first): %s\n", o.Group, o)
+	}
 	for _, o := range p.Orphans {
 		fmt.Fprintf(&b, "orphan: %s: no machine of the inventory has it; nothing here touches it; take it out with %s\n", o.What, o.Remove)
 	}
@@ -87,6 +90,12 @@ func writeText(w io.Writer, p *Plan, simulated bool) error {
 		fmt.Fprintf(&b, "     next: %s\n", k.Next)
 		for _, c := range k.Talosctl {
 			fmt.Fprintf(&b, "     by hand: %s\n", c)
+		}
+		if len(k.Manifests) > 0 {
+			b.WriteString("     after the last step, the bootstrap manifests (CoreDNS, kube-proxy, …) server-side applied, as talosctl upgrade-k8s does; a dry run now:\n")
+			for _, m := range k.Manifests {
+				fmt.Fprintf(&b, "        %s\n", m)
+			}
 		}
 	}
 	_, err := io.WriteString(w, b.String())
@@ -182,6 +191,14 @@ func writeMarkdown(w io.Writer, p *Plan, simulated bool) error {
 		}
 		b.WriteString("\n")
 	}
+	if len(p.RolloutOrders) > 0 {
+		b.WriteString("## Rollout order\n\n")
+		b.WriteString("`devata apply`, `upgrade` and `reconcile` change these groups' machines in this order: each starts only once those before it of its role are done (converged, failed or held); control planes still go first.\n\n")
+		for _, o := range p.RolloutOrders {
+			fmt.Fprintf(&b, "- group %s: %s\n", o.Group, o)
+		}
+		b.WriteString("\n")
+	}
 	if len(p.Orphans) > 0 {
 		b.WriteString("## Orphans\n\n")
 		b.WriteString("No machine of the inventory has these; bootstrap and apply never touch them. ")
@@ -256,6 +273,13 @@ func writeKubernetesMarkdown(b *strings.Builder, k *KubernetesChange) {
 		fmt.Fprintf(b, "%d. %s\n", i+1, st)
 	}
 	if len(k.Steps) > 0 {
+		b.WriteString("\n")
+	}
+	if len(k.Manifests) > 0 {
+		b.WriteString("Then the bootstrap manifests (CoreDNS, kube-proxy, …) are server-side applied with field manager `talos`, as `talosctl upgrade-k8s` does; a server-side dry run now:\n\n")
+		for _, m := range k.Manifests {
+			fmt.Fprintf(b, "- %s\n", m)
+		}
 		b.WriteString("\n")
 	}
 	fmt.Fprintf(b, "Next: %s.\n\n", k.Next)

@@ -297,7 +297,15 @@ func (r *Rollout) syncManifests(ctx context.Context, plan *Plan, out *RolloutRes
 		!slices.ContainsFunc(plan.Pending(), func(a Action) bool { return a.Kubernetes != nil && a.Kubernetes.moves() != "no component now" }) {
 		return nil
 	}
-	retry := "every component moved; to sync them again run talosctl upgrade-k8s --to " + strings.TrimPrefix(k.To, "v") + " against a control plane"
+	return r.syncBootstrapManifests(ctx, k.To)
+}
+
+// syncBootstrapManifests syncs the bootstrap manifests once every
+// component runs Kubernetes to (the end of a version change made by a
+// rollout, or by the loop's changes: loop_manifests.go), then waits for
+// the changed Deployments and DaemonSets.
+func (r *Rollout) syncBootstrapManifests(ctx context.Context, to string) error {
+	retry := "every component moved; to sync them again run talosctl upgrade-k8s --to " + strings.TrimPrefix(to, "v") + " against a control plane"
 	if r.Kube == nil {
 		return errors.New("the bootstrap manifests (CoreDNS, kube-proxy) were not synced: devata has no kubeconfig (pass --kubeconfig or set KUBECONFIG); " + retry)
 	}
@@ -400,7 +408,23 @@ func (p *Planner) manifestsDryRun(ctx context.Context) []string {
 		}
 	}
 	if err != nil {
-		out = append(out, "the dry run failed: "+err.Error())
+		out = append(out, dryRunFailure(objs[len(changes)], err))
 	}
 	return append(out, fmt.Sprintf("%d of %d objects of %s's manifests unchanged", n, len(objs), from))
+}
+
+// dryRunFailure says that the dry run of obj failed by the object and the
+// API server's reason alone: the message of a refused apply may quote the
+// object's fields, and a plan shows objects and images, never contents.
+func dryRunFailure(obj *unstructured.Unstructured, err error) string {
+	what := obj.GroupVersionKind().GroupVersion().String() + " " + obj.GetKind() + " " + obj.GetName()
+	if obj.GetNamespace() != "" {
+		what = obj.GroupVersionKind().GroupVersion().String() + " " + obj.GetKind() + " " + obj.GetNamespace() + "/" + obj.GetName()
+	}
+	var st apierrors.APIStatus
+	if errors.As(err, &st) {
+		s := st.Status()
+		return fmt.Sprintf("the dry run failed at %s: the API server answered %d %s (talosctl upgrade-k8s --dry-run against a control plane shows its message)", what, s.Code, s.Reason)
+	}
+	return fmt.Sprintf("the dry run failed at %s: %v", what, err)
 }

@@ -40,6 +40,7 @@ type Loop struct {
 	mu sync.Mutex
 	inForce
 	passBook
+	orderBook // rollout_order.go
 }
 
 // LoopOptions are the loop's settings. NewLoop gives every unset one its

@@ -40,6 +40,10 @@ type PassResult struct {
 	BackingOff []string
 	// Blocked says why every change is stopped (a failed gate), if it is.
 	Blocked string
+	// Manifests says what became of the bootstrap manifests after a
+	// Kubernetes version change the loop made (synced, or pending and
+	// why); ManifestsErr why their sync failed (loop_manifests.go).
+	Manifests, ManifestsErr string
 }
 
 // ExitCode is --once's exit code: 0 everything in sync or converged, 1 drift
@@ -86,6 +90,9 @@ func (r *PassResult) ExitCode() int {
 		case res.Status == drift.StatusDrifted && !fixes(res):
 			code = 1
 		}
+	}
+	if r.ManifestsErr != "" {
+		return 2
 	}
 	if r.Blocked != "" || len(r.BackingOff) > 0 {
 		code = max(code, 1)
@@ -165,9 +172,7 @@ func (l *Loop) pass(ctx context.Context, t *term) *PassResult {
 	// The machines whose applied config is not known to be the desired one,
 	// control planes first: the queue hands keys out in order.
 	needs := l.needsChange(res.Report)
-	slices.SortStableFunc(owned, func(a, b *inventory.Machine) int {
-		return compareBool(b.IsControlPlane(), a.IsControlPlane())
-	})
+	slices.SortStableFunc(owned, queueOrder(d.Inventory)) // and by rollout.order: rollout_order.go
 	l.mu.Lock()
 	l.awaited, l.outcomes, l.errs, l.held, l.passDone = map[string]bool{}, res.Outcomes, res.Errors, res.Held, make(chan struct{})
 	l.cpsAwaited, l.cpsDone = map[string]bool{}, make(chan struct{})
@@ -190,6 +195,7 @@ func (l *Loop) pass(ctx context.Context, t *term) *PassResult {
 	if len(l.cpsAwaited) == 0 {
 		close(l.cpsDone)
 	}
+	l.startOrder(queue)
 	done := l.passDone
 	if len(queue) == 0 {
 		close(done)
@@ -203,6 +209,7 @@ func (l *Loop) pass(ctx context.Context, t *term) *PassResult {
 	case <-done:
 	case <-ctx.Done():
 	}
+	l.syncManifestsAfter(ctx, d, res) // loop_manifests.go
 	l.mu.Lock()
 	res.Outcomes, res.Errors, res.Held = maps.Clone(l.outcomes), maps.Clone(l.errs), maps.Clone(l.held)
 	if !t.once {
@@ -342,6 +349,7 @@ func (l *Loop) finish(key string, res Result, err error) {
 		return
 	}
 	delete(l.awaited, key)
+	l.orderFinished(key)
 	if l.cpsAwaited[key] {
 		delete(l.cpsAwaited, key)
 		if len(l.cpsAwaited) == 0 {

@@ -128,6 +128,10 @@ type turns struct {
 
 func (w turns) admit(ctx context.Context, inv *inventory.Inventory, m *inventory.Machine) (release func(), ok bool) {
 	l, t := w.l, w.t
+	// a group's rollout.order first: the machines before it in the pass
+	if !l.waitOrder(ctx, inv, m) {
+		return nil, false
+	}
 	if m.IsControlPlane() {
 		l.changeMu.Lock()
 		return l.changeMu.Unlock, true

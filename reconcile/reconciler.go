@@ -43,6 +43,9 @@ type Reconciler struct {
 	setup sync.Once
 	// stop is a failed gate's stop: while it holds no change is made.
 	stop gateStop
+	// moved notes the Kubernetes version its changes moved components to,
+	// for the loop's sync of the bootstrap manifests (loop_manifests.go).
+	moved kubeMoves
 }
 
 // Result is how one Reconcile ended.
@@ -228,6 +231,7 @@ func (r *Reconciler) change(ctx context.Context, adm admission, d *Desired, desi
 	// recorded as started: it runs to its end or to the end of the grace
 	// period, not to the stop signal
 	out := ro.Run(changes, &Plan{Actions: []Action{a}})
+	r.moved.note(a)
 	if adm != nil && !adm.end(key) {
 		r.Log.Warn("a change recorded abandoned has ended", "machine", key, "converged", len(out.Converged) > 0, "stopped", out.Stopped)
 		return Result{Outcome: OutcomeInterrupted}, nil

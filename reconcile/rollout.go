@@ -128,7 +128,7 @@ func (r *Rollout) Run(ctx context.Context, plan *Plan) *RolloutResult {
 	}
 	r.joinedOn = map[string]string{}
 	out := &RolloutResult{JoinedOn: r.joinedOn}
-	actions := plan.Pending()
+	actions := inStageOrder(r.Inventory, plan.Pending()) // rollout_order.go
 	if err := plan.Refusal(); err != nil {
 		// the bundle is not the cluster's: nothing of it goes anywhere
 		out.Stopped = err.Error()
@@ -324,9 +324,9 @@ func workerBatches(inv *inventory.Inventory, actions []Action, workers []int, ma
 	rest := workers
 	for len(rest) > 0 {
 		var batch, later []int
-		inBatch := map[string]int{}
+		inBatch, stages := map[string]int{}, map[string]int{}
 		for _, i := range rest {
-			fits := len(batch) < max
+			fits := stageFits(inv, actions[i].Machine, stages) && len(batch) < max
 			for _, name := range actions[i].Machine.Groups {
 				if g := inv.Group(name); fits && g != nil && g.Rollout.MaxUnavailable > 0 && inBatch[name] >= g.Rollout.MaxUnavailable {
 					fits = false

@@ -43,7 +43,14 @@ own cluster is left to bootstrap (the step is blocked, saying so).
 
 With machine groups in the inventory, plan prints each machine's patch order:
 the cluster's patches, its role's, its groups' in the inventory's order, its
-own (machines with the same order on one line).
+own (machines with the same order on one line); and each group's
+rollout.order: the machines it names, in order, then the group's others.
+
+When cluster.kubernetesVersion differs from what the machines run, plan shows
+the Kubernetes version change devata apply would make, one component at a
+time, and what syncing the bootstrap manifests (CoreDNS, kube-proxy, …)
+afterwards would change as they stand: a server-side dry run against the API
+server, by object and image, never an object's contents.
 
 Once the cluster answers, plan also lists orphans: etcd members and Nodes
 that no machine of the inventory has (a machine deleted from it). Nothing
@@ -91,6 +98,7 @@ func (a *app) newPlanCommand() *cobra.Command {
 			doc.Kubernetes = a.planKubernetes(cmd.Context(), seq, doc, kube)
 			if inv := seq.Inventory(); inv != nil && len(inv.Groups) > 0 {
 				doc.Patches = plan.PatchOrders(inv)
+				doc.RolloutOrders = plan.RolloutOrders(inv)
 			}
 			if err := plan.Write(a.streams.Out, flags.output, doc, a.settings.Simulated); err != nil {
 				return exitWith(exitTrouble, err)
@@ -142,7 +150,7 @@ func (a *app) planKubernetes(ctx context.Context, seq *bootstrap.Sequence, doc *
 		return nil
 	}
 	k := rp.Kubernetes
-	out := &plan.KubernetesChange{From: k.From, To: k.To, Refused: k.Refused, Before: rp.KubernetesBefore(), Next: k.Next()}
+	out := &plan.KubernetesChange{From: k.From, To: k.To, Refused: k.Refused, Before: rp.KubernetesBefore(), Manifests: k.Manifests, Next: k.Next()}
 	if k.Refused != "" {
 		return out
 	}

@@ -410,4 +410,10 @@ func printPass(w io.Writer, res *reconcile.PassResult) {
 	if res.Blocked != "" {
 		fmt.Fprintf(w, "rollout stopped: %s\n", res.Blocked)
 	}
+	if res.Manifests != "" {
+		fmt.Fprintf(w, "bootstrap manifests: %s\n", res.Manifests)
+	}
+	if res.ManifestsErr != "" {
+		fmt.Fprintf(w, "bootstrap manifests: %s\n", res.ManifestsErr)
+	}
 }
