@@ -154,7 +154,7 @@ func (p *Plan) KubernetesChange(inv *inventory.Inventory) *plan.KubernetesChange
 	if k == nil {
 		return nil
 	}
-	out := &plan.KubernetesChange{From: k.From, To: k.To, Refused: k.Refused, Before: p.KubernetesBefore(), Next: k.Next()}
+	out := &plan.KubernetesChange{From: k.From, To: k.To, Refused: k.Refused, Before: p.KubernetesBefore(), Manifests: k.Manifests, Next: k.Next()}
 	if k.Refused != "" {
 		return out
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/kubernetes"
@@ -149,21 +148,5 @@ func (a *app) planKubernetes(ctx context.Context, seq *bootstrap.Sequence, doc *
 	if err != nil || rp.Kubernetes == nil {
 		return nil
 	}
-	k := rp.Kubernetes
-	out := &plan.KubernetesChange{From: k.From, To: k.To, Refused: k.Refused, Before: rp.KubernetesBefore(), Manifests: k.Manifests, Next: k.Next()}
-	if k.Refused != "" {
-		return out
-	}
-	for _, c := range talosapi.KubeOrder {
-		switch {
-		case k.Held[c] != "":
-			out.Steps = append(out.Steps, plan.KubernetesStep{Component: c, Held: k.Held[c]})
-		case len(k.Moves[c]) > 0:
-			out.Steps = append(out.Steps, plan.KubernetesStep{Component: c, Machines: k.Moves[c]})
-		}
-	}
-	if cps := seq.Inventory().ControlPlanes(); len(cps) > 0 {
-		out.Talosctl = []string{fmt.Sprintf("talosctl --nodes %s upgrade-k8s --to %s", cps[0].Address, strings.TrimPrefix(k.To, "v"))}
-	}
-	return out
+	return rp.KubernetesChange(seq.Inventory())
 }
