@@ -316,7 +316,13 @@
 //     on Talos requests to that node's API server fail: clients must not
 //     depend on a particular API server answering.
 //   - Kubelets post their Node only once an etcd cluster exists (the API
-//     server is a static pod that needs etcd). A control plane whose etcd
+//     server is a static pod that needs etcd). The sim's kubelets post
+//     every round (RunKubelets' interval, 2 s in devata sim), eight
+//     machines at a time (kubeletWorkers), each machine's requests in
+//     order; a real kubelet posts on its own clock (status when it
+//     changed or every nodeStatusReportFrequency, its Lease every 10 s),
+//     so a round of the sim asks more of the API server than a cluster's
+//     kubelets would. A control plane whose etcd
 //     service is healthy runs kube-apiserver, kube-controller-manager and
 //     kube-scheduler as static pods (control_plane_static_pod.go): COSI
 //     StaticPodStatus `kube-system/<name>-<node>`, and mirror pods with

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/siderolabs/talos/pkg/machinery/constants"
@@ -66,16 +67,22 @@ func (f *Fleet) SyncKubelets(ctx context.Context, kc kubernetes.Interface) map[s
 	f.kube = kc
 	f.mu.Unlock()
 	errs := map[string]error{}
+	machines := f.Machines()
+	nodes := make([]string, len(machines))
+	failed := make([]error, len(machines))
+	// Each kubelet posts on its own, as on a cluster: a few machines at a
+	// time, not one after another (a round at 10,000 machines is tens of
+	// thousands of requests to the API server).
+	forEachMachine(machines, func(i int, m *Machine) { nodes[i], failed[i] = m.syncKubelet(ctx, kc) })
 	posting := map[*Machine]string{}
-	for _, m := range f.Machines() {
-		node, err := m.syncKubelet(ctx, kc)
-		if err != nil {
-			errs[m.name] = err
-			f.log.Debug("sim kubelet", "machine", m.name, "error", err)
+	for i, m := range machines {
+		if failed[i] != nil {
+			errs[m.name] = failed[i]
+			f.log.Debug("sim kubelet", "machine", m.name, "error", failed[i])
 			continue
 		}
-		if node != "" {
-			posting[m] = node
+		if nodes[i] != "" {
+			posting[m] = nodes[i]
 		}
 	}
 	if err := f.syncAgentPods(ctx, kc, posting); err != nil {
@@ -84,11 +91,17 @@ func (f *Fleet) SyncKubelets(ctx context.Context, kc kubernetes.Interface) map[s
 	}
 	// A node waiting for its CNI is Ready as soon as its agent runs, as the
 	// kubelet notices the CNI config the agent writes.
+	var waiting []*Machine
 	for m := range posting {
 		if s := m.snap(); s.cniNone() && f.agentRunning(m.name, s) {
-			if _, err := m.syncKubelet(ctx, kc); err != nil {
-				errs[m.name] = err
-			}
+			waiting = append(waiting, m)
+		}
+	}
+	failed = make([]error, len(waiting))
+	forEachMachine(waiting, func(i int, m *Machine) { _, failed[i] = m.syncKubelet(ctx, kc) })
+	for i, m := range waiting {
+		if failed[i] != nil {
+			errs[m.name] = failed[i]
 		}
 	}
 	if err := f.syncAddons(ctx, kc, posting); err != nil {
@@ -104,6 +117,30 @@ func (f *Fleet) SyncKubelets(ctx context.Context, kc kubernetes.Interface) map[s
 		f.log.Debug("sim terminating pods", "error", err)
 	}
 	return errs
+}
+
+// kubeletWorkers is how many machines' kubelets post at once in a round
+// (their Nodes, Leases and agent pods). Each machine's requests stay in
+// order; the API server is the bound, so more would only queue there.
+const kubeletWorkers = 8
+
+// forEachMachine runs fn for every machine, kubeletWorkers at a time, and
+// returns when all are done.
+func forEachMachine(machines []*Machine, fn func(i int, m *Machine)) {
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for range min(kubeletWorkers, len(machines)) {
+		wg.Go(func() {
+			for i := range next {
+				fn(i, machines[i])
+			}
+		})
+	}
+	for i := range machines {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
 }
 
 // syncKubelet posts the machine's Node and returns its name when the
