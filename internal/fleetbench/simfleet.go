@@ -106,6 +106,9 @@ func startSims(bin, dir string, parts [][]string, endpoints map[string]string, k
 		}
 		p.cmd = exec.Command(bin, args...)
 		p.cmd.Env = cleanEnv()
+		// A fleetbench that dies (Ctrl-C, a failed step's os.Exit, a kill)
+		// takes its sims with it; SIGTERM lets each stop its kube-apiserver.
+		p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 		stdout, err := p.cmd.StdoutPipe()
 		if err != nil {
 			return f, err
