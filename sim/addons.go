@@ -413,19 +413,23 @@ func syncKubeProxy(ctx context.Context, kc kubernetes.Interface, nodes []string,
 
 	containers := templateContainers(ds.Spec.Template.Spec.Containers)
 
-	var errs []error
+	machines := make([]*Machine, 0, len(posting))
+	for m := range posting {
+		machines = append(machines, m)
+	}
 
-	for m, node := range posting {
-		s := m.snap()
+	errs := make([]error, len(machines))
+
+	// the DaemonSet controller and the kubelets act per node: a few at a time
+	forEachMachine(machines, func(i int, m *Machine) {
+		node, s := posting[m], m.snap()
 		pod := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: kubeProxyName + "-" + node, Namespace: kubeSystem, Labels: labels, Annotations: map[string]string{simOwnedAnnotation: s.name},
 				OwnerReferences: []metav1.OwnerReference{controllerRef("apps/v1", "DaemonSet", ds.Name, ds.UID)}},
 			Spec: corev1.PodSpec{NodeName: node, HostNetwork: true, Containers: containers},
 		}
-		if err := ensurePod(ctx, kc, pod, podRunning(s.host, s.host, s.booted, containers, true, "", "")); err != nil {
-			errs = append(errs, err)
-		}
-	}
+		errs[i] = ensurePod(ctx, kc, pod, podRunning(s.host, s.host, s.booted, containers, true, "", ""))
+	})
 
 	n := int32(len(nodes))
 	ds.Status = appsv1.DaemonSetStatus{DesiredNumberScheduled: n, CurrentNumberScheduled: n, NumberReady: n, NumberAvailable: n, UpdatedNumberScheduled: n, ObservedGeneration: ds.Generation}

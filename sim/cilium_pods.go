@@ -124,7 +124,16 @@ func (f *Fleet) syncAgentPods(ctx context.Context, kc kubernetes.Interface, post
 		return errors.Join(errs...)
 	}
 
-	for m, node := range posting {
+	machines := make([]*Machine, 0, len(posting))
+	for m := range posting {
+		machines = append(machines, m)
+	}
+
+	failed := make([]error, len(machines))
+
+	// the DaemonSet controller and the kubelets act per node: a few at a time
+	forEachMachine(machines, func(i int, m *Machine) {
+		node := posting[m]
 		s := m.snap()
 		p := &agentPod{namespace: ds.Namespace, name: agentPodName(ds.Name, node), boot: s.booted}
 
@@ -134,8 +143,9 @@ func (f *Fleet) syncAgentPods(ctx context.Context, kc kubernetes.Interface, post
 
 		created, running, err := syncAgentPod(ctx, kc, ds, p, node, s, f.cniDelay)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", m.name, err))
-			continue
+			failed[i] = fmt.Errorf("%s: %w", m.name, err)
+
+			return
 		}
 
 		p.fresh, p.running = p.fresh || created, running
@@ -143,9 +153,9 @@ func (f *Fleet) syncAgentPods(ctx context.Context, kc kubernetes.Interface, post
 		f.mu.Lock()
 		f.agents[m.name] = p
 		f.mu.Unlock()
-	}
+	})
 
-	return errors.Join(errs...)
+	return errors.Join(append(errs, failed...)...)
 }
 
 // syncAgentPod creates the agent pod when it is missing (created) and

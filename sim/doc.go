@@ -316,7 +316,16 @@
 //     on Talos requests to that node's API server fail: clients must not
 //     depend on a particular API server answering.
 //   - Kubelets post their Node only once an etcd cluster exists (the API
-//     server is a static pod that needs etcd). A control plane whose etcd
+//     server is a static pod that needs etcd). Each round (RunKubelets'
+//     interval, 2 s in devata sim) the sim's kubelets run eight machines
+//     at a time (kubeletWorkers), each machine's requests in order; each
+//     reads its Node and, on the kubelet's clock (Kubernetes v1.37.2
+//     kubelet_node_status.go tryUpdateNodeStatus, nodeStatusHasChanged;
+//     kubelet.go nodeLeaseRenewIntervalFraction), posts its status only
+//     when it changed (heartbeat times aside) or 5 minutes after its last
+//     report, and renews its Lease every 10 s (a quarter of its 40 s).
+//     A real kubelet checks every 10 s (nodeStatusUpdateFrequency), the
+//     sim every round: changes show sooner. A control plane whose etcd
 //     service is healthy runs kube-apiserver, kube-controller-manager and
 //     kube-scheduler as static pods (control_plane_static_pod.go): COSI
 //     StaticPodStatus `kube-system/<name>-<node>`, and mirror pods with

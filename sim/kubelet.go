@@ -3,12 +3,15 @@ package sim
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/siderolabs/talos/pkg/machinery/constants"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -26,8 +29,9 @@ const NetworkNotReadyMessage = "container runtime network not ready: NetworkRead
 // RunKubelets plays every configured machine's kubelet towards a Kubernetes
 // API server until ctx ends: each machine registers its Node (name from the
 // config's hostname, labels from machine.nodeLabels, kubelet version from the
-// kubelet image, InternalIP) and keeps its Ready condition and node Lease
-// current every interval. A machine with the KubeletUnhealthy fault reports
+// kubelet image, InternalIP) and checks its Ready condition every interval,
+// posting it when it changed, and renews its node Lease, on the kubelet's
+// clock (syncKubelet). A machine with the KubeletUnhealthy fault reports
 // Ready=False; so does one whose config has cluster.network.cni none until a
 // cilium agent pod runs on it (NetworkPluginNotReady, as a real kubelet
 // without a CNI); one that is down or unreachable stops posting and, as the
@@ -66,16 +70,22 @@ func (f *Fleet) SyncKubelets(ctx context.Context, kc kubernetes.Interface) map[s
 	f.kube = kc
 	f.mu.Unlock()
 	errs := map[string]error{}
+	machines := f.Machines()
+	nodes := make([]string, len(machines))
+	failed := make([]error, len(machines))
+	// Each kubelet posts on its own, as on a cluster: a few machines at a
+	// time, not one after another (a round at 10,000 machines is tens of
+	// thousands of requests to the API server).
+	forEachMachine(machines, func(i int, m *Machine) { nodes[i], failed[i] = m.syncKubelet(ctx, kc) })
 	posting := map[*Machine]string{}
-	for _, m := range f.Machines() {
-		node, err := m.syncKubelet(ctx, kc)
-		if err != nil {
-			errs[m.name] = err
-			f.log.Debug("sim kubelet", "machine", m.name, "error", err)
+	for i, m := range machines {
+		if failed[i] != nil {
+			errs[m.name] = failed[i]
+			f.log.Debug("sim kubelet", "machine", m.name, "error", failed[i])
 			continue
 		}
-		if node != "" {
-			posting[m] = node
+		if nodes[i] != "" {
+			posting[m] = nodes[i]
 		}
 	}
 	if err := f.syncAgentPods(ctx, kc, posting); err != nil {
@@ -84,11 +94,17 @@ func (f *Fleet) SyncKubelets(ctx context.Context, kc kubernetes.Interface) map[s
 	}
 	// A node waiting for its CNI is Ready as soon as its agent runs, as the
 	// kubelet notices the CNI config the agent writes.
+	var waiting []*Machine
 	for m := range posting {
 		if s := m.snap(); s.cniNone() && f.agentRunning(m.name, s) {
-			if _, err := m.syncKubelet(ctx, kc); err != nil {
-				errs[m.name] = err
-			}
+			waiting = append(waiting, m)
+		}
+	}
+	failed = make([]error, len(waiting))
+	forEachMachine(waiting, func(i int, m *Machine) { _, failed[i] = m.syncKubelet(ctx, kc) })
+	for i, m := range waiting {
+		if failed[i] != nil {
+			errs[m.name] = failed[i]
 		}
 	}
 	if err := f.syncAddons(ctx, kc, posting); err != nil {
@@ -104,6 +120,30 @@ func (f *Fleet) SyncKubelets(ctx context.Context, kc kubernetes.Interface) map[s
 		f.log.Debug("sim terminating pods", "error", err)
 	}
 	return errs
+}
+
+// kubeletWorkers is how many machines' kubelets post at once in a round
+// (their Nodes, Leases and agent pods). Each machine's requests stay in
+// order; the API server is the bound, so more would only queue there.
+const kubeletWorkers = 8
+
+// forEachMachine runs fn for every machine, kubeletWorkers at a time, and
+// returns when all are done.
+func forEachMachine(machines []*Machine, fn func(i int, m *Machine)) {
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for range min(kubeletWorkers, len(machines)) {
+		wg.Go(func() {
+			for i := range next {
+				fn(i, machines[i])
+			}
+		})
+	}
+	for i := range machines {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
 }
 
 // syncKubelet posts the machine's Node and returns its name when the
@@ -173,6 +213,28 @@ func (m *Machine) syncKubelet(ctx context.Context, kc kubernetes.Interface) (str
 		}
 	}
 
+	ready, err := m.postStatus(ctx, nodes, node, s, posting, nodeName)
+	if err != nil {
+		return "", err
+	}
+	m.noteNode(nodeFacts{seen: true, ready: ready})
+	if !posting {
+		return "", nil
+	}
+	if !m.due(&m.leaseRenewed, leaseRenewInterval) {
+		return nodeName, nil
+	}
+	if err := renewLease(ctx, kc, node); err != nil {
+		return "", err
+	}
+	m.noted(&m.leaseRenewed)
+	return nodeName, nil
+}
+
+// postStatus sets the Node's status as the machine's kubelet would see it
+// and posts it on the kubelet's clock; it says whether the Node is Ready.
+func (m *Machine) postStatus(ctx context.Context, nodes typedcorev1.NodeInterface, node *corev1.Node, s snapshot, posting bool, nodeName string) (bool, error) {
+	reported := node.Status.DeepCopy()
 	ready := m.readyCondition(s, posting, findCondition(node, corev1.NodeReady))
 	node.Status.Conditions = []corev1.NodeCondition{ready}
 	if posting {
@@ -184,18 +246,56 @@ func (m *Machine) syncKubelet(ctx context.Context, kc kubernetes.Interface) (str
 		node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: s.host}, {Type: corev1.NodeHostName, Address: nodeName}}
 		port, err := m.kubelet()
 		if err != nil {
-			return "", err
+			return false, err
 		}
 		node.Status.DaemonEndpoints.KubeletEndpoint.Port = int32(port)
 	}
-	if _, err := nodes.UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
-		return "", fmt.Errorf("update node status: %w", err)
+	if nodeStatusChanged(reported, &node.Status) || m.due(&m.statusReported, nodeStatusReportFrequency) {
+		if _, err := nodes.UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
+			return false, fmt.Errorf("update node status: %w", err)
+		}
+		m.noted(&m.statusReported)
 	}
-	m.noteNode(nodeFacts{seen: true, ready: ready.Status == corev1.ConditionTrue})
-	if !posting {
-		return "", nil
+	return ready.Status == corev1.ConditionTrue, nil
+}
+
+// The kubelet's own clock (kubelet.go, kubelet_node_status.go
+// tryUpdateNodeStatus): it posts its Node's status when the status changed
+// (nodeStatusHasChanged: the conditions' heartbeat times aside) or
+// nodeStatusReportFrequency after its last report, and renews its Lease
+// every nodeLeaseRenewIntervalFraction (0.25) of the lease duration (40 s).
+const (
+	nodeStatusReportFrequency = 5 * time.Minute
+	leaseRenewInterval        = 10 * time.Second
+)
+
+// due says the kubelet's last report at *last is at least every old.
+func (m *Machine) due(last *time.Time, every time.Duration) bool {
+	m.kubeletMu.Lock()
+	defer m.kubeletMu.Unlock()
+	return time.Since(*last) >= every
+}
+
+// noted records a report at *last, now.
+func (m *Machine) noted(last *time.Time) {
+	m.kubeletMu.Lock()
+	defer m.kubeletMu.Unlock()
+	*last = time.Now()
+}
+
+// nodeStatusChanged is the kubelet's nodeStatusHasChanged: any field of the
+// status but the conditions' heartbeat times.
+func nodeStatusChanged(was, is *corev1.NodeStatus) bool {
+	if len(was.Conditions) != len(is.Conditions) {
+		return true
 	}
-	return nodeName, renewLease(ctx, kc, node)
+	a, b := was.DeepCopy(), is.DeepCopy()
+	slices.SortStableFunc(a.Conditions, func(x, y corev1.NodeCondition) int { return strings.Compare(string(x.Type), string(y.Type)) })
+	slices.SortStableFunc(b.Conditions, func(x, y corev1.NodeCondition) int { return strings.Compare(string(x.Type), string(y.Type)) })
+	for i := range a.Conditions {
+		a.Conditions[i].LastHeartbeatTime, b.Conditions[i].LastHeartbeatTime = metav1.Time{}, metav1.Time{}
+	}
+	return !apiequality.Semantic.DeepEqual(a, b)
 }
 
 // setLabels sets labels on node and says whether any changed.

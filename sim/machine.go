@@ -31,6 +31,9 @@ type Machine struct {
 
 	kubeletMu  sync.Mutex
 	kubeletSrv *kubeletServer // started by the first kubelet sync
+	// when this machine's kubelet last posted its Node status and renewed
+	// its Lease (kubelet.go: each on its own clock), guarded by kubeletMu
+	statusReported, leaseRenewed time.Time
 
 	certMu sync.Mutex
 	cert   *tls.Certificate // issued on the first mTLS handshake

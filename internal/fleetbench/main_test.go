@@ -27,8 +27,8 @@ func TestMeasureSmallFleet(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if r.SimProcesses != 1 || r.Drift.ExitCode != 0 || r.Floor.ExitCode != 0 || r.Reconcile != nil {
-			t.Fatalf("sims %d, drift exit %d, floor exit %d, reconcile %v", r.SimProcesses, r.Drift.ExitCode, r.Floor.ExitCode, r.Reconcile)
+		if r.SimProcesses != 1 || r.SimKubernetes || r.Drift.ExitCode != 0 || r.Floor.ExitCode != 0 || r.Reconcile != nil {
+			t.Fatalf("sims %d (kubernetes %t), drift exit %d, floor exit %d, reconcile %v", r.SimProcesses, r.SimKubernetes, r.Drift.ExitCode, r.Floor.ExitCode, r.Reconcile)
 		}
 		// The calls per second reported for drift rest on driftCalls: with
 		// no reconcile, the sim served exactly drift's calls and the floor's
@@ -67,4 +67,23 @@ func TestMeasureSmallFleet(t *testing.T) {
 			}
 		}
 	})
+}
+
+// The sims start Kubernetes only for a check that reads it: the default
+// checks read the Talos API alone.
+func TestNeedsKubernetes(t *testing.T) {
+	for _, tc := range []struct {
+		checks string
+		want   bool
+	}{
+		{"config,talos-version,machine-stage", false},
+		{"config, etcd", false},
+		{"config,kubelet", true},
+		{"cilium-agent", true},
+		{"storage-volumes,storage-mounts", false},
+	} {
+		if got := needsKubernetes(tc.checks); got != tc.want {
+			t.Errorf("needsKubernetes(%q) = %t, want %t", tc.checks, got, tc.want)
+		}
+	}
 }

@@ -20,15 +20,17 @@ func measure(o options, dir string, n int) (Result, error) {
 	if err != nil {
 		return r, err
 	}
-	fmt.Fprintf(os.Stderr, "%d machines: starting devata sim (%d process(es))…\n", n, len(parts))
+	kube := needsKubernetes(o.checks)
+	fmt.Fprintf(os.Stderr, "%d machines: starting devata sim (%d process(es), --kubernetes=%t)…\n", n, len(parts), kube)
 	start := time.Now()
-	s, err := startSims(o.bin, dir, parts, endpoints)
+	s, err := startSims(o.bin, dir, parts, endpoints, kube)
 	defer s.kill()
 	if err != nil {
 		return r, err
 	}
 	r.SimStartSeconds = time.Since(start).Seconds()
 	r.SimProcesses = len(parts)
+	r.SimKubernetes = kube
 
 	fmt.Fprintf(os.Stderr, "%d machines: devata drift…\n", n)
 	driftArgs := []string{"drift", "--config", s.config(), "--checks", o.checks, "--concurrency", strconv.Itoa(o.concurrency), "-o", "json"}

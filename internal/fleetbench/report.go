@@ -53,9 +53,12 @@ type Reconcile struct {
 
 // Result is one fleet size.
 type Result struct {
-	Machines        int      `json:"machines"`
-	Concurrency     int      `json:"concurrency"`
-	SimProcesses    int      `json:"simProcesses"`
+	Machines     int `json:"machines"`
+	Concurrency  int `json:"concurrency"`
+	SimProcesses int `json:"simProcesses"`
+	// SimKubernetes: the sims ran a kube-apiserver and their kubelets (only
+	// when a check reads Kubernetes).
+	SimKubernetes   bool     `json:"simKubernetes"`
 	SimStartSeconds float64  `json:"simStartSeconds"`
 	SimPeakRSSMiB   float64  `json:"simPeakRSSMiB"`
 	Drift           Run      `json:"drift"`

@@ -7,12 +7,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"gopkg.in/yaml.v3"
 
+	"devata.dev/devata/checks"
 	"devata.dev/devata/talosapi"
 )
 
@@ -87,8 +89,10 @@ func (f *simFleet) kill() {
 }
 
 // startSims starts the sims for the inventory written in dir and waits
-// until every one serves.
-func startSims(bin, dir string, parts [][]string, endpoints map[string]string) (*simFleet, error) {
+// until every one serves. kubernetes runs each sim's kube-apiserver and
+// simulated kubelets; without it the sims serve the Talos API alone
+// (devata sim --kubernetes=false), which is all the Talos-side checks read.
+func startSims(bin, dir string, parts [][]string, endpoints map[string]string, kubernetes bool) (*simFleet, error) {
 	f := &simFleet{dir: dir, endpoints: endpoints}
 	for k, part := range parts {
 		pdir := dir
@@ -96,12 +100,15 @@ func startSims(bin, dir string, parts [][]string, endpoints map[string]string) (
 			pdir = filepath.Join(dir, fmt.Sprintf("part-%d", k))
 		}
 		p := &simProc{dir: filepath.Join(pdir, "sim"), machines: part, ready: make(chan struct{}), exited: make(chan struct{})}
-		args := []string{"sim", "-i", filepath.Join(pdir, "inventory.yaml"), "--dir", p.dir, "--inventory-addresses"}
+		args := []string{"sim", "-i", filepath.Join(pdir, "inventory.yaml"), "--dir", p.dir, "--inventory-addresses", "--kubernetes=" + strconv.FormatBool(kubernetes)}
 		if err := os.MkdirAll(p.dir, 0o700); err != nil {
 			return f, err
 		}
 		p.cmd = exec.Command(bin, args...)
 		p.cmd.Env = cleanEnv()
+		// A fleetbench that dies (Ctrl-C, a failed step's os.Exit, a kill)
+		// takes its sims with it; SIGTERM lets each stop its kube-apiserver.
+		p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 		stdout, err := p.cmd.StdoutPipe()
 		if err != nil {
 			return f, err
@@ -244,4 +251,19 @@ func cleanEnv() []string {
 		out = append(out, "DEVATA_CPUPROFILE="+filepath.Join(p, fmt.Sprintf("devata-%d.prof", time.Now().UnixNano())))
 	}
 	return append(out, "XDG_CONFIG_HOME=/nonexistent")
+}
+
+// needsKubernetes says whether any of the comma-separated checks reads the
+// Kubernetes API (drift.Info.Kubernetes). The default checks (config,
+// talos-version, machine-stage) read the Talos API alone, so the sims start
+// no kube-apiserver for them: registering 10,000 simulated Nodes would
+// measure the sim's kubelets, not devata.
+func needsKubernetes(names string) bool {
+	all := checks.All()
+	for _, name := range strings.Split(names, ",") {
+		if e, ok := all.Get(strings.TrimSpace(name)); ok && e.Kubernetes {
+			return true
+		}
+	}
+	return false
 }

@@ -75,7 +75,7 @@ var allowed = []struct {
 		"render", "checks", "examples", "internal/simfleet", "internal/testenv", "inventory", "machines", "netcheck", "plan", "sim", "storagecheck",
 	}},
 	{"internal/testenv/cmd/testbin", []string{"internal/testenv"}},
-	{"internal/fleetbench", []string{"render", "internal/testenv", "inventory", "talosapi"}},
+	{"internal/fleetbench", []string{"render", "checks", "internal/testenv", "inventory", "talosapi"}},
 	{"internal/image", nil},
 	{"internal/image/cmd/mkimage", []string{"internal/image"}},
 	// the command: parse, call, render

@@ -76,7 +76,7 @@ func StartWith(t testing.TB, opts Options) *Env {
 		t.Fatalf("testenv: %v", err)
 	}
 
-	env, stop, err := run(dir, opts)
+	env, stop, err := run(ctx, dir, opts)
 	if err != nil {
 		t.Fatalf("testenv: %v", err)
 	}
@@ -105,19 +105,25 @@ func RunWith(ctx context.Context, progress io.Writer, opts Options) (env *Env, s
 	if err := Install(ctx, dir, progress); err != nil {
 		return nil, nil, err
 	}
-	return run(dir, opts)
+	return run(ctx, dir, opts)
 }
 
 // run starts the control plane. envtest picks each component's port once
 // and retries on it; on a machine where other processes open many loopback
 // ports (a large simulated fleet), that port can be taken in between, so a
-// start that failed on a taken port is tried again from scratch.
-func run(dir string, opts Options) (*Env, func() error, error) {
+// start that failed on a taken port is tried again from scratch. envtest's
+// start cannot be interrupted: a ctx that ended meanwhile stops what it
+// started as soon as it returns.
+func run(ctx context.Context, dir string, opts Options) (*Env, func() error, error) {
 	var err error
 	for range 3 {
 		var env *Env
 		var stop func() error
 		env, stop, err = start(dir, opts)
+		if err == nil && ctx.Err() != nil {
+			_ = stop()
+			return nil, nil, fmt.Errorf("start kube-apiserver %s: %w", KubernetesVersion, context.Cause(ctx))
+		}
 		if err == nil {
 			return env, stop, nil
 		}
@@ -135,7 +141,15 @@ func start(dir string, opts Options) (*Env, func() error, error) {
 		ControlPlaneStartTimeout: startTimeout,
 		ControlPlaneStopTimeout:  30 * time.Second,
 	}
-	env.ControlPlane.APIServer = &envtest.APIServer{Path: filepath.Join(dir, "kube-apiserver")}
+	// Both start through launch links (lifetime_linux.go): they die with
+	// this process, however it ends.
+	paths, removeLinks, err := launchDir(filepath.Join(dir, "kube-apiserver"), filepath.Join(dir, "etcd"))
+	if err != nil {
+		return nil, nil, err
+	}
+	// the links are read at exec only: gone once envtest's start returns
+	defer removeLinks()
+	env.ControlPlane.APIServer = &envtest.APIServer{Path: paths[0]}
 	// The simulated kubelets all listen on loopback, each on its own port
 	// (Node.status.daemonEndpoints); their hostnames do not resolve. pods/exec
 	// and logs reach them by InternalIP; their serving certificates are
@@ -150,7 +164,6 @@ func start(dir string, opts Options) (*Env, func() error, error) {
 	}
 	certDir := ""
 	if opts.ClusterCA != nil {
-		var err error
 		if certDir, err = useClusterCA(env.ControlPlane.APIServer, opts); err != nil {
 			return nil, nil, err
 		}
@@ -160,7 +173,7 @@ func start(dir string, opts Options) (*Env, func() error, error) {
 			os.RemoveAll(certDir)
 		}
 	}
-	env.ControlPlane.Etcd = &envtest.Etcd{Path: filepath.Join(dir, "etcd")}
+	env.ControlPlane.Etcd = &envtest.Etcd{Path: paths[1]}
 	// envtest attaches the output to stdout when asked through its own
 	// variable; otherwise keep the end of it for a failed start.
 	if os.Getenv("KUBEBUILDER_ATTACH_CONTROL_PLANE_OUTPUT") != "true" {
