@@ -149,6 +149,18 @@ func (s KubernetesStep) String() string {
 	return s.Component + " on " + strings.Join(s.Machines, ", ")
 }
 
+// waits says what the rollout waits for after each machine's move of
+// this component (to is the target version); "" when it is held.
+func (s KubernetesStep) waits(to string) string {
+	switch {
+	case s.Held != "":
+		return ""
+	case s.Component == "kubelet":
+		return "; after each, its Node Ready on kubelet " + to
+	}
+	return ", one at a time; after each, its static pod Ready on the new image and etcd healthy"
+}
+
 // MachinePatches is the patch order of some machines.
 type MachinePatches struct {
 	Machines []string               `json:"machines"`

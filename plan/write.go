@@ -73,33 +73,73 @@ func writeText(w io.Writer, p *Plan, simulated bool) error {
 	for _, o := range p.Orphans {
 		fmt.Fprintf(&b, "orphan: %s: no machine of the inventory has it; nothing here touches it; take it out with %s\n", o.What, o.Remove)
 	}
-	if k := p.Kubernetes; k != nil {
-		fmt.Fprintf(&b, "kubernetes: %s → %s by devata apply, one component at a time (every kube-apiserver first, then kube-controller-manager, kube-scheduler, the kubelets)\n", k.From, k.To)
-		if k.Refused != "" {
-			fmt.Fprintf(&b, "     refused: %s\n", k.Refused)
-		}
-		if len(k.Before) > 0 {
-			b.WriteString("     before any component moves:\n")
-			for _, s := range k.Before {
-				writeStepText(&b, "   -", s)
-			}
-		}
-		for i, st := range k.Steps {
-			fmt.Fprintf(&b, "     %d. %s\n", i+1, st)
-		}
-		fmt.Fprintf(&b, "     next: %s\n", k.Next)
-		for _, c := range k.Talosctl {
-			fmt.Fprintf(&b, "     by hand: %s\n", c)
-		}
-		if len(k.Manifests) > 0 {
-			b.WriteString("     after the last step, the bootstrap manifests (CoreDNS, kube-proxy, …) server-side applied, as talosctl upgrade-k8s does; a dry run now:\n")
-			for _, m := range k.Manifests {
-				fmt.Fprintf(&b, "        %s\n", m)
-			}
-		}
-	}
+	writeKubernetesText(&b, p.Kubernetes)
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// WriteKubernetes writes a Kubernetes version change as the text plan
+// does: devata plan's section and apply's and upgrade's dry runs are one
+// writer.
+func WriteKubernetes(w io.Writer, k *KubernetesChange) error {
+	var b strings.Builder
+	writeKubernetesText(&b, k)
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func writeKubernetesText(b *strings.Builder, k *KubernetesChange) {
+	if k == nil {
+		return
+	}
+	fmt.Fprintf(b, "kubernetes: %s → %s by devata apply, one component at a time (every kube-apiserver first, then kube-controller-manager, kube-scheduler, the kubelets)\n", k.From, k.To)
+	if k.Refused != "" {
+		fmt.Fprintf(b, "     refused: %s\n", k.Refused)
+	}
+	if len(k.Before) > 0 {
+		b.WriteString("     before any component moves:\n")
+		for _, s := range foldSteps(k.Before) {
+			writeStepText(b, "   -", s)
+		}
+	}
+	for i, st := range k.Steps {
+		fmt.Fprintf(b, "     %d. %s%s\n", i+1, st, st.waits(k.To))
+	}
+	fmt.Fprintf(b, "     next: %s\n", k.Next)
+	for _, c := range k.Talosctl {
+		fmt.Fprintf(b, "     by hand: %s\n", c)
+	}
+	if len(k.Manifests) > 0 {
+		b.WriteString("     after the last step, the bootstrap manifests (CoreDNS, kube-proxy, …) server-side applied, as talosctl upgrade-k8s does; a dry run now:\n")
+		for _, m := range k.Manifests {
+			fmt.Fprintf(b, "        %s\n", m)
+		}
+	}
+}
+
+// foldSteps folds steps that differ only in their machine (and so in
+// their by-hand commands) into one, its machine the folded list: a
+// thousand workers pulling the same kubelet image read as one step.
+func foldSteps(steps []Step) []Step {
+	var out []Step
+	var names [][]string
+	index := map[string]int{}
+	for _, s := range steps {
+		key := strings.Join([]string{string(s.Kind), string(s.Status), s.Summary, s.Reason, s.By}, "\x00")
+		if i, ok := index[key]; ok && s.Machine != "" && len(s.Evidence) == 0 {
+			names[i] = append(names[i], s.Machine)
+			continue
+		}
+		index[key] = len(out)
+		out = append(out, s)
+		names = append(names, []string{s.Machine})
+	}
+	for i := range out {
+		if len(names[i]) > 1 {
+			out[i].Machine = ShortList(names[i])
+		}
+	}
+	return out
 }
 
 // WriteSteps writes steps as the text plan numbers them, each a row

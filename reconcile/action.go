@@ -166,6 +166,9 @@ func (p *Plan) KubernetesChange(inv *inventory.Inventory) *plan.KubernetesChange
 			out.Steps = append(out.Steps, plan.KubernetesStep{Component: c, Machines: k.Moves[c]})
 		}
 	}
+	if inv == nil {
+		return out
+	}
 	if cps := inv.ControlPlanes(); len(cps) > 0 {
 		out.Talosctl = []string{fmt.Sprintf("talosctl --nodes %s upgrade-k8s --to %s", cps[0].Address, strings.TrimPrefix(k.To, "v"))}
 	}

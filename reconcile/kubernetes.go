@@ -3,7 +3,6 @@ package reconcile
 import (
 	"context"
 	"fmt"
-	"io"
 	"maps"
 	"slices"
 	"strings"
@@ -330,44 +329,6 @@ func (p *Planner) nodeKubelets(ctx context.Context) map[string]string {
 		out[name] = n.KubeletVersion
 	}
 	return out
-}
-
-// writeKubernetes prints a plan's Kubernetes version change.
-func writeKubernetes(w io.Writer, k *gate.KubeRollout) {
-	if k == nil {
-		return
-	}
-	fmt.Fprintf(w, "Kubernetes %s → %s (the lowest version a component runs → cluster.kubernetesVersion):\n", k.From, k.To)
-	if k.Refused != "" {
-		fmt.Fprintf(w, "  refused: %s\n", k.Refused)
-		return
-	}
-	fmt.Fprintln(w, "  one component at a time, as talosctl upgrade-k8s: every kube-apiserver first, then kube-controller-manager, kube-scheduler, then the kubelets")
-	switch {
-	case minorMoves(k.From, k.To) && k.DeprecatedUnchecked:
-		fmt.Fprintln(w, "  0. not checked (--force): whether an API that "+k.To+" removes is still requested; the new images pre-pulled on every machine that moves (MachineService.ImagePull)")
-	case minorMoves(k.From, k.To):
-		fmt.Fprintln(w, "  0. checked: no API that "+k.To+" removes is still requested (apiserver_requested_deprecated_apis); then the new images pre-pulled on every machine that moves (MachineService.ImagePull)")
-	default:
-		fmt.Fprintln(w, "  0. the new images pre-pulled on every machine that moves (MachineService.ImagePull)")
-	}
-	for i, c := range talosapi.KubeOrder {
-		switch ms := k.Moves[c]; {
-		case k.Held[c] != "":
-			fmt.Fprintf(w, "  %d. %s: held: %s\n", i+1, c, k.Held[c])
-		case len(ms) > 0 && c == talosapi.Kubelet:
-			fmt.Fprintf(w, "  %d. %s on %s; after each, its Node Ready on kubelet %s\n", i+1, c, shortList(ms), k.To)
-		case len(ms) > 0:
-			fmt.Fprintf(w, "  %d. %s on %s, one at a time; after each, its static pod Ready on the new image and etcd healthy\n", i+1, c, shortList(ms))
-		}
-	}
-	if len(k.Manifests) > 0 {
-		fmt.Fprintf(w, "  %d. then, once every component moved, the bootstrap manifests (Talos' Manifest resources: CoreDNS, kube-proxy, …) server-side applied as talosctl upgrade-k8s does; as they stand now:\n", len(talosapi.KubeOrder)+1)
-		for _, m := range k.Manifests {
-			fmt.Fprintf(w, "     %s\n", m)
-		}
-	}
-	fmt.Fprintf(w, "  next: %s\n", k.Next())
 }
 
 // kubePhase applies one phase of a machine's Kubernetes version change and

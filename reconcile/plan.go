@@ -112,6 +112,9 @@ type Plan struct {
 	// noKube: it has no kubeconfig to do it with; forceAPIs: the
 	// deprecated APIs were not checked (Planner.ForceDeprecatedAPIs).
 	drain, noKube, forceAPIs bool
+	// inv is the inventory the plan was made from (its first control
+	// plane is where the by-hand upgrade-k8s goes).
+	inv *inventory.Inventory
 }
 
 // Hops says whether the plan upgrades a machine on a hop of a longer way:
@@ -251,7 +254,7 @@ func (p *Planner) Plan(ctx context.Context, only []*inventory.Machine) (*Plan, e
 		}
 		return 0
 	})
-	out := &Plan{Actions: actions, drain: p.Drain, noKube: p.Kube == nil, forceAPIs: p.ForceDeprecatedAPIs}
+	out := &Plan{Actions: actions, drain: p.Drain, noKube: p.Kube == nil, forceAPIs: p.ForceDeprecatedAPIs, inv: p.Inventory}
 	if ctx.Err() == nil {
 		others := sync.OnceValue(func() []*talosapi.Observation { return p.observeOthers(ctx, actions) })
 		p.planJoins(actions, others)

@@ -16,10 +16,11 @@ import (
 // with the machines that share them, and so are skips with the same reason:
 // a fleet where a thousand workers drifted the same way reads as one
 // change, not a thousand (issue 17). Past 50 machines, those in sync are
-// counted. Then the Kubernetes version change, when there is one.
+// counted. Then the Kubernetes version change, when there is one, as
+// devata plan writes it (plan.WriteKubernetes).
 func (p *Plan) Write(w io.Writer) {
 	_ = plan.WriteFolded(w, p.Steps(byApply))
-	writeKubernetes(w, p.Kubernetes)
+	_ = plan.WriteKubernetes(w, p.KubernetesChange(p.inv))
 }
 
 // shortList joins names, counting those past the first few (plan.ShortList).

@@ -83,11 +83,12 @@ func TestApplyRefusesKubernetesUpgradeWhileRemovedAPIsAreRequested(t *testing.T)
 	r = devata(t, nil, "apply", "--dry-run", "--force", "--config", sf.settings, kubeconfig)
 	show(t, r)
 	lacks(t, "apply --dry-run --force", r.stdout,
-		"Kubernetes v1.36.3 → v1.37.0 (the lowest version a component runs → cluster.kubernetesVersion):",
+		"kubernetes: v1.36.3 → v1.37.0 by devata apply, one component at a time",
 		"1. kube-apiserver on cp-1, cp-2, cp-3, one at a time",
 		"4. kubelet on cp-1, cp-2, cp-3, worker-1, worker-2",
 		"next: kube-apiserver on cp-1",
-		"0. not checked (--force): whether an API that v1.37.0 removes is still requested",
+		"why: not checked: --force upgrades without it",
+		"kubernetes-image-pull worker-1, worker-2",
 	)
 	if r.code != 1 || strings.Contains(r.stdout, "refused") {
 		t.Fatalf("apply --dry-run --force: exit %d, want 1 (pending) and no refusal\n%s%s", r.code, r.stdout, r.err)

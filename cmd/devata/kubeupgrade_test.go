@@ -199,13 +199,16 @@ func TestKubernetesUpgrade(t *testing.T) {
 
 	r := devata(t, nil, "apply", "--dry-run", "--config", sf.settings, kubeconfig)
 	show(t, r)
+	dryRun := r.stdout
 	lacks(t, "dry run", r.stdout,
-		"Kubernetes v1.33.5 → v1.34.1 (the lowest version a component runs → cluster.kubernetesVersion):",
+		"kubernetes: v1.33.5 → v1.34.1 by devata apply, one component at a time",
 		"1. kube-apiserver on cp-1, cp-2, cp-3, one at a time",
 		"3. kube-scheduler on cp-1, cp-2, cp-3",
 		"4. kubelet on cp-1, cp-2, cp-3, worker-1, worker-2; after each, its Node Ready on kubelet v1.34.1",
 		"next: kube-apiserver on cp-1",
-		"0. checked: no API that v1.34.1 removes is still requested (apiserver_requested_deprecated_apis); then the new images pre-pulled on every machine that moves",
+		"why: checked when this plan was made: no API v1.34.1 removes is requested",
+		"kubernetes-image-pull cp-1, cp-2, cp-3",
+		"by hand: talosctl --nodes " + sf.Inventory.Machine("cp-1").Address + " upgrade-k8s --to 1.34.1",
 		"Kubernetes v1.33.5, one apply per component: kube-apiserver, kube-controller-manager, kube-scheduler, kubelet → v1.34.1",
 	)
 	if r.code != 1 {
@@ -220,11 +223,17 @@ func TestKubernetesUpgrade(t *testing.T) {
 	show(t, r)
 	lacks(t, "plan", r.stdout,
 		"kubernetes: v1.33.5 → v1.34.1 by devata apply, one component at a time",
-		"     1. kube-apiserver on cp-1, cp-2, cp-3\n     2. kube-controller-manager on cp-1, cp-2, cp-3\n     3. kube-scheduler on cp-1, cp-2, cp-3\n     4. kubelet on cp-1, cp-2, cp-3, worker-1, worker-2\n     next: kube-apiserver on cp-1\n",
+		"     3. kube-scheduler on cp-1, cp-2, cp-3, one at a time; after each, its static pod Ready on the new image and etcd healthy\n     4. kubelet on cp-1, cp-2, cp-3, worker-1, worker-2; after each, its Node Ready on kubelet v1.34.1\n     next: kube-apiserver on cp-1\n",
 		"by hand: talosctl --nodes "+sf.Inventory.Machine("cp-1").Address+" upgrade-k8s --to 1.34.1",
 	)
 	if r.code != 1 {
 		t.Errorf("plan: exit %d, want 1 (pending)\n%s%s", r.code, r.stdout, r.err)
+	}
+	// one writer: apply's dry run prints devata plan's Kubernetes section
+	if i, j := strings.Index(r.stdout, "kubernetes: v1.33.5"), strings.Index(r.stdout, "     next: "); i < 0 || j < i {
+		t.Errorf("plan has no Kubernetes section\n%s", r.stdout)
+	} else if section := r.stdout[i:j]; !strings.Contains(dryRun, section) {
+		t.Errorf("apply --dry-run's Kubernetes section is not devata plan's:\n%s\napply's:\n%s", section, dryRun)
 	}
 	r = devata(t, nil, "plan", "-o", "markdown", "--config", sf.settings, kubeconfig)
 	if !strings.Contains(r.stdout, "## Kubernetes v1.33.5 → v1.34.1\n") || !strings.Contains(r.stdout, "4. kubelet on cp-1, cp-2, cp-3, worker-1, worker-2\n") {
