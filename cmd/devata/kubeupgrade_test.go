@@ -208,7 +208,7 @@ func TestKubernetesUpgrade(t *testing.T) {
 		"next: kube-apiserver on cp-1",
 		"why: checked when this plan was made: no API v1.34.1 removes is requested",
 		"kubernetes-image-pull cp-1, cp-2, cp-3",
-		"by hand: talosctl --nodes " + sf.Inventory.Machine("cp-1").Address + " upgrade-k8s --to 1.34.1",
+		"by hand: talosctl --nodes "+sf.Inventory.Machine("cp-1").Address+" upgrade-k8s --to 1.34.1",
 		"Kubernetes v1.33.5, one apply per component: kube-apiserver, kube-controller-manager, kube-scheduler, kubelet → v1.34.1",
 	)
 	if r.code != 1 {
