@@ -58,7 +58,11 @@ func (r *Rollout) prePull(ctx context.Context, actions []Action) error {
 	if len(jobs) == 0 {
 		return nil
 	}
-	r.say("  pre-pulling the new Kubernetes images on %d machines (MachineService.ImagePull, as talosctl upgrade-k8s)", len(jobs))
+	machines := fmt.Sprintf("%d machines", len(jobs))
+	if len(jobs) == 1 {
+		machines = jobs[0].a.Machine.Name
+	}
+	r.say("  pre-pulling the new Kubernetes images on %s (MachineService.ImagePull, as talosctl upgrade-k8s)", machines)
 	var (
 		mu   sync.Mutex
 		errs []string

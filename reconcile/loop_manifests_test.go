@@ -15,6 +15,7 @@ import (
 
 	"devata.dev/devata/internal/simtest"
 	"devata.dev/devata/internal/testenv"
+	"devata.dev/devata/sim"
 )
 
 // The loop ends a Kubernetes upgrade it made as devata apply ends one
@@ -117,6 +118,15 @@ func TestLoopSyncsBootstrapManifestsAfterAKubernetesUpgrade(t *testing.T) {
 	}
 	if n := strings.Count(logs, "bootstrap manifests: server-side apply"); n != 1 {
 		t.Errorf("the manifests were synced %d times, want once, after the last machine\n%s", n, logs)
+	}
+	// each machine pulled its new kubelet image before its change, as
+	// apply's rollout does (Rollout.prePull; talosctl upgrade-k8s' prePullImages)
+	for _, m := range f.Sim.Machines() {
+		if !slices.ContainsFunc(m.ImagePulls(), func(p sim.ImagePull) bool {
+			return p.Image == "ghcr.io/siderolabs/kubelet:v1.34.1" && p.Namespace == "system"
+		}) {
+			t.Errorf("%s never pulled kubelet v1.34.1 before its change: %+v", m.Name(), m.ImagePulls())
+		}
 	}
 	dep, err := deps.Get(ctx, "coredns", metav1.GetOptions{})
 	if err != nil {

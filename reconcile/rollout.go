@@ -139,7 +139,10 @@ func (r *Rollout) Run(ctx context.Context, plan *Plan) *RolloutResult {
 	}
 	run := &rolloutRun{r: r, gate: g, actions: actions, out: out, started: make([]bool, len(actions)), done: make([]bool, len(actions))}
 	cps, workers := rolloutOrder(actions)
-	if k := plan.Kubernetes; k != nil && k.Refused == "" {
+	// pull before any component moves: the whole plan's machines, or in
+	// the loop (a plan of one machine and no Kubernetes part) that
+	// machine's own new images before its first phase
+	if k := plan.Kubernetes; k == nil || k.Refused == "" {
 		if err := r.prePull(ctx, actions); err != nil {
 			return run.stop(err.Error())
 		}
