@@ -7,6 +7,7 @@ package redact
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -171,6 +172,22 @@ func machineryRedacted(s string) bool {
 	return strings.Contains(s, Redacted) || strings.Contains(s, url.QueryEscape(Redacted))
 }
 
+// secretHash hashes a secret in one form wherever a config holds it: the
+// v1alpha1 document keeps a PEM key or certificate base64-encoded
+// (cluster.ca.key), the documents of Talos 1.14 keep it as PEM
+// (KubeAPIServerCAConfig issuingCA.key), so a PEM is hashed decoded, with
+// its trailing whitespace trimmed; anything else as it stands.
+func secretHash(v string) [32]byte {
+	pem := strings.TrimSpace(v)
+	if b, err := base64.StdEncoding.DecodeString(pem); err == nil && bytes.HasPrefix(bytes.TrimSpace(b), []byte("-----BEGIN ")) {
+		pem = string(bytes.TrimSpace(b))
+	}
+	if strings.HasPrefix(pem, "-----BEGIN ") {
+		return sha256.Sum256([]byte(pem))
+	}
+	return sha256.Sum256([]byte(v))
+}
+
 // Config returns a machine config with every secret value replaced by
 // Redacted, and a hash of each secret by field path, so that secret drift can be
 // reported as "changed" without showing either value. Documents are re-encoded
@@ -186,7 +203,7 @@ func Config(data []byte) ([]byte, map[string][32]byte, error) {
 	hashes := map[string][32]byte{}
 	// Hash from the original document, so hashes change exactly when secrets do.
 	if err := walkDocs(data, func(path string, n *yaml.Node) {
-		hashes[path] = sha256.Sum256([]byte(n.Value))
+		hashes[path] = secretHash(n.Value)
 	}); err != nil {
 		return nil, nil, err
 	}
@@ -203,7 +220,7 @@ func Config(data []byte) ([]byte, map[string][32]byte, error) {
 	}
 	if err := scalars(data, func(path, v string) {
 		if _, ok := hashes[path]; !ok && marked[path] && !machineryRedacted(v) {
-			hashes[path] = sha256.Sum256([]byte(v))
+			hashes[path] = secretHash(v)
 		}
 	}); err != nil {
 		return nil, nil, err

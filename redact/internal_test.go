@@ -1,6 +1,10 @@
 package redact
 
-import "testing"
+import (
+	"encoding/base64"
+	"strings"
+	"testing"
+)
 
 func TestRedactValueURLCredentials(t *testing.T) {
 	for _, c := range []struct{ in, want string }{
@@ -61,5 +65,24 @@ func TestSecretNamesByShape(t *testing.T) {
 		if got := flagCredentials(in); got != want {
 			t.Errorf("flagCredentials(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// TestSecretHashOneFormPerSecret: a PEM secret hashes the same whether a
+// config holds it base64-encoded (v1alpha1) or as PEM (Talos 1.14's
+// documents), and another value hashes otherwise.
+func TestSecretHashOneFormPerSecret(t *testing.T) {
+	pem := "-----BEGIN EC PRIVATE KEY-----\nMHcCAQEEIABC\n-----END EC PRIVATE KEY-----"
+	b64 := base64.StdEncoding.EncodeToString([]byte(pem + "\n"))
+	if secretHash(pem) != secretHash(b64) || secretHash(pem+"\n") != secretHash(pem) {
+		t.Error("one PEM key hashes differently as base64 and as PEM")
+	}
+	other := strings.Replace(pem, "ABC", "ABD", 1)
+	if secretHash(other) == secretHash(b64) {
+		t.Error("another key hashes as the first")
+	}
+	// a plain secret is hashed as it stands: base64 that is not a PEM is not decoded
+	if secretHash("c2VjcmV0") == secretHash("secret") {
+		t.Error("a base64 value that is no PEM was decoded")
 	}
 }

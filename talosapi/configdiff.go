@@ -24,6 +24,54 @@ type ConfigDiff struct {
 	Text           string
 	Changes        []string
 	ChangedSecrets []string
+	// MovedSecrets are secrets whose value is unchanged at another path
+	// ("old → new"), as when a config of a newer Talos holds a setting in
+	// a document of its own: not counted as changed.
+	MovedSecrets []string
+}
+
+// secretChanges compares two configs' secrets by hash per field path: the
+// paths whose secret changed, appeared or went, and the secrets that only
+// moved (a path gone and a path new with the same value, "old → new").
+func secretChanges(active, desired map[string][32]byte) (changed, moved []string) {
+	gone := map[[32]byte][]string{}
+	for _, path := range sortedKeys(active) {
+		if _, ok := desired[path]; !ok {
+			gone[active[path]] = append(gone[active[path]], path)
+		}
+	}
+	taken := map[string]bool{}
+	for _, path := range sortedKeys(desired) {
+		h := desired[path]
+		old, ok := active[path]
+		switch {
+		case ok && old == h:
+		case ok:
+			changed = append(changed, path)
+		case len(gone[h]) > 0:
+			moved = append(moved, gone[h][0]+" → "+path)
+			taken[gone[h][0]] = true
+			gone[h] = gone[h][1:]
+		default:
+			changed = append(changed, path)
+		}
+	}
+	for _, path := range sortedKeys(active) {
+		if _, ok := desired[path]; !ok && !taken[path] {
+			changed = append(changed, path)
+		}
+	}
+	slices.Sort(changed)
+	return changed, moved
+}
+
+func sortedKeys(m map[string][32]byte) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
 }
 
 // DiffConfigs compares the applied config with the desired one. Byte-equal
@@ -42,19 +90,8 @@ func DiffConfigs(active, desired []byte) (ConfigDiff, error) {
 	if err != nil {
 		return ConfigDiff{}, fmt.Errorf("desired config: %w", err)
 	}
-	var changed []string
-	for path, h := range hashDesired {
-		if old, ok := hashActive[path]; !ok || old != h {
-			changed = append(changed, path)
-		}
-	}
-	for path := range hashActive {
-		if _, ok := hashDesired[path]; !ok {
-			changed = append(changed, path)
-		}
-	}
-	slices.Sort(changed)
-	d := ConfigDiff{ChangedSecrets: changed}
+	changed, moved := secretChanges(hashActive, hashDesired)
+	d := ConfigDiff{ChangedSecrets: changed, MovedSecrets: moved}
 	if !bytes.Equal(redActive, redDesired) {
 		edits := myers.ComputeEdits(span.URIFromPath("applied"), string(redActive), string(redDesired))
 		d.Text = fmt.Sprint(gotextdiff.ToUnified("applied", "desired", string(redActive), edits))
@@ -62,7 +99,7 @@ func DiffConfigs(active, desired []byte) (ConfigDiff, error) {
 			return ConfigDiff{}, fmt.Errorf("compare redacted configs: %w", err)
 		}
 	}
-	d.Equal = d.Text == "" && len(changed) == 0
+	d.Equal = d.Text == "" && len(changed) == 0 && len(moved) == 0
 	return d, nil
 }
 
@@ -87,6 +124,9 @@ func (d ConfigDiff) Summary() string {
 	}
 	if n := len(d.ChangedSecrets); n > 0 {
 		parts = append(parts, fmt.Sprintf("%d %s changed (%s)", n, pluralize(n, "secret", "secrets"), strings.Join(d.ChangedSecrets, ", ")))
+	}
+	if n := len(d.MovedSecrets); n > 0 {
+		parts = append(parts, fmt.Sprintf("%d %s moved unchanged (%s)", n, pluralize(n, "secret", "secrets"), strings.Join(d.MovedSecrets, ", ")))
 	}
 	return strings.Join(parts, ", ")
 }

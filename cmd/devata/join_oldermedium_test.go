@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -45,7 +46,16 @@ func TestApplyJoinsAControlPlaneBootedFromAnOlderMedium(t *testing.T) {
 		"cp-3: runs Talos v1.14.1 now, installed from its config: applying the inventory's config (mode auto)",
 		"cp-3: joined: runs its desired config on Talos v1.14.1",
 		"gate after cp-3: etcd healthy, 3/3 members",
+		// the 1.14 documents hold the 1.13 config's secrets in new places
+		// (PEM where v1alpha1 has base64): moved, not changed
+		"v1alpha1.cluster.ca.key → KubeAPIServerCAConfig.issuingCA.key",
+		"v1alpha1.cluster.serviceAccount.key → KubeServiceAccountConfig.issuer.privateKey",
 	)
+	for _, m := range regexp.MustCompile(`secrets? changed \(([^)]*)\)`).FindAllStringSubmatch(r.stdout, -1) {
+		if strings.Contains(m[1], "issuingCA.key") || strings.Contains(m[1], "serviceAccount.key") {
+			t.Errorf("apply calls an unchanged key changed: %s", m[0])
+		}
+	}
 	// the 1.13 config's release first, then the inventory's: in that order
 	if first, then := strings.Index(r.stdout, "cp-3: its config is written for Talos 1.13"), strings.Index(r.stdout, "cp-3: runs Talos v1.14.1 now"); first < 0 || then < first {
 		t.Error("cp-3 was not configured for v1.13.9 before v1.14.1")
