@@ -11,6 +11,7 @@ import (
 	clientconfig "github.com/siderolabs/talos/pkg/machinery/client/config"
 
 	"devata.dev/devata/examples"
+	"devata.dev/devata/internal/simtest"
 	"devata.dev/devata/render"
 )
 
@@ -47,6 +48,22 @@ func homelab(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return path
+}
+
+// homelabWithFixtureBundle is homelab with the committed fixture bundle
+// beside it as secrets.yaml (0600), so that configs and certificates are the
+// same from run to run.
+func homelabWithFixtureBundle(t *testing.T) string {
+	t.Helper()
+	inv := homelab(t)
+	data, err := os.ReadFile(simtest.FixtureSecrets())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(filepath.Dir(inv), "secrets.yaml"), data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return inv
 }
 
 func TestValidateExample(t *testing.T) {

@@ -27,14 +27,7 @@ import (
 func TestSimKubeDNSKeepsTalosAddressThroughAKubernetesUpgrade(t *testing.T) {
 	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
 	dir := t.TempDir()
-	inv := homelab(t)
-	data, err := os.ReadFile(simtest.FixtureSecrets())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(filepath.Dir(inv), "secrets.yaml"), data, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	inv := homelabWithFixtureBundle(t)
 	setKubernetesVersion(t, inv, "v1.34.1", "v1.33.5")
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -94,7 +87,7 @@ func TestSimKubeDNSKeepsTalosAddressThroughAKubernetesUpgrade(t *testing.T) {
 		t.Fatalf("apply: exit %d\n%s%s", r.code, r.stdout, r.err)
 	}
 	lacks(t, "apply", r.stdout,
-		"Kubernetes v1.33.5 → v1.34.1",
+		"kubernetes: v1.33.5 → v1.34.1 by devata apply",
 		"==> bootstrap manifests: server-side apply as talosctl upgrade-k8s (field manager talos)",
 		"6 objects of cp-1's manifests: 0 created, 0 configured, 6 unchanged")
 	if got := kubeDNS(); got != "10.96.0.10" {

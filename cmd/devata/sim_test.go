@@ -16,14 +16,7 @@ import (
 func TestSimCommandServesTheInventory(t *testing.T) {
 	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
 	dir := t.TempDir()
-	inv := homelab(t)
-	data, err := os.ReadFile(simtest.FixtureSecrets())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(filepath.Dir(inv), "secrets.yaml"), data, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	inv := homelabWithFixtureBundle(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	var out, errb simtest.Output
 	done := make(chan int)
