@@ -52,7 +52,6 @@ func TestGoldenHelp(t *testing.T) {
 var withoutOutputGolden = map[string]string{
 	"demo":                  "runs minutes with a real kube-apiserver; TestDemo holds its story step by step",
 	"sim":                   "serves until interrupted; TestSimCommandServesTheInventory reads its banner",
-	"remove":                "needs a real kube-apiserver with the machine's Node; remove_test.go holds its plan and run",
 	"completion":            "cobra's generated scripts",
 	"completion bash":       "cobra's generated script",
 	"completion fish":       "cobra's generated script",

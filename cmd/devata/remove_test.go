@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"devata.dev/devata/internal/golden"
 	"devata.dev/devata/internal/simtest"
 	"devata.dev/devata/sim"
 )
@@ -105,6 +106,12 @@ func (k *kube) podState(t *testing.T, p *corev1.Pod) string {
 	return "running"
 }
 
+// removeRules normalise a removal's output as fleetRules do, plus the test
+// API server's address.
+func removeRules(sf *simFleet, k *kube) []golden.Rule {
+	return append([]golden.Rule{golden.Literal(k.env.Config.Host, "<kube-apiserver>")}, fleetRules(sf)...)
+}
+
 // A worker that is gone (it does not answer) and was deleted from the
 // inventory: devata remove cordons and drains its Node through the
 // Eviction API (a DaemonSet's pod stays), does not wait for pods no
@@ -157,6 +164,7 @@ func TestRemoveGoneWorker(t *testing.T) {
 	if r.code != 1 {
 		t.Fatalf("dry run: exit %d, want 1 (steps pending)\n%s%s", r.code, r.stdout, r.err)
 	}
+	assertGolden(t, "remove-dry-run.txt", r, 1, removeRules(sf, k))
 	for _, want := range []string{"remove worker-2, a worker: 3 of 5 steps pending", "kubectl drain worker-2 --ignore-daemonsets", "the machine does not answer", "--force: 1 pod no controller owns will be deleted for good: apps/web", "dry run: nothing was changed"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("dry run lacks %q:\n%s", want, r.stdout)
@@ -171,6 +179,7 @@ func TestRemoveGoneWorker(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("remove: exit %d\n%s%s", r.code, r.stdout, r.err)
 	}
+	assertGolden(t, "remove.txt", r, 0, removeRules(sf, k))
 	for _, want := range []string{"==> worker-2: cordon", "==> worker-2: drain", "1 pod evicted from worker-2", "==> worker-2: delete-node", "removed worker-2"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("remove output lacks %q:\n%s", want, r.stdout)

@@ -172,7 +172,7 @@ func (d *Drainer) Drain(ctx context.Context, node string, settle bool) (int, err
 				d.say("    %d %s evicted from %s", n, plural(n, "pod", "pods"), node)
 			}
 			if left > 0 {
-				d.say("    %s is gone, so %d %s stay Terminating until its Node is deleted; the pod garbage collector then removes them", node, left, plural(left, "pod", "pods"))
+				d.say("    %s is gone, so %d %s Terminating until its Node is deleted; the pod garbage collector then removes %s", node, left, plural(left, "pod stays", "pods stay"), plural(left, "it", "them"))
 			}
 			return len(evicted), nil
 		}
