@@ -3,6 +3,7 @@ package talosapi
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -35,13 +36,13 @@ type ConfigDiff struct {
 // moved (a path gone and a path new with the same value, "old → new").
 func secretChanges(active, desired map[string][32]byte) (changed, moved []string) {
 	gone := map[[32]byte][]string{}
-	for _, path := range sortedKeys(active) {
+	for _, path := range slices.Sorted(maps.Keys(active)) {
 		if _, ok := desired[path]; !ok {
 			gone[active[path]] = append(gone[active[path]], path)
 		}
 	}
 	taken := map[string]bool{}
-	for _, path := range sortedKeys(desired) {
+	for _, path := range slices.Sorted(maps.Keys(desired)) {
 		h := desired[path]
 		old, ok := active[path]
 		switch {
@@ -56,22 +57,13 @@ func secretChanges(active, desired map[string][32]byte) (changed, moved []string
 			changed = append(changed, path)
 		}
 	}
-	for _, path := range sortedKeys(active) {
+	for _, path := range slices.Sorted(maps.Keys(active)) {
 		if _, ok := desired[path]; !ok && !taken[path] {
 			changed = append(changed, path)
 		}
 	}
 	slices.Sort(changed)
 	return changed, moved
-}
-
-func sortedKeys(m map[string][32]byte) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
 
 // DiffConfigs compares the applied config with the desired one. Byte-equal
