@@ -53,10 +53,14 @@ type session struct {
 	mu     sync.Mutex
 	conns  map[*machineConn]struct{}
 	closed bool
+
+	// ended is closed once stop has dropped the connections.
+	ended   chan struct{}
+	endOnce sync.Once
 }
 
 func newSession(m *Machine, cfg *tls.Config, maintenance bool) *session {
-	return &session{m: m, tls: cfg, maintenance: maintenance, conns: map[*machineConn]struct{}{}}
+	return &session{m: m, tls: cfg, maintenance: maintenance, conns: map[*machineConn]struct{}{}, ended: make(chan struct{})}
 }
 
 // add admits a connection, or returns nil when the session has ended.
@@ -88,6 +92,19 @@ func (s *session) stop() {
 
 	for c := range conns {
 		c.Conn.Close() //nolint:errcheck
+	}
+
+	s.endOnce.Do(func() { close(s.ended) })
+}
+
+// waitEnded waits until the session was stopped, at most limit.
+func (s *session) waitEnded(limit time.Duration) {
+	t := time.NewTimer(limit)
+	defer t.Stop()
+
+	select {
+	case <-s.ended:
+	case <-t.C:
 	}
 }
 

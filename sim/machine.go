@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -290,6 +291,20 @@ func (m *Machine) reboot(graceful bool) {
 }
 
 func (m *Machine) boot(gen int) {
+	// A reboot asked for by a call (an apply, an upgrade, a reboot) lets
+	// that call's reply go out first (stopGracefully): on Talos the reply
+	// always arrives, because the reboot takes far longer than a reply.
+	// A boot shorter than that wait (the tests' RebootDelay of 50 ms) would
+	// drop the connection under the reply: the machine comes up only once
+	// the replies of its last boot are out.
+	m.mu.Lock()
+	draining := slices.Clone(m.draining)
+	m.mu.Unlock()
+
+	for _, sess := range draining {
+		sess.waitEnded(2 * time.Second)
+	}
+
 	m.mu.Lock()
 	if m.closed || gen != m.bootGen {
 		m.mu.Unlock()
@@ -309,7 +324,7 @@ func (m *Machine) boot(gen int) {
 	}
 
 	// nothing from before the reboot survives it
-	draining := m.draining
+	draining = m.draining
 	m.draining = nil
 	m.down = false
 	m.active = m.persisted
