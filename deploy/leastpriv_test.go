@@ -520,6 +520,11 @@ func TestManifestDocLinks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	components, err := filepath.Glob("components/*/*.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	files = append(files, components...)
 	link := regexp.MustCompile(`docs/([a-z-]+\.md)#([a-z0-9-]+)`)
 	n := 0
 	for _, f := range files {
