@@ -254,64 +254,88 @@ func TestKubernetesUpgradeComponent(t *testing.T) {
 
 // everyHeldRuleNeeded syncs the manifests as a ServiceAccount bound to all
 // that the component and deploy/ bind devata-reconcile to, but with one
-// verb on one resource of the held ClusterRole left out, once per such
-// grant: each absence must make RBAC refuse some object, or the component
-// holds more than RBAC's escalation check asks. A grant deploy/ gives
-// reconcile anyway (list Pods, get Nodes, …) is held too, so that the
-// component does not lean on deploy/'s reads staying: it is not tried.
+// grant RBAC's escalation check asks for left out: one verb on one
+// resource of the held ClusterRole, or bind on one of the CSR bindings'
+// roles; once per such grant. Each absence must make RBAC refuse some
+// object, or the component grants more than the check asks. A grant
+// deploy/ gives reconcile anyway (list Pods, get Nodes, …) is held too, so
+// that the component does not lean on deploy/'s reads staying: it is not
+// tried.
 func everyHeldRuleNeeded(t *testing.T, admin *rest.Config, up resmap.ResMap, objs []*unstructured.Unstructured) {
 	ctx := t.Context()
 	adminKube := kubernetes.NewForConfigOrDie(admin)
-	held := find(up, "ClusterRole", "devata-kubernetes-upgrade-held")
-	if held == nil {
-		t.Fatal("the component has no ClusterRole devata-kubernetes-upgrade-held")
-	}
 	base := map[grant]bool{}
 	for _, g := range jobCalls["devata-reconcile"] {
 		for _, v := range strings.Split(g.verbs, ",") {
 			base[grant{g.namespace, g.group, g.resource, g.name, v}] = true
 		}
 	}
-	var singles []grant
-	for _, r := range asSlice(field[any](t, held, "rules")) {
-		r := r.(map[string]any)
-		if len(asSlice(r["resourceNames"])) > 0 {
-			t.Errorf("held rule %v names objects: a role's rules it must cover name none", r)
+	// the component's two ClusterRoles, one grant a rule
+	type single struct {
+		role string
+		g    grant
+	}
+	roles := []string{"devata-kubernetes-upgrade-held", "devata-kubernetes-upgrade"}
+	var all, droppable []single
+	for _, name := range roles {
+		role := find(up, "ClusterRole", name)
+		if role == nil {
+			t.Fatalf("the component has no ClusterRole %s", name)
 		}
-		for _, g := range asSlice(r["apiGroups"]) {
-			for _, res := range asSlice(r["resources"]) {
-				for _, v := range asSlice(r["verbs"]) {
-					one := grant{"", g.(string), res.(string), "", v.(string)}
-					if base[one] {
-						t.Logf("held %s: deploy/ grants it already", one.expand()[0])
-						continue
+		for _, r := range asSlice(field[any](t, role, "rules")) {
+			r := r.(map[string]any)
+			names := asSlice(r["resourceNames"])
+			if len(names) == 0 {
+				names = []any{""}
+			}
+			for _, g := range asSlice(r["apiGroups"]) {
+				for _, res := range asSlice(r["resources"]) {
+					for _, n := range names {
+						for _, v := range asSlice(r["verbs"]) {
+							one := single{name, grant{"", g.(string), res.(string), n.(string), v.(string)}}
+							all = append(all, one)
+							switch {
+							case name == roles[0] && n != "":
+								t.Errorf("held rule %v names objects: a role's rules it must cover name none", r)
+							case name == roles[0] && base[one.g]:
+								t.Logf("held %s: deploy/ grants it already", one.g.expand()[0])
+							case name == roles[0], v == "bind":
+								droppable = append(droppable, one)
+							}
+						}
 					}
-					singles = append(singles, one)
 				}
 			}
 		}
 	}
 	rule := func(g grant) map[string]any {
-		return map[string]any{"apiGroups": []any{g.group}, "resources": []any{g.resource}, "verbs": []any{g.verbs}}
+		r := map[string]any{"apiGroups": []any{g.group}, "resources": []any{g.resource}, "verbs": []any{g.verbs}}
+		if g.name != "" {
+			r["resourceNames"] = []any{g.name}
+		}
+		return r
 	}
-	for i, drop := range singles {
+	for i, drop := range droppable {
 		sa := fmt.Sprintf("devata-reconcile-minus-%d", i)
 		if _, err := adminKube.CoreV1().ServiceAccounts("devata").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		var rules []any
-		for _, g := range singles {
-			if g != drop {
-				rules = append(rules, rule(g))
+		// each of the component's ClusterRoles, as sa's own, without drop
+		for _, name := range roles {
+			var rules []any
+			for _, one := range all {
+				if one.role == name && one != drop {
+					rules = append(rules, rule(one.g))
+				}
 			}
+			create(t, admin, &unstructured.Unstructured{Object: map[string]any{
+				"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+				"metadata": map[string]any{"name": sa + "-" + name},
+				"rules":    rules,
+			}})
 		}
-		create(t, admin, &unstructured.Unstructured{Object: map[string]any{
-			"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-			"metadata": map[string]any{"name": sa},
-			"rules":    rules,
-		}})
-		// every binding of devata-reconcile, for sa; the held one to the
-		// role without drop
+		// every binding of devata-reconcile, for sa, the component's
+		// ClusterRoles replaced by sa's own
 		for _, r := range up.Resources() {
 			if r.GetKind() != "RoleBinding" && r.GetKind() != "ClusterRoleBinding" {
 				continue
@@ -320,8 +344,8 @@ func everyHeldRuleNeeded(t *testing.T, admin *rest.Config, up resmap.ResMap, obj
 				continue
 			}
 			ref := field[map[string]any](t, r, "roleRef")
-			if ref["name"] == held.GetName() {
-				ref = map[string]any{"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": sa}
+			if ref["kind"] == "ClusterRole" && slices.Contains(roles, ref["name"].(string)) {
+				ref = map[string]any{"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": sa + "-" + ref["name"].(string)}
 			}
 			create(t, admin, &unstructured.Unstructured{Object: map[string]any{
 				"apiVersion": "rbac.authorization.k8s.io/v1", "kind": r.GetKind(),
@@ -332,18 +356,17 @@ func everyHeldRuleNeeded(t *testing.T, admin *rest.Config, up resmap.ResMap, obj
 		}
 	}
 	dc := dynamic.NewForConfigOrDie(admin)
-	for i, drop := range singles {
+	for i, drop := range droppable {
 		sa := fmt.Sprintf("devata-reconcile-minus-%d", i)
 		// the bindings are in force once what each grants is allowed
 		attrs := []authorizationv1.ResourceAttributes{
 			{Namespace: "kube-system", Verb: "patch", Resource: "secrets", Name: "bootstrap-token-25p8ak"},
 			{Namespace: "kube-system", Verb: "patch", Group: "apps", Resource: "deployments", Name: "coredns"},
-			{Verb: "bind", Group: "rbac.authorization.k8s.io", Resource: "clusterroles", Name: "system:node-bootstrapper"},
 			{Verb: "get", Resource: "nodes", Name: "worker-1"},
 		}
-		for _, g := range singles {
-			if g != drop {
-				attrs = append(attrs, authorizationv1.ResourceAttributes{Verb: g.verbs, Group: g.group, Resource: g.resource})
+		for _, one := range all {
+			if one != drop {
+				attrs = append(attrs, authorizationv1.ResourceAttributes{Verb: one.g.verbs, Group: one.g.group, Resource: one.g.resource, Name: one.g.name})
 			}
 		}
 		waitAllowed(t, adminKube, sa, attrs...)
@@ -364,12 +387,12 @@ func everyHeldRuleNeeded(t *testing.T, admin *rest.Config, up resmap.ResMap, obj
 		}
 		kube := kubernetes.NewForConfigOrDie(tokenConfigOf(t, admin, sa))
 		changes, err := reconcile.SyncManifests(ctx, kube, objs, false)
-		what := drop.expand()[0]
+		what := drop.g.expand()[0]
 		if !apierrors.IsForbidden(err) {
-			t.Errorf("without the held %q: the sync %v, %v; want it Forbidden: the component holds a grant no role of the manifests asks for", what, changes, err)
+			t.Errorf("without %s's %q: the sync %v, %v; want it Forbidden: the component grants what no role of the manifests asks for", drop.role, what, changes, err)
 			continue
 		}
-		t.Logf("without the held %q: %v", what, err)
+		t.Logf("without %s's %q: %v", drop.role, what, err)
 	}
 }
 

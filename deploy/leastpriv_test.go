@@ -143,9 +143,6 @@ func forEachBuild(t *testing.T, f func(t *testing.T, which string, res resmap.Re
 	}
 }
 
-// build is deploy/ as `kustomize build deploy/` renders it.
-func build(t *testing.T) resmap.ResMap { t.Helper(); return buildOf(t, baseBuild) }
-
 // buildOf renders one of builds. The overlay cannot sit inside deploy/
 // (kustomize refuses a base that contains its overlay), so it is built
 // beside a copy of deploy/ in memory, as overlays/… sits beside deploy/ in
