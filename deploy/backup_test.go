@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"sigs.k8s.io/kustomize/api/resmap"
+
 	"devata.dev/devata/config"
 )
 
@@ -18,7 +20,10 @@ import (
 // job reads; their temporary copies go to an emptyDir (the root
 // filesystem is read-only).
 func TestKustomizeBackupJobs(t *testing.T) {
-	res := build(t)
+	forEachBuild(t, func(t *testing.T, _ string, res resmap.ResMap) { kustomizeBackupJobs(t, res) })
+}
+
+func kustomizeBackupJobs(t *testing.T, res resmap.ResMap) {
 	type job struct {
 		args    []string
 		env     map[string]map[string]any // name → the env entry

@@ -6,19 +6,17 @@ import (
 	"strings"
 	"testing"
 
-	"sigs.k8s.io/kustomize/api/krusty"
-	"sigs.k8s.io/kustomize/kyaml/filesys"
+	"sigs.k8s.io/kustomize/api/resmap"
 )
 
 // Every object lands in the devata namespace except the netcheck exec Role
 // and its binding, which must stay in the Cilium namespace to grant exec
 // into the agent pods; the binding's subject stays devata's ServiceAccount.
 func TestKustomizeNamespaces(t *testing.T) {
-	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
-	res, err := k.Run(filesys.MakeFsOnDisk(), ".")
-	if err != nil {
-		t.Fatalf("kustomize build deploy/: %v", err)
-	}
+	forEachBuild(t, func(t *testing.T, _ string, res resmap.ResMap) { kustomizeNamespaces(t, res) })
+}
+
+func kustomizeNamespaces(t *testing.T, res resmap.ResMap) {
 	seen := map[string]bool{}
 	for _, r := range res.Resources() {
 		kind, name, ns := r.GetKind(), r.GetName(), r.GetNamespace()
@@ -29,7 +27,7 @@ func TestKustomizeNamespaces(t *testing.T) {
 			if ns != "" {
 				t.Errorf("%s/%s has namespace %q", kind, name, ns)
 			}
-		case name == "devata-netcheck-exec":
+		case name == "devata-netcheck-exec", strings.HasPrefix(name, "devata-kubernetes-upgrade") && (kind == "Role" || kind == "RoleBinding"):
 			if ns != "kube-system" {
 				t.Errorf("%s/%s in namespace %q, want kube-system", kind, name, ns)
 			}
@@ -57,11 +55,10 @@ func TestKustomizeNamespaces(t *testing.T) {
 // Every container runs the image the images: entry names (docs/image.md):
 // none is left with the bare name `devata`, which no registry serves.
 func TestKustomizeImage(t *testing.T) {
-	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
-	res, err := k.Run(filesys.MakeFsOnDisk(), ".")
-	if err != nil {
-		t.Fatalf("kustomize build deploy/: %v", err)
-	}
+	forEachBuild(t, func(t *testing.T, _ string, res resmap.ResMap) { kustomizeImage(t, res) })
+}
+
+func kustomizeImage(t *testing.T, res resmap.ResMap) {
 	const want = "ghcr.io/devata/devata:latest"
 	n := 0
 	for _, r := range res.Resources() {
@@ -90,11 +87,10 @@ func TestKustomizeImage(t *testing.T) {
 // inside that mount; a cluster without the Secret still starts them. The
 // etcd backup reads no bundle and gets no key.
 func TestKustomizeAgeIdentity(t *testing.T) {
-	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
-	res, err := k.Run(filesys.MakeFsOnDisk(), ".")
-	if err != nil {
-		t.Fatalf("kustomize build deploy/: %v", err)
-	}
+	forEachBuild(t, func(t *testing.T, _ string, res resmap.ResMap) { kustomizeAgeIdentity(t, res) })
+}
+
+func kustomizeAgeIdentity(t *testing.T, res resmap.ResMap) {
 	want := map[string]bool{"Deployment/devata-reconcile": true, "CronJob/devata-drift": true, "CronJob/devata-etcd-backup": false, "CronJob/devata-etcd-verify": false}
 	for _, r := range res.Resources() {
 		id := r.GetKind() + "/" + r.GetName()
@@ -175,11 +171,10 @@ func TestKustomizeAgeIdentity(t *testing.T) {
 // devata cannot read its talosconfig or identity (the reconcile Deployment
 // had none).
 func TestKustomizeMountedFilesAreReadable(t *testing.T) {
-	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
-	res, err := k.Run(filesys.MakeFsOnDisk(), ".")
-	if err != nil {
-		t.Fatalf("kustomize build deploy/: %v", err)
-	}
+	forEachBuild(t, func(t *testing.T, _ string, res resmap.ResMap) { kustomizeMountedFilesAreReadable(t, res) })
+}
+
+func kustomizeMountedFilesAreReadable(t *testing.T, res resmap.ResMap) {
 	pods := 0
 	for _, r := range res.Resources() {
 		id := r.GetKind() + "/" + r.GetName()

@@ -64,6 +64,57 @@ var checkCalls = []grant{
 	{"kube-system", "", "pods/exec", "", "get,create"},
 }
 
+// upgradeCalls are what components/kubernetes-upgrade adds for reconcile.
+// reconcile/kubemanifests.go SyncManifests gets each object of the
+// bootstrap manifests, server-side applies it (patch; a missing one is a
+// create of its name) and gets the Deployment and DaemonSet while they
+// roll out: the objects a Talos v1.14.1 control plane renders
+// (controllers/k8s/manifest.go render), the bootstrap token's name as the
+// overlay testdata/kubernetes-upgrade sets it.
+var upgradeCalls = []grant{
+	{"kube-system", "", "secrets", "bootstrap-token-25p8ak", "get,patch,create"},
+	{"kube-system", "", "configmaps", "coredns", "get,patch,create"},
+	{"kube-system", "", "configmaps", "kubeconfig-in-cluster", "get,patch,create"},
+	{"kube-system", "", "serviceaccounts", "coredns", "get,patch,create"},
+	{"kube-system", "", "serviceaccounts", "kube-proxy", "get,patch,create"},
+	{"kube-system", "", "services", "kube-dns", "get,patch,create"},
+	{"kube-system", "apps", "deployments", "coredns", "get,patch,create"},
+	{"kube-system", "apps", "daemonsets", "kube-proxy", "get,patch,create"},
+	{"", "rbac.authorization.k8s.io", "clusterroles", "system:coredns", "get,patch,create"},
+	{"", "rbac.authorization.k8s.io", "clusterroles", "system:talos-nodes", "get,patch,create"},
+	{"", "rbac.authorization.k8s.io", "clusterrolebindings", "system:coredns", "get,patch,create"},
+	{"", "rbac.authorization.k8s.io", "clusterrolebindings", "system:talos-nodes", "get,patch,create"},
+	{"", "rbac.authorization.k8s.io", "clusterrolebindings", "kube-proxy", "get,patch,create"},
+	{"", "rbac.authorization.k8s.io", "clusterrolebindings", "system-bootstrap-node-bootstrapper", "get,patch,create"},
+	{"", "rbac.authorization.k8s.io", "clusterrolebindings", "system-bootstrap-approve-node-client-csr", "get,patch,create"},
+	{"", "rbac.authorization.k8s.io", "clusterrolebindings", "system-bootstrap-node-renewal", "get,patch,create"},
+	{"", "apiextensions.k8s.io", "customresourcedefinitions", "serviceaccounts.talos.dev", "get,patch,create"},
+	// the three CSR bindings' roles: bind instead of holding them (RBAC's
+	// escalation check on a binding's update)
+	{"", "rbac.authorization.k8s.io", "clusterroles", "system:node-bootstrapper", "bind"},
+	{"", "rbac.authorization.k8s.io", "clusterroles", "system:certificates.k8s.io:certificatesigningrequests:nodeclient", "bind"},
+	{"", "rbac.authorization.k8s.io", "clusterroles", "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient", "bind"},
+	// the note that a sync is due: the annotation
+	// devata.dev/bootstrap-manifests-due on the kube-system Namespace
+	{"", "", "namespaces", "kube-system", "get,patch"},
+	// Node labels and taints set through the Kubernetes API (the
+	// annotations devata.dev/owned-labels, devata.dev/owned-taints)
+	{"", "", "nodes", "", "update,patch"},
+	// Held, not called: RBAC updates a ClusterRole or a binding only for a
+	// writer that holds what it grants: system:coredns, system:talos-nodes
+	// and system:node-proxier (kube-proxy's binding). kubeupgrade_test.go
+	// shows each is needed.
+	{"", "", "endpoints", "", "list,watch"},
+	{"", "", "services", "", "list,watch"},
+	{"", "", "pods", "", "list,watch"},
+	{"", "", "namespaces", "", "list,watch"},
+	{"", "", "nodes", "", "get,list,watch"},
+	{"", "discovery.k8s.io", "endpointslices", "", "get,list,watch"},
+	{"", "", "events", "", "create,update,patch"},
+	{"", "events.k8s.io", "events", "", "create,update,patch"},
+	{"", "networking.k8s.io", "servicecidrs", "", "list,watch"},
+}
+
 type grant struct{ namespace, group, resource, name, verbs string }
 
 // expand lists a grant one verb at a time, as a comparable key.
@@ -75,11 +126,66 @@ func (g grant) expand() []string {
 	return out
 }
 
-func build(t *testing.T) resmap.ResMap {
+// The kustomizations the manifest tests build: deploy/ as it is, and
+// deploy/ with the opt-in component components/kubernetes-upgrade, added
+// by an overlay (testdata/kubernetes-upgrade) as an operator adds it.
+const (
+	baseBuild    = "deploy/"
+	upgradeBuild = "deploy/ with components/kubernetes-upgrade"
+)
+
+var builds = []string{baseBuild, upgradeBuild}
+
+// forEachBuild runs f as a subtest on each of builds.
+func forEachBuild(t *testing.T, f func(t *testing.T, which string, res resmap.ResMap)) {
+	for _, which := range builds {
+		t.Run(which, func(t *testing.T) { f(t, which, buildOf(t, which)) })
+	}
+}
+
+// buildOf renders one of builds. The overlay cannot sit inside deploy/
+// (kustomize refuses a base that contains its overlay), so it is built
+// beside a copy of deploy/ in memory, as overlays/… sits beside deploy/ in
+// an operator's repository.
+func buildOf(t *testing.T, which string) resmap.ResMap {
 	t.Helper()
-	res, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), ".")
+	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
+	if which == baseBuild {
+		res, err := k.Run(filesys.MakeFsOnDisk(), ".")
+		if err != nil {
+			t.Fatalf("kustomize build deploy/: %v", err)
+		}
+		return res
+	}
+	fs := filesys.MakeFsInMemory()
+	err := filepath.WalkDir(".", func(path string, d os.DirEntry, err error) error {
+		switch {
+		case err != nil:
+			return err
+		case d.IsDir() && path == "testdata":
+			return filepath.SkipDir
+		case d.IsDir() || strings.HasSuffix(path, ".go"):
+			return nil
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		return fs.WriteFile(filepath.Join("/deploy", path), data)
+	})
 	if err != nil {
-		t.Fatalf("kustomize build deploy/: %v", err)
+		t.Fatal(err)
+	}
+	overlay, err := os.ReadFile("testdata/kubernetes-upgrade/kustomization.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fs.WriteFile("/overlay/kustomization.yaml", overlay); err != nil {
+		t.Fatal(err)
+	}
+	res, err := k.Run(fs, "/overlay")
+	if err != nil {
+		t.Fatalf("kustomize build of %s (testdata/kubernetes-upgrade): %v", which, err)
 	}
 	return res
 }
@@ -96,7 +202,17 @@ func find(res resmap.ResMap, kind, name string) *resource.Resource {
 // Each job runs as its own ServiceAccount, and the RBAC bound to each is
 // exactly what its calls need (jobCalls): no wildcard, nothing more.
 func TestKustomizeLeastPrivilegeRBAC(t *testing.T) {
-	res := build(t)
+	forEachBuild(t, func(t *testing.T, which string, res resmap.ResMap) {
+		calls := jobCalls
+		if which == upgradeBuild {
+			calls = maps.Clone(jobCalls)
+			calls["devata-reconcile"] = append(slices.Clone(calls["devata-reconcile"]), upgradeCalls...)
+		}
+		leastPrivilegeRBAC(t, res, calls)
+	})
+}
+
+func leastPrivilegeRBAC(t *testing.T, res resmap.ResMap, jobCalls map[string][]grant) {
 	granted := map[string]map[string]bool{}
 	for _, r := range res.Resources() {
 		kind := r.GetKind()
@@ -183,7 +299,10 @@ func TestKustomizeLeastPrivilegeRBAC(t *testing.T) {
 // in deploy's inventory; the backup gets no token and no bundle; the Lease
 // reconcile campaigns for is the one lease.yaml creates.
 func TestKustomizeLeastPrivilegeWorkloads(t *testing.T) {
-	res := build(t)
+	forEachBuild(t, func(t *testing.T, _ string, res resmap.ResMap) { leastPrivilegeWorkloads(t, res) })
+}
+
+func leastPrivilegeWorkloads(t *testing.T, res resmap.ResMap) {
 	jobs := []struct {
 		kind, name, account, talosRole string
 		token, bundle                  bool
@@ -327,7 +446,10 @@ func TestKustomizeLeastPrivilegeWorkloads(t *testing.T) {
 // Exec is limited to the agent pods by an admission policy that every
 // account allowed pods/exec is subject to.
 func TestKustomizeExecPolicy(t *testing.T) {
-	res := build(t)
+	forEachBuild(t, func(t *testing.T, _ string, res resmap.ResMap) { execPolicy(t, res) })
+}
+
+func execPolicy(t *testing.T, res resmap.ResMap) {
 	p := find(res, "ValidatingAdmissionPolicy", "devata-exec-cilium-agents-only")
 	b := find(res, "ValidatingAdmissionPolicyBinding", "devata-exec-cilium-agents-only")
 	if p == nil || b == nil {
@@ -395,6 +517,11 @@ func TestManifestDocLinks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	components, err := filepath.Glob("components/*/*.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	files = append(files, components...)
 	link := regexp.MustCompile(`docs/([a-z-]+\.md)#([a-z0-9-]+)`)
 	n := 0
 	for _, f := range files {

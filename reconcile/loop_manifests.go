@@ -97,7 +97,7 @@ func (l *Loop) syncManifestsAfter(ctx context.Context, d *Desired, res *PassResu
 		if apierrors.IsForbidden(err) {
 			// deploy/'s role writes nothing in Kubernetes: no later pass can either
 			l.rec.moved.done(to)
-			res.ManifestsErr += "; devata's Kubernetes identity may not write them (deploy/'s role grants no writes): not tried again"
+			res.ManifestsErr += "; devata's Kubernetes identity may not write them (deploy/'s role grants no writes; deploy/components/kubernetes-upgrade does): not tried again"
 		}
 		l.opts.Metrics.errors.WithLabelValues(stageApply).Inc()
 		log.Error("bootstrap manifests not synced; tried again on the next pass", "error", err.Error())
