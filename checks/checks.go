@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"devata.dev/devata/certcheck"
+	"devata.dev/devata/checks/probe"
 	"devata.dev/devata/checks/target"
 	"devata.dev/devata/dnscheck"
 	"devata.dev/devata/drift"
@@ -44,9 +45,9 @@ type Entry struct {
 type Registry []Entry
 
 // All lists every check in the order reports show them: the machine
-// checks, then storage, certificates, coredns, then cilium, optional ones included
-// (last: help text cuts a list at "(with --probe)"). Each call returns a
-// new Registry.
+// checks, then storage, certificates, coredns, then cilium, optional ones
+// included (each after its own family's checks: cilium-probe).
+// Each call returns a new Registry.
 func All() Registry {
 	var out Registry
 	add := func(f Family, infos ...drift.Info) {
@@ -58,7 +59,7 @@ func All() Registry {
 	add(FamilyStorage, drift.Infos(storagecheck.Checks())...)
 	add(FamilyCerts, drift.Infos(certcheck.Checks(certcheck.Options{}))...)
 	add(FamilyDNS, drift.Infos(dnscheck.Checks())...)
-	add(FamilyNet, drift.Infos(netcheck.Checks(netcheck.Options{Probe: &netcheck.ProbeOptions{}}))...)
+	add(FamilyNet, drift.Infos(netcheck.Checks(netcheck.Options{Probe: &probe.Options{}}))...)
 	return out
 }
 
@@ -125,7 +126,7 @@ type Options struct {
 	// own status Unknown.
 	Exec netcheck.Execer
 	// Probe, when set, adds cilium-probe (it creates pods).
-	Probe *netcheck.ProbeOptions
+	Probe *probe.Options
 	// Certs is what the certificates check reads besides the machines (the
 	// dialer's talosconfig, the kubeconfig) and its threshold.
 	Certs certcheck.Options

@@ -5,16 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
 
 	"devata.dev/devata/checks"
+	"devata.dev/devata/checks/probe"
 	"devata.dev/devata/config"
 	"devata.dev/devata/drift"
 	"devata.dev/devata/internal/outfile"
-	"devata.dev/devata/netcheck"
 )
 
 // driftFlags are drift's flags.
@@ -24,7 +23,7 @@ type driftFlags struct {
 	htmlFile            string
 	stream, all         bool
 	probe               bool
-	probeOpts           netcheck.ProbeOptions
+	probeOpts           probe.Options
 	certDays            int
 }
 
@@ -56,9 +55,9 @@ Exit 0 all in sync, 1 drift found, 2 could not complete (any Unknown or an error
 	addMachinesFlags(cmd, &flags.machines)
 	cmd.Flags().StringSliceVar(&flags.checks, "checks", nil, "only these checks (comma-separated): "+a.checkList())
 	cmd.Flags().BoolVar(&flags.probe, "probe", false, "also run cilium-probe: per node, a host-network and a pod-network pod connect to the kubernetes Service ClusterIP (created, awaited, always deleted)")
-	cmd.Flags().StringVar(&flags.probeOpts.Namespace, "probe-namespace", netcheck.DefaultProbeNamespace, "namespace of the --probe pods (the host-network one needs Pod Security level privileged there)")
-	cmd.Flags().StringVar(&flags.probeOpts.Image, "probe-image", netcheck.DefaultProbeImage, "image of the --probe pods (it must have agnhost's connect subcommand)")
-	cmd.Flags().DurationVar(&flags.probeOpts.Timeout, "probe-timeout", netcheck.DefaultProbeTimeout, "how long a --probe pod may take from creation to its end (image pull included)")
+	cmd.Flags().StringVar(&flags.probeOpts.Namespace, "probe-namespace", probe.DefaultNamespace, "namespace of the --probe pods (the host-network one needs Pod Security level privileged there)")
+	cmd.Flags().StringVar(&flags.probeOpts.Image, "probe-image", probe.DefaultImage, "image of the --probe pods (it must have agnhost's connect subcommand)")
+	cmd.Flags().DurationVar(&flags.probeOpts.Timeout, "probe-timeout", probe.DefaultTimeout, "how long a --probe pod may take from creation to its end (image pull included)")
 	addCertDaysFlag(cmd, &flags.certDays)
 	cmd.Flags().BoolVar(&flags.all, "all", false, fmt.Sprintf("the table lists every machine (past %d machines it lists those not in sync and counts the rest)", drift.SummaryAbove))
 	cmd.Flags().StringVar(&flags.junitFile, "junit-file", "", "also write the report as JUnit XML to this file")
@@ -98,8 +97,10 @@ func (a *app) drift(ctx context.Context, flags driftFlags) error {
 	if err := checkCertDays(flags.certDays); err != nil {
 		return err
 	}
-	if slices.Contains(flags.checks, netcheck.CheckProbe) && !flags.probe {
-		return usageError(errors.New("cilium-probe creates pods in the cluster: it runs only with --probe"))
+	for _, name := range flags.checks {
+		if e, _ := a.registry().Get(name); e.Optional == "--probe" && !flags.probe {
+			return usageError(fmt.Errorf("%s creates pods in the cluster: it runs only with --probe", name))
+		}
 	}
 	// an output file that would not be written is said before any machine is asked
 	for _, path := range []string{flags.junitFile, flags.htmlFile, flags.promFile} {

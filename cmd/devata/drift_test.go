@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"devata.dev/devata/checks/probe"
 	"devata.dev/devata/drift"
 	"devata.dev/devata/internal/simfleet"
 	"devata.dev/devata/internal/simtest"
@@ -267,10 +268,10 @@ func TestDriftCiliumWithKubernetes(t *testing.T) {
 	go sf.Sim.RunKubelets(ctx, kube, 100*time.Millisecond) // agent pods, probe pods
 	// The probe namespace as deploy/netcheck-probe.yaml makes it, and the
 	// ServiceAccount kube-controller-manager would add.
-	if _, err := kube.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: netcheck.DefaultProbeNamespace}}, metav1.CreateOptions{}); err != nil {
+	if _, err := kube.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: probe.DefaultNamespace}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := kube.CoreV1().ServiceAccounts(netcheck.DefaultProbeNamespace).Create(t.Context(), &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
+	if _, err := kube.CoreV1().ServiceAccounts(probe.DefaultNamespace).Create(t.Context(), &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	args := []string{"drift", "--config", sf.settings, "--kubeconfig", env.Kubeconfig, "-o", "json"}
@@ -306,7 +307,7 @@ func TestDriftCiliumWithKubernetes(t *testing.T) {
 	if probes != 5 {
 		t.Errorf("%d cilium-probe results InSync, want 5:\n%s", probes, r.stdout)
 	}
-	left, err := kube.CoreV1().Pods(netcheck.DefaultProbeNamespace).List(t.Context(), metav1.ListOptions{})
+	left, err := kube.CoreV1().Pods(probe.DefaultNamespace).List(t.Context(), metav1.ListOptions{})
 	if err != nil || len(left.Items) != 0 {
 		t.Errorf("probe pods left: %v %v", left, err)
 	}
