@@ -1,7 +1,7 @@
 // Package probe runs the transaction rung's pods: one short-lived pod
 // pinned to a node, created, awaited and always deleted, whose container's
 // exit and termination message are the outcome. The families' probe
-// checks (netcheck's cilium-probe) say what the
+// checks (netcheck's cilium-probe, dnscheck's coredns-probe) say what the
 // pod runs and what its outcome means; this package decides nothing.
 package probe
 

@@ -62,7 +62,7 @@ var allowed = []struct {
 	{"netcheck", []string{"checks/probe", "checks/target", "drift", "internal/configview", "inventory", "talosapi"}},
 	{"storagecheck", []string{"checks/target", "drift", "inventory", "talosapi"}},
 	{"certcheck", []string{"checks/target", "drift", "talosapi"}},
-	{"dnscheck", []string{"checks/target", "drift"}},
+	{"dnscheck", []string{"checks/probe", "checks/target", "drift", "inventory"}},
 	// the one list of checks
 	{"checks", []string{"certcheck", "checks/probe", "checks/target", "dnscheck", "drift", "inventory", "machines", "netcheck", "storagecheck", "talosapi"}},
 	// what changes machines
