@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"devata.dev/devata/certcheck"
+	"devata.dev/devata/checks/probe"
 	"devata.dev/devata/checks/target"
 	"devata.dev/devata/dnscheck"
 	"devata.dev/devata/drift"
@@ -44,9 +45,9 @@ type Entry struct {
 type Registry []Entry
 
 // All lists every check in the order reports show them: the machine
-// checks, then storage, certificates, coredns, then cilium, optional ones included
-// (last: help text cuts a list at "(with --probe)"). Each call returns a
-// new Registry.
+// checks, then storage, certificates, coredns, then cilium, optional ones
+// included (each family's after its own: coredns-probe, cilium-probe).
+// Each call returns a new Registry.
 func All() Registry {
 	var out Registry
 	add := func(f Family, infos ...drift.Info) {
@@ -57,8 +58,8 @@ func All() Registry {
 	add(FamilyMachine, drift.Infos(machines.Checks())...)
 	add(FamilyStorage, drift.Infos(storagecheck.Checks())...)
 	add(FamilyCerts, drift.Infos(certcheck.Checks(certcheck.Options{}))...)
-	add(FamilyDNS, drift.Infos(dnscheck.Checks())...)
-	add(FamilyNet, drift.Infos(netcheck.Checks(netcheck.Options{Probe: &netcheck.ProbeOptions{}}))...)
+	add(FamilyDNS, drift.Infos(dnscheck.Checks(dnscheck.Options{Probe: &probe.Options{}}))...)
+	add(FamilyNet, drift.Infos(netcheck.Checks(netcheck.Options{Probe: &probe.Options{}}))...)
 	return out
 }
 
@@ -124,8 +125,9 @@ type Options struct {
 	// Exec reaches the Cilium agents (pods/exec); nil leaves the agents'
 	// own status Unknown.
 	Exec netcheck.Execer
-	// Probe, when set, adds cilium-probe (it creates pods).
-	Probe *netcheck.ProbeOptions
+	// Probe, when set, adds the probe checks, coredns-probe and
+	// cilium-probe (they create pods).
+	Probe *probe.Options
 	// Certs is what the certificates check reads besides the machines (the
 	// dialer's talosconfig, the kubeconfig) and its threshold.
 	Certs certcheck.Options
@@ -139,6 +141,6 @@ func Families(o Options) []drift.Check[*target.Target] {
 	var out []drift.Check[*target.Target]
 	out = append(out, storagecheck.Checks()...)
 	out = append(out, certcheck.Checks(o.Certs)...)
-	out = append(out, dnscheck.Checks()...)
+	out = append(out, dnscheck.Checks(dnscheck.Options{Probe: o.Probe})...)
 	return append(out, netcheck.Checks(netcheck.Options{Exec: o.Exec, Probe: o.Probe})...)
 }

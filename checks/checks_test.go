@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"devata.dev/devata/checks"
+	"devata.dev/devata/checks/probe"
 	"devata.dev/devata/drift"
 	"devata.dev/devata/machines"
 	"devata.dev/devata/netcheck"
@@ -70,7 +71,7 @@ func TestFamiliesRunWhatAllLists(t *testing.T) {
 	if got := run(checks.Options{}); !slices.Equal(got, always) {
 		t.Errorf("a pass runs %v, the catalogue lists %v", got, always)
 	}
-	if got := run(checks.Options{Probe: &netcheck.ProbeOptions{}}); !slices.Equal(got, checks.Names()) {
+	if got := run(checks.Options{Probe: &probe.Options{}}); !slices.Equal(got, checks.Names()) {
 		t.Errorf("a pass with the probe runs %v, the catalogue lists %v", got, checks.Names())
 	}
 }

@@ -1,7 +1,9 @@
-// Package dnscheck is the coredns check: the cluster DNS Talos deploys
+// Package dnscheck is the coredns checks: the cluster DNS Talos deploys
 // (the CoreDNS Deployment k8s-app=kube-dns and its kube-dns Service) has
-// its pods Ready and the Service ready endpoints. It reads the Kubernetes
-// API only; resolving a name through it from a node is not done yet.
+// its pods Ready and the Service ready endpoints (coredns, read from the
+// Kubernetes API), and, with --probe, answers from every node's pod
+// network (coredns-probe, a short-lived pod per node). It owns no
+// Cilium check: routing the ClusterIP is netcheck's.
 package dnscheck
 
 import (
@@ -16,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"devata.dev/devata/checks/probe"
 	"devata.dev/devata/checks/target"
 	"devata.dev/devata/drift"
 )
@@ -30,11 +33,27 @@ const (
 	service   = "kube-dns"
 )
 
+// Options is what the coredns checks use besides the target: Probe, when
+// set, adds coredns-probe (it creates a pod per node).
+type Options struct {
+	Probe *probe.Options
+}
+
 // Checks is the coredns check: the cluster's CoreDNS, read through the
 // target's Kubernetes client once per pass and reported on each control
-// plane. Without a Kubernetes client it is Unknown.
-func Checks() []drift.Check[*target.Target] {
-	return []drift.Check[*target.Target]{{Name: CheckCoreDNS, Rung: drift.RungResources, Applies: onControlPlanes, Run: run, Kubernetes: true}}
+// plane; and with o.Probe the coredns-probe transaction on every machine:
+// a pod pinned to the node resolves the kubernetes Service's name through
+// kube-dns. Both fail open; without a Kubernetes client they are Unknown.
+func Checks(o Options) []drift.Check[*target.Target] {
+	cs := []drift.Check[*target.Target]{{Name: CheckCoreDNS, Rung: drift.RungResources, Applies: onControlPlanes, Run: run, Kubernetes: true}}
+	if o.Probe != nil {
+		p := o.Probe.WithDefaults()
+		cs = append(cs, drift.Check[*target.Target]{
+			Name: CheckProbe, Rung: drift.RungTransaction, Optional: "--probe", Kubernetes: true,
+			Run: func(ctx context.Context, t *target.Target) []drift.Result { return runProbe(ctx, t, p) },
+		})
+	}
+	return cs
 }
 
 func onControlPlanes(t *target.Target) bool { return t.Machine.IsControlPlane() }
@@ -64,6 +83,7 @@ type Observation struct {
 	// and Endpoints count the addresses of its EndpointSlices.
 	Service                   bool
 	ClusterIP                 string
+	ClusterIPs                []string
 	ReadyEndpoints, Endpoints int
 }
 
@@ -113,7 +133,10 @@ func Observe(ctx context.Context, kube kubernetes.Interface) *Observation {
 		o.Err = fmt.Errorf("get Service %s/%s: %w", namespace, service, err)
 		return o
 	}
-	o.Service, o.ClusterIP = true, svc.Spec.ClusterIP
+	o.Service, o.ClusterIP, o.ClusterIPs = true, svc.Spec.ClusterIP, svc.Spec.ClusterIPs
+	if len(o.ClusterIPs) == 0 && o.ClusterIP != "" {
+		o.ClusterIPs = []string{o.ClusterIP}
+	}
 	slices, err := kube.DiscoveryV1().EndpointSlices(namespace).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + service})
 	if err != nil {
 		o.Err = fmt.Errorf("list EndpointSlices of %s/%s: %w", namespace, service, err)

@@ -18,7 +18,7 @@ import (
 func pass(t *testing.T, f *simtest.Fleet, kube kubernetes.Interface) []drift.Result {
 	t.Helper()
 	fc := &checks.FleetCheck{Inventory: f.Inventory, Desired: f.Desired, Dialer: f.Dialer, Kube: kube, Checks: []string{dnscheck.CheckCoreDNS},
-		Families: dnscheck.Checks(), Concurrency: 4, Timeout: 10 * time.Second}
+		Families: dnscheck.Checks(dnscheck.Options{}), Concurrency: 4, Timeout: 10 * time.Second}
 	rep, err := fc.Report(t.Context(), drift.Header{Cluster: "homelab"})
 	if err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"devata.dev/devata/checks/probe"
 	"devata.dev/devata/drift"
 	"devata.dev/devata/netcheck"
 	"devata.dev/devata/sim"
@@ -25,7 +26,7 @@ import (
 // creates it in a real cluster, does not run in the test bed).
 func probeNamespace(t *testing.T, b *bed) {
 	t.Helper()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: netcheck.DefaultProbeNamespace, Labels: map[string]string{"pod-security.kubernetes.io/enforce": "privileged"}}}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: probe.DefaultNamespace, Labels: map[string]string{"pod-security.kubernetes.io/enforce": "privileged"}}}
 	if _, err := b.kube.CoreV1().Namespaces().Create(t.Context(), ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
@@ -42,11 +43,11 @@ func probePass(t *testing.T, b *bed, kube kubernetes.Interface, timeout time.Dur
 	ctx, stop := context.WithCancel(t.Context())
 	done := make(chan struct{})
 	go func() { defer close(done); b.fleet.Sim.RunKubelets(ctx, b.kube, 100*time.Millisecond) }()
-	ext := with(kube, netcheck.Options{Exec: b.exec, Probe: &netcheck.ProbeOptions{Timeout: timeout}})
+	ext := with(kube, netcheck.Options{Exec: b.exec, Probe: &probe.Options{Timeout: timeout}})
 	rs := b.driftWith(t, ext, []string{netcheck.CheckProbe}, 1)
 	stop()
 	<-done
-	left, err := b.kube.CoreV1().Pods(netcheck.DefaultProbeNamespace).List(t.Context(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=" + netcheck.ProbeLabel})
+	left, err := b.kube.CoreV1().Pods(probe.DefaultNamespace).List(t.Context(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=" + probe.Label})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +105,7 @@ func probeTests(t *testing.T, b *bed, machinesOf []string) {
 			expectRung(t, rs, m+"/"+netcheck.CheckProbe, drift.RungTransaction, drift.StatusUnknown, "forbidden", "kubectl apply -f deploy/netcheck-probe.yaml")
 		}
 		defer bindDeployRBAC(t, b, "netcheck-probe-least-privilege", "Role", "netcheck-probe.yaml")()
-		waitAllowed(t, kube, authv1.ResourceAttributes{Verb: "create", Resource: "pods", Namespace: netcheck.DefaultProbeNamespace})
+		waitAllowed(t, kube, authv1.ResourceAttributes{Verb: "create", Resource: "pods", Namespace: probe.DefaultNamespace})
 		rs = probePass(t, b, kube, 20*time.Second)
 		for _, m := range machinesOf {
 			expectRung(t, rs, m+"/"+netcheck.CheckProbe, drift.RungTransaction, drift.StatusInSync, "", "")
@@ -115,12 +116,12 @@ func probeTests(t *testing.T, b *bed, machinesOf []string) {
 		// No kubelet runs the pod; the caller gives up after 300ms.
 		ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
 		defer cancel()
-		r := netcheck.Probe(ctx, b.kube, netcheck.ProbeOptions{}, "cp-1", "10.0.0.1:443", false)
+		r := netcheck.Probe(ctx, b.kube, probe.Options{}, "cp-1", "10.0.0.1:443", false)
 		if r.Err == nil || r.Pod == "" {
 			t.Fatalf("want a created pod and an error, got %+v", r)
 		}
 		_, name, _ := strings.Cut(r.Pod, "/")
-		if _, err := b.kube.CoreV1().Pods(netcheck.DefaultProbeNamespace).Get(t.Context(), name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		if _, err := b.kube.CoreV1().Pods(probe.DefaultNamespace).Get(t.Context(), name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 			t.Errorf("probe pod %s still there after the probe returned: %v", r.Pod, err)
 		}
 	})
@@ -136,7 +137,7 @@ func probeTests(t *testing.T, b *bed, machinesOf []string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ns := netcheck.DefaultProbeNamespace
+		ns := probe.DefaultNamespace
 		role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: user}, Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"create", "get"}}}}
 		if _, err := b.kube.RbacV1().Roles(ns).Create(t.Context(), role, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
@@ -151,7 +152,7 @@ func probeTests(t *testing.T, b *bed, machinesOf []string) {
 		ctx, stop := context.WithCancel(t.Context())
 		done := make(chan struct{})
 		go func() { defer close(done); b.fleet.Sim.RunKubelets(ctx, b.kube, 100*time.Millisecond) }()
-		r := netcheck.Probe(t.Context(), kube, netcheck.ProbeOptions{Timeout: 20 * time.Second}, "cp-1", "10.0.0.1:443", false)
+		r := netcheck.Probe(t.Context(), kube, probe.Options{Timeout: 20 * time.Second}, "cp-1", "10.0.0.1:443", false)
 		stop()
 		<-done
 		if r.Pod != "" {

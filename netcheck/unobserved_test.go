@@ -5,6 +5,7 @@ import (
 	"errors"
 	"testing"
 
+	"devata.dev/devata/checks/probe"
 	"devata.dev/devata/drift"
 	"devata.dev/devata/inventory"
 	"devata.dev/devata/netcheck"
@@ -18,7 +19,7 @@ import (
 func TestUnknownWhenNotObserved(t *testing.T) {
 	m := &inventory.Machine{Name: "worker-2", Address: "10.0.0.2", Role: inventory.RoleWorker}
 	unreachable := &netcheck.Observation{Err: errors.New("dial 10.0.0.2:50000: connection refused")}
-	checks := netcheck.Checks(netcheck.Options{Probe: &netcheck.ProbeOptions{}})
+	checks := netcheck.Checks(netcheck.Options{Probe: &probe.Options{}})
 	for _, kpr := range []bool{true, false} {
 		for _, tg := range []*netcheck.View{
 			{Machine: m, Expect: netcheck.Expect{KubeProxyReplacement: kpr}, Obs: unreachable, Cluster: nil},

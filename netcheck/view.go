@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"devata.dev/devata/checks/probe"
 	"devata.dev/devata/checks/target"
 	"devata.dev/devata/drift"
 )
@@ -20,7 +21,7 @@ import (
 // when it ends. Without it there is no cilium-probe check.
 type Options struct {
 	Exec  Execer
-	Probe *ProbeOptions
+	Probe *probe.Options
 }
 
 // Checks returns the cilium checks in ladder order, cilium-probe last when
@@ -39,7 +40,7 @@ func Checks(o Options) []drift.Check[*target.Target] {
 		{Name: CheckServices, Rung: drift.RungInfrastructure, Run: o.on(checkServices), Kubernetes: true},
 	}
 	if o.Probe != nil {
-		p := o.Probe.withDefaults()
+		p := o.Probe.WithDefaults()
 		cs = append(cs, drift.Check[*target.Target]{
 			Name: CheckProbe, Rung: drift.RungTransaction, Optional: "--probe", Kubernetes: true,
 			Run: o.on(func(ctx context.Context, v *view) []drift.Result { return checkProbe(ctx, v, v.kube, p) }),

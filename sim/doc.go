@@ -1066,6 +1066,29 @@
 // CiliumControllersFailing, CiliumBackendsMissing, CiliumFrontendsStuck,
 // CiliumNoShell, CiliumPodNetworkBroken) bend that.
 //
+// devata's coredns-probe pods (dnsprobe.go) run dig against the kube-dns
+// ClusterIP from the node's pod network, and the sim answers as Cilium,
+// CoreDNS and BIND's dig would: the query reaches CoreDNS only through
+// the node's agent (kube-proxy replacement on, a reconciled frontend for
+// ClusterIP:53/UDP, CiliumPodNetworkBroken off), else it times out; a
+// frontend with no backend (no CoreDNS pod Ready, so no ready endpoint in
+// kube-dns' EndpointSlice) is refused, as Cilium's default
+// service-no-backend-response (reject) makes it; a backend answers unless
+// CoreDNSNotAnswering is set on the machine its pod runs on. CoreDNS
+// answers from its Corefile as the ConfigMap holds it (Talos v1.11.0
+// k8stemplates/coredns.go: `kubernetes <dnsDomain> in-addr.arpa
+// ip6.arpa`, ttl 30): a Service's name in that zone is its ClusterIPs of
+// the family asked, another name in the zone NXDOMAIN; dig prints what
+// BIND 9.18's bin/dig/dighost.c prints (";; communications error to
+// IP#53: timed out" per try, ";; no servers could be reached", exit 9;
+// a reply's header and answer section, exit 0), posted as the
+// container's termination message. Approximations: of the zone's records
+// only <service>.<namespace>.svc ClusterIPs (no headless, pod or SRV
+// records); a name outside the zone, which the forward plugin sends to
+// the node's upstream resolvers, is NXDOMAIN; a query answers when any
+// backend answers (Cilium picks one per query and dig retries: which one
+// is not modelled); dig's EDNS and COOKIE lines are left out.
+//
 // RunKubeAccess (kubeaccess.go) plays machined's kubernetesTalosAPIAccess
 // controllers (v1.11.0 and v1.14.1 controllers/kubeaccess, crd_controller.go
 // syncHandler): on each running control plane whose active config enables

@@ -136,6 +136,11 @@ type Faults struct {
 	// time out although every agent-side fact looks right: a datapath
 	// failure only a transaction (devata drift --probe) sees.
 	CiliumPodNetworkBroken bool
+	// CoreDNSNotAnswering makes the CoreDNS pods on the machine's node
+	// answer no query although they run and are Ready (a wedged process, a
+	// Corefile that loops): a coredns-probe query Cilium sends only to them
+	// times out (dnsprobe.go).
+	CoreDNSNotAnswering bool
 }
 
 func (f Faults) clone() Faults {

@@ -57,6 +57,9 @@ type FaultSpec struct {
 	CiliumFrontendsStuck     map[string]string `yaml:"ciliumFrontendsStuck"`
 	CiliumNoShell            bool              `yaml:"ciliumNoShell"`
 	CiliumPodNetworkBroken   bool              `yaml:"ciliumPodNetworkBroken"`
+
+	// CoreDNS fault (see Faults)
+	CoreDNSNotAnswering bool `yaml:"coreDNSNotAnswering"`
 }
 
 // LoadFaultsFile reads a faults file: a YAML map from machine name to its
@@ -87,7 +90,7 @@ func LoadFaultsFile(path string) (map[string]Faults, error) {
 			CiliumAgentNotReady: s.CiliumAgentNotReady, CiliumStatusReply: s.CiliumStatusReply,
 			CiliumControllersFailing: s.CiliumControllersFailing, CiliumBackendsMissing: s.CiliumBackendsMissing,
 			CiliumFrontendsStuck: s.CiliumFrontendsStuck, CiliumNoShell: s.CiliumNoShell,
-			CiliumPodNetworkBroken: s.CiliumPodNetworkBroken,
+			CiliumPodNetworkBroken: s.CiliumPodNetworkBroken, CoreDNSNotAnswering: s.CoreDNSNotAnswering,
 		}
 		for vol, sz := range s.VolumeSize {
 			n, err := humanize.ParseBytes(sz)

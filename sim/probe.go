@@ -12,11 +12,12 @@ import (
 	"k8s.io/client-go/kubernetes"
 )
 
-// probeSelector selects devata's probe pods (netcheck.ProbeLabel).
+// probeSelector selects devata's probe pods (probe.Label).
 const probeSelector = "app.kubernetes.io/name=devata-probe"
 
 // runProbePods plays the kubelet for devata's probe pods bound to the
-// fleet's posting nodes: each runs `agnhost connect IP:PORT` once, and the
+// fleet's posting nodes: each runs `agnhost connect IP:PORT` once (or dig,
+// for coredns-probe: dnsprobe.go), and the
 // sim decides what the connection would do from the node's simulated
 // agent. A ClusterIP connects only when the agent runs kube-proxy
 // replacement, holds a reconciled frontend for it (Done) with a backend, and
@@ -45,14 +46,21 @@ func (f *Fleet) runProbePods(ctx context.Context, kc kubernetes.Interface, posti
 			continue
 		}
 
-		msg := f.probeOutcome(ctx, m, p)
+		var code int
+		var msg string
+
+		if q, ok := digQuestionOf(p); ok { // coredns-probe (dnsprobe.go)
+			code, msg = f.digOutcome(ctx, m, q, byNode)
+		} else if msg = f.probeOutcome(ctx, m, p); msg != "" {
+			code, msg = 1, msg+"\n"
+		}
 
 		now := metav1.Now()
-		term := &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed", StartedAt: now, FinishedAt: now}
+		term := &corev1.ContainerStateTerminated{ExitCode: int32(code), Reason: "Completed", Message: msg, StartedAt: now, FinishedAt: now}
 		p.Status.Phase = corev1.PodSucceeded
 
-		if msg != "" {
-			term.ExitCode, term.Reason, term.Message = 1, "Error", msg+"\n"
+		if code != 0 {
+			term.Reason = "Error"
 			p.Status.Phase = corev1.PodFailed
 		}
 

@@ -5,16 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
 
 	"devata.dev/devata/checks"
+	"devata.dev/devata/checks/probe"
 	"devata.dev/devata/config"
 	"devata.dev/devata/drift"
 	"devata.dev/devata/internal/outfile"
-	"devata.dev/devata/netcheck"
 )
 
 // driftFlags are drift's flags.
@@ -24,7 +23,7 @@ type driftFlags struct {
 	htmlFile            string
 	stream, all         bool
 	probe               bool
-	probeOpts           netcheck.ProbeOptions
+	probeOpts           probe.Options
 	certDays            int
 }
 
@@ -38,10 +37,11 @@ machine over the Talos API (and Kubernetes, with a kubeconfig) and reports,
 per machine and check, InSync, Drifted or Unknown (could not observe).
 
 One unreachable machine never stops the others: it is reported as Unknown.
-Nothing is changed anywhere, except with --probe: then, per node, two
-short-lived pods (host network, pod network) connect to the kubernetes Service
-ClusterIP and are deleted when they end (deploy/netcheck-probe.yaml has the
-namespace and RBAC they need).
+Nothing is changed anywhere, except with --probe: then, per node, short-lived
+pods connect to the kubernetes Service ClusterIP (cilium-probe: one on the host
+network, one on the pod network) and resolve its name through kube-dns
+(coredns-probe: one on the pod network), and are deleted when they end
+(deploy/netcheck-probe.yaml has the namespace and RBAC they need).
 
 Checks: ` + a.checkList() + `.
 See docs/checks.md, docs/checks-storage.md and docs/checks-netcheck.md.
@@ -55,10 +55,10 @@ Exit 0 all in sync, 1 drift found, 2 could not complete (any Unknown or an error
 	config.AddOutputFlag(cmd.Flags())
 	addMachinesFlags(cmd, &flags.machines)
 	cmd.Flags().StringSliceVar(&flags.checks, "checks", nil, "only these checks (comma-separated): "+a.checkList())
-	cmd.Flags().BoolVar(&flags.probe, "probe", false, "also run cilium-probe: per node, a host-network and a pod-network pod connect to the kubernetes Service ClusterIP (created, awaited, always deleted)")
-	cmd.Flags().StringVar(&flags.probeOpts.Namespace, "probe-namespace", netcheck.DefaultProbeNamespace, "namespace of the --probe pods (the host-network one needs Pod Security level privileged there)")
-	cmd.Flags().StringVar(&flags.probeOpts.Image, "probe-image", netcheck.DefaultProbeImage, "image of the --probe pods (it must have agnhost's connect subcommand)")
-	cmd.Flags().DurationVar(&flags.probeOpts.Timeout, "probe-timeout", netcheck.DefaultProbeTimeout, "how long a --probe pod may take from creation to its end (image pull included)")
+	cmd.Flags().BoolVar(&flags.probe, "probe", false, "also run the probe checks: per node, cilium-probe (a host-network and a pod-network pod connect to the kubernetes Service ClusterIP) and coredns-probe (a pod-network pod resolves kubernetes.default.svc through kube-dns); pods created, awaited, always deleted")
+	cmd.Flags().StringVar(&flags.probeOpts.Namespace, "probe-namespace", probe.DefaultNamespace, "namespace of the --probe pods (the host-network one needs Pod Security level privileged there)")
+	cmd.Flags().StringVar(&flags.probeOpts.Image, "probe-image", probe.DefaultImage, "image of the --probe pods (it must have agnhost's connect subcommand, /bin/sh and BIND's dig, as agnhost has)")
+	cmd.Flags().DurationVar(&flags.probeOpts.Timeout, "probe-timeout", probe.DefaultTimeout, "how long a --probe pod may take from creation to its end (image pull included)")
 	addCertDaysFlag(cmd, &flags.certDays)
 	cmd.Flags().BoolVar(&flags.all, "all", false, fmt.Sprintf("the table lists every machine (past %d machines it lists those not in sync and counts the rest)", drift.SummaryAbove))
 	cmd.Flags().StringVar(&flags.junitFile, "junit-file", "", "also write the report as JUnit XML to this file")
@@ -69,7 +69,7 @@ Exit 0 all in sync, 1 drift found, 2 could not complete (any Unknown or an error
 }
 
 // checkList names every check for help text, with the flag an optional one
-// needs: "config, …, cilium-services, cilium-probe (with --probe)".
+// needs: "config, …, coredns, coredns-probe (with --probe), …".
 func (a *app) checkList() string {
 	var names []string
 	for _, e := range a.registry() {
@@ -98,8 +98,10 @@ func (a *app) drift(ctx context.Context, flags driftFlags) error {
 	if err := checkCertDays(flags.certDays); err != nil {
 		return err
 	}
-	if slices.Contains(flags.checks, netcheck.CheckProbe) && !flags.probe {
-		return usageError(errors.New("cilium-probe creates pods in the cluster: it runs only with --probe"))
+	for _, name := range flags.checks {
+		if e, _ := a.registry().Get(name); e.Optional == "--probe" && !flags.probe {
+			return usageError(fmt.Errorf("%s creates pods in the cluster: it runs only with --probe", name))
+		}
 	}
 	// an output file that would not be written is said before any machine is asked
 	for _, path := range []string{flags.junitFile, flags.htmlFile, flags.promFile} {

@@ -15,6 +15,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"devata.dev/devata/checks/probe"
+	"devata.dev/devata/dnscheck"
 	"devata.dev/devata/drift"
 	"devata.dev/devata/internal/simfleet"
 	"devata.dev/devata/internal/simtest"
@@ -246,11 +248,15 @@ func TestDriftCiliumChecksWired(t *testing.T) {
 	if r.code != exitUsage || !strings.Contains(r.err, "cilium-probe creates pods in the cluster: it runs only with --probe") {
 		t.Errorf("--checks cilium-probe without --probe: exit %d\n%s", r.code, r.err)
 	}
+	r = devata(t, nil, "drift", "--config", sf.settings, "--checks=coredns-probe")
+	if r.code != exitUsage || !strings.Contains(r.err, "coredns-probe creates pods in the cluster: it runs only with --probe") {
+		t.Errorf("--checks coredns-probe without --probe: exit %d\n%s", r.code, r.err)
+	}
 }
 
 // With a kubeconfig, the three Cilium checks (one exec into each agent)
-// and, with --probe, the transaction all pass on a healthy fleet; the
-// probe leaves no pod behind.
+// and, with --probe, the transactions (cilium-probe, coredns-probe) all
+// pass on a healthy fleet; the probes leave no pod behind.
 func TestDriftCiliumWithKubernetes(t *testing.T) {
 	env := testenv.Start(t)
 	kube, err := kubernetes.NewForConfig(env.Config)
@@ -267,10 +273,10 @@ func TestDriftCiliumWithKubernetes(t *testing.T) {
 	go sf.Sim.RunKubelets(ctx, kube, 100*time.Millisecond) // agent pods, probe pods
 	// The probe namespace as deploy/netcheck-probe.yaml makes it, and the
 	// ServiceAccount kube-controller-manager would add.
-	if _, err := kube.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: netcheck.DefaultProbeNamespace}}, metav1.CreateOptions{}); err != nil {
+	if _, err := kube.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: probe.DefaultNamespace}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := kube.CoreV1().ServiceAccounts(netcheck.DefaultProbeNamespace).Create(t.Context(), &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
+	if _, err := kube.CoreV1().ServiceAccounts(probe.DefaultNamespace).Create(t.Context(), &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	args := []string{"drift", "--config", sf.settings, "--kubeconfig", env.Kubeconfig, "-o", "json"}
@@ -293,20 +299,20 @@ func TestDriftCiliumWithKubernetes(t *testing.T) {
 	if len(rep.Results) != 15 {
 		t.Errorf("%d results, want 15 (3 checks × 5 machines)", len(rep.Results))
 	}
-	r := devata(t, nil, append(args, "--checks=cilium-agent,cilium-probe", "--probe", "--probe-timeout=20s")...)
+	r := devata(t, nil, append(args, "--checks=cilium-agent,cilium-probe,coredns-probe", "--probe", "--probe-timeout=20s")...)
 	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil || r.code != 0 {
 		t.Fatalf("--probe: exit %d, %v\n%s%s", r.code, err, r.stdout, r.err)
 	}
-	probes := 0
+	probes := map[string]int{}
 	for _, res := range rep.Results {
-		if res.Check == netcheck.CheckProbe && res.Status == drift.StatusInSync && res.Rung == drift.RungTransaction {
-			probes++
+		if res.Status == drift.StatusInSync && res.Rung == drift.RungTransaction {
+			probes[res.Check]++
 		}
 	}
-	if probes != 5 {
-		t.Errorf("%d cilium-probe results InSync, want 5:\n%s", probes, r.stdout)
+	if probes[netcheck.CheckProbe] != 5 || probes[dnscheck.CheckProbe] != 5 {
+		t.Errorf("InSync transaction results %v, want 5 cilium-probe and 5 coredns-probe:\n%s", probes, r.stdout)
 	}
-	left, err := kube.CoreV1().Pods(netcheck.DefaultProbeNamespace).List(t.Context(), metav1.ListOptions{})
+	left, err := kube.CoreV1().Pods(probe.DefaultNamespace).List(t.Context(), metav1.ListOptions{})
 	if err != nil || len(left.Items) != 0 {
 		t.Errorf("probe pods left: %v %v", left, err)
 	}

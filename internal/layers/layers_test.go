@@ -54,14 +54,17 @@ var allowed = []struct {
 	// the one target every check receives: a machine, its Talos
 	// connection and observation, the Kubernetes client and its observation
 	{"checks/target", []string{"inventory", "talosapi"}},
+	// the transaction rung's pods (created pinned to a node, awaited,
+	// always deleted), which the families' probe checks run
+	{"checks/probe", nil},
 	{"machines", []string{"checks/target", "drift", "internal/talos", "inventory", "redact", "talosapi"}},
 	{"gate", []string{"internal/heartbeat", "inventory", "talosapi"}},
-	{"netcheck", []string{"checks/target", "drift", "internal/configview", "inventory", "talosapi"}},
+	{"netcheck", []string{"checks/probe", "checks/target", "drift", "internal/configview", "inventory", "talosapi"}},
 	{"storagecheck", []string{"checks/target", "drift", "inventory", "talosapi"}},
 	{"certcheck", []string{"checks/target", "drift", "talosapi"}},
-	{"dnscheck", []string{"checks/target", "drift"}},
+	{"dnscheck", []string{"checks/probe", "checks/target", "drift", "inventory"}},
 	// the one list of checks
-	{"checks", []string{"certcheck", "checks/target", "dnscheck", "drift", "inventory", "machines", "netcheck", "storagecheck", "talosapi"}},
+	{"checks", []string{"certcheck", "checks/probe", "checks/target", "dnscheck", "drift", "inventory", "machines", "netcheck", "storagecheck", "talosapi"}},
 	// what changes machines
 	{"reconcile", []string{"render", "checks", "checks/target", "drift", "gate", "internal/drain", "internal/heartbeat", "internal/talos", "inventory", "machines", "plan", "provenance", "talosapi"}},
 	{"bootstrap", []string{"render", "checks", "drift", "gate", "internal/heartbeat", "internal/talos", "inventory", "machines", "plan", "provenance", "snapshot", "talosapi"}},
@@ -80,7 +83,7 @@ var allowed = []struct {
 	{"internal/image/cmd/mkimage", []string{"internal/image"}},
 	// the command: parse, call, render
 	{"cmd/devata", []string{
-		"backup", "backup/store", "render", "bootstrap", "certcheck", "checks", "config", "drift", "examples", "gate", "internal/demo", "internal/simfleet",
+		"backup", "backup/store", "render", "bootstrap", "certcheck", "checks", "checks/probe", "config", "drift", "examples", "gate", "internal/demo", "internal/simfleet",
 		"internal/outfile", "internal/termsafe", "internal/testenv", "inventory", "lock", "machines", "membership", "netcheck", "plan", "provenance", "reconcile", "redact", "sim", "snapshot", "storagecheck", "talosapi",
 	}},
 }
