@@ -186,7 +186,7 @@ func applyLabels(n *corev1.Node, owned map[string]bool, want map[string]string, 
 			fallthrough
 		default:
 			n.Labels[k] = v
-			c.Set = append(c.Set, "label "+k+"="+v)
+			c.Set = append(c.Set, "label "+labelEntry(k, v))
 		}
 		owned[k] = true
 	}
@@ -238,6 +238,15 @@ func applyTaints(n *corev1.Node, owned map[string]bool, want map[string]string, 
 			c.Removed = append(c.Removed, "taint "+k)
 		}
 	}
+}
+
+// labelEntry is a label as apply prints it: k=v, or k alone when its
+// value is empty (node-role.kubernetes.io/worker).
+func labelEntry(k, v string) string {
+	if v == "" {
+		return k
+	}
+	return k + "=" + v
 }
 
 func kubectlTaint(t corev1.Taint) string {

@@ -121,7 +121,11 @@ func (r NodeWrite) Lines(dryRun bool) []string {
 	case r.Pending:
 		return []string{r.Machine + ": no Node registered yet: its viaKubernetes labels and taints are pending (the next devata apply, or the reconcile loop, sets them)"}
 	case r.Held != nil:
-		return []string{fmt.Sprintf("%s: held (%s): its Node's viaKubernetes labels and taints are left alone (%s)", r.Machine, r.Held.Reason, strings.Join(r.Change.Lines(true), "; "))}
+		var would []string
+		for _, l := range r.Change.Lines(true) {
+			would = append(would, strings.TrimPrefix(l, r.Machine+": Node "))
+		}
+		return []string{fmt.Sprintf("%s: held (%s): its Node's viaKubernetes labels and taints are left alone (%s)", r.Machine, r.Held.Reason, strings.Join(would, "; "))}
 	}
 	return r.Change.Lines(dryRun)
 }

@@ -77,7 +77,7 @@ func TestSetNodeKeys(t *testing.T) {
 	if !c.Changed() || getNode(t, kc, "worker-1").ResourceVersion != before.ResourceVersion {
 		t.Fatalf("dry run: changed %t, resourceVersion %s → %s", c.Changed(), before.ResourceVersion, getNode(t, kc, "worker-1").ResourceVersion)
 	}
-	if got := strings.Join(c.Lines(true), "\n"); !strings.Contains(got, "worker-1: Node labels node-restriction.kubernetes.io/pool=a, node-role.kubernetes.io/worker= would be set through the Kubernetes API") {
+	if got := strings.Join(c.Lines(true), "\n"); !strings.Contains(got, "worker-1: Node labels node-restriction.kubernetes.io/pool=a, node-role.kubernetes.io/worker would be set through the Kubernetes API") {
 		t.Errorf("dry-run lines:\n%s", got)
 	}
 
@@ -93,7 +93,7 @@ func TestSetNodeKeys(t *testing.T) {
 	}
 	lines := strings.Join(c.Lines(false), "\n")
 	for _, line := range []string{
-		"worker-1: Node labels node-restriction.kubernetes.io/pool=a, node-role.kubernetes.io/worker= set through the Kubernetes API",
+		"worker-1: Node labels node-restriction.kubernetes.io/pool=a, node-role.kubernetes.io/worker set through the Kubernetes API",
 		"worker-1: Node labels node-role.kubernetes.io/worker had another value, set by someone else: taken over, as the inventory's viaKubernetes declares them",
 		"worker-1: Node taints example.com/dedicated=gpu:NoSchedule, example.com/soft:PreferNoSchedule set through the Kubernetes API",
 	} {
@@ -199,8 +199,8 @@ func TestNodeWriterHoldsAndPending(t *testing.T) {
 		lines = append(lines, r.Lines(false)...)
 	}
 	want := []string{
-		"worker-1: Node labels node-role.kubernetes.io/worker= set through the Kubernetes API",
-		"worker-2: held (disk swap): its Node's viaKubernetes labels and taints are left alone (worker-2: Node labels node-role.kubernetes.io/worker= would be set through the Kubernetes API)",
+		"worker-1: Node labels node-role.kubernetes.io/worker set through the Kubernetes API",
+		"worker-2: held (disk swap): its Node's viaKubernetes labels and taints are left alone (labels node-role.kubernetes.io/worker would be set through the Kubernetes API)",
 		"worker-3: no Node registered yet: its viaKubernetes labels and taints are pending (the next devata apply, or the reconcile loop, sets them)",
 	}
 	if !slices.Equal(lines, want) {
