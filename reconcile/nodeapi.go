@@ -134,8 +134,11 @@ func SetNodeKeys(ctx context.Context, kc kubernetes.Interface, name string, node
 		return err
 	})
 	if err != nil {
-		if apierrors.IsNotFound(err) {
+		switch {
+		case apierrors.IsNotFound(err):
 			return NodeKeysChange{Node: name}, err
+		case apierrors.IsForbidden(err):
+			return NodeKeysChange{Node: name}, fmt.Errorf("Node %s: %w: the Kubernetes identity devata uses (the kubeconfig's user, or in a pod its service account) needs get and update on nodes: kubectl auth can-i update nodes", name, err)
 		}
 		return NodeKeysChange{Node: name}, fmt.Errorf("Node %s: %w", name, err)
 	}

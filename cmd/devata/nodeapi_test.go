@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -132,9 +133,62 @@ func testViaKubernetes(t *testing.T, talosVersion, kubeVersion string) {
 		t.Errorf("second apply: exit %d, want nothing to do\n%s%s", r.code, r.stdout, r.err)
 	}
 
-	// dropped from worker-1: gone from its Node, Talos' and kubectl's stay
+	// the loop puts back what someone took off (kubectl label node
+	// worker-1 node-role.kubernetes.io/worker-), a Node write recorded in
+	// the audit log; the held worker's Node stays unwritten, its drift too
+	n = k.node(t, "worker-1")
+	delete(n.Labels, "node-role.kubernetes.io/worker")
+	if _, err := k.kc.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	audit := filepath.Join(t.TempDir(), "audit.jsonl")
+	loop := []string{"reconcile", "--once", "--config", sf.settings, kubeconfig, "--checks=config,kubelet", "--audit-log", audit}
+	r = devata(t, nil, loop...)
+	show(t, r)
+	if r.code != 1 {
+		t.Errorf("reconcile --once with a held worker's Node drifted: exit %d, want 1\n%s%s", r.code, r.stdout, r.err)
+	}
+	lacks(t, "reconcile --once", r.stdout,
+		"worker-1: Node labels node-role.kubernetes.io/worker set through the Kubernetes API",
+		"worker-2: held (disk swap, OPS-7): its Node's viaKubernetes labels and taints are left alone")
+	if _, ok := k.node(t, "worker-1").Labels["node-role.kubernetes.io/worker"]; !ok {
+		t.Errorf("the loop did not label worker-1's Node again")
+	}
+	if _, ok := k.node(t, "worker-2").Labels["node-role.kubernetes.io/worker"]; ok {
+		t.Errorf("the loop labelled held worker-2's Node")
+	}
+	rec, err := os.ReadFile(audit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"machine":"worker-1","action":"node-labels-taints","result":"started"`, `"machine":"worker-1","action":"node-labels-taints","reason":"worker-1: Node labels node-role.kubernetes.io/worker set through the Kubernetes API","result":"converged"`} {
+		if !strings.Contains(string(rec), want) {
+			t.Errorf("audit log lacks %s:\n%s", want, rec)
+		}
+	}
+	for name, calls := range applies(sf) {
+		if calls != 0 {
+			t.Errorf("%s: %d ApplyConfiguration calls from the loop", name, calls)
+		}
+	}
+	// unheld, the loop writes worker-2's Node and the pass ends in sync
 	raw, err := os.ReadFile(sf.Inventory.Path)
 	if err != nil {
+		t.Fatal(err)
+	}
+	unheld := strings.Replace(string(raw), "    hold: {reason: \"disk swap, OPS-7\"}\n", "", 1)
+	if err := os.WriteFile(sf.Inventory.Path, []byte(unheld), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r = devata(t, nil, loop...)
+	show(t, r)
+	if r.code != 0 || !strings.Contains(r.stdout, "worker-2: Node labels node-role.kubernetes.io/worker set through the Kubernetes API") {
+		t.Errorf("reconcile --once, worker-2 unheld: exit %d\n%s%s", r.code, r.stdout, r.err)
+	}
+	k.hasTaint(t, "worker-2", "example.com/dedicated", "batch", true)
+
+	// dropped from worker-1: gone from its Node, Talos' and kubectl's stay
+	if raw, err = os.ReadFile(sf.Inventory.Path); err != nil {
 		t.Fatal(err)
 	}
 	dropped := strings.Replace(string(raw), "  - name: worker-1\n"+viaKubernetes, "  - name: worker-1\n", 1)
