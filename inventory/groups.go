@@ -70,6 +70,25 @@ func (m *Machine) NodeTaints() map[string]string {
 	return m.Taints
 }
 
+// ViaKubernetesLabels are the node labels devata sets on m's Node through
+// the Kubernetes API (viaKubernetes.labels): its groups', then its own over
+// them. They are never rendered.
+func (m *Machine) ViaKubernetesLabels() map[string]string {
+	if m.kubeLabels != nil {
+		return m.kubeLabels
+	}
+	return m.ViaKubernetes.Labels
+}
+
+// ViaKubernetesTaints are the node taints devata sets on m's Node through
+// the Kubernetes API (key to value:Effect or Effect), as ViaKubernetesLabels.
+func (m *Machine) ViaKubernetesTaints() map[string]string {
+	if m.kubeTaints != nil {
+		return m.kubeTaints
+	}
+	return m.ViaKubernetes.Taints
+}
+
 // ParseTaint splits a taint as Talos writes it ("value:Effect", or "Effect"
 // alone) as machinery's labels.ParseTaint does.
 func ParseTaint(s string) (value, effect string) {
@@ -114,12 +133,14 @@ func (v *validator) validateGroup(i int, names map[string]string) {
 	v.labelMap(p+".selector.matchLabels", g.Selector.MatchLabels)
 	v.labelMap(p+".labels", g.Labels)
 	v.taintMap(p+".taints", g.Taints)
+	v.labelMap(p+".viaKubernetes.labels", g.ViaKubernetes.Labels)
+	v.taintMap(p+".viaKubernetes.taints", g.ViaKubernetes.Taints)
 	v.patches(p+".patches", g.Patches)
 	if g.Rollout.MaxUnavailable < 0 {
 		v.errorf(p+".rollout.maxUnavailable", "%d: give how many of the group's workers may change at once (1 or more), or leave it out for the global --max-unavailable", g.Rollout.MaxUnavailable)
 	}
 	v.validateHoldAndWindows(p, g.Hold, g.MaintenanceWindows)
-	if len(g.Labels) == 0 && len(g.Taints) == 0 && len(g.Patches) == 0 && g.Rollout.MaxUnavailable == 0 && len(g.Rollout.Order) == 0 && g.Hold == nil && len(g.MaintenanceWindows) == 0 {
+	if len(g.Labels) == 0 && len(g.Taints) == 0 && len(g.ViaKubernetes.Labels) == 0 && len(g.ViaKubernetes.Taints) == 0 && len(g.Patches) == 0 && g.Rollout.MaxUnavailable == 0 && len(g.Rollout.Order) == 0 && g.Hold == nil && len(g.MaintenanceWindows) == 0 {
 		v.warnf(p, "group %s sets no patches, labels, taints or rollout limit or order: it changes nothing", g.Name)
 	}
 }
@@ -156,7 +177,9 @@ func (v *validator) resolveGroups() {
 	for i := range inv.Machines {
 		m := &inv.Machines[i]
 		m.Groups, m.nodeLabels, m.nodeTaints, m.groupHold, m.groupWindows = nil, nil, nil, nil, nil
+		m.kubeLabels, m.kubeTaints = nil, nil
 		labels, taints := map[string]setBy{}, map[string]setBy{}
+		kubeLabels, kubeTaints := map[string]setBy{}, map[string]setBy{}
 		for gi := range inv.Groups {
 			g := &inv.Groups[gi]
 			if !g.Selects(m) {
@@ -164,13 +187,15 @@ func (v *validator) resolveGroups() {
 			}
 			matched[gi]++
 			joinGroup(m, g)
-			mergeGroupKeys(clashes, m.Name, gi, g, labels, taints)
+			mergeGroupKeys(clashes, m.Name, gi, g, [4]map[string]setBy{labels, taints, kubeLabels, kubeTaints})
 		}
 		if len(m.Groups) == 0 {
 			continue
 		}
 		m.nodeLabels = merged(labels, m.Labels, func(s setBy) string { return s.value })
 		m.nodeTaints = merged(taints, m.Taints, func(s setBy) string { return s.value })
+		m.kubeLabels = merged(kubeLabels, m.ViaKubernetes.Labels, func(s setBy) string { return s.value })
+		m.kubeTaints = merged(kubeTaints, m.ViaKubernetes.Taints, func(s setBy) string { return s.value })
 	}
 	for _, c := range clashes.order {
 		ms := clashes.on[c]
@@ -202,14 +227,15 @@ func joinGroup(m *Machine, g *Group) {
 	}
 }
 
-// mergeGroupKeys adds groups[gi]'s labels and taints to those machine got
-// from earlier groups, recording a clash where one sets a key differently.
-func mergeGroupKeys(clashes *groupClashes, machine string, gi int, g *Group, labels, taints map[string]setBy) {
+// mergeGroupKeys adds groups[gi]'s labels, taints and viaKubernetes labels
+// and taints (seen, in that order) to those machine got from earlier groups,
+// recording a clash where one sets a key differently.
+func mergeGroupKeys(clashes *groupClashes, machine string, gi int, g *Group, seen [4]map[string]setBy) {
 	for _, kv := range []struct {
 		what string
 		set  map[string]string
 		seen map[string]setBy
-	}{{"label", g.Labels, labels}, {"taint", g.Taints, taints}} {
+	}{{"label", g.Labels, seen[0]}, {"taint", g.Taints, seen[1]}, {"viaKubernetes.label", g.ViaKubernetes.Labels, seen[2]}, {"viaKubernetes.taint", g.ViaKubernetes.Taints, seen[3]}} {
 		for _, k := range slices.Sorted(maps.Keys(kv.set)) {
 			val := kv.set[k]
 			if first, ok := kv.seen[k]; ok && first.value != val {
@@ -289,11 +315,11 @@ func (v *validator) validateNodeRestriction() {
 			if reason == "" {
 				continue
 			}
-			v.errorf(v.labelSource(i, m, k), "label %s on worker %s: %s; Talos labels a worker's Node with its kubelet's credentials: use a label of your own domain (e.g. example.com/%s) or one under node.kubernetes.io/, or set it with kubectl label node %s", k, m.Name, reason, labelName(k), m.Name)
+			v.errorf(v.labelSource(i, m, k), "label %s on worker %s: %s; Talos labels a worker's Node with its kubelet's credentials: use a label of your own domain (e.g. example.com/%s) or one under node.kubernetes.io/, set it with kubectl label node %s, or move it under viaKubernetes.labels to have devata set it through the Kubernetes API", k, m.Name, reason, labelName(k), m.Name)
 		}
 		if minor < 14 {
 			for _, k := range slices.Sorted(maps.Keys(m.NodeTaints())) {
-				v.errorf(v.taintSource(i, m, k), "taint %s on worker %s: Talos 1.%d taints a worker's Node with its kubelet's credentials, and NodeRestriction forbids a node to modify its own taints, so the Node would never carry it: move the cluster to Talos 1.14 (its kubelet registers with its taints), or drop it here and run kubectl taint node %s %s", k, m.Name, minor, m.Name, kubectlTaint(k, m.NodeTaints()[k]))
+				v.errorf(v.taintSource(i, m, k), "taint %s on worker %s: Talos 1.%d taints a worker's Node with its kubelet's credentials, and NodeRestriction forbids a node to modify its own taints, so the Node would never carry it: move the cluster to Talos 1.14 (its kubelet registers with its taints), drop it here and run kubectl taint node %s %s, or move it under viaKubernetes.taints to have devata set it through the Kubernetes API", k, m.Name, minor, m.Name, kubectlTaint(k, m.NodeTaints()[k]))
 			}
 		}
 	}

@@ -107,3 +107,40 @@ machines:
 		t.Fatal(err)
 	}
 }
+
+// viaKubernetes labels and taints merge as labels and taints do (a
+// machine's own win over its groups'), and stay apart from those Talos
+// renders.
+func TestViaKubernetesResolve(t *testing.T) {
+	inv, err := inventory.Load("testdata/valid-groups.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		machine        string
+		labels, taints map[string]string
+	}{
+		{"cp-1", nil, nil},
+		{"w-1", map[string]string{"node-role.kubernetes.io/storage": "", "node-role.kubernetes.io/worker": ""}, map[string]string{"node-restriction.kubernetes.io/storage": "NoSchedule"}},
+		{"w-2", map[string]string{"node-role.kubernetes.io/storage": "primary", "node-role.kubernetes.io/worker": ""}, map[string]string{"node-restriction.kubernetes.io/storage": "NoSchedule"}},
+		{"w-3", map[string]string{"node-role.kubernetes.io/worker": ""}, map[string]string{"example.com/batch": "only:NoExecute"}},
+	} {
+		m := inv.Machine(tc.machine)
+		if got := m.ViaKubernetesLabels(); !maps.Equal(got, tc.labels) {
+			t.Errorf("%s viaKubernetes labels = %v, want %v", tc.machine, got, tc.labels)
+		}
+		if got := m.ViaKubernetesTaints(); !maps.Equal(got, tc.taints) {
+			t.Errorf("%s viaKubernetes taints = %v, want %v", tc.machine, got, tc.taints)
+		}
+		for k := range m.ViaKubernetesLabels() {
+			if _, ok := m.NodeLabels()[k]; ok {
+				t.Errorf("%s: viaKubernetes label %s is among the labels Talos renders", tc.machine, k)
+			}
+		}
+		for k := range m.ViaKubernetesTaints() {
+			if _, ok := m.NodeTaints()[k]; ok {
+				t.Errorf("%s: viaKubernetes taint %s is among the taints Talos renders", tc.machine, k)
+			}
+		}
+	}
+}

@@ -76,7 +76,7 @@ func TestSchemaAcceptsValidInventories(t *testing.T) {
 
 func TestSchemaRejectsStructuralFaults(t *testing.T) {
 	s := compileSchema(t)
-	for _, name := range []string{"unknown-top-field", "unknown-cluster-field", "wrong-type-port", "version-float", "bad-cni", "labels", "mounts", "raw-disks", "groups"} {
+	for _, name := range []string{"unknown-top-field", "unknown-cluster-field", "wrong-type-port", "version-float", "bad-cni", "labels", "mounts", "raw-disks", "groups", "via-kubernetes"} {
 		f := "testdata/invalid-" + name + ".yaml"
 		err := s.Validate(yamlToJSONValue(t, f))
 		if err == nil {

@@ -115,8 +115,9 @@ type Machine struct {
 	InstallDisk         string               `yaml:"installDisk" json:"installDisk" doc:"Install disk device path, e.g. /dev/nvme0n1. Exactly one of installDisk and installDiskSelector."`
 	InstallDiskSelector *InstallDiskSelector `yaml:"installDiskSelector" json:"installDiskSelector" doc:"Select the install disk by its properties instead of a path."`
 	Patches             []string             `yaml:"patches" json:"patches" doc:"Config patch files for this machine, applied last."`
-	Labels              map[string]string    `yaml:"labels" json:"labels" doc:"Kubernetes node labels; they win over a group's. On a worker, labels the NodeRestriction admission plugin forbids its kubelet to set are refused."`
+	Labels              map[string]string    `yaml:"labels" json:"labels" doc:"Kubernetes node labels; they win over a group's. On a worker, labels the NodeRestriction admission plugin forbids its kubelet to set are refused (viaKubernetes.labels takes them)."`
 	Taints              map[string]string    `yaml:"taints" json:"taints" doc:"Kubernetes node taints as Talos writes them (machine.nodeTaints): key to value:Effect, or Effect alone (NoSchedule, PreferNoSchedule, NoExecute); they win over a group's."`
+	ViaKubernetes       ViaKubernetes        `yaml:"viaKubernetes" json:"viaKubernetes" doc:"Node labels and taints devata sets on the Node itself through the Kubernetes API (with its admin kubeconfig), not rendered into the Talos config: for those NodeRestriction forbids a worker's kubelet to set. They win over a group's."`
 	Volumes             []Volume             `yaml:"volumes" json:"volumes" doc:"User volumes, rendered as UserVolumeConfig and expected at /var/mnt/<name>."`
 	Mounts              []Mount              `yaml:"mounts" json:"mounts" doc:"Further mounts the machine must have (from a patch: machine.disks, an ExistingVolumeConfig, …); checked, never rendered."`
 	RawDisks            []RawDisk            `yaml:"rawDisks" json:"rawDisks" doc:"Disks that must stay blank (no partitions, no filesystem signature), e.g. for Rook-Ceph OSDs; checked, never rendered."`
@@ -128,8 +129,10 @@ type Machine struct {
 	// inventory's order (set by Parse; see groups.go).
 	Groups []string `yaml:"-" json:"-"`
 	// nodeLabels and nodeTaints are the labels and taints of its groups
-	// and its own, merged by Parse; nil without groups.
+	// and its own, merged by Parse; nil without groups. kubeLabels and
+	// kubeTaints are the same of viaKubernetes.
 	nodeLabels, nodeTaints map[string]string
+	kubeLabels, kubeTaints map[string]string
 	// groupHold is the first of its groups' holds, named by its group
 	// (ActiveHold); groupWindows its groups' maintenanceWindows (WindowsOf).
 	groupHold    *Hold
@@ -144,9 +147,19 @@ type Group struct {
 	Patches            []string          `yaml:"patches" json:"patches" doc:"Config patch files applied to the group's machines after the cluster's and the role's, before the machine's own; groups apply in the order they are listed."`
 	Labels             map[string]string `yaml:"labels" json:"labels" doc:"Kubernetes node labels for the group's machines; a machine's own labels win, and two groups may not set one label differently on a machine."`
 	Taints             map[string]string `yaml:"taints" json:"taints" doc:"Kubernetes node taints for the group's machines, as in a machine's taints; a machine's own win, and two groups may not set one taint differently on a machine."`
+	ViaKubernetes      ViaKubernetes     `yaml:"viaKubernetes" json:"viaKubernetes" doc:"Node labels and taints devata sets through the Kubernetes API on the group's machines' Nodes, as a machine's viaKubernetes; a machine's own win, and two groups may not set one differently on a machine."`
 	Rollout            GroupRollout      `yaml:"rollout" json:"rollout" doc:"How apply and reconcile roll changes out to the group's machines."`
 	Hold               *Hold             `yaml:"hold" json:"hold" doc:"Hold every machine of the group, as a machine's hold does (a machine's own hold wins)."`
 	MaintenanceWindows []string          `yaml:"maintenanceWindows" json:"maintenanceWindows" doc:"Names of the cluster.maintenanceWindows that apply to the group's machines (those of all its groups), unless a machine names its own."`
+}
+
+// ViaKubernetes are node labels and taints devata writes on the Node through
+// the Kubernetes API rather than rendering them for Talos (see
+// reconcile/nodeapi.go): NodeRestriction forbids a worker's kubelet, whose
+// credentials Talos labels it with, to set them.
+type ViaKubernetes struct {
+	Labels map[string]string `yaml:"labels" json:"labels" doc:"Kubernetes node labels devata sets on the Node, any the Kubernetes API accepts (node-role.kubernetes.io/worker, node-restriction.kubernetes.io/…)."`
+	Taints map[string]string `yaml:"taints" json:"taints" doc:"Kubernetes node taints devata sets on the Node, as a machine's taints: key to value:Effect, or Effect alone."`
 }
 
 // GroupSelector picks machines by their own labels (not those groups give

@@ -90,6 +90,7 @@ func (v *validator) validate() {
 	if v.interrupted == nil {
 		v.validateGroups()
 		v.validateNodeRestriction()
+		v.validateViaKubernetes() // viakubernetes.go
 	}
 }
 
@@ -205,6 +206,8 @@ func (v *validator) validateMachines() {
 		v.patches(p+".patches", m.Patches)
 		v.labelMap(p+".labels", m.Labels)
 		v.taintMap(p+".taints", m.Taints)
+		v.labelMap(p+".viaKubernetes.labels", m.ViaKubernetes.Labels)
+		v.taintMap(p+".viaKubernetes.taints", m.ViaKubernetes.Taints)
 		v.validateVolumes(p, m.Volumes)
 		v.validateMounts(p, m)
 		v.validateRawDisks(p, m.RawDisks)

@@ -13,6 +13,7 @@ import (
 	clientconfig "github.com/siderolabs/talos/pkg/machinery/client/config"
 	etcdres "github.com/siderolabs/talos/pkg/machinery/resources/etcd"
 	"google.golang.org/grpc/codes"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -253,6 +254,27 @@ func TestKubeletCheckAgainstRealKubernetes(t *testing.T) {
 	}
 	if r := statusOf(rep, "cp-2", machines.CheckKubelet); r.Status != drift.StatusInSync {
 		t.Errorf("cp-2: %s %s", r.Status, r.Reason)
+	}
+
+	// viaKubernetes labels and taints the Node lacks: Drifted, devata
+	// apply (or kubectl) the next step; once on the Node, in sync.
+	cp2 := tf.Inventory.Machine("cp-2")
+	cp2.ViaKubernetes = inventory.ViaKubernetes{Labels: map[string]string{"node-role.kubernetes.io/infra": ""}, Taints: map[string]string{"example.com/infra": "only:NoSchedule"}}
+	r := statusOf(run(), "cp-2", machines.CheckKubelet)
+	if r.Status != drift.StatusDrifted || !strings.Contains(r.Reason, "Node lacks viaKubernetes labels node-role.kubernetes.io/infra=; Node lacks viaKubernetes taints example.com/infra=only:NoSchedule") ||
+		!strings.HasPrefix(r.Next, "devata apply") || !strings.Contains(r.Next, "kubectl label node cp-2 node-role.kubernetes.io/infra= --overwrite; kubectl taint node cp-2 example.com/infra=only:NoSchedule") {
+		t.Errorf("cp-2 without its viaKubernetes keys: %s %q (next %q)", r.Status, r.Reason, r.Next)
+	}
+	if n, err = kc.CoreV1().Nodes().Get(ctx, "cp-2", metav1.GetOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	n.Labels["node-role.kubernetes.io/infra"] = ""
+	n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: "example.com/infra", Value: "only", Effect: corev1.TaintEffectNoSchedule})
+	if _, err := kc.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if r := statusOf(run(), "cp-2", machines.CheckKubelet); r.Status != drift.StatusInSync {
+		t.Errorf("cp-2 with its viaKubernetes keys: %s %s", r.Status, r.Reason)
 	}
 
 	// An identity that may not list Nodes (a service account without

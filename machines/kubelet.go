@@ -25,7 +25,7 @@ func checkKubelet(_ context.Context, t *target.Target) []drift.Result {
 	o, name := t.Obs, t.Machine.Name
 	var problems, evidence []string
 	var unknown error
-	taintFix := ""
+	fix := ""
 	switch {
 	case o.KubeletErr != nil:
 		unknown = o.KubeletErr
@@ -53,16 +53,18 @@ func checkKubelet(_ context.Context, t *target.Target) []drift.Result {
 		default:
 			evidence = append(evidence, fmt.Sprintf("Node %s Ready=%t kubelet %s", name, node.Ready, node.KubeletVersion))
 			var p []string
-			p, taintFix = nodeProblems(t, node)
+			p, fix = nodeProblems(t, node)
+			if len(problems) > 0 {
+				fix = "" // the kubelet service's own problems come first
+			}
 			problems = append(problems, p...)
 		}
 	}
 	switch {
 	case len(problems) > 0:
 		next := t.TalosctlFor("service kubelet") + "; " + t.TalosctlFor("logs kubelet") + "; kubectl describe node " + name
-		if taintFix != "" && len(problems) == 1 {
-			// a worker's Talos may not change its Node's taints (NodeRestriction): only an administrator can
-			next = taintFix
+		if fix != "" {
+			next = fix
 		}
 		if node, ok := nodeFacts(t, name); ok && talosapi.NetworkNotReady(node.ReadyReason) {
 			next = "no CNI runs on the node yet: with cluster.network.cni none, install Cilium (helm install cilium …), then see the cilium checks; kubectl describe node " + name
@@ -88,9 +90,10 @@ func checkKubelet(_ context.Context, t *target.Target) []drift.Result {
 
 // nodeProblems is what is wrong with the machine's registered Node: not
 // Ready, another kubelet version, labels or taints the inventory gives it
-// that it lacks. taintFix is the kubectl taint command that adds the missing
-// taints, or "".
-func nodeProblems(t *target.Target, node talosapi.NodeFacts) (problems []string, taintFix string) {
+// that it lacks (those Talos sets, and those devata sets through the
+// Kubernetes API: viaKubernetes). fix is the next step when every problem
+// is a missing label or taint (the commands that add them), or "".
+func nodeProblems(t *target.Target, node talosapi.NodeFacts) (problems []string, fix string) {
 	name := t.Machine.Name
 	if !node.Ready {
 		problems = append(problems, "Node "+name+" is not Ready ("+node.ReadyReason+")")
@@ -98,21 +101,46 @@ func nodeProblems(t *target.Target, node talosapi.NodeFacts) (problems []string,
 	if node.KubeletVersion != t.KubernetesVersion {
 		problems = append(problems, fmt.Sprintf("kubelet %s, cluster.kubernetesVersion %s", node.KubeletVersion, t.KubernetesVersion))
 	}
+	others := len(problems)
+	if missing := missingLabels(t.Machine.NodeLabels(), node.Labels); len(missing) > 0 {
+		problems = append(problems, "Node lacks labels "+strings.Join(missing, ", "))
+		others++ // Talos puts them back when it runs the config
+	}
+	var fixes []string
+	if p, cmds := missingTaints(t.Machine.NodeTaints(), node.Taints); p != "" {
+		problems = append(problems, p)
+		// a worker's Talos may not change its Node's taints (NodeRestriction): only an administrator can
+		fixes = append(fixes, "kubectl taint node "+name+" "+strings.Join(cmds, " ")+" (or move them under viaKubernetes.taints: devata apply sets those through the Kubernetes API)")
+	}
+	var via []string
+	if missing := missingLabels(t.Machine.ViaKubernetesLabels(), node.Labels); len(missing) > 0 {
+		problems = append(problems, "Node lacks viaKubernetes labels "+strings.Join(missing, ", "))
+		via = append(via, "kubectl label node "+name+" "+strings.Join(missing, " ")+" --overwrite")
+	}
+	if p, cmds := missingTaints(t.Machine.ViaKubernetesTaints(), node.Taints); p != "" {
+		problems = append(problems, "Node lacks viaKubernetes "+strings.TrimPrefix(p, "Node lacks "))
+		via = append(via, "kubectl taint node "+name+" "+strings.Join(cmds, " "))
+	}
+	if len(via) > 0 {
+		fixes = append(fixes, "devata apply (or the reconcile loop) sets the viaKubernetes ones through the Kubernetes API; by hand: "+strings.Join(via, "; "))
+	}
+	if others > 0 || len(fixes) == 0 {
+		return problems, ""
+	}
+	return problems, strings.Join(fixes, "; ")
+}
+
+// missingLabels are the labels of want the Node lacks or has with another
+// value, as k=v, sorted.
+func missingLabels(want, got map[string]string) []string {
 	var missing []string
-	for k, v := range t.Machine.NodeLabels() {
-		if got, ok := node.Labels[k]; !ok || got != v {
+	for k, v := range want {
+		if g, ok := got[k]; !ok || g != v {
 			missing = append(missing, k+"="+v)
 		}
 	}
-	if len(missing) > 0 {
-		slices.Sort(missing)
-		problems = append(problems, "Node lacks labels "+strings.Join(missing, ", "))
-	}
-	if p, fix := missingTaints(t.Machine.NodeTaints(), node.Taints); p != "" {
-		problems = append(problems, p)
-		taintFix = "kubectl taint node " + name + " " + strings.Join(fix, " ")
-	}
-	return problems, taintFix
+	slices.Sort(missing)
+	return missing
 }
 
 // missingTaints names the taints the inventory gives the machine (its own

@@ -44,6 +44,12 @@ type PassResult struct {
 	// Kubernetes version change the loop made (synced, or pending and
 	// why); ManifestsErr why their sync failed (loop_manifests.go).
 	Manifests, ManifestsErr string
+	// NodeKeys says what became of the viaKubernetes labels and taints
+	// (set, would be set, held, pending), NodeKeysSet the machines whose
+	// Node was written, NodeKeysErr why a write failed (loop_nodekeys.go).
+	NodeKeys    []string
+	NodeKeysSet map[string]bool
+	NodeKeysErr string
 }
 
 // ExitCode is --once's exit code: 0 everything in sync or converged, 1 drift
@@ -87,11 +93,11 @@ func (r *PassResult) ExitCode() int {
 		switch {
 		case res.Status == drift.StatusUnknown && !fixed(res.Machine):
 			return 2
-		case res.Status == drift.StatusDrifted && !fixes(res):
+		case res.Status == drift.StatusDrifted && !fixes(res) && !r.fixedByNodeKeys(res):
 			code = 1
 		}
 	}
-	if r.ManifestsErr != "" {
+	if r.ManifestsErr != "" || r.NodeKeysErr != "" {
 		return 2
 	}
 	if r.Blocked != "" || len(r.BackingOff) > 0 {
@@ -210,6 +216,8 @@ func (l *Loop) pass(ctx context.Context, t *term) *PassResult {
 	case <-ctx.Done():
 	}
 	l.syncManifestsAfter(ctx, d, res) // loop_manifests.go
+	// the viaKubernetes labels and taints: loop_nodekeys.go
+	l.syncNodeKeys(ctx, d, owned, res)
 	l.mu.Lock()
 	res.Outcomes, res.Errors, res.Held = maps.Clone(l.outcomes), maps.Clone(l.errs), maps.Clone(l.held)
 	if !t.once {

@@ -1,6 +1,7 @@
 package render_test
 
 import (
+	"bytes"
 	"fmt"
 	"maps"
 	"os"
@@ -32,6 +33,7 @@ groups:
     patches: [patches/storage-disk.yaml]
     labels: {storage.example.com/pool: a}
     taints: {storage.example.com/dedicated: "true:NoSchedule"}
+    viaKubernetes: {labels: {node-role.kubernetes.io/storage: ""}, taints: {node-restriction.kubernetes.io/storage: NoSchedule}}
     rollout: {maxUnavailable: 1}
   - name: rack-a
     selector: {matchLabels: {topology.kubernetes.io/zone: rack-a}}
@@ -39,7 +41,7 @@ groups:
 machines:
   - {name: cp-1, role: controlplane, address: 10.0.0.11, installDisk: /dev/sda, labels: {node.kubernetes.io/storage: "true", topology.kubernetes.io/zone: rack-a}}
   - {name: cp-2, role: controlplane, address: 10.0.0.21, installDisk: /dev/sda, patches: [patches/w-1.yaml], labels: {topology.kubernetes.io/zone: rack-a}, taints: {example.com/own: NoExecute}}
-  - {name: cp-3, role: controlplane, address: 10.0.0.22, installDisk: /dev/sda}
+  - {name: cp-3, role: controlplane, address: 10.0.0.22, installDisk: /dev/sda, viaKubernetes: {labels: {example.com/api-only: "yes"}, taints: {example.com/api-only: NoExecute}}}
 `, tv, kv)
 	if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
 		t.Fatal(err)
@@ -53,7 +55,9 @@ machines:
 
 // A group's patches apply after the role's and before the machine's, in
 // the groups' order; its labels and taints render where each contract
-// keeps them (machine.nodeLabels/nodeTaints up to 1.13, KubeNodeConfig from 1.14).
+// keeps them (machine.nodeLabels/nodeTaints up to 1.13, KubeNodeConfig from
+// 1.14). viaKubernetes labels and taints, which devata writes through the
+// Kubernetes API, are in no config.
 func TestRenderGroups(t *testing.T) {
 	for _, c := range []struct{ talos, kube string }{{"v1.11.0", "v1.34.1"}, {"v1.14.1", "v1.37.0"}} {
 		t.Run(c.talos, func(t *testing.T) {
@@ -90,6 +94,11 @@ func TestRenderGroups(t *testing.T) {
 					map[string]string{"example.com/own": "NoExecute"}},
 				"cp-3": {map[string]string{}, map[string]string{}, map[string]string{}},
 			} {
+				for _, key := range []string{"node-role.kubernetes.io/storage", "node-restriction.kubernetes.io/storage", "example.com/api-only"} {
+					if bytes.Contains(byName[name].Config, []byte(key)) {
+						t.Errorf("%s's config carries %s, a viaKubernetes key", name, key)
+					}
+				}
 				cfg, err := configloader.NewFromBytes(byName[name].Config)
 				if err != nil {
 					t.Fatal(err)

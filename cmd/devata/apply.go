@@ -181,6 +181,15 @@ unchanged, its Node uncordoned, names the pods and budgets that block it, and
 stops the rollout. Without a kubeconfig it says so and reboots undrained;
 --drain=false never drains. The plan says which applies drain.
 
+Then it sets each machine's viaKubernetes labels and taints (those
+NodeRestriction forbids a worker's kubelet, and so Talos, to set) on its Node
+through the Kubernetes API with --kubeconfig, changed machines or not: it
+owns only the keys it set (the annotations devata.dev/owned-labels and
+owned-taints), so labels and taints Talos or kubectl set stay, and removes
+those the inventory dropped. A held machine's Node is left alone; a Node not
+registered yet waits for the next apply or the reconcile loop. Nothing of
+this goes to Talos; --dry-run says what it would set.
+
 A change that reboots a machine (a join too) is confirmed at the terminal
 unless --yes; with no terminal apply refuses rather than guess.
 
@@ -355,7 +364,7 @@ func (a *app) apply(ctx context.Context, flags applyFlags) error {
 	for round := 0; ; round++ {
 		again, err := a.applyRound(ctx, flags, s, changes, planner, held, only, round)
 		if !again {
-			return err
+			return a.applyNodeKeys(ctx, flags, s, only, ignoreHold, err)
 		}
 		fmt.Fprintln(out, plan.StepLine("", "this round is done: planning again (the upgrades its configs went before, or the next hop)"))
 	}

@@ -416,4 +416,11 @@ func printPass(w io.Writer, res *reconcile.PassResult) {
 	if res.ManifestsErr != "" {
 		fmt.Fprintf(w, "bootstrap manifests: %s\n", res.ManifestsErr)
 	}
+	// the viaKubernetes labels and taints (reconcile/loop_nodekeys.go)
+	for _, line := range res.NodeKeys {
+		fmt.Fprintln(w, line)
+	}
+	if res.NodeKeysErr != "" {
+		fmt.Fprintln(w, res.NodeKeysErr)
+	}
 }

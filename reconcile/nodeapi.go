@@ -1,0 +1,290 @@
+package reconcile
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
+
+	"devata.dev/devata/inventory"
+)
+
+// Node labels and taints through the Kubernetes API (inventory's
+// viaKubernetes, issue 36 item 2): those NodeRestriction forbids a worker's
+// kubelet, whose credentials Talos writes its labels and taints with, to set.
+//
+// NodeSpec.Taints is a +listType=atomic list (k8s.io/api v0.37.2 core/v1
+// types.go): a server-side apply would own the whole list and take the
+// taints Talos, kubectl and the node controller set. So devata does what
+// Talos' own NodeApplyController does (v1.14.1
+// internal/app/machined/pkg/controllers/k8s/node_apply.go, syncOnce,
+// applyNodeKV, ApplyTaints): it records the keys it set in annotations of
+// its own, reads the Node, changes only its keys, and Updates with the
+// Node's resourceVersion, again on a Conflict.
+
+// Annotations listing the label and taint keys devata set on a Node, as a
+// sorted JSON array (Talos' talos.dev/owned-labels, owned-taints).
+const (
+	OwnedLabelsAnnotation = "devata.dev/owned-labels"
+	OwnedTaintsAnnotation = "devata.dev/owned-taints"
+)
+
+// NodeKeys are the labels and taints one Node should carry from devata:
+// taints as the inventory writes them, key to value:Effect or Effect.
+type NodeKeys struct {
+	Labels, Taints map[string]string
+}
+
+// NodeKeysOf are the viaKubernetes labels and taints of m.
+func NodeKeysOf(m *inventory.Machine) NodeKeys {
+	return NodeKeys{Labels: m.ViaKubernetesLabels(), Taints: m.ViaKubernetesTaints()}
+}
+
+// Empty says that nothing is declared.
+func (k NodeKeys) Empty() bool { return len(k.Labels) == 0 && len(k.Taints) == 0 }
+
+// NodeKeysChange is what a write of NodeKeys did to one Node (or, in a dry
+// run, would do). Each entry is "label k=v" or "taint k=v:Effect" as kubectl
+// takes it.
+type NodeKeysChange struct {
+	Node string
+	// Set are the labels and taints added or given another value; TakenOver
+	// those among them someone else had set to another value (devata now
+	// owns them, as the inventory declares them); Removed those devata had
+	// set and the inventory no longer declares.
+	Set, TakenOver, Removed []string
+	// Adopted says that devata's annotations changed without a visible
+	// change: a key it declares was already there with its value.
+	Adopted bool
+}
+
+// Changed says that the Node was (or would be) written.
+func (c NodeKeysChange) Changed() bool {
+	return len(c.Set) > 0 || len(c.Removed) > 0 || c.Adopted
+}
+
+// Lines are the change as apply prints it, one line per kind; would says
+// it was not written (a dry run).
+func (c NodeKeysChange) Lines(would bool) []string {
+	verb := func(done, future string) string {
+		if would {
+			return "would be " + future
+		}
+		return done
+	}
+	var out []string
+	for _, kind := range []string{"label", "taint"} {
+		if keys := keysOf(c.Set, kind); len(keys) > 0 {
+			out = append(out, fmt.Sprintf("%s: Node %ss %s %s through the Kubernetes API", c.Node, kind, strings.Join(keys, ", "), verb("set", "set")))
+		}
+		if keys := keysOf(c.TakenOver, kind); len(keys) > 0 {
+			out = append(out, fmt.Sprintf("%s: Node %ss %s had another value, set by someone else: %s, as the inventory's viaKubernetes declares them", c.Node, kind, strings.Join(keys, ", "), verb("taken over", "taken over")))
+		}
+		if keys := keysOf(c.Removed, kind); len(keys) > 0 {
+			out = append(out, fmt.Sprintf("%s: Node %ss %s %s: devata set them and the inventory no longer declares them", c.Node, kind, strings.Join(keys, ", "), verb("removed", "removed")))
+		}
+	}
+	return out
+}
+
+// keysOf are the entries of one kind ("label" or "taint") without the kind.
+func keysOf(entries []string, kind string) []string {
+	var out []string
+	for _, e := range entries {
+		if rest, ok := strings.CutPrefix(e, kind+" "); ok {
+			out = append(out, rest)
+		}
+	}
+	return out
+}
+
+// SetNodeKeys makes Node name carry want among the labels and taints devata
+// owns: it adds or corrects each declared one (taking over one someone else
+// set to another value), removes those it set that want no longer has, and
+// leaves every other label and taint alone. node is the Node as last read
+// (from a LIST), or nil to read it; a Conflict reads it again and retries.
+// A dry run computes the change and writes nothing. A Node that does not
+// exist is an error apierrors.IsNotFound recognises.
+func SetNodeKeys(ctx context.Context, kc kubernetes.Interface, name string, node *corev1.Node, want NodeKeys, dryRun bool) (NodeKeysChange, error) {
+	var change NodeKeysChange
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if node == nil {
+			n, err := kc.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			node = n
+		}
+		n := node.DeepCopy()
+		node = nil // a retry reads it again
+		var err error
+		if change, err = applyNodeKeys(n, want); err != nil || !change.Changed() || dryRun {
+			return err
+		}
+		_, err = kc.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{FieldManager: "devata"})
+		return err
+	})
+	if err != nil {
+		switch {
+		case apierrors.IsNotFound(err):
+			return NodeKeysChange{Node: name}, err
+		case apierrors.IsForbidden(err):
+			return NodeKeysChange{Node: name}, fmt.Errorf("Node %s: %w: the Kubernetes identity devata uses (the kubeconfig's user, or in a pod its service account) needs get and update on nodes: kubectl auth can-i update nodes", name, err)
+		}
+		return NodeKeysChange{Node: name}, fmt.Errorf("Node %s: %w", name, err)
+	}
+	change.Node = name
+	return change, nil
+}
+
+// errOwnedAnnotation is an owned-keys annotation that is no JSON list of
+// strings; its content is not quoted (it came from the cluster).
+var errOwnedAnnotation = errors.New("is not a JSON list of keys")
+
+// applyNodeKeys changes n in place to carry want among devata's keys.
+func applyNodeKeys(n *corev1.Node, want NodeKeys) (NodeKeysChange, error) {
+	var c NodeKeysChange
+	ownedLabels, err := ownedKeys(n, OwnedLabelsAnnotation)
+	if err != nil {
+		return c, err
+	}
+	ownedTaints, err := ownedKeys(n, OwnedTaintsAnnotation)
+	if err != nil {
+		return c, err
+	}
+	beforeLabels, beforeTaints := slices.Sorted(maps.Keys(ownedLabels)), slices.Sorted(maps.Keys(ownedTaints))
+	if n.Labels == nil {
+		n.Labels = map[string]string{}
+	}
+	applyLabels(n, ownedLabels, want.Labels, &c)
+	applyTaints(n, ownedTaints, want.Taints, &c)
+	if n.Annotations == nil {
+		n.Annotations = map[string]string{}
+	}
+	afterLabels, afterTaints := setOwnedKeys(n, OwnedLabelsAnnotation, ownedLabels), setOwnedKeys(n, OwnedTaintsAnnotation, ownedTaints)
+	c.Adopted = !slices.Equal(beforeLabels, afterLabels) || !slices.Equal(beforeTaints, afterTaints)
+	return c, nil
+}
+
+// applyLabels is Talos' applyNodeKV, but for a label someone else set to
+// another value: the inventory declares it for devata, so devata takes it
+// over (Talos leaves it).
+func applyLabels(n *corev1.Node, owned map[string]bool, want map[string]string, c *NodeKeysChange) {
+	for _, k := range slices.Sorted(maps.Keys(want)) {
+		v := want[k]
+		cur, exists := n.Labels[k]
+		switch {
+		case exists && cur == v:
+		case exists && !owned[k]:
+			c.TakenOver = append(c.TakenOver, "label "+k)
+			fallthrough
+		default:
+			n.Labels[k] = v
+			c.Set = append(c.Set, "label "+labelEntry(k, v))
+		}
+		owned[k] = true
+	}
+	for _, k := range slices.Sorted(maps.Keys(owned)) {
+		if _, ok := want[k]; ok {
+			continue
+		}
+		delete(owned, k)
+		if _, ok := n.Labels[k]; ok {
+			delete(n.Labels, k)
+			c.Removed = append(c.Removed, "label "+k)
+		}
+	}
+}
+
+// applyTaints is Talos' ApplyTaints, by key as there, but a declared taint
+// someone else set with another value or effect is taken over (its key's
+// other taints replaced by the declared one).
+func applyTaints(n *corev1.Node, owned map[string]bool, want map[string]string, c *NodeKeysChange) {
+	for _, k := range slices.Sorted(maps.Keys(want)) {
+		value, effect := inventory.ParseTaint(want[k])
+		desired := corev1.Taint{Key: k, Value: value, Effect: corev1.TaintEffect(effect)}
+		var same []corev1.Taint
+		for _, t := range n.Spec.Taints {
+			if t.Key == k {
+				same = append(same, t)
+			}
+		}
+		wasOwned := owned[k]
+		owned[k] = true
+		if len(same) == 1 && same[0].Value == value && same[0].Effect == desired.Effect {
+			continue
+		}
+		if len(same) > 0 && !wasOwned {
+			c.TakenOver = append(c.TakenOver, "taint "+k)
+		}
+		n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == k })
+		n.Spec.Taints = append(n.Spec.Taints, desired)
+		c.Set = append(c.Set, "taint "+kubectlTaint(desired))
+	}
+	for _, k := range slices.Sorted(maps.Keys(owned)) {
+		if _, ok := want[k]; ok {
+			continue
+		}
+		delete(owned, k)
+		before := len(n.Spec.Taints)
+		n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == k })
+		if len(n.Spec.Taints) < before {
+			c.Removed = append(c.Removed, "taint "+k)
+		}
+	}
+}
+
+// labelEntry is a label as apply prints it: k=v, or k alone when its
+// value is empty (node-role.kubernetes.io/worker).
+func labelEntry(k, v string) string {
+	if v == "" {
+		return k
+	}
+	return k + "=" + v
+}
+
+func kubectlTaint(t corev1.Taint) string {
+	if t.Value == "" {
+		return t.Key + ":" + string(t.Effect)
+	}
+	return t.Key + "=" + t.Value + ":" + string(t.Effect)
+}
+
+// ownedKeys reads an owned-keys annotation.
+func ownedKeys(n *corev1.Node, annotation string) (map[string]bool, error) {
+	out := map[string]bool{}
+	raw, ok := n.Annotations[annotation]
+	if !ok || raw == "" {
+		return out, nil
+	}
+	var keys []string
+	if err := json.Unmarshal([]byte(raw), &keys); err != nil {
+		return nil, fmt.Errorf("annotation %s %w: remove it (kubectl annotate node %s %s-) and devata writes it again", annotation, errOwnedAnnotation, n.Name, annotation)
+	}
+	for _, k := range keys {
+		out[k] = true
+	}
+	return out, nil
+}
+
+// setOwnedKeys writes an owned-keys annotation (none when empty), as
+// Talos' marshalOwnedAnnotation, and returns the keys.
+func setOwnedKeys(n *corev1.Node, annotation string, owned map[string]bool) []string {
+	keys := slices.Sorted(maps.Keys(owned))
+	if len(keys) == 0 {
+		delete(n.Annotations, annotation)
+		return keys
+	}
+	b, _ := json.Marshal(keys) // a []string always marshals
+	n.Annotations[annotation] = string(b)
+	return keys
+}
