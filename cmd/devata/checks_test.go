@@ -29,7 +29,11 @@ func TestHelpListsEveryCheck(t *testing.T) {
 	if !ok {
 		t.Fatalf("help has no --checks usage:\n%s", r.stdout)
 	}
-	usage, _, _ = strings.Cut(usage, " -") // the next flag
+	// the next flag: "-h, --help …" or "--html-file string …", not the
+	// "(with --probe)" of a transaction check
+	if loc := regexp.MustCompile(` (-[a-zA-Z], )?--[a-z][a-z-]* `).FindStringIndex(usage); loc != nil {
+		usage = usage[:loc[0]]
+	}
 	name := regexp.MustCompile(`[a-z][a-z0-9]*(-[a-z0-9]+)*`)
 	for what, text := range map[string]string{"drift's help": long, "--checks usage": usage} {
 		var got []string
