@@ -335,11 +335,11 @@
 //     only on a node with a CNI; the kube-dns Service of k8stemplates/
 //     coredns.go CoreDNSService and the EndpointSlice kube-controller-
 //     manager would keep, an endpoint per pod ready as the pod is; the
-//     ClusterIP is Talos' pinned tenth address of the service subnet where
-//     the test bed API server's service range holds it, as devata sim's
-//     and the demo's do (their range is the inventory's service subnets,
-//     control_plane_final.go), else its own allocation) and, unless
-//     cluster.proxy.disabled,
+//     ClusterIP is Talos' pinned tenth address of the service subnet,
+//     which the test bed API server's service range must hold, as devata
+//     sim's and the demo's does (their range is the inventory's service
+//     subnets, control_plane_final.go): a range that refuses it leaves
+//     kube-dns absent, as below) and, unless cluster.proxy.disabled,
 //     kube-proxy (DaemonSet k8s-app=kube-proxy, a host-network pod per
 //     node). The pods run the images of the Deployment's and DaemonSet's
 //     templates, whoever set them. KubePrismStatuses lists
@@ -598,7 +598,18 @@
 // listed objects are never applied again, so a later config (a new
 // Kubernetes version, a new Talos) changes the Manifest resources and not
 // the cluster until talosctl upgrade-k8s, or devata after a Kubernetes
-// upgrade, syncs them. Not served: the other manifests ManifestStatus
+// upgrade, syncs them. An object the API server refuses (Invalid: the
+// kube-dns Service when its --service-cluster-ip-range does not hold the
+// pinned ClusterIP) is left out, nothing picks another address, the
+// others are applied and listed, and the controller fails (apply,
+// applyManifests: the error "error creating /v1/Service/kube-dns: …";
+// Run returns it before its ManifestStatus write; cosi-project/runtime
+// rruntime run.go logs "controller failed" and runs it again after a
+// backoff): the sim logs the failure (Warn, "controller failed", once per
+// distinct error), applies again every kubelet round, and serves no
+// ManifestStatus on any control plane while the apply fails and none
+// succeeded before (Talos keeps what an earlier successful run wrote,
+// per node). Not served: the other manifests ManifestStatus
 // names (bootstrap token, CSR bindings, kubeconfig-in-cluster, node RBAC,
 // flannel, the Talos ServiceAccount CRD, inline and extra manifests),
 // kube-proxy's extra args and config-file mode, resource overrides.
