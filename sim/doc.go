@@ -304,13 +304,28 @@
 //     `node "x" is not ready` while it is NotReady). The time and network
 //     checks always pass; staticPods reads the StaticPodStatus resources:
 //     "kube-system/<pod> not ready" while one restarts.
-//   - Restarts after a live change (restart.go; kubelet_service.go
-//     KubeletServiceController.Run, control_plane_static_pod.go): a change
-//     of machine.kubelet stops and starts the kubelet (service Preparing,
-//     "kubelet not running", no Node posts; the new kubeletVersion shows
-//     once it posts again), and a change of cluster.apiServer,
-//     .controllerManager or .scheduler replaces that static pod (Running,
-//     not Ready, with the new image). Both begin a quarter of RestartDelay
+//   - Restarts after a live change (restart.go, restart_inputs.go;
+//     v1.14.1 kubelet_service.go KubeletServiceController.Run,
+//     control_plane_static_pod.go ControlPlaneStaticPodController): a
+//     change of what the controllers derive from the config, not of its
+//     text, restarts. A change of the KubeletConfig (kubelet_config.go:
+//     image, extraArgs, extraMounts, clusterDNS, …), the node name and node
+//     IP subnets KubeletSpec adds (kubelet_spec.go) or the kubelet secrets
+//     (secrets/kubelet.go) stops and starts the kubelet (service
+//     Preparing, "kubelet not running", no Node posts; the new
+//     kubeletVersion shows once it posts again), and a change of a static
+//     pod's config resource (control_plane.go: APIServerConfig, with the
+//     admission, audit, authentication and authorization files,
+//     ControllerManagerConfig, SchedulerConfig) or of the Kubernetes
+//     secrets (secrets/root.go) replaces that static pod (Running, not
+//     Ready, with the new image). The same settings moved from the
+//     v1alpha1 document into 1.14's documents derive the same resources
+//     and restart nothing (COSI writes no unchanged resource: state/wrap.go
+//     UpdateWithConflicts). Approximations: KubeletSpec is compared through
+//     the KubeletConfig it renders (empty and absent maps read alike, as
+//     KubeletSpecController renders them); the secrets compared are the
+//     config's roots, not the certificates machined issues from them and
+//     the node's addresses. Both begin a quarter of RestartDelay
 //     after the apply (until then the old image runs, ready) and last
 //     RestartDelay. The sim's one kube-apiserver stays up meanwhile, where
 //     on Talos requests to that node's API server fail: clients must not
