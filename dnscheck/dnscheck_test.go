@@ -35,12 +35,12 @@ func pass(t *testing.T, f *simtest.Fleet, kube kubernetes.Interface) []drift.Res
 // Cilium's agents run, both are (InSync). Without a kubeconfig it is
 // Unknown.
 func TestCoreDNSReadyOnlyOnceTheCNIRuns(t *testing.T) {
-	env := testenv.Start(t)
+	f := simtest.Start(t, simtest.Options{Bootstrap: true, LoopbackNet: "127.77.38"})
+	env := testenv.StartWith(t, testenv.Options{ServiceSubnets: f.Inventory.Cluster.Network.ServiceSubnets})
 	kube, err := kubernetes.NewForConfig(env.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := simtest.Start(t, simtest.Options{Bootstrap: true, LoopbackNet: "127.77.38"})
 
 	for _, r := range pass(t, f, nil) {
 		if r.Status != drift.StatusUnknown || !strings.Contains(r.Next, "--kubeconfig") {

@@ -188,12 +188,12 @@ func TestApplyModesAgainstSim(t *testing.T) {
 }
 
 func TestKubeletCheckAgainstRealKubernetes(t *testing.T) {
-	env := testenv.Start(t)
+	tf := startFleet(t)
+	env := testenv.StartWith(t, testenv.Options{ServiceSubnets: tf.Inventory.Cluster.Network.ServiceSubnets})
 	kc, err := kubernetes.NewForConfig(env.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tf := startFleet(t)
 	ctx := context.Background()
 	if errs := tf.Sim.SyncKubelets(ctx, kc); len(errs) > 0 {
 		t.Fatal(errs)

@@ -47,7 +47,7 @@ func TestCiliumChecks(t *testing.T) {
 			}
 		}
 		svc := strings.Join(rs["worker-2/"+netcheck.CheckServices].Evidence, "\n")
-		if !strings.Contains(svc, "db/get frontends: frontend 10.0.0.1:443/TCP → ") || !strings.Contains(svc, "(Done)") {
+		if !strings.Contains(svc, "db/get frontends: frontend 10.96.0.1:443/TCP → ") || !strings.Contains(svc, "(Done)") {
 			t.Errorf("worker-2 services evidence lacks the kubernetes frontend:\n%s", svc)
 		}
 		ev := strings.Join(rs["cp-1/"+netcheck.CheckDeclaration].Evidence, "\n")
@@ -112,7 +112,7 @@ func TestCiliumChecks(t *testing.T) {
 			"talosctl -n "+f.Overrides["worker-1"]+" get kubeprismstatuses")
 		// An agent that cannot reach the API server has no Service frontends.
 		expect(t, rs, "worker-1/"+netcheck.CheckServices, drift.StatusDrifted,
-			"has no frontend for the kubernetes Service ClusterIP 10.0.0.1:443/TCP", "db/show frontends")
+			"has no frontend for the kubernetes Service ClusterIP 10.96.0.1:443/TCP", "db/show frontends")
 		expect(t, rs, "worker-2/"+netcheck.CheckDeclaration, drift.StatusInSync, "", "")
 		expect(t, rs, "worker-2/"+netcheck.CheckAgent, drift.StatusInSync, "", "")
 	})
@@ -172,7 +172,7 @@ func TestCiliumChecks(t *testing.T) {
 		defer b.fault(t, "cp-2", func(f *sim.Faults) { f.CiliumBackendsMissing = []string{"default/kubernetes"} })()
 		rs := b.drift(t, b.ext())
 		expect(t, rs, "cp-2/"+netcheck.CheckServices, drift.StatusDrifted,
-			"frontend 10.0.0.1:443/TCP lacks backend ", "cilium-dbg shell -- db/get frontends 10.0.0.1:443/TCP")
+			"frontend 10.96.0.1:443/TCP lacks backend ", "cilium-dbg shell -- db/get frontends 10.96.0.1:443/TCP")
 		if r := rs["cp-2/"+netcheck.CheckServices]; !strings.Contains(r.Reason, "that EndpointSlice default/kubernetes lists") {
 			t.Errorf("reason does not name the EndpointSlice: %s", describe(r))
 		}
@@ -186,9 +186,9 @@ func TestCiliumChecks(t *testing.T) {
 			f.CiliumFrontendsStuck = map[string]string{"default/kubernetes": "update services map: map is full"}
 		})()
 		rs := b.drift(t, b.ext())
-		expect(t, rs, "worker-1/"+netcheck.CheckServices, drift.StatusDrifted, "frontend 10.0.0.1:443/TCP stuck Pending since ", "db/show frontends")
+		expect(t, rs, "worker-1/"+netcheck.CheckServices, drift.StatusDrifted, "frontend 10.96.0.1:443/TCP stuck Pending since ", "db/show frontends")
 		expect(t, rs, "worker-2/"+netcheck.CheckServices, drift.StatusDrifted,
-			"frontend 10.0.0.1:443/TCP failed to reconcile into the BPF maps: update services map: map is full", "grep -i frontend")
+			"frontend 10.96.0.1:443/TCP failed to reconcile into the BPF maps: update services map: map is full", "grep -i frontend")
 	})
 
 	t.Run("agent without the statedb shell", func(t *testing.T) {
@@ -198,10 +198,10 @@ func TestCiliumChecks(t *testing.T) {
 		})()
 		rs := b.drift(t, b.ext())
 		expect(t, rs, "cp-1/"+netcheck.CheckServices, drift.StatusInSync, "", "")
-		if ev := strings.Join(rs["cp-1/"+netcheck.CheckServices].Evidence, "\n"); !strings.Contains(ev, "service list (no statedb shell: stuck frontends not visible): frontend 10.0.0.1:443/TCP → ") {
+		if ev := strings.Join(rs["cp-1/"+netcheck.CheckServices].Evidence, "\n"); !strings.Contains(ev, "service list (no statedb shell: stuck frontends not visible): frontend 10.96.0.1:443/TCP → ") {
 			t.Errorf("cp-1 evidence does not say the frontends came from service list:\n%s", ev)
 		}
-		expect(t, rs, "cp-3/"+netcheck.CheckServices, drift.StatusDrifted, "frontend 10.0.0.1:443/TCP lacks backend ", "")
+		expect(t, rs, "cp-3/"+netcheck.CheckServices, drift.StatusDrifted, "frontend 10.96.0.1:443/TCP lacks backend ", "")
 	})
 
 	t.Run("failing controllers", func(t *testing.T) {

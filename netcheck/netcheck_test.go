@@ -173,7 +173,8 @@ func counted(t *testing.T, env *testenv.Env) (kubernetes.Interface, *requests) {
 // Cilium's CRD and a healthy Helm install there.
 func start(t *testing.T) *bed {
 	t.Helper()
-	env := testenv.Start(t)
+	f := simtest.Start(t, simtest.Options{Bootstrap: true})
+	env := testenv.StartWith(t, testenv.Options{ServiceSubnets: f.Inventory.Cluster.Network.ServiceSubnets})
 	kube, err := kubernetes.NewForConfig(env.Config)
 	if err != nil {
 		t.Fatal(err)
@@ -182,7 +183,6 @@ func start(t *testing.T) *bed {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := simtest.Start(t, simtest.Options{Bootstrap: true})
 	if errs := f.Sim.SyncKubelets(t.Context(), kube); len(errs) > 0 {
 		t.Fatal(errs)
 	}

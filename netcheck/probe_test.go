@@ -65,7 +65,7 @@ func probeTests(t *testing.T, b *bed, machinesOf []string) {
 		for _, m := range machinesOf {
 			expectRung(t, rs, m+"/"+netcheck.CheckProbe, drift.RungTransaction, drift.StatusInSync, "", "")
 			ev := strings.Join(rs[m+"/"+netcheck.CheckProbe].Evidence, "\n")
-			for _, want := range []string{"host network on node " + m + ": connected to 10.0.0.1:443", "pod network on node " + m + ": connected to 10.0.0.1:443"} {
+			for _, want := range []string{"host network on node " + m + ": connected to 10.96.0.1:443", "pod network on node " + m + ": connected to 10.96.0.1:443"} {
 				if !strings.Contains(ev, want) {
 					t.Errorf("%s evidence lacks %q:\n%s", m, want, ev)
 				}
@@ -77,7 +77,7 @@ func probeTests(t *testing.T, b *bed, machinesOf []string) {
 		defer b.fault(t, "worker-1", func(f *sim.Faults) { f.CiliumPodNetworkBroken = true })()
 		rs := probePass(t, b, b.kube, 20*time.Second)
 		expectRung(t, rs, "worker-1/"+netcheck.CheckProbe, drift.RungTransaction, drift.StatusDrifted,
-			"from the pod network on node worker-1, 10.0.0.1:443 (Service default/kubernetes) did not accept a connection: TIMEOUT (exit 1)", "cilium-dbg monitor --type drop")
+			"from the pod network on node worker-1, 10.96.0.1:443 (Service default/kubernetes) did not accept a connection: TIMEOUT (exit 1)", "cilium-dbg monitor --type drop")
 		if ev := strings.Join(rs["worker-1/"+netcheck.CheckProbe].Evidence, "\n"); !strings.Contains(ev, "host network on node worker-1: connected") {
 			t.Errorf("the host-network probe should still pass: %s", ev)
 		}
@@ -88,7 +88,7 @@ func probeTests(t *testing.T, b *bed, machinesOf []string) {
 		defer apply(t, b.dyn, "cnc-kpr-off-worker-2.yaml")()
 		rs := probePass(t, b, b.kube, 20*time.Second)
 		expectRung(t, rs, "worker-2/"+netcheck.CheckProbe, drift.RungTransaction, drift.StatusDrifted,
-			"from the host network on node worker-2, 10.0.0.1:443 (Service default/kubernetes) did not accept a connection: TIMEOUT (exit 1); from the pod network", "")
+			"from the host network on node worker-2, 10.96.0.1:443 (Service default/kubernetes) did not accept a connection: TIMEOUT (exit 1); from the pod network", "")
 	})
 
 	t.Run("kubelet down: the probe gives up, Unknown", func(t *testing.T) {
@@ -116,7 +116,7 @@ func probeTests(t *testing.T, b *bed, machinesOf []string) {
 		// No kubelet runs the pod; the caller gives up after 300ms.
 		ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
 		defer cancel()
-		r := netcheck.Probe(ctx, b.kube, probe.Options{}, "cp-1", "10.0.0.1:443", false)
+		r := netcheck.Probe(ctx, b.kube, probe.Options{}, "cp-1", "10.96.0.1:443", false)
 		if r.Err == nil || r.Pod == "" {
 			t.Fatalf("want a created pod and an error, got %+v", r)
 		}
@@ -152,7 +152,7 @@ func probeTests(t *testing.T, b *bed, machinesOf []string) {
 		ctx, stop := context.WithCancel(t.Context())
 		done := make(chan struct{})
 		go func() { defer close(done); b.fleet.Sim.RunKubelets(ctx, b.kube, 100*time.Millisecond) }()
-		r := netcheck.Probe(t.Context(), kube, probe.Options{Timeout: 20 * time.Second}, "cp-1", "10.0.0.1:443", false)
+		r := netcheck.Probe(t.Context(), kube, probe.Options{Timeout: 20 * time.Second}, "cp-1", "10.96.0.1:443", false)
 		stop()
 		<-done
 		if r.Pod != "" {

@@ -26,12 +26,12 @@ import (
 // also has to see each worker's Node NotReady at some point, or the test
 // could not have failed.
 func TestRollingRebootWaitsForTheNodeWhileACNIRuns(t *testing.T) {
-	env := testenv.Start(t)
+	h := newHarness(t)
+	env := testenv.StartWith(t, testenv.Options{ServiceSubnets: h.f.Inventory.Cluster.Network.ServiceSubnets})
 	kc, err := kubernetes.NewForConfig(env.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := newHarness(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	if err := sim.InstallCilium(ctx, env.Config); err != nil {

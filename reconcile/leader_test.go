@@ -54,7 +54,8 @@ func (in *instance) machinesActedOn(t *testing.T) (names map[string]bool, first,
 }
 
 func TestOnlyTheLeaderActsAndAStandbyTakesOver(t *testing.T) {
-	env := testenv.Start(t)
+	f := simtest.Start(t, simtest.Options{Bootstrap: true})
+	env := testenv.StartWith(t, testenv.Options{ServiceSubnets: f.Inventory.Cluster.Network.ServiceSubnets})
 	kc, err := kubernetes.NewForConfig(env.Config)
 	if err != nil {
 		t.Fatal(err)
@@ -62,7 +63,6 @@ func TestOnlyTheLeaderActsAndAStandbyTakesOver(t *testing.T) {
 	if _, err := kc.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "devata"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	f := simtest.Start(t, simtest.Options{Bootstrap: true})
 
 	a := startInstance(t, kc, f, "a")
 	a.waitFor(t, 10*time.Second, "a to lead", a.elect.Leading)

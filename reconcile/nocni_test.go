@@ -20,12 +20,12 @@ import (
 // (reconcile/cni.go). The Nodes live in a real kube-apiserver and are read
 // back through client-go.
 func TestRolloutConvergesWhileNodesWaitForTheCNI(t *testing.T) {
-	env := testenv.Start(t)
+	h := newHarness(t)
+	env := testenv.StartWith(t, testenv.Options{ServiceSubnets: h.f.Inventory.Cluster.Network.ServiceSubnets})
 	kc, err := kubernetes.NewForConfig(env.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := newHarness(t)
 	ctx := context.Background()
 	if errs := h.f.Sim.SyncKubelets(ctx, kc); len(errs) > 0 {
 		t.Fatalf("kubelets: %v", errs)

@@ -207,7 +207,7 @@ func (f *Fleet) syncAddons(ctx context.Context, kc kubernetes.Interface, posting
 
 	// what Talos applied at boot (manifests_apply.go); the controllers then
 	// run what the objects in the API server say, whoever changed them since
-	errs = append(errs, applyBootstrapManifests(ctx, kc, cluster))
+	errs = append(errs, f.runManifestApply(ctx, kc, cluster))
 
 	cc := cluster.active
 	if dns := cc.K8sCoreDNSConfig(); dns != nil && dns.Enabled() {
@@ -353,8 +353,8 @@ func syncCoreDNS(ctx context.Context, kc kubernetes.Interface, subnet netip.Pref
 // the EndpointSlice kube-controller-manager's EndpointSlice controller
 // would keep for it: an endpoint per CoreDNS pod, ready as the pod is.
 // The ClusterIP is the one the manifest pins (the service subnet's tenth
-// address, manifests_apply.go), or, on an API server whose range lacks it
-// (a test's own envtest), one that server allocated.
+// address); an API server whose range lacks it has no kube-dns
+// (manifests_apply.go).
 func syncKubeDNSService(ctx context.Context, kc kubernetes.Interface, selector map[string]string, endpoints []discoveryv1.Endpoint) error {
 	const name = "kube-dns"
 	ports := []corev1.ServicePort{

@@ -304,13 +304,28 @@
 //     `node "x" is not ready` while it is NotReady). The time and network
 //     checks always pass; staticPods reads the StaticPodStatus resources:
 //     "kube-system/<pod> not ready" while one restarts.
-//   - Restarts after a live change (restart.go; kubelet_service.go
-//     KubeletServiceController.Run, control_plane_static_pod.go): a change
-//     of machine.kubelet stops and starts the kubelet (service Preparing,
-//     "kubelet not running", no Node posts; the new kubeletVersion shows
-//     once it posts again), and a change of cluster.apiServer,
-//     .controllerManager or .scheduler replaces that static pod (Running,
-//     not Ready, with the new image). Both begin a quarter of RestartDelay
+//   - Restarts after a live change (restart.go, restart_inputs.go;
+//     v1.14.1 kubelet_service.go KubeletServiceController.Run,
+//     control_plane_static_pod.go ControlPlaneStaticPodController): a
+//     change of what the controllers derive from the config, not of its
+//     text, restarts. A change of the KubeletConfig (kubelet_config.go:
+//     image, extraArgs, extraMounts, clusterDNS, …), the node name and node
+//     IP subnets KubeletSpec adds (kubelet_spec.go) or the kubelet secrets
+//     (secrets/kubelet.go) stops and starts the kubelet (service
+//     Preparing, "kubelet not running", no Node posts; the new
+//     kubeletVersion shows once it posts again), and a change of a static
+//     pod's config resource (control_plane.go: APIServerConfig, with the
+//     admission, audit, authentication and authorization files,
+//     ControllerManagerConfig, SchedulerConfig) or of the Kubernetes
+//     secrets (secrets/root.go) replaces that static pod (Running, not
+//     Ready, with the new image). The same settings moved from the
+//     v1alpha1 document into 1.14's documents derive the same resources
+//     and restart nothing (COSI writes no unchanged resource: state/wrap.go
+//     UpdateWithConflicts). Approximations: KubeletSpec is compared through
+//     the KubeletConfig it renders (empty and absent maps read alike, as
+//     KubeletSpecController renders them); the secrets compared are the
+//     config's roots, not the certificates machined issues from them and
+//     the node's addresses. Both begin a quarter of RestartDelay
 //     after the apply (until then the old image runs, ready) and last
 //     RestartDelay. The sim's one kube-apiserver stays up meanwhile, where
 //     on Talos requests to that node's API server fail: clients must not
@@ -335,11 +350,11 @@
 //     only on a node with a CNI; the kube-dns Service of k8stemplates/
 //     coredns.go CoreDNSService and the EndpointSlice kube-controller-
 //     manager would keep, an endpoint per pod ready as the pod is; the
-//     ClusterIP is Talos' pinned tenth address of the service subnet where
-//     the test bed API server's service range holds it, as devata sim's
-//     and the demo's do (their range is the inventory's service subnets,
-//     control_plane_final.go), else its own allocation) and, unless
-//     cluster.proxy.disabled,
+//     ClusterIP is Talos' pinned tenth address of the service subnet,
+//     which the test bed API server's service range must hold, as devata
+//     sim's and the demo's does (their range is the inventory's service
+//     subnets, control_plane_final.go): a range that refuses it leaves
+//     kube-dns absent, as below) and, unless cluster.proxy.disabled,
 //     kube-proxy (DaemonSet k8s-app=kube-proxy, a host-network pod per
 //     node). The pods run the images of the Deployment's and DaemonSet's
 //     templates, whoever set them. KubePrismStatuses lists
@@ -598,7 +613,18 @@
 // listed objects are never applied again, so a later config (a new
 // Kubernetes version, a new Talos) changes the Manifest resources and not
 // the cluster until talosctl upgrade-k8s, or devata after a Kubernetes
-// upgrade, syncs them. Not served: the other manifests ManifestStatus
+// upgrade, syncs them. An object the API server refuses (Invalid: the
+// kube-dns Service when its --service-cluster-ip-range does not hold the
+// pinned ClusterIP) is left out, nothing picks another address, the
+// others are applied and listed, and the controller fails (apply,
+// applyManifests: the error "error creating /v1/Service/kube-dns: …";
+// Run returns it before its ManifestStatus write; cosi-project/runtime
+// rruntime run.go logs "controller failed" and runs it again after a
+// backoff): the sim logs the failure (Warn, "controller failed", once per
+// distinct error), applies again every kubelet round, and serves no
+// ManifestStatus on any control plane while the apply fails and none
+// succeeded before (Talos keeps what an earlier successful run wrote,
+// per node). Not served: the other manifests ManifestStatus
 // names (bootstrap token, CSR bindings, kubeconfig-in-cluster, node RBAC,
 // flannel, the Talos ServiceAccount CRD, inline and extra manifests),
 // kube-proxy's extra args and config-file mode, resource overrides.

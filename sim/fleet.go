@@ -197,6 +197,10 @@ type Fleet struct {
 	closed       bool
 	kube         kubernetes.Interface // the API server the kubelets post to, once they have
 	agents       map[string]*agentPod // cilium agent pods by machine name
+	// manifestFailure: the error of ManifestApplyController's last run;
+	// manifestsApplied: one run succeeded (manifests_apply.go)
+	manifestFailure  string
+	manifestsApplied bool
 	// schematics: see Options.Schematics and CreateSchematic
 	schematicsMu sync.RWMutex
 	schematics   map[string]Schematic

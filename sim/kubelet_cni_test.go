@@ -26,12 +26,12 @@ import (
 // boot): a Node read Ready through the API server while its agent pod is
 // not fails the test. The reboot is machinery's Reboot call.
 func TestNodeNotReadyAfterARebootUntilTheCNIAgentRunsAgain(t *testing.T) {
-	env := testenv.Start(t)
+	f := simtest.Start(t, simtest.Options{Bootstrap: true})
+	env := testenv.StartWith(t, testenv.Options{ServiceSubnets: f.Inventory.Cluster.Network.ServiceSubnets})
 	kc, err := kubernetes.NewForConfig(env.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := simtest.Start(t, simtest.Options{Bootstrap: true})
 	ctx := context.Background()
 	if err := sim.InstallCilium(ctx, env.Config); err != nil {
 		t.Fatal(err)

@@ -23,12 +23,12 @@ import (
 // NodeAnnotationsSuite and NodeTaintsSuite of Talos' own API suites wait for
 // exactly this.
 func TestKubeletOwnsTheLabelsAnnotationsAndTaintsTalosSets(t *testing.T) {
-	env := testenv.Start(t)
+	f := simtest.Start(t, simtest.Options{Bootstrap: true})
+	env := testenv.StartWith(t, testenv.Options{ServiceSubnets: f.Inventory.Cluster.Network.ServiceSubnets})
 	kc, err := kubernetes.NewForConfig(env.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := simtest.Start(t, simtest.Options{Bootstrap: true})
 	ctx := context.Background()
 	sync := func() *corev1.Node {
 		t.Helper()

@@ -19,12 +19,12 @@ import (
 // The sim plays each node's kubelet towards a real kube-apiserver; the Node
 // objects are read back through client-go.
 func TestKubeletsRegisterNodesInARealAPIServer(t *testing.T) {
-	env := testenv.Start(t)
+	f := simtest.Start(t, simtest.Options{Maintenance: []string{"worker-2"}})
+	env := testenv.StartWith(t, testenv.Options{ServiceSubnets: f.Inventory.Cluster.Network.ServiceSubnets})
 	kc, err := kubernetes.NewForConfig(env.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := simtest.Start(t, simtest.Options{Maintenance: []string{"worker-2"}})
 	ctx := context.Background()
 	// No API server runs before etcd does (its static pod needs it), so no
 	// kubelet registers a Node before the bootstrap.
@@ -96,6 +96,11 @@ func TestKubeletsRegisterNodesInARealAPIServer(t *testing.T) {
 			t.Errorf("coredns pod %s not Ready with the CNI up", p.Name)
 		}
 	}
+	// On the inventory's service range the kube-dns Service holds the
+	// address Talos pins (the tenth of 10.96.0.0/12).
+	if svc, err := kc.CoreV1().Services("kube-system").Get(ctx, "kube-dns", metav1.GetOptions{}); err != nil || svc.Spec.ClusterIP != "10.96.0.10" {
+		t.Errorf("kube-dns Service: %v %+v, want ClusterIP 10.96.0.10", err, svc)
+	}
 	// kube-proxy is disabled in the homelab (cluster.proxy.disabled)
 	if ds, err := kc.AppsV1().DaemonSets("kube-system").Get(ctx, "kube-proxy", metav1.GetOptions{}); err == nil {
 		t.Errorf("kube-proxy DaemonSet %s exists though the config disables it", ds.Name)
@@ -158,7 +163,7 @@ func ready(n corev1.Node) corev1.ConditionStatus {
 // (10-kube-proxy); the sim runs one host-network pod per posting node, and
 // talosctl health reads DesiredNumberScheduled as the replica count.
 func TestKubeProxyRunsWhereTheConfigEnablesIt(t *testing.T) {
-	env := testenv.Start(t)
+	env := testenv.StartWith(t, testenv.Options{ServiceSubnets: configsServiceSubnets})
 	kc, err := kubernetes.NewForConfig(env.Config)
 	if err != nil {
 		t.Fatal(err)

@@ -26,13 +26,16 @@ import (
 // the inventory. An object the inventory lists is never applied again,
 // even when it was deleted or changed since: only talosctl upgrade-k8s (and
 // devata after a Kubernetes upgrade) brings it back to the manifest.
-// devata sim and the demo run their API server with the inventory's
-// service subnets (internal/simfleet, as control_plane_final.go gives
-// kube-apiserver --service-cluster-ip-range), so the pinned ClusterIP fits.
-// Approximation: a test that starts its own API server keeps envtest's
-// range unless it asks for another; when that refuses the kube-dns
-// Service's pinned ClusterIP, the sim lets it allocate one where Talos
-// would report the error and leave the Service out.
+// The kube-dns Service pins its ClusterIP (k8stemplates coredns.go
+// CoreDNSService, machinery k8s.DNSServiceAddrs: the tenth address of the
+// service subnet); an API server whose --service-cluster-ip-range does not
+// hold it refuses the Service (Invalid) and, as on Talos, nothing picks
+// another address: kube-dns stays absent and the controller fails
+// (runManifestApply). devata sim and the demo run their API server with
+// the inventory's service subnets (internal/simfleet, as
+// control_plane_final.go gives kube-apiserver --service-cluster-ip-range),
+// and so must a test that starts its own (internal/testenv
+// Options.ServiceSubnets).
 
 const owningInventoryAnnotation = "config.k8s.io/owning-inventory"
 
@@ -42,6 +45,66 @@ const owningInventoryAnnotation = "config.k8s.io/owning-inventory"
 func inventoryKey(u *unstructured.Unstructured) string {
 	gvk := u.GroupVersionKind()
 	return strings.Join([]string{u.GetNamespace(), strings.ReplaceAll(u.GetName(), ":", "__"), gvk.Group, gvk.Kind}, "_")
+}
+
+// manifestApplyController names the controller whose failure the sim logs,
+// as cosi-project/runtime's rruntime run.go logs it.
+const manifestApplyController = "k8s.ManifestApplyController"
+
+// runManifestApply plays one run of ManifestApplyController (v1.14.1
+// manifest_apply.go Run): the apply, then ManifestStatus only when it
+// succeeded. An object the API server refuses (Invalid, as the kube-dns
+// Service's pinned ClusterIP outside its service range) is left out and
+// the others applied (apply: "resource is malformed, continue with other
+// manifests"), the inventory still written, and Run returns the error:
+// the controller failed (rruntime run.go logs "controller failed" and
+// restarts it after a backoff of 500ms growing to 60s), nothing picks
+// another address, and Run's ManifestStatus write, after the apply, never
+// comes: a control plane whose apply never succeeded has none, one that
+// succeeded before keeps what it wrote. The sim applies again every
+// kubelet round, logs a failure when its text changes and serves no
+// ManifestStatus while the apply fails and never succeeded (fleet-wide:
+// one API server).
+func (f *Fleet) runManifestApply(ctx context.Context, kc kubernetes.Interface, s snapshot) error {
+	err := applyBootstrapManifests(ctx, kc, s)
+
+	failure := ""
+	if err != nil {
+		failure = err.Error()
+	}
+
+	f.mu.Lock()
+	was := f.manifestFailure
+	f.manifestFailure = failure
+	f.manifestsApplied = f.manifestsApplied || err == nil
+	f.mu.Unlock()
+
+	if was == failure {
+		return err
+	}
+
+	if err != nil {
+		f.log.Warn("sim: controller failed; it runs again", "controller", manifestApplyController, "error", err)
+	} else {
+		f.log.Info("sim: bootstrap manifests applied", "controller", manifestApplyController)
+	}
+
+	for _, m := range f.Machines() {
+		if m.snap().controlPlane() {
+			m.sync() // ManifestStatus comes or goes
+		}
+	}
+
+	return err
+}
+
+// manifestApplyFailing: the last run of ManifestApplyController failed
+// and none succeeded before it.
+func (f *Fleet) manifestApplyFailing() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+
+	return f.manifestFailure != "" && !f.manifestsApplied
 }
 
 // applyBootstrapManifests creates what the control plane's manifests hold
@@ -83,7 +146,8 @@ func applyBootstrapManifests(ctx context.Context, kc kubernetes.Interface, s sna
 			u.SetAnnotations(ann)
 
 			if err := createIfMissing(ctx, kc, u); err != nil {
-				errs = append(errs, fmt.Errorf("manifest %s: %s %s/%s: %w", rm.name, u.GetKind(), u.GetNamespace(), u.GetName(), err))
+				gvk := u.GroupVersionKind()
+				errs = append(errs, fmt.Errorf("error creating %s/%s/%s/%s: %w", gvk.Group, gvk.Version, gvk.Kind, u.GetName(), err))
 				continue
 			}
 
@@ -143,14 +207,6 @@ func createIfMissing(ctx context.Context, kc kubernetes.Interface, u *unstructur
 	case "Service":
 		if _, err = kc.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
 			_, err = kc.CoreV1().Services(ns).Patch(ctx, name, types.ApplyPatchType, data, opts)
-			if apierrors.IsInvalid(err) {
-				// the test bed's service range: let the API server allocate
-				unstructured.RemoveNestedField(u.Object, "spec", "clusterIP")
-				unstructured.RemoveNestedField(u.Object, "spec", "clusterIPs")
-				if data, err = json.Marshal(u.Object); err == nil {
-					_, err = kc.CoreV1().Services(ns).Patch(ctx, name, types.ApplyPatchType, data, opts)
-				}
-			}
 		}
 	default:
 		return fmt.Errorf("the sim applies no %s", u.GetKind())

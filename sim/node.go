@@ -242,6 +242,7 @@ func (m *Machine) sync() {
 	}
 
 	s.apiUp = m.fleet.hasEtcd()
+	s.manifestsFailing = m.fleet.manifestApplyFailing()
 
 	managed, err := put(context.Background(), m.st, m.managed, desiredResources(s))
 	m.managed = managed
@@ -388,7 +389,7 @@ func kubernetesResources(s snapshot) []resource.Resource {
 		out = append(out, st)
 	}
 
-	if cc := s.active.Cluster(); cc != nil && s.controlPlane() && s.etcdID != 0 {
+	if cc := s.active.Cluster(); cc != nil && s.controlPlane() && s.etcdID != 0 && !s.manifestsFailing {
 		st := k8s.NewManifestStatus(k8s.ControlPlaneNamespaceName)
 		st.TypedSpec().ManifestsApplied = manifestsOf(s)
 		out = append(out, st)

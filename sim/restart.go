@@ -1,31 +1,44 @@
 package sim
 
 import (
+	"maps"
 	"reflect"
+	"slices"
 	"time"
 
 	"github.com/siderolabs/talos/pkg/machinery/config"
 )
 
-// What a live config change restarts, as Talos v1.11.0 does it:
+// What a live config change restarts, as Talos does it (v1.14.1; v1.11.0
+// the same way):
 //
 //   - internal/app/machined/pkg/controllers/k8s/kubelet_service.go
-//     KubeletServiceController.Run: on every change of the KubeletSpec
-//     (machine.kubelet: image, args, mounts, …) it stops the kubelet
-//     service and starts it again. Meanwhile the service is not running
-//     (MachineStatus: "kubelet not running"), nothing posts the Node, and
-//     the Node carries the new kubeletVersion only once the new kubelet
-//     posts (what talosctl upgrade-k8s waits for:
+//     KubeletServiceController.Run: on every change of its inputs, the
+//     KubeletSpec and the kubelet secrets (secrets.Kubelet), it stops the
+//     kubelet service and starts it again. Meanwhile the service is not
+//     running (MachineStatus: "kubelet not running"), nothing posts the
+//     Node, and the Node carries the new kubeletVersion only once the new
+//     kubelet posts (what talosctl upgrade-k8s waits for:
 //     pkg/cluster/kubernetes/kubelet.go upgradeKubeletOnNode).
 //   - control_plane_static_pod.go ControlPlaneStaticPodController writes a
 //     new static pod manifest when the APIServerConfig,
-//     ControllerManagerConfig or SchedulerConfig changes (cluster.apiServer,
-//     .controllerManager, .scheduler: image, args, …). The kubelet replaces
-//     the pod; until the new one passes its probes, StaticPodStatus and the
-//     mirror pod are Running but not Ready, and MachineStatus' staticPods
-//     check reports "kube-system/<pod> not ready" (machine_status.go
-//     staticPodsCheck). talosctl upgrade-k8s waits for the mirror pod of the
-//     new config to be Ready (talos_managed.go checkPodStatus).
+//     ControllerManagerConfig or SchedulerConfig changes, or the versions
+//     of the rendered secrets and of the API server's configuration files
+//     it stamps on the pods (SecretsStatus, ConfigStatus). The kubelet
+//     replaces the pod; until the new one passes its probes, StaticPodStatus
+//     and the mirror pod are Running but not Ready, and MachineStatus'
+//     staticPods check reports "kube-system/<pod> not ready"
+//     (machine_status.go staticPodsCheck). talosctl upgrade-k8s waits for
+//     the mirror pod of the new config to be Ready (talos_managed.go
+//     checkPodStatus).
+//
+// A change is a change of what those controllers derive from the config,
+// never of the config's text: the same settings in the v1alpha1 document
+// and in 1.14's documents (KubeletConfig, KubeAPIServerConfig, …) derive
+// the same resources, and COSI does not even write an unchanged resource
+// (cosi-project/runtime state/wrap.go UpdateWithConflicts: resource.Equal,
+// a reflect.DeepEqual of the specs), so nothing restarts. restartsOf derives
+// them as the controllers do (kubeletInputsOf, staticPodInputsOf).
 //
 // Neither starts at once: the controllers react a moment after the apply
 // replied, so right after a live apply the machine still reports the old
@@ -45,35 +58,37 @@ const (
 )
 
 // restartsOf lists, by component, the image each component ran before
-// next replaced current, for the components whose spec changed.
+// next replaced current, for the components whose derived inputs changed.
 func restartsOf(current, next config.Provider) map[string]string {
-	if current == nil || next == nil {
-		return nil
-	}
-
-	cur, nxt := current.RawV1Alpha1(), next.RawV1Alpha1()
-	if cur == nil || nxt == nil {
+	if current == nil || next == nil || current.Machine() == nil || next.Machine() == nil || current.K8sKubeletConfig() == nil {
 		return nil
 	}
 
 	out := map[string]string{}
 
-	if cur.MachineConfig != nil && nxt.MachineConfig != nil && !reflect.DeepEqual(cur.MachineConfig.MachineKubelet, nxt.MachineConfig.MachineKubelet) {
+	if !reflect.DeepEqual(kubeletInputsOf(current), kubeletInputsOf(next)) {
 		out[kubeletComponent] = current.K8sKubeletConfig().Image()
 	}
 
-	if cur.ClusterConfig != nil && nxt.ClusterConfig != nil && current.Cluster() != nil {
-		if !reflect.DeepEqual(cur.ClusterConfig.APIServerConfig, nxt.ClusterConfig.APIServerConfig) {
-			out[apiServerPod] = current.K8sAPIServerConfig().Image()
-		}
+	if !current.Machine().Type().IsControlPlane() || !next.Machine().Type().IsControlPlane() {
+		return out
+	}
 
-		if !reflect.DeepEqual(cur.ClusterConfig.ControllerManagerConfig, nxt.ClusterConfig.ControllerManagerConfig) { //nolint:staticcheck // the v1alpha1 field Talos up to 1.13 reads
-			out[controllerPod] = current.K8sControllerManagerConfig().Image()
-		}
+	cur, nxt := staticPodInputsOf(current), staticPodInputsOf(next)
+	if cur == nil || nxt == nil {
+		return out
+	}
 
-		if !reflect.DeepEqual(cur.ClusterConfig.SchedulerConfig, nxt.ClusterConfig.SchedulerConfig) { //nolint:staticcheck // idem
-			out[schedulerPod] = current.K8sSchedulerConfig().Image()
-		}
+	if !reflect.DeepEqual(cur.apiServer, nxt.apiServer) || !reflect.DeepEqual(cur.apiServerFiles, nxt.apiServerFiles) || !reflect.DeepEqual(cur.secrets, nxt.secrets) {
+		out[apiServerPod] = cur.apiServer.Image
+	}
+
+	if !reflect.DeepEqual(cur.controllerManager, nxt.controllerManager) || !reflect.DeepEqual(cur.secrets, nxt.secrets) {
+		out[controllerPod] = cur.controllerManager.Image
+	}
+
+	if !reflect.DeepEqual(cur.scheduler, nxt.scheduler) || !reflect.DeepEqual(cur.secrets, nxt.secrets) {
+		out[schedulerPod] = cur.scheduler.Image
 	}
 
 	return out
@@ -90,6 +105,8 @@ func (m *Machine) activateLocked(cfg config.Provider) bool {
 	if m.down || len(changed) == 0 {
 		return false
 	}
+
+	m.fleet.log.Debug("sim: a live change restarts", "machine", m.name, "components", slices.Sorted(maps.Keys(changed)))
 
 	if m.restarts == nil {
 		m.restarts = map[string]restart{}

@@ -41,6 +41,8 @@ type snapshot struct {
 	// apiUp: an API server can run (some etcd cluster does); set by sync,
 	// which may take the fleet's lock where snap may not.
 	apiUp bool
+	// manifestsFailing: the bootstrap manifests' apply fails (manifests_apply.go); set by sync
+	manifestsFailing bool
 	// restarts, restartDelay: see restart.go
 	restarts     map[string]restart
 	restartDelay time.Duration

@@ -52,7 +52,7 @@ func TestRealTalosctlHealth(t *testing.T) {
 		}
 	}
 
-	env := testenv.StartWith(t, testenv.Options{ClusterCA: f.Bundle.Certs.K8s, ServingHosts: []string{"10.20.0.10"}})
+	env := testenv.StartWith(t, testenv.Options{ClusterCA: f.Bundle.Certs.K8s, ServingHosts: []string{"10.20.0.10"}, ServiceSubnets: f.Inventory.Cluster.Network.ServiceSubnets})
 	kc, err := kubernetes.NewForConfig(env.Config)
 	if err != nil {
 		t.Fatal(err)

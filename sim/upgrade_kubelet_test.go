@@ -16,7 +16,7 @@ import (
 // In stage upgrading machined cordons the Node (node_cordoned_spec.go,
 // node_apply.go ApplyCordoned) and uncordons it once the machine boots.
 func TestUpgradeCordonsTheNode(t *testing.T) {
-	env := testenv.Start(t)
+	env := testenv.StartWith(t, testenv.Options{ServiceSubnets: configsServiceSubnets})
 
 	kc, err := kubernetes.NewForConfig(env.Config)
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 	"devata.dev/devata/gate"
 	"devata.dev/devata/internal/simtest"
 	"devata.dev/devata/internal/testenv"
+	"devata.dev/devata/inventory"
 	"devata.dev/devata/sim"
 	"devata.dev/devata/talosapi"
 )
@@ -29,9 +30,14 @@ type kube struct {
 	kc  kubernetes.Interface
 }
 
+// startKube starts it on the examples' service range (their inventories
+// keep the default), as a Talos control plane runs its kube-apiserver on
+// the config's (v1.14.1 controllers/k8s control_plane_final.go), so that
+// the kube-dns Service Talos pins to the tenth address fits; a fleet of
+// another range needs an API server of its own (startKubeWith).
 func startKube(t *testing.T) *kube {
 	t.Helper()
-	env := testenv.Start(t)
+	env := testenv.StartWith(t, testenv.Options{ServiceSubnets: []string{inventory.DefaultServiceSubnet}})
 	kc, err := kubernetes.NewForConfig(env.Config)
 	if err != nil {
 		t.Fatal(err)

@@ -258,12 +258,12 @@ func TestDriftCiliumChecksWired(t *testing.T) {
 // and, with --probe, the transactions (cilium-probe, coredns-probe) all
 // pass on a healthy fleet; the probes leave no pod behind.
 func TestDriftCiliumWithKubernetes(t *testing.T) {
-	env := testenv.Start(t)
+	sf := startSim(t, simtest.Options{Bootstrap: true})
+	env := testenv.StartWith(t, testenv.Options{ServiceSubnets: sf.Inventory.Cluster.Network.ServiceSubnets})
 	kube, err := kubernetes.NewForConfig(env.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sf := startSim(t, simtest.Options{Bootstrap: true})
 	sf.Sim.SyncKubelets(t.Context(), kube)
 	if err := sim.InstallCilium(t.Context(), env.Config); err != nil {
 		t.Fatal(err)

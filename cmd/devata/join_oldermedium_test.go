@@ -73,13 +73,15 @@ func TestApplyJoinsAControlPlaneBootedFromAnOlderMedium(t *testing.T) {
 		t.Errorf("cp-3 runs %s after its join, want v1.14.1", got)
 	}
 	// The inventory's config moves cp-3's Kubernetes settings from
-	// v1alpha1 to the 1.14 documents, which the sim (restart.go
-	// restartsOf) counts as a change of the kubelet and static pods: they
-	// restart after the live apply, and apply does not wait for that
-	// (it cannot tell a restart to come from none). Drift is read once
-	// they are back (its Node stays NotReady without a CNI, as drift
-	// allows): they begin at most restartDelay/4 after the apply
-	// and take restartDelay.
+	// v1alpha1 to the 1.14 documents; the kubelet's derive the same
+	// KubeletSpec there, so it keeps running, but the 1.14 contract also
+	// turns on API server settings the 1.13 config lacks (startup probes,
+	// an authentication config, the ca-roots volume), so cp-3's static
+	// pods restart after the live apply, as on Talos (sim restart.go
+	// restartsOf), and apply does not wait for that (it cannot tell a
+	// restart to come from none). Drift is read once they are back (its
+	// Node stays NotReady without a CNI, as drift allows): they begin at
+	// most restartDelay/4 after the apply and take restartDelay.
 	time.Sleep(restartDelay * 5 / 4)
 	var o *talosapi.Observation
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {

@@ -113,12 +113,12 @@ func TestASymlinkedLockLeavesTheBundleIntact(t *testing.T) {
 // namespace absent, the host's lock alone guards and a warning says how to
 // fix it.
 func TestWritersOnOtherHostsExcludeEachOtherThroughTheLease(t *testing.T) {
-	env := testenv.Start(t)
+	sf := startSim(t, simtest.Options{Bootstrap: true})
+	env := testenv.StartWith(t, testenv.Options{ServiceSubnets: sf.Inventory.Cluster.Network.ServiceSubnets})
 	kc, err := kubernetes.NewForConfig(env.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sf := startSim(t, simtest.Options{Bootstrap: true})
 	drifts := 0
 	drift := func() { // a new drift each time: the sim drifts again only on a changed config
 		drifts++

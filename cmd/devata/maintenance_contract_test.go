@@ -20,9 +20,12 @@ import (
 // installs the inventory's release from its config's installer and runs the
 // config of that release's contract.
 func TestBootstrapMaintenanceOnOlderTalos(t *testing.T) {
-	// a kubelet restart that outlasts etcd's bootstrap: the 1.14 config
-	// applied to the machines once they run v1.14.1 restarts it, and
-	// bootstrap waits for their boot to end before its drift report
+	// a static pod restart that outlasts etcd's bootstrap: the 1.14 config
+	// applied to the control planes once they run v1.14.1 turns on API
+	// server settings the 1.13 config lacks, which restarts their static
+	// pods (not the kubelet: its settings derive the same KubeletSpec in
+	// either shape, sim restart.go), and bootstrap waits for their boot to
+	// end before its drift report
 	sf := startSim(t, simtest.Options{Example: examples.HomelabV114Name, TalosVersion: "v1.13.9", DesiredKubernetesVersion: "v1.36.3", Maintenance: allMachines, RestartDelay: 4 * time.Second})
 
 	r := devata(t, nil, "plan", "--config", sf.settings, "--skip-nodes")

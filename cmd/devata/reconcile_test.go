@@ -199,12 +199,12 @@ func TestReconcileLoopServesMetricsAndStopsOnSignal(t *testing.T) {
 }
 
 func TestReconcileLeaderElectHoldsAndReleasesTheLease(t *testing.T) {
-	env := testenv.Start(t)
+	sf := startSim(t, simtest.Options{Bootstrap: true})
+	env := testenv.StartWith(t, testenv.Options{ServiceSubnets: sf.Inventory.Cluster.Network.ServiceSubnets})
 	kc, err := kubernetes.NewForConfig(env.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sf := startSim(t, simtest.Options{Bootstrap: true})
 	lr := startReconcile(t, "--config", sf.settings, loopChecks, "--kubeconfig", env.Kubeconfig, "--interval", "200ms",
 		"--leader-elect", "--lease-namespace", "default", "--lease-name", "devata-test", "--shard", "0/2",
 		"--lease-duration", "2s", "--renew-deadline", "1500ms", "--retry-period", "200ms")

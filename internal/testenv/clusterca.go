@@ -34,7 +34,10 @@ type Options struct {
 	// comma-joined, as Talos v1.14.1 control_plane_final.go gives its
 	// kube-apiserver the config's service CIDRs). Without it envtest's
 	// 10.0.0.0/24 stays, where Talos' kube-dns address (the tenth of
-	// 10.96.0.0/12) does not fit.
+	// 10.96.0.0/12) does not fit: the sim's bootstrap manifests then fail
+	// on the kube-dns Service and leave it out, as Talos would
+	// (sim/manifests_apply.go). A test whose fleet runs Kubernetes gives
+	// its inventory's service subnets.
 	ServiceSubnets []string
 }
 
