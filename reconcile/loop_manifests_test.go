@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	appsv1client "k8s.io/client-go/kubernetes/typed/apps/v1"
@@ -378,4 +379,98 @@ func TestLoopFirstMoveSkipsHeldMachinesPulls(t *testing.T) {
 	if got := k.note(t); got != "v1.34.1" {
 		t.Errorf("the note after the first move: %q, want v1.34.1", got)
 	}
+}
+
+// A loop whose Kubernetes identity may do everything but patch the
+// kube-system Namespace (the API server answers Forbidden) cannot write
+// the note: it keeps it in memory, says once that a restart before the
+// sync loses it, and still syncs CoreDNS once every machine moved.
+func TestLoopManifestsNoteForbiddenKeptInMemory(t *testing.T) {
+	k := startKubeUpgrade(t)
+	k.setCoreDNS(t, oldCoreDNS)
+	limited := k.limitedUser(t)
+
+	h := newLoop(t, k.f)
+	h.opts.Changes.Kube, h.opts.Changes.Wait = limited, 30*time.Second
+	var manifests []string
+	for i := 0; i < 4; i++ {
+		res := h.loop().Once(context.Background())
+		manifests = append(manifests, res.Manifests+res.ManifestsErr)
+		if len(res.Queued) == 0 {
+			break
+		}
+	}
+	logs := h.logs.String()
+	if n := strings.Count(logs, "could not be written on the kube-system Namespace"); n != 1 {
+		t.Errorf("the fallback was said %d times, want once:\n%s", n, logs)
+	}
+	for _, want := range []string{`cannot patch resource \"namespaces\"`, "kept in memory only, so a restart before the sync forgets it"} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("the fallback does not say %q:\n%s", want, logs)
+		}
+	}
+	if got := k.note(t); got != "" {
+		t.Errorf("a Forbidden patch wrote the note: %q", got)
+	}
+	if !slices.Contains(manifests, "synced for Kubernetes v1.34.1") {
+		t.Errorf("the passes' manifests: %q; want synced by the note in memory\n%s", manifests, logs)
+	}
+	if got := k.coreDNS(t); got != newCoreDNS {
+		t.Errorf("CoreDNS runs %s, want the manifest's %s", got, newCoreDNS)
+	}
+}
+
+// limitedUser is a client of a user who may do everything but write
+// Namespaces: every resource of every API group, and of the core group
+// every one (subresources too) but namespaces, which it may read.
+func (k *kubeUpgrade) limitedUser(t *testing.T) *kubernetes.Clientset {
+	t.Helper()
+	groups, err := k.kc.Discovery().ServerGroups()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var named []string
+	for _, g := range groups.Groups {
+		if g.Name != "" {
+			named = append(named, g.Name)
+		}
+	}
+	core, err := k.kc.Discovery().ServerResourcesForGroupVersion("v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var coreResources []string
+	for _, r := range core.APIResources {
+		if r.Name != "namespaces" && !strings.HasPrefix(r.Name, "namespaces/") {
+			coreResources = append(coreResources, r.Name)
+		}
+	}
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "devata-no-namespace-writes"}, Rules: []rbacv1.PolicyRule{
+		{APIGroups: named, Resources: []string{"*"}, Verbs: []string{"*"}},
+		{APIGroups: []string{""}, Resources: coreResources, Verbs: []string{"*"}},
+		{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get", "list", "watch"}},
+		{NonResourceURLs: []string{"*"}, Verbs: []string{"get"}},
+	}}
+	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: role.Name},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+		Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: "devata-limited"}}}
+	if _, err := k.kc.RbacV1().ClusterRoles().Create(k.ctx, role, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := k.kc.RbacV1().ClusterRoleBindings().Create(k.ctx, binding, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := k.env.User("devata-limited")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the limited user's role to take effect", func() bool {
+		_, err := c.CoreV1().Nodes().List(k.ctx, metav1.ListOptions{})
+		return err == nil
+	}, func() string { return "nodes still forbidden" })
+	return c
 }
