@@ -86,7 +86,7 @@ func TestManifestsNoteOnTheNamespace(t *testing.T) {
 	for _, want := range []string{
 		"could not be written on the kube-system Namespace",
 		`User "devata-limited" cannot patch resource "namespaces"`,
-		"grant devata's Kubernetes identity patch on namespaces/kube-system",
+		"grant devata's Kubernetes identity get and patch on namespaces/kube-system",
 		"kept in memory only, so a restart before the sync forgets it",
 		"talosctl upgrade-k8s --to 1.34.1",
 	} {
