@@ -25,7 +25,10 @@ const (
 )
 
 // AuditRecord is one line of the audit log. Diff is the redacted summary of
-// the config change (changed secrets appear only as field paths).
+// the config change (changed secrets appear only as field paths). A
+// machine's change names its machine; an action of the whole cluster (the
+// sync of the bootstrap manifests, ActionSyncManifests) has none: no
+// machine's name is empty.
 type AuditRecord struct {
 	Time    time.Time `json:"time"`
 	Machine string    `json:"machine"`
@@ -41,6 +44,12 @@ type AuditRecord struct {
 	// output on the first.
 	Via       string   `json:"via,omitempty"`
 	Installer []string `json:"installer,omitempty"`
+	// Kubernetes is the version whose bootstrap manifests a sync applied,
+	// and Objects the objects it created or configured, by name
+	// ("configured apps/v1 Deployment kube-system/coredns"), never their
+	// contents.
+	Kubernetes string   `json:"kubernetes,omitempty"`
+	Objects    []string `json:"objects,omitempty"`
 	// Interrupted marks an action that was finished after a shutdown or a
 	// lost leadership asked the loop to stop.
 	Interrupted bool   `json:"interrupted,omitempty"`

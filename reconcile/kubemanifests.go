@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/cosi-project/runtime/pkg/resource"
 	"github.com/cosi-project/runtime/pkg/safe"
@@ -23,6 +24,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"devata.dev/devata/inventory"
+	"devata.dev/devata/talosapi"
 )
 
 // After the last component of a Kubernetes version change moved, devata
@@ -287,34 +289,91 @@ func manifestsFrom(ctx context.Context, dial func(context.Context, *inventory.Ma
 	return nil, "", errors.Join(errs...)
 }
 
-// syncManifests is the last step of a Kubernetes version change whose
-// every component moved in this rollout: the bootstrap manifests synced,
-// then the changed Deployments and DaemonSets waited for. Nothing happens
-// when no component moved or some wait (held, or a machine part way).
+// syncManifests is the last step of a rollout: the bootstrap manifests
+// synced when the note says they are due for the inventory's Kubernetes
+// version and every machine runs it (kubemanifests_note.go), then the
+// changed Deployments and DaemonSets waited for. Nothing happens without
+// a note, nor when the plan's version change was refused, nor in a
+// change of the loop: its pass syncs, between audit records
+// (loop_manifests.go).
 func (r *Rollout) syncManifests(ctx context.Context, plan *Plan, out *RolloutResult) error {
-	k := plan.Kubernetes
-	if k == nil || k.Refused != "" || len(k.Held) > 0 || !out.Done() || len(out.Partial) > 0 ||
-		!slices.ContainsFunc(plan.Pending(), func(a Action) bool { return a.Kubernetes != nil && a.Kubernetes.moves() != "no component now" }) {
+	if k := plan.Kubernetes; k != nil && k.Refused != "" || !out.Done() || r.fleet != nil {
 		return nil
 	}
-	return r.syncBootstrapManifests(ctx, k.To)
+	return r.SyncDueManifests(ctx)
+}
+
+// SyncDueManifests syncs the bootstrap manifests when the note on the
+// kube-system Namespace (or this process' memory) says they are due for
+// the inventory's Kubernetes version and every machine of the inventory
+// runs it, and then removes the note; it says what it did or why it
+// waits. devata apply calls it at the end of every rollout (Run does) and
+// when it has nothing to change, so that a Kubernetes version change
+// another run (or a loop that stopped) left unsynced is synced.
+func (r *Rollout) SyncDueManifests(ctx context.Context) error {
+	to, ok := r.manifestsDue(ctx)
+	if !ok {
+		return nil
+	}
+	if _, err := r.syncBootstrapManifests(ctx, to); err != nil {
+		return err
+	}
+	if err := r.notes().done(ctx, r.Kube, to); err != nil {
+		r.say("    %v; the next run syncs them again (no change)", err)
+	}
+	return nil
+}
+
+// manifestsDue is the inventory's Kubernetes version and true when its
+// bootstrap manifests are due and every machine runs it; it says why
+// they wait otherwise.
+func (r *Rollout) manifestsDue(ctx context.Context) (string, bool) {
+	to := r.Inventory.Cluster.KubernetesVersion
+	rctx, cancel := context.WithTimeout(ctx, r.Timeout)
+	due, _ := r.notes().due(rctx, r.Kube)
+	cancel()
+	switch {
+	case due == "":
+		return "", false
+	case due != to:
+		r.say("==> bootstrap manifests: the inventory moved on: those of Kubernetes %s were never synced, and the inventory says %s; the next change toward it replaces the note (%s on the kube-system Namespace)", due, to, ManifestsDueAnnotation)
+		r.notes().forget(due)
+		return "", false
+	}
+	if behind := kubeBehind(ctx, r.Dialer, r.Inventory, to, prePullConcurrency, r.Timeout); len(behind) > 0 {
+		r.say("==> bootstrap manifests of Kubernetes %s: due, synced once every machine runs it: %s", to, strings.Join(behind, "; "))
+		return "", false
+	}
+	return to, true
+}
+
+// notes is what this rollout knows of the note: the loop's Reconciler's,
+// or the rollout's own.
+func (r *Rollout) notes() *kubeMoves {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.due == nil {
+		r.due = &kubeMoves{}
+	}
+	return r.due
 }
 
 // syncBootstrapManifests syncs the bootstrap manifests once every
 // component runs Kubernetes to (the end of a version change made by a
 // rollout, or by the loop's changes: loop_manifests.go), then waits for
-// the changed Deployments and DaemonSets.
-func (r *Rollout) syncBootstrapManifests(ctx context.Context, to string) error {
+// the changed Deployments and DaemonSets. It returns the changes made
+// (all of them when it failed part way).
+func (r *Rollout) syncBootstrapManifests(ctx context.Context, to string) ([]ManifestChange, error) {
 	retry := "every component moved; to sync them again run talosctl upgrade-k8s --to " + strings.TrimPrefix(to, "v") + " against a control plane"
 	if r.Kube == nil {
-		return errors.New("the bootstrap manifests (CoreDNS, kube-proxy) were not synced: devata has no kubeconfig (pass --kubeconfig or set KUBECONFIG); " + retry)
+		return nil, errors.New("the bootstrap manifests (CoreDNS, kube-proxy) were not synced: devata has no kubeconfig (pass --kubeconfig or set KUBECONFIG); " + retry)
 	}
 	r.say("==> bootstrap manifests: server-side apply as talosctl upgrade-k8s (field manager %s)", constants.KubernetesFieldManagerName)
 	sctx, cancel := context.WithTimeout(ctx, r.Wait)
 	defer cancel()
 	objs, from, err := manifestsFrom(sctx, r.Dialer.Client, r.Inventory.ControlPlanes())
 	if err != nil {
-		return fmt.Errorf("the bootstrap manifests could not be read from a control plane: %w; %s", err, retry)
+		return nil, fmt.Errorf("the bootstrap manifests could not be read from a control plane: %w; %s", err, retry)
 	}
 	changes, err := SyncManifests(sctx, r.Kube, objs, false)
 	counts := map[string]int{}
@@ -326,18 +385,61 @@ func (r *Rollout) syncBootstrapManifests(ctx context.Context, to string) error {
 	}
 	r.say("    %d objects of %s's manifests: %d created, %d configured, %d unchanged", len(objs), from, counts["created"], counts["configured"], counts["unchanged"])
 	if err != nil {
-		return fmt.Errorf("syncing the bootstrap manifests: %w; %s", err, retry)
+		// by the object and the API server's reason: a refused apply's
+		// message may quote the object's fields
+		return changes, &safeErr{msg: "syncing the bootstrap manifests: " + applyFailure("server-side apply", objs[len(changes)], err) + "; " + retry, err: err}
 	}
 	for _, c := range changes {
 		if c.Action == "unchanged" || c.gvk.Group != "apps" || c.gvk.Kind != "Deployment" && c.gvk.Kind != "DaemonSet" {
 			continue
 		}
 		if err := r.waitRolledOut(ctx, c); err != nil {
-			return err
+			return changes, err
 		}
 		r.say("    %s %s/%s rolled out", c.gvk.Kind, c.namespace, c.name)
 	}
-	return nil
+	return changes, nil
+}
+
+// kubeBehind names the machines of inv whose applied config does not run
+// every Kubernetes component at to, each with what it runs (or why it
+// could not be read); machines in maintenance mode run none and are not
+// behind.
+func kubeBehind(ctx context.Context, dialer *talosapi.Dialer, inv *inventory.Inventory, to string, concurrency int, timeout time.Duration) []string {
+	ms := make([]*inventory.Machine, len(inv.Machines))
+	behind := make([]string, len(ms))
+	for i := range inv.Machines {
+		ms[i] = &inv.Machines[i]
+		behind[i] = ms[i].Name + ": not observed" // until its look says otherwise
+	}
+	_ = talosapi.ForEach(ctx, ms, concurrency, timeout, func(ctx context.Context, m *inventory.Machine) error {
+		behind[slices.Index(ms, m)] = kubeBehindOne(talosapi.Observe(ctx, dialer, m), to)
+		return nil
+	})
+	return slices.DeleteFunc(behind, func(s string) bool { return s == "" })
+}
+
+// kubeBehindOne says how one observed machine is behind Kubernetes to, or "".
+func kubeBehindOne(o *talosapi.Observation, to string) string {
+	name := o.Machine.Name
+	switch {
+	case o.Maintenance:
+		return ""
+	case o.Err != nil:
+		return name + ": " + o.Err.Error()
+	case o.ConfigErr != nil:
+		return name + ": " + o.ConfigErr.Error()
+	}
+	k, err := talosapi.KubeComponentsOf(o.Active)
+	if err != nil {
+		return name + ": " + err.Error()
+	}
+	for _, v := range k.Versions() {
+		if strings.TrimPrefix(v, "v") != strings.TrimPrefix(to, "v") {
+			return name + " runs " + strings.Join(k.Versions(), ", ")
+		}
+	}
+	return ""
 }
 
 // waitRolledOut polls until a Deployment or DaemonSet runs its current
@@ -408,23 +510,24 @@ func (p *Planner) manifestsDryRun(ctx context.Context) []string {
 		}
 	}
 	if err != nil {
-		out = append(out, dryRunFailure(objs[len(changes)], err))
+		out = append(out, applyFailure("the dry run", objs[len(changes)], err)+" (talosctl upgrade-k8s --dry-run against a control plane shows its message)")
 	}
 	return append(out, fmt.Sprintf("%d of %d objects of %s's manifests unchanged", n, len(objs), from))
 }
 
-// dryRunFailure says that the dry run of obj failed by the object and the
-// API server's reason alone: the message of a refused apply may quote the
-// object's fields, and a plan shows objects and images, never contents.
-func dryRunFailure(obj *unstructured.Unstructured, err error) string {
-	what := obj.GroupVersionKind().GroupVersion().String() + " " + obj.GetKind() + " " + obj.GetName()
+// applyFailure says that applying obj (what: "the dry run", "server-side
+// apply") failed by the object and the API server's reason alone: the
+// message of a refused apply may quote the object's fields, and devata
+// shows objects and images, never contents.
+func applyFailure(what string, obj *unstructured.Unstructured, err error) string {
+	name := obj.GroupVersionKind().GroupVersion().String() + " " + obj.GetKind() + " " + obj.GetName()
 	if obj.GetNamespace() != "" {
-		what = obj.GroupVersionKind().GroupVersion().String() + " " + obj.GetKind() + " " + obj.GetNamespace() + "/" + obj.GetName()
+		name = obj.GroupVersionKind().GroupVersion().String() + " " + obj.GetKind() + " " + obj.GetNamespace() + "/" + obj.GetName()
 	}
 	var st apierrors.APIStatus
 	if errors.As(err, &st) {
 		s := st.Status()
-		return fmt.Sprintf("the dry run failed at %s: the API server answered %d %s (talosctl upgrade-k8s --dry-run against a control plane shows its message)", what, s.Code, s.Reason)
+		return fmt.Sprintf("%s failed at %s: the API server answered %d %s", what, name, s.Code, s.Reason)
 	}
-	return fmt.Sprintf("the dry run failed at %s: %v", what, err)
+	return fmt.Sprintf("%s failed at %s: %v", what, name, err)
 }

@@ -11,6 +11,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 
 	"devata.dev/devata/internal/simtest"
 	"devata.dev/devata/reconcile"
@@ -166,6 +168,65 @@ func TestKubernetesUpgradeSyncsBootstrapManifests(t *testing.T) {
 	}
 	if len(again) != len(objs) || len(objs) != 9 {
 		t.Errorf("%d objects synced of %d; want the 9 of CoreDNS and kube-proxy", len(again), len(objs))
+	}
+
+	// the rollout noted the sync due before its first move and removed the
+	// note once it synced
+	if !strings.Contains(log, "noted on the kube-system Namespace ("+reconcile.ManifestsDueAnnotation+": v1.34.1)") {
+		t.Errorf("the rollout did not say its note:\n%s", log)
+	}
+	if i, j := strings.Index(log, "noted on the kube-system Namespace"), strings.Index(log, "==> cp-1: apply"); i < 0 || j < i {
+		t.Errorf("the note was written after the first move:\n%s", log)
+	}
+	note := func() string {
+		ns, err := kc.CoreV1().Namespaces().Get(ctx, "kube-system", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ns.Annotations[reconcile.ManifestsDueAnnotation]
+	}
+	if got := note(); got != "" {
+		t.Errorf("the note stays after the rollout's sync: %q", got)
+	}
+
+	// an apply with nothing to change: no note, an operator's edit stays;
+	// a note another run left (it stopped before the sync), synced
+	setDNS := func(image string) {
+		// the sim's kubelets write the Deployment's status: retry on a conflict
+		if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			dep, err := deps.Get(ctx, "coredns", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			dep.Spec.Template.Spec.Containers[0].Image = image
+			_, err = deps.Update(ctx, dep, metav1.UpdateOptions{FieldManager: "kubectl-edit"})
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setDNS(oldDNS)
+	h.lines = nil
+	r = h.rollout(nil)
+	r.Kube, r.Wait = kc, 30*time.Second
+	if err := r.SyncDueManifests(ctx); err != nil || len(h.lines) > 0 {
+		t.Fatalf("with no note: %v, said %q", err, h.lines)
+	}
+	if dep, _ := deps.Get(ctx, "coredns", metav1.GetOptions{}); dep.Spec.Template.Spec.Containers[0].Image != oldDNS {
+		t.Fatalf("with no note, CoreDNS was synced over an operator's edit: %s", dep.Spec.Template.Spec.Containers[0].Image)
+	}
+	patch := `{"metadata":{"annotations":{"` + reconcile.ManifestsDueAnnotation + `":"v1.34.1"}}}`
+	if _, err := kc.CoreV1().Namespaces().Patch(ctx, "kube-system", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.SyncDueManifests(ctx); err != nil {
+		t.Fatalf("a due sync: %v\n%s", err, strings.Join(h.lines, "\n"))
+	}
+	if dep, _ := deps.Get(ctx, "coredns", metav1.GetOptions{}); dep.Spec.Template.Spec.Containers[0].Image != want["Deployment"] {
+		t.Errorf("a due sync left CoreDNS at %s, want %s\n%s", dep.Spec.Template.Spec.Containers[0].Image, want["Deployment"], strings.Join(h.lines, "\n"))
+	}
+	if got := note(); got != "" {
+		t.Errorf("the note stays after a due sync: %q", got)
 	}
 }
 

@@ -20,7 +20,7 @@ import (
 //	devata_reconcile_pass_duration_seconds                     histogram of whole passes
 //	devata_reconcile_passes_total{result}                      ok, inventory-invalid, blocked, interrupted
 //	devata_reconcile_last_pass_timestamp_seconds               when the last pass ended
-//	devata_reconcile_actions_total{kind,result}                kind apply; result converged, failed, blocked, interrupted, dry-run, abandoned
+//	devata_reconcile_actions_total{kind,result}                kind apply, upgrade, join, sync-bootstrap-manifests; result converged, failed, blocked, interrupted, dry-run, abandoned
 //	devata_reconcile_errors_total{stage}                       inventory, observe, plan, apply, gate, audit
 //	devata_reconcile_machine_failures{machine}                 consecutive failed syncs (0 once it succeeds)
 //	devata_reconcile_machine_backoff_seconds{machine}          the delay before its next retry
@@ -97,7 +97,7 @@ func NewMetrics() *Metrics {
 	// increase() and rate() over them (the alerts in deploy/monitoring) see
 	// the first pass that is not ok, the first error and the first action.
 	for _, result := range []string{ResultConverged, ResultFailed, ResultBlocked, ResultInterrupted, ResultDryRun, ResultAbandoned} {
-		for _, kind := range []Kind{KindApply, KindUpgrade, KindJoin} {
+		for _, kind := range []Kind{KindApply, KindUpgrade, KindJoin, ActionSyncManifests} {
 			m.actions.WithLabelValues(string(kind), result)
 		}
 	}

@@ -23,7 +23,7 @@ func TestMetricsStartAtZero(t *testing.T) {
 	for _, stage := range []string{"inventory", "observe", "plan", "apply", "gate", "audit"} {
 		want = append(want, `devata_reconcile_errors_total{stage="`+stage+`"} 0`)
 	}
-	for _, kind := range []string{"apply", "upgrade"} {
+	for _, kind := range []string{"apply", "upgrade", "join", "sync-bootstrap-manifests"} {
 		for _, result := range []string{"converged", "failed", "blocked", "interrupted", "dry-run", "abandoned"} {
 			want = append(want, `devata_reconcile_actions_total{kind="`+kind+`",result="`+result+`"} 0`)
 		}

@@ -43,8 +43,9 @@ type Reconciler struct {
 	setup sync.Once
 	// stop is a failed gate's stop: while it holds no change is made.
 	stop gateStop
-	// moved notes the Kubernetes version its changes moved components to,
-	// for the loop's sync of the bootstrap manifests (loop_manifests.go).
+	// moved is what its changes know of the note that the bootstrap
+	// manifests are due (kubemanifests_note.go), for the loop's sync
+	// (loop_manifests.go).
 	moved kubeMoves
 }
 
@@ -228,10 +229,11 @@ func (r *Reconciler) change(ctx context.Context, adm admission, d *Desired, desi
 		r.Log.Info(strings.TrimSpace(fmt.Sprintf(format, args...)), "machine", key)
 	})
 	ro.MaxUnavailable = 1 // a plan of one machine
+	// the note of due bootstrap manifests and the first move's pulls: kubeprepull.go
+	ro.due, ro.fleet = &r.moved, r.fleetMoves(d)
 	// recorded as started: it runs to its end or to the end of the grace
 	// period, not to the stop signal
 	out := ro.Run(changes, &Plan{Actions: []Action{a}})
-	r.moved.note(a)
 	if adm != nil && !adm.end(key) {
 		r.Log.Warn("a change recorded abandoned has ended", "machine", key, "converged", len(out.Converged) > 0, "stopped", out.Stopped)
 		return Result{Outcome: OutcomeInterrupted}, nil

@@ -61,10 +61,15 @@ type Rollout struct {
 	DrainTimeout time.Duration
 
 	// mu guards joinedOn, which joins in a batch of workers write, and
-	// cniSeen (see cniRuns).
+	// cniSeen (see cniRuns), and due.
 	mu       sync.Mutex
 	joinedOn map[string]string
 	cniSeen  string
+	// due and fleet are the loop's (kubemanifests_note.go, kubeprepull.go):
+	// the note of due bootstrap manifests its changes share, and the
+	// fleet's moves pulled before the first (nil: apply's rollout).
+	due   *kubeMoves
+	fleet func(context.Context) (moving, held []Action)
 }
 
 // RolloutResult is what one Rollout.Run did over a plan: which machines
@@ -139,11 +144,10 @@ func (r *Rollout) Run(ctx context.Context, plan *Plan) *RolloutResult {
 	}
 	run := &rolloutRun{r: r, gate: g, actions: actions, out: out, started: make([]bool, len(actions)), done: make([]bool, len(actions))}
 	cps, workers := rolloutOrder(actions)
-	// pull before any component moves: the whole plan's machines, or in
-	// the loop (a plan of one machine and no Kubernetes part) that
-	// machine's own new images before its first phase
+	// pull before any component moves, and note that the bootstrap
+	// manifests are due: kubeprepull.go
 	if k := plan.Kubernetes; k == nil || k.Refused == "" {
-		if err := r.prePull(ctx, actions); err != nil {
+		if err := r.beforeMoves(ctx, actions); err != nil {
 			return run.stop(err.Error())
 		}
 	}

@@ -399,6 +399,10 @@ func (a *app) applyRound(ctx context.Context, flags applyFlags, s *session, chan
 		return false, planExit(nil, skipped)
 	case len(pending) == 0:
 		fmt.Fprintf(out, "nothing to apply: %d of %d machines run their desired config\n", len(plan.Actions)-len(skipped), len(plan.Actions))
+		// a Kubernetes version change an earlier run or the loop left unsynced
+		if err := changes.Rollout(s.inv, s.desired.Held(), func(format string, args ...any) { fmt.Fprintf(out, format+"\n", args...) }).SyncDueManifests(ctx); err != nil {
+			return false, exitWith(exitFailed, err)
+		}
 		return false, planExit(nil, skipped)
 	}
 	// the first round's confirmation covers the hops after it: its plan

@@ -351,7 +351,9 @@ func TestKubernetesUpgradeRefused(t *testing.T) {
 // they are planned: the rest of theirs waits) and everything on the last;
 // the workers, planned before any API server moved, wait (held). The
 // second pass finishes the first two, then the workers' kubelets. No
-// sample ever sees a kubelet newer than an API server.
+// sample ever sees a kubelet newer than an API server. Each pass is a
+// process of its own: the second syncs the bootstrap manifests by the
+// note the first left on the kube-system Namespace.
 func TestReconcileKubernetesUpgrade(t *testing.T) {
 	sf, k, kubeconfig := startOnKubernetes(t, "v1.33.5")
 
@@ -396,6 +398,11 @@ func TestReconcileKubernetesUpgrade(t *testing.T) {
 	k.waitKubelets(t, "v1.34.1")
 	if _, broken := w.order(); len(broken) > 0 {
 		t.Errorf("version skew broken:\n%s", strings.Join(broken, "\n"))
+	}
+	// a second process: the note the first left on the kube-system
+	// Namespace says the bootstrap manifests are due
+	if !strings.Contains(r.stdout, "bootstrap manifests: synced for Kubernetes v1.34.1") {
+		t.Errorf("the second pass (another process) did not sync the bootstrap manifests:\n%s", r.stdout)
 	}
 }
 
