@@ -127,7 +127,7 @@ func (k *kubeMoves) mark(ctx context.Context, kube kubernetes.Interface, to stri
 	if err != nil {
 		why := err.Error()
 		if apierrors.IsForbidden(err) {
-			why += "; grant devata's Kubernetes identity get and patch on namespaces/kube-system"
+			why += "; grant devata's Kubernetes identity get and patch on namespaces/kube-system (in a pod: add deploy/components/kubernetes-upgrade)"
 		}
 		k.fallback(to, why, say)
 		return
