@@ -153,7 +153,7 @@ func createIfMissing(ctx context.Context, kc kubernetes.Interface, u *unstructur
 			}
 		}
 	default:
-		return fmt.Errorf("the sim applies no %s", u.GetKind())
+		return createAny(ctx, kc, u, data, opts.FieldManager) // manifests_bootstrap.go
 	}
 
 	return err
