@@ -619,7 +619,11 @@
 // external cloud provider's manifests (URLs Talos downloads, 99-<name>
 // and 30-<url>) are not served; an inline manifest that is not valid YAML
 // is left out where Talos' controller fails and serves none; the sim
-// runs no flannel pods and sets no status on its DaemonSet; kube-proxy's
+// runs no flannel pods and sets no status on its DaemonSet (a sync that
+// changed it would wait for a rollout the sim never plays); the objects
+// take v1.14.1's shape whatever the machine's release (v1.11.0 renders the
+// same manifests and kinds; details and images differ, and the images
+// follow the machine's release); kube-proxy's
 // extra args and config-file mode, and CoreDNS's and kube-proxy's
 // resource overrides, are not rendered (flannel's are).
 //
