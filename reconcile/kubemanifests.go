@@ -173,7 +173,7 @@ func (s *ssa) apply(ctx context.Context, obj *unstructured.Unstructured, dryRun 
 	switch {
 	case apierrors.IsNotFound(err):
 	case err != nil:
-		return ch, fmt.Errorf("read %s: %w", ch.Object, err)
+		return ch, fmt.Errorf("read %s: %w", ch.Object, apiAnswer(raw, err))
 	default:
 		if err := json.Unmarshal(raw, &before); err != nil {
 			return ch, fmt.Errorf("read %s: %w", ch.Object, err)
@@ -203,7 +203,7 @@ func (s *ssa) apply(ctx context.Context, obj *unstructured.Unstructured, dryRun 
 	}
 	raw, err = req.DoRaw(ctx)
 	if err != nil {
-		return ch, fmt.Errorf("server-side apply %s: %w", ch.Object, err)
+		return ch, fmt.Errorf("server-side apply %s: %w", ch.Object, apiAnswer(raw, err))
 	}
 	var after map[string]any
 	if err := json.Unmarshal(raw, &after); err != nil {
@@ -219,6 +219,28 @@ func (s *ssa) apply(ctx context.Context, obj *unstructured.Unstructured, dryRun 
 		ch.Images = imageChanges(before, after)
 	}
 	return ch, nil
+}
+
+// apiAnswer is err with the API server's words: the discovery client's
+// REST client decodes no Status, so its errors say "unknown" and the
+// words are in the body. An Invalid message quotes the object's values
+// (a Secret's among them), so only its fields are kept.
+func apiAnswer(raw []byte, err error) error {
+	var st metav1.Status
+	if err == nil || json.Unmarshal(raw, &st) != nil || st.Kind != "Status" || st.Status != metav1.StatusFailure {
+		return err
+	}
+	if st.Reason == metav1.StatusReasonInvalid {
+		var fields []string
+		if st.Details != nil {
+			for i, c := range st.Details.Causes {
+				fields = append(fields, c.Field)
+				st.Details.Causes[i].Message = ""
+			}
+		}
+		st.Message = "the API server found it invalid (fields: " + strings.Join(fields, ", ") + ")"
+	}
+	return &apierrors.StatusError{ErrStatus: st}
 }
 
 // withoutBookkeeping is an object without what every write changes (bookkeeping

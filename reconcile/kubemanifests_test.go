@@ -166,8 +166,8 @@ func TestKubernetesUpgradeSyncsBootstrapManifests(t *testing.T) {
 			t.Errorf("a second sync changed %s", ch)
 		}
 	}
-	if len(again) != len(objs) || len(objs) != 9 {
-		t.Errorf("%d objects synced of %d; want the 9 of CoreDNS and kube-proxy", len(again), len(objs))
+	if len(again) != len(objs) || len(objs) != 16 {
+		t.Errorf("%d objects synced of %d; want the 16 of the token, CSR, kubeconfig, node RBAC, CoreDNS and kube-proxy manifests", len(again), len(objs))
 	}
 
 	// the rollout noted the sync due before its first move and removed the

@@ -593,41 +593,65 @@
 // that v1.14.1's ControlPlaneBootstrapManifestsController
 // (controllers/k8s/control_plane.go) and ManifestController
 // (controllers/k8s/manifest.go render, templates in
-// controllers/k8s/internal/k8stemplates coredns.go and kube-proxy.go)
-// render from its config (manifests.go): 11-core-dns (ServiceAccount,
-// ClusterRole and ClusterRoleBinding system:coredns, the Corefile
-// ConfigMap, the Deployment), 11-core-dns-svc (kube-dns, ClusterIP the
-// tenth address of the service subnet, k8s.DNSServiceAddrs) and, when the
-// config enables kube-proxy, 10-kube-proxy (DaemonSet with
+// controllers/k8s/internal/k8stemplates) render from its config
+// (manifests.go, manifests_bootstrap.go), every one Talos renders:
+// 00-kubelet-bootstrapping-token (the Secret bootstrap-token-<id> of
+// cluster.token, in stringData, kubelet.go), 01-csr-node-bootstrap,
+// 01-csr-approver-role-binding and 01-csr-renewal-role-binding (csr.go),
+// 11-kube-config-in-cluster (KubePrism's address when it is on, else the
+// cluster endpoint, kubeconfig.go), 11-talos-node-rbac-template
+// (system:talos-nodes, talos.go); 05-flannel when the config's CNI is
+// flannel, Talos' default (ClusterRole, ClusterRoleBinding,
+// ServiceAccount, kube-flannel-cfg, the kube-flannel DaemonSet with the
+// flannel image of the Talos the machine reports, flannel.go);
+// 10-kube-proxy when the config enables kube-proxy (DaemonSet with
 // manageProxyConfigArgs' flags, ServiceAccount, ClusterRoleBinding
-// system:node-proxier). CoreDNS's image is the config's or, when it names
-// none, the default of the Talos the machine reports (constants
-// DefaultCoreDNSVersion: v1.12.2 in v1.11.0, v1.13.2 in v1.12.4, v1.14.6
-// in v1.13.9, v1.14.7 in v1.14.1); kube-proxy's follows the config's
-// cluster.proxy.image, so it moves with a Kubernetes version change. With
-// an API server the sim plays ManifestApplyController
+// system:node-proxier); 11-core-dns (ServiceAccount, ClusterRole and
+// ClusterRoleBinding system:coredns, the Corefile ConfigMap, the
+// Deployment) and 11-core-dns-svc (kube-dns, ClusterIP the tenth address
+// of the service subnet, k8s.DNSServiceAddrs) when CoreDNS is enabled;
+// 13-talos-service-account-crd (serviceaccounts.talos.dev, crds.go) when
+// machine.features.kubernetesTalosAPIAccess is enabled; and each inline
+// manifest as 99-<name> (ExtraManifestController, extra_manifest.go, and
+// SetYAML: comment-only documents skipped, Lists unwrapped). ManifestStatus
+// names exactly these. The objects equal Talos' own template goldens for
+// the same inputs (manifests_golden_test.go). CoreDNS's image is the
+// config's or, when it names none, the default of the Talos the machine
+// reports (constants DefaultCoreDNSVersion: v1.12.2 in v1.11.0, v1.13.2 in
+// v1.12.4, v1.14.6 in v1.13.9, v1.14.7 in v1.14.1); kube-proxy's follows
+// the config's cluster.proxy.image, so it moves with a Kubernetes version
+// change. With an API server the sim plays ManifestApplyController
 // (controllers/k8s/manifest_apply.go apply, manifests_apply.go): every
 // object the inventory ConfigMap kube-system/talos-bootstrap-manifests-
 // inventory does not list is created with server-side apply, field
-// manager "talos", annotation config.k8s.io/owning-inventory, and listed;
-// listed objects are never applied again, so a later config (a new
-// Kubernetes version, a new Talos) changes the Manifest resources and not
-// the cluster until talosctl upgrade-k8s, or devata after a Kubernetes
-// upgrade, syncs them. An object the API server refuses (Invalid: the
-// kube-dns Service when its --service-cluster-ip-range does not hold the
-// pinned ClusterIP) is left out, nothing picks another address, the
-// others are applied and listed, and the controller fails (apply,
-// applyManifests: the error "error creating /v1/Service/kube-dns: …";
-// Run returns it before its ManifestStatus write; cosi-project/runtime
+// manager "talos", annotation config.k8s.io/owning-inventory, and listed
+// (kinds without a typed client, the Secret, the CRD and inline
+// manifests' kinds, through discovery's REST paths, as Talos' REST mapper
+// finds them); listed objects are never applied again, so a later config
+// (a new Kubernetes version, a new Talos) changes the Manifest resources
+// and not the cluster until talosctl upgrade-k8s, or devata after a
+// Kubernetes upgrade, syncs them. An object the API server refuses
+// (Invalid: the kube-dns Service when its --service-cluster-ip-range does
+// not hold the pinned ClusterIP) is left out, nothing picks another
+// address, the others are applied and listed, and the controller fails
+// (apply, applyManifests: the error "error creating /v1/Service/kube-dns:
+// …"; Run returns it before its ManifestStatus write; cosi-project/runtime
 // rruntime run.go logs "controller failed" and runs it again after a
 // backoff): the sim logs the failure (Warn, "controller failed", once per
 // distinct error), applies again every kubelet round, and serves no
 // ManifestStatus on any control plane while the apply fails and none
-// succeeded before (Talos keeps what an earlier successful run wrote,
-// per node). Not served: the other manifests ManifestStatus
-// names (bootstrap token, CSR bindings, kubeconfig-in-cluster, node RBAC,
-// flannel, the Talos ServiceAccount CRD, inline and extra manifests),
-// kube-proxy's extra args and config-file mode, resource overrides.
+// succeeded before (Talos keeps what an earlier successful run wrote, per
+// node). Approximations: extraManifests and the
+// external cloud provider's manifests (URLs Talos downloads, 99-<name>
+// and 30-<url>) are not served; an inline manifest that is not valid YAML
+// is left out where Talos' controller fails and serves none; the sim
+// runs no flannel pods and sets no status on its DaemonSet (a sync that
+// changed it would wait for a rollout the sim never plays); the objects
+// take v1.14.1's shape whatever the machine's release (v1.11.0 renders the
+// same manifests and kinds; details and images differ, and the images
+// follow the machine's release); kube-proxy's
+// extra args and config-file mode, and CoreDNS's and kube-proxy's
+// resource overrides, are not rendered (flannel's are).
 //
 // # talosctl health
 //

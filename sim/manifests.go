@@ -36,15 +36,16 @@ import (
 // (manifest_apply.go) creates, at boot, each object that does not exist,
 // and leaves existing ones alone.
 //
-// The sim renders CoreDNS (11-core-dns: ServiceAccount, ClusterRole,
-// ClusterRoleBinding, ConfigMap, Deployment; 11-core-dns-svc: the kube-dns
-// Service, coredns.go) and kube-proxy when enabled (10-kube-proxy:
-// DaemonSet, ServiceAccount, ClusterRoleBinding, kube-proxy.go, with the
-// flags manageProxyConfigArgs gives in its command-line mode).
-// Approximations: the other manifests ManifestStatus names (bootstrap
-// token, CSR bindings, kubeconfig-in-cluster, node RBAC, flannel, the
-// Talos service account CRD, inline and extra manifests) are not served;
-// kube-proxy's extra args and config-file mode and per-component resource
+// The sim renders every manifest Talos renders: CoreDNS (11-core-dns:
+// ServiceAccount, ClusterRole, ClusterRoleBinding, ConfigMap, Deployment;
+// 11-core-dns-svc: the kube-dns Service, coredns.go) and kube-proxy when
+// enabled (10-kube-proxy: DaemonSet, ServiceAccount, ClusterRoleBinding,
+// kube-proxy.go, with the flags manageProxyConfigArgs gives in its
+// command-line mode) here; the bootstrap token, the CSR bindings,
+// kubeconfig-in-cluster, the node RBAC, flannel, the Talos ServiceAccount
+// CRD and inline manifests in manifests_bootstrap.go. Approximations:
+// extra manifests (URLs Talos downloads) are not served; kube-proxy's
+// extra args and config-file mode and CoreDNS's and kube-proxy's resource
 // overrides are not rendered.
 
 // Manifest names, as manifest.go renders them.
@@ -90,7 +91,7 @@ func renderManifests(s snapshot) []renderedManifest {
 
 	net := s.active.K8sNetworkConfig()
 
-	var out []renderedManifest
+	out := bootstrapRBACManifests(s) // manifests_bootstrap.go
 
 	if dns := s.active.K8sCoreDNSConfig(); dns != nil && dns.Enabled() {
 		var v4, v6 string
@@ -128,9 +129,23 @@ func renderManifests(s snapshot) []renderedManifest {
 		}
 	}
 
+	out = append(out, optionalManifests(s)...)
+
 	slices.SortFunc(out, func(a, b renderedManifest) int { return cmp.Compare(a.name, b.name) })
 
 	return out
+}
+
+// manifestsOf names the manifests ManifestApplyController applied: every
+// Manifest resource's (manifest_apply.go Run writes ManifestStatus with
+// the ids it applied).
+func manifestsOf(s snapshot) []string {
+	var names []string
+	for _, rm := range renderManifests(s) {
+		names = append(names, rm.name)
+	}
+
+	return names
 }
 
 // manifestResources are the control plane's Manifest resources.

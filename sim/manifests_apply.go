@@ -209,7 +209,7 @@ func createIfMissing(ctx context.Context, kc kubernetes.Interface, u *unstructur
 			_, err = kc.CoreV1().Services(ns).Patch(ctx, name, types.ApplyPatchType, data, opts)
 		}
 	default:
-		return fmt.Errorf("the sim applies no %s", u.GetKind())
+		return createAny(ctx, kc, u, data, opts.FieldManager) // manifests_bootstrap.go
 	}
 
 	return err

@@ -21,8 +21,10 @@ import (
 // type is not Sensitive): CoreDNS with the default image of the Talos the
 // machine runs (v1.11.0: coredns v1.12.2; v1.14.1: v1.14.7), the kube-dns
 // Service pinned to the service subnet's tenth address, and kube-proxy
-// with the config's image only where the config enables it. A worker
-// renders none.
+// with the config's image only where the config enables it, beside the
+// manifests every control plane renders (bootstrap token, CSR bindings,
+// kubeconfig-in-cluster, node RBAC) and flannel, the default CNI
+// (manifests_bootstrap_test.go looks into those). A worker renders none.
 func TestBootstrapManifestResources(t *testing.T) {
 	t.Parallel()
 
@@ -82,7 +84,10 @@ func TestBootstrapManifestResources(t *testing.T) {
 				return
 			}
 		}
-	}); !slices.Equal(got, []string{"10-kube-proxy", "11-core-dns", "11-core-dns-svc"}) {
+	}); !slices.Equal(got, []string{
+		"00-kubelet-bootstrapping-token", "01-csr-approver-role-binding", "01-csr-node-bootstrap", "01-csr-renewal-role-binding",
+		"05-flannel", "10-kube-proxy", "11-core-dns", "11-core-dns-svc", "11-kube-config-in-cluster", "11-talos-node-rbac-template",
+	}) {
 		t.Fatalf("cp-1 manifests %v", got)
 	}
 

@@ -14,8 +14,6 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/resources/network"
 	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 	"github.com/siderolabs/talos/pkg/machinery/resources/v1alpha1"
-
-	"devata.dev/devata/internal/configview"
 )
 
 // service is one Talos service as ServiceList and the Service resource show it.
@@ -397,38 +395,6 @@ func kubernetesResources(s snapshot) []resource.Resource {
 	out = append(out, manifestResources(s)...) // manifests.go
 
 	return out
-}
-
-// manifestsOf names the bootstrap manifests machined would have applied.
-func manifestsOf(s snapshot) []string {
-	names := []string{
-		"00-kubelet-bootstrapping-token",
-		"01-csr-approver-role-binding",
-		"01-csr-node-bootstrap",
-		"01-csr-renewal-role-binding",
-		"11-kube-config-in-cluster",
-		"11-talos-node-rbac-template",
-	}
-
-	if configview.CNI(s.active) == "flannel" {
-		names = append(names, "05-flannel")
-	}
-
-	if configview.KubeProxy(s.active) {
-		names = append(names, "10-kube-proxy")
-	}
-
-	if dns := s.active.K8sCoreDNSConfig(); dns != nil && dns.Enabled() {
-		names = append(names, "11-core-dns", "11-core-dns-svc")
-	}
-
-	for _, im := range s.active.K8sInlineManifestConfigs() {
-		names = append(names, "99-"+im.Name())
-	}
-
-	slices.Sort(names)
-
-	return names
 }
 
 func prettySize(n uint64) string {

@@ -252,9 +252,11 @@ func TestKubernetesUpgrade(t *testing.T) {
 	}
 	assertPrePulled(t, sf.Sim, "v1.34.1", before)
 	lacks(t, "apply", r.stdout, "pre-pulling the new Kubernetes images on 5 machines", "worker-1: pulled kubelet:v1.34.1",
-		// the last step: CoreDNS (kube-proxy is off) as Talos applied it at boot
+		// the last step: CoreDNS (kube-proxy is off) and the manifests every
+		// control plane renders (token, CSR, kubeconfig, node RBAC) as Talos
+		// applied them at boot
 		"==> bootstrap manifests: server-side apply as talosctl upgrade-k8s (field manager talos)",
-		"6 objects of cp-1's manifests: 0 created, 0 configured, 6 unchanged")
+		"13 objects of cp-1's manifests: 0 created, 0 configured, 13 unchanged")
 	k.waitKubelets(t, "v1.34.1")
 	assertUpgradeOrder(t, w, sf.Sim)
 	if r := devata(t, nil, "drift", "--config", sf.settings, machineChecks); r.code != 0 {

@@ -89,7 +89,7 @@ func TestSimKubeDNSKeepsTalosAddressThroughAKubernetesUpgrade(t *testing.T) {
 	lacks(t, "apply", r.stdout,
 		"kubernetes: v1.33.5 → v1.34.1 by devata apply",
 		"==> bootstrap manifests: server-side apply as talosctl upgrade-k8s (field manager talos)",
-		"6 objects of cp-1's manifests: 0 created, 0 configured, 6 unchanged")
+		"13 objects of cp-1's manifests: 0 created, 0 configured, 13 unchanged")
 	if got := kubeDNS(); got != "10.96.0.10" {
 		t.Errorf("kube-dns ClusterIPs %s after the upgrade, want 10.96.0.10", got)
 	}
