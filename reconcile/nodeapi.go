@@ -3,7 +3,6 @@ package reconcile
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -16,6 +15,7 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"devata.dev/devata/inventory"
+	"devata.dev/devata/talosapi"
 )
 
 // Node labels and taints through the Kubernetes API (inventory's
@@ -32,10 +32,11 @@ import (
 // Node's resourceVersion, again on a Conflict.
 
 // Annotations listing the label and taint keys devata set on a Node, as a
-// sorted JSON array (Talos' talos.dev/owned-labels, owned-taints).
+// sorted JSON array (Talos' talos.dev/owned-labels, owned-taints); the
+// kubelet check reads them too (talosapi.NodeFacts).
 const (
-	OwnedLabelsAnnotation = "devata.dev/owned-labels"
-	OwnedTaintsAnnotation = "devata.dev/owned-taints"
+	OwnedLabelsAnnotation = talosapi.OwnedLabelsAnnotation
+	OwnedTaintsAnnotation = talosapi.OwnedTaintsAnnotation
 )
 
 // NodeKeys are the labels and taints one Node should carry from devata:
@@ -145,10 +146,6 @@ func SetNodeKeys(ctx context.Context, kc kubernetes.Interface, name string, node
 	change.Node = name
 	return change, nil
 }
-
-// errOwnedAnnotation is an owned-keys annotation that is no JSON list of
-// strings; its content is not quoted (it came from the cluster).
-var errOwnedAnnotation = errors.New("is not a JSON list of keys")
 
 // applyNodeKeys changes n in place to carry want among devata's keys.
 func applyNodeKeys(n *corev1.Node, want NodeKeys) (NodeKeysChange, error) {
@@ -261,15 +258,11 @@ func kubectlTaint(t corev1.Taint) string {
 
 // ownedKeys reads an owned-keys annotation.
 func ownedKeys(n *corev1.Node, annotation string) (map[string]bool, error) {
+	keys, err := talosapi.OwnedKeys(n.Annotations[annotation])
+	if err != nil {
+		return nil, fmt.Errorf("annotation %s %w: remove it (kubectl annotate node %s %s-) and devata writes it again", annotation, err, n.Name, annotation)
+	}
 	out := map[string]bool{}
-	raw, ok := n.Annotations[annotation]
-	if !ok || raw == "" {
-		return out, nil
-	}
-	var keys []string
-	if err := json.Unmarshal([]byte(raw), &keys); err != nil {
-		return nil, fmt.Errorf("annotation %s %w: remove it (kubectl annotate node %s %s-) and devata writes it again", annotation, errOwnedAnnotation, n.Name, annotation)
-	}
 	for _, k := range keys {
 		out[k] = true
 	}
