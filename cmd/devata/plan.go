@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/kubernetes"
@@ -99,7 +100,7 @@ func (a *app) newPlanCommand() *cobra.Command {
 			}
 			doc.Orphans = a.planOrphans(cmd.Context(), seq.Inventory(), seq.Dialer(), kube)
 			doc.Kubernetes = a.planKubernetes(cmd.Context(), seq, doc, kube)
-			doc.NodeKeys, doc.NodeKeysProblem = planNodeKeys(cmd.Context(), seq.Inventory(), kube)
+			doc.NodeKeys, doc.NodeKeysProblem = planNodeKeys(cmd.Context(), seq.Inventory(), kube, a.settings.Timeout)
 			if inv := seq.Inventory(); inv != nil && len(inv.Groups) > 0 {
 				doc.Patches = plan.PatchOrders(inv)
 				doc.RolloutOrders = plan.RolloutOrders(inv)
@@ -159,10 +160,16 @@ func (a *app) planKubernetes(ctx context.Context, seq *bootstrap.Sequence, doc *
 // planNodeKeys are the Node writes devata apply would make for the
 // inventory's viaKubernetes labels and taints (a dry run of its
 // reconcile.NodeWriter: nothing is written), or why they could not be
-// planned; none when nothing is declared or set.
-func planNodeKeys(ctx context.Context, inv *inventory.Inventory, kube kubernetes.Interface) ([]plan.NodeKeys, string) {
+// planned; none when nothing is declared or set. timeout bounds the
+// reads: before the cluster exists its API does not answer.
+func planNodeKeys(ctx context.Context, inv *inventory.Inventory, kube kubernetes.Interface, timeout time.Duration) ([]plan.NodeKeys, string) {
 	if inv == nil {
 		return nil, ""
+	}
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
 	}
 	machines := make([]*inventory.Machine, len(inv.Machines))
 	for i := range inv.Machines {
