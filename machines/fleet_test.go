@@ -277,6 +277,55 @@ func TestKubeletCheckAgainstRealKubernetes(t *testing.T) {
 		t.Errorf("cp-2 with its viaKubernetes keys: %s %s", r.Status, r.Reason)
 	}
 
+	// Set by devata (its owned annotations say so), then dropped from the
+	// inventory: Drifted until apply removes them, the kubectl commands
+	// that remove them the next step; Talos' and others' keys are not
+	// devata's to report.
+	if n, err = kc.CoreV1().Nodes().Get(ctx, "cp-2", metav1.GetOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	n.Annotations[talosapi.OwnedLabelsAnnotation] = `["node-role.kubernetes.io/infra"]`
+	n.Annotations[talosapi.OwnedTaintsAnnotation] = `["example.com/gone","example.com/infra"]`
+	if _, err := kc.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cp2.ViaKubernetes = inventory.ViaKubernetes{}
+	r = statusOf(run(), "cp-2", machines.CheckKubelet)
+	if r.Status != drift.StatusDrifted ||
+		r.Reason != "Node carries viaKubernetes labels node-role.kubernetes.io/infra that devata set and the inventory no longer declares; Node carries viaKubernetes taints example.com/infra that devata set and the inventory no longer declares" ||
+		!strings.HasPrefix(r.Next, "devata apply") || !strings.Contains(r.Next, "kubectl label node cp-2 node-role.kubernetes.io/infra-; kubectl taint node cp-2 example.com/infra:NoSchedule-") {
+		t.Errorf("cp-2 after its viaKubernetes keys were dropped: %s %q (next %q)", r.Status, r.Reason, r.Next)
+	}
+	// an owned annotation that cannot be read: Drifted, never quoted
+	if n, err = kc.CoreV1().Nodes().Get(ctx, "cp-2", metav1.GetOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	n.Annotations[talosapi.OwnedTaintsAnnotation] = "not-json{quoted-never"
+	if _, err := kc.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r = statusOf(run(), "cp-2", machines.CheckKubelet)
+	if r.Status != drift.StatusDrifted || !strings.Contains(r.Reason, "Node annotation devata.dev/owned-taints is unreadable") ||
+		!strings.Contains(r.Reason, "Node carries viaKubernetes labels node-role.kubernetes.io/infra") ||
+		!strings.Contains(r.Next, "kubectl annotate node cp-2 devata.dev/owned-taints-") ||
+		strings.Contains(r.Reason+r.Next+strings.Join(r.Evidence, " "), "quoted-never") {
+		t.Errorf("cp-2 with an unreadable owned-taints annotation: %s %q (next %q)", r.Status, r.Reason, r.Next)
+	}
+	// gone from the Node (as apply leaves it): in sync
+	if n, err = kc.CoreV1().Nodes().Get(ctx, "cp-2", metav1.GetOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	delete(n.Labels, "node-role.kubernetes.io/infra")
+	delete(n.Annotations, talosapi.OwnedLabelsAnnotation)
+	delete(n.Annotations, talosapi.OwnedTaintsAnnotation)
+	n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(tn corev1.Taint) bool { return tn.Key == "example.com/infra" })
+	if _, err := kc.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if r := statusOf(run(), "cp-2", machines.CheckKubelet); r.Status != drift.StatusInSync {
+		t.Errorf("cp-2 with the dropped keys removed: %s %s", r.Status, r.Reason)
+	}
+
 	// An identity that may not list Nodes (a service account without
 	// deploy/rbac.yaml): Unknown, and the next step is the RBAC it lacks,
 	// not a kubeconfig it may well have.

@@ -91,8 +91,9 @@ func checkKubelet(_ context.Context, t *target.Target) []drift.Result {
 // nodeProblems is what is wrong with the machine's registered Node: not
 // Ready, another kubelet version, labels or taints the inventory gives it
 // that it lacks (those Talos sets, and those devata sets through the
-// Kubernetes API: viaKubernetes). fix is the next step when every problem
-// is a missing label or taint (the commands that add them), or "".
+// Kubernetes API: viaKubernetes), those devata set and the inventory no
+// longer declares. fix is the next step when every problem is such a
+// label or taint (the commands that add or remove them), or "".
 func nodeProblems(t *target.Target, node talosapi.NodeFacts) (problems []string, fix string) {
 	name := t.Machine.Name
 	if !node.Ready {
@@ -121,13 +122,75 @@ func nodeProblems(t *target.Target, node talosapi.NodeFacts) (problems []string,
 		problems = append(problems, "Node lacks viaKubernetes "+strings.TrimPrefix(p, "Node lacks "))
 		via = append(via, "kubectl taint node "+name+" "+strings.Join(cmds, " "))
 	}
+	p, cmds, unreadable := strayKeys(t.Machine, node)
+	problems = append(problems, p...)
+	via = append(via, cmds...)
 	if len(via) > 0 {
-		fixes = append(fixes, "devata apply (or the reconcile loop) sets the viaKubernetes ones through the Kubernetes API; by hand: "+strings.Join(via, "; "))
+		fixes = append(fixes, "devata apply (or the reconcile loop) sets and removes the viaKubernetes ones through the Kubernetes API; by hand: "+strings.Join(via, "; "))
+	}
+	for _, a := range unreadable {
+		problems = append(problems, "Node annotation "+a+" is unreadable (not a JSON list of keys), so devata cannot tell which keys it set")
+		fixes = append(fixes, "kubectl annotate node "+name+" "+a+"- (devata apply then owns again the keys the inventory declares; remove by hand any it set that the inventory no longer declares)")
 	}
 	if others > 0 || len(fixes) == 0 {
 		return problems, ""
 	}
 	return problems, strings.Join(fixes, "; ")
+}
+
+// strayKeys are the labels and taints devata set on the Node (its owned
+// annotations) that the inventory no longer declares and the Node still
+// carries: apply and the loop remove them (reconcile SetNodeKeys), and until
+// then they are drift. A key the inventory now gives Talos instead (nodeLabels,
+// nodeTaints) is not stray: the Node should carry it. cmds are the kubectl
+// commands that remove them; unreadable names the owned annotations that
+// cannot be read (never quoted: their content came from the cluster).
+func strayKeys(m *inventory.Machine, node talosapi.NodeFacts) (problems, cmds, unreadable []string) {
+	name := m.Name
+	owned := func(annotation, raw string) []string {
+		keys, err := talosapi.OwnedKeys(raw)
+		if err != nil {
+			unreadable = append(unreadable, annotation)
+		}
+		return keys
+	}
+	var labels []string
+	via, talos := m.ViaKubernetesLabels(), m.NodeLabels()
+	for _, k := range owned(talosapi.OwnedLabelsAnnotation, node.OwnedLabels) {
+		_, declared := via[k]
+		_, byTalos := talos[k]
+		if _, on := node.Labels[k]; on && !declared && !byTalos {
+			labels = append(labels, k)
+		}
+	}
+	var taints, removals []string
+	via, talos = m.ViaKubernetesTaints(), m.NodeTaints()
+	for _, k := range owned(talosapi.OwnedTaintsAnnotation, node.OwnedTaints) {
+		_, declared := via[k]
+		_, byTalos := talos[k]
+		on, ok := node.Taints[k]
+		if !ok || declared || byTalos {
+			continue
+		}
+		taints = append(taints, k)
+		// each of the key's effects (NodeFactsOf: value:Effect or Effect, comma-separated)
+		for _, t := range strings.Split(on, ",") {
+			removals = append(removals, k+":"+t[strings.LastIndex(t, ":")+1:]+"-")
+		}
+	}
+	slices.Sort(labels)
+	slices.Sort(taints)
+	slices.Sort(removals)
+	const why = " that devata set and the inventory no longer declares"
+	if len(labels) > 0 {
+		problems = append(problems, "Node carries viaKubernetes labels "+strings.Join(labels, ", ")+why)
+		cmds = append(cmds, "kubectl label node "+name+" "+strings.Join(labels, "- ")+"-")
+	}
+	if len(taints) > 0 {
+		problems = append(problems, "Node carries viaKubernetes taints "+strings.Join(taints, ", ")+why)
+		cmds = append(cmds, "kubectl taint node "+name+" "+strings.Join(removals, " "))
+	}
+	return problems, cmds, unreadable
 }
 
 // missingLabels are the labels of want the Node lacks or has with another

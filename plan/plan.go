@@ -160,6 +160,11 @@ type Plan struct {
 	// RolloutOrders are the groups' rollout orders (RolloutOrders; set by
 	// the caller).
 	RolloutOrders []RolloutOrder `json:"rolloutOrders,omitempty"`
+	// NodeKeys are the Nodes devata apply would write through the
+	// Kubernetes API, for the inventory's viaKubernetes labels and taints;
+	// NodeKeysProblem says why they could not be planned (set by the caller).
+	NodeKeys        []NodeKeys `json:"nodeKeys,omitempty"`
+	NodeKeysProblem string     `json:"nodeKeysProblem,omitempty"`
 }
 
 // Pending returns the steps that would change something.

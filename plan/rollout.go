@@ -35,8 +35,13 @@ type Rollout struct {
 	Kubernetes *KubernetesChange `json:"kubernetes,omitempty"`
 	// Refused is why nothing of the plan may be written (reconcile
 	// Plan.Refusal).
-	Refused string         `json:"refused,omitempty"`
-	Summary RolloutSummary `json:"summary"`
+	Refused string `json:"refused,omitempty"`
+	// NodeKeys are the Nodes apply would write through the Kubernetes API
+	// after its rollout, for the inventory's viaKubernetes labels and
+	// taints; NodeKeysProblem says why they could not be planned.
+	NodeKeys        []NodeKeys     `json:"nodeKeys,omitempty"`
+	NodeKeysProblem string         `json:"nodeKeysProblem,omitempty"`
+	Summary         RolloutSummary `json:"summary"`
 }
 
 // RolloutSummary counts a Rollout's steps and says the dry run's exit code.

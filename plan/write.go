@@ -74,6 +74,10 @@ func writeText(w io.Writer, p *Plan, simulated bool) error {
 		fmt.Fprintf(&b, "orphan: %s: no machine of the inventory has it; nothing here touches it; take it out with %s\n", o.What, o.Remove)
 	}
 	writeKubernetesText(&b, p.Kubernetes)
+	if len(p.NodeKeys) > 0 || p.NodeKeysProblem != "" {
+		b.WriteString("node labels and taints (viaKubernetes), by devata apply through the Kubernetes API after its rollout:\n")
+		writeNodeKeysText(&b, "     ", p.NodeKeys, p.NodeKeysProblem, true)
+	}
 	_, err := io.WriteString(w, b.String())
 	return err
 }
@@ -251,6 +255,7 @@ func writeMarkdown(w io.Writer, p *Plan, simulated bool) error {
 	if k := p.Kubernetes; k != nil {
 		writeKubernetesMarkdown(&b, k)
 	}
+	writeNodeKeysMarkdown(&b, p.NodeKeys, p.NodeKeysProblem)
 	_, err := io.WriteString(w, strings.TrimRight(b.String(), "\n")+"\n")
 	return err
 }

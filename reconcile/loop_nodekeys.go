@@ -104,13 +104,14 @@ func inventoryMachine(ms []*inventory.Machine, name string) *inventory.Machine {
 }
 
 // fixedByNodeKeys says that res, a kubelet result, drifted only in
-// viaKubernetes labels and taints, which this pass wrote.
+// viaKubernetes labels and taints (missing, or set and no longer
+// declared), which this pass wrote.
 func (r *PassResult) fixedByNodeKeys(res drift.Result) bool {
 	if res.Check != machines.CheckKubelet || !r.NodeKeysSet[res.Machine] {
 		return false
 	}
 	for _, part := range strings.Split(res.Reason, "; ") {
-		if !strings.HasPrefix(part, "Node lacks viaKubernetes ") {
+		if !strings.HasPrefix(part, "Node lacks viaKubernetes ") && !strings.HasPrefix(part, "Node carries viaKubernetes ") {
 			return false
 		}
 	}

@@ -3,11 +3,9 @@ package reconcile
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -16,6 +14,8 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"devata.dev/devata/inventory"
+	"devata.dev/devata/plan"
+	"devata.dev/devata/talosapi"
 )
 
 // Node labels and taints through the Kubernetes API (inventory's
@@ -32,10 +32,11 @@ import (
 // Node's resourceVersion, again on a Conflict.
 
 // Annotations listing the label and taint keys devata set on a Node, as a
-// sorted JSON array (Talos' talos.dev/owned-labels, owned-taints).
+// sorted JSON array (Talos' talos.dev/owned-labels, owned-taints); the
+// kubelet check reads them too (talosapi.NodeFacts).
 const (
-	OwnedLabelsAnnotation = "devata.dev/owned-labels"
-	OwnedTaintsAnnotation = "devata.dev/owned-taints"
+	OwnedLabelsAnnotation = talosapi.OwnedLabelsAnnotation
+	OwnedTaintsAnnotation = talosapi.OwnedTaintsAnnotation
 )
 
 // NodeKeys are the labels and taints one Node should carry from devata:
@@ -53,59 +54,26 @@ func NodeKeysOf(m *inventory.Machine) NodeKeys {
 func (k NodeKeys) Empty() bool { return len(k.Labels) == 0 && len(k.Taints) == 0 }
 
 // NodeKeysChange is what a write of NodeKeys did to one Node (or, in a dry
-// run, would do). Each entry is "label k=v" or "taint k=v:Effect" as kubectl
-// takes it.
+// run, would do), in the shape of the plan's (plan.NodeKeyChanges).
 type NodeKeysChange struct {
-	Node string
-	// Set are the labels and taints added or given another value; TakenOver
-	// those among them someone else had set to another value (devata now
-	// owns them, as the inventory declares them); Removed those devata had
-	// set and the inventory no longer declares.
-	Set, TakenOver, Removed []string
-	// Adopted says that devata's annotations changed without a visible
-	// change: a key it declares was already there with its value.
+	Node           string
+	Labels, Taints plan.NodeKeyChanges
+	// Adopted says that only devata's annotations changed, nothing
+	// visible: a key it declares was already there with its value.
 	Adopted bool
 }
 
 // Changed says that the Node was (or would be) written.
-func (c NodeKeysChange) Changed() bool {
-	return len(c.Set) > 0 || len(c.Removed) > 0 || c.Adopted
+func (c NodeKeysChange) Changed() bool { return c.Plan().Changed() }
+
+// Plan is the change as the plan writes it.
+func (c NodeKeysChange) Plan() plan.NodeKeys {
+	return plan.NodeKeys{Machine: c.Node, Labels: c.Labels, Taints: c.Taints, Adopted: c.Adopted}
 }
 
 // Lines are the change as apply prints it, one line per kind; would says
 // it was not written (a dry run).
-func (c NodeKeysChange) Lines(would bool) []string {
-	verb := func(done, future string) string {
-		if would {
-			return "would be " + future
-		}
-		return done
-	}
-	var out []string
-	for _, kind := range []string{"label", "taint"} {
-		if keys := keysOf(c.Set, kind); len(keys) > 0 {
-			out = append(out, fmt.Sprintf("%s: Node %ss %s %s through the Kubernetes API", c.Node, kind, strings.Join(keys, ", "), verb("set", "set")))
-		}
-		if keys := keysOf(c.TakenOver, kind); len(keys) > 0 {
-			out = append(out, fmt.Sprintf("%s: Node %ss %s had another value, set by someone else: %s, as the inventory's viaKubernetes declares them", c.Node, kind, strings.Join(keys, ", "), verb("taken over", "taken over")))
-		}
-		if keys := keysOf(c.Removed, kind); len(keys) > 0 {
-			out = append(out, fmt.Sprintf("%s: Node %ss %s %s: devata set them and the inventory no longer declares them", c.Node, kind, strings.Join(keys, ", "), verb("removed", "removed")))
-		}
-	}
-	return out
-}
-
-// keysOf are the entries of one kind ("label" or "taint") without the kind.
-func keysOf(entries []string, kind string) []string {
-	var out []string
-	for _, e := range entries {
-		if rest, ok := strings.CutPrefix(e, kind+" "); ok {
-			out = append(out, rest)
-		}
-	}
-	return out
-}
+func (c NodeKeysChange) Lines(would bool) []string { return c.Plan().Lines(would) }
 
 // SetNodeKeys makes Node name carry want among the labels and taints devata
 // owns: it adds or corrects each declared one (taking over one someone else
@@ -146,10 +114,6 @@ func SetNodeKeys(ctx context.Context, kc kubernetes.Interface, name string, node
 	return change, nil
 }
 
-// errOwnedAnnotation is an owned-keys annotation that is no JSON list of
-// strings; its content is not quoted (it came from the cluster).
-var errOwnedAnnotation = errors.New("is not a JSON list of keys")
-
 // applyNodeKeys changes n in place to carry want among devata's keys.
 func applyNodeKeys(n *corev1.Node, want NodeKeys) (NodeKeysChange, error) {
 	var c NodeKeysChange
@@ -171,7 +135,8 @@ func applyNodeKeys(n *corev1.Node, want NodeKeys) (NodeKeysChange, error) {
 		n.Annotations = map[string]string{}
 	}
 	afterLabels, afterTaints := setOwnedKeys(n, OwnedLabelsAnnotation, ownedLabels), setOwnedKeys(n, OwnedTaintsAnnotation, ownedTaints)
-	c.Adopted = !slices.Equal(beforeLabels, afterLabels) || !slices.Equal(beforeTaints, afterTaints)
+	visible := len(c.Labels.Set)+len(c.Labels.Removed)+len(c.Taints.Set)+len(c.Taints.Removed) > 0
+	c.Adopted = !visible && (!slices.Equal(beforeLabels, afterLabels) || !slices.Equal(beforeTaints, afterTaints))
 	return c, nil
 }
 
@@ -185,11 +150,11 @@ func applyLabels(n *corev1.Node, owned map[string]bool, want map[string]string, 
 		switch {
 		case exists && cur == v:
 		case exists && !owned[k]:
-			c.TakenOver = append(c.TakenOver, "label "+k)
+			c.Labels.TakenOver = append(c.Labels.TakenOver, k)
 			fallthrough
 		default:
 			n.Labels[k] = v
-			c.Set = append(c.Set, "label "+labelEntry(k, v))
+			c.Labels.Set = append(c.Labels.Set, labelEntry(k, v))
 		}
 		owned[k] = true
 	}
@@ -200,7 +165,7 @@ func applyLabels(n *corev1.Node, owned map[string]bool, want map[string]string, 
 		delete(owned, k)
 		if _, ok := n.Labels[k]; ok {
 			delete(n.Labels, k)
-			c.Removed = append(c.Removed, "label "+k)
+			c.Labels.Removed = append(c.Labels.Removed, k)
 		}
 	}
 }
@@ -224,11 +189,11 @@ func applyTaints(n *corev1.Node, owned map[string]bool, want map[string]string, 
 			continue
 		}
 		if len(same) > 0 && !wasOwned {
-			c.TakenOver = append(c.TakenOver, "taint "+k)
+			c.Taints.TakenOver = append(c.Taints.TakenOver, k)
 		}
 		n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == k })
 		n.Spec.Taints = append(n.Spec.Taints, desired)
-		c.Set = append(c.Set, "taint "+kubectlTaint(desired))
+		c.Taints.Set = append(c.Taints.Set, kubectlTaint(desired))
 	}
 	for _, k := range slices.Sorted(maps.Keys(owned)) {
 		if _, ok := want[k]; ok {
@@ -238,7 +203,7 @@ func applyTaints(n *corev1.Node, owned map[string]bool, want map[string]string, 
 		before := len(n.Spec.Taints)
 		n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == k })
 		if len(n.Spec.Taints) < before {
-			c.Removed = append(c.Removed, "taint "+k)
+			c.Taints.Removed = append(c.Taints.Removed, k)
 		}
 	}
 }
@@ -261,15 +226,11 @@ func kubectlTaint(t corev1.Taint) string {
 
 // ownedKeys reads an owned-keys annotation.
 func ownedKeys(n *corev1.Node, annotation string) (map[string]bool, error) {
+	keys, err := talosapi.OwnedKeys(n.Annotations[annotation])
+	if err != nil {
+		return nil, fmt.Errorf("annotation %s %w: remove it (kubectl annotate node %s %s-) and devata writes it again", annotation, err, n.Name, annotation)
+	}
 	out := map[string]bool{}
-	raw, ok := n.Annotations[annotation]
-	if !ok || raw == "" {
-		return out, nil
-	}
-	var keys []string
-	if err := json.Unmarshal([]byte(raw), &keys); err != nil {
-		return nil, fmt.Errorf("annotation %s %w: remove it (kubectl annotate node %s %s-) and devata writes it again", annotation, errOwnedAnnotation, n.Name, annotation)
-	}
 	for _, k := range keys {
 		out[k] = true
 	}

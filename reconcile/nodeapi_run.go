@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/hashicorp/go-multierror"
 	corev1 "k8s.io/api/core/v1"
@@ -13,6 +12,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"devata.dev/devata/inventory"
+	"devata.dev/devata/plan"
 )
 
 // NodeWriter writes machines' viaKubernetes labels and taints on their
@@ -112,22 +112,32 @@ func (w NodeWriter) one(ctx context.Context, m *inventory.Machine, nodes map[str
 	return NodeWrite{Machine: m.Name, Change: c, Held: hold}, true
 }
 
-// Lines are the outcome as apply and the loop print it: what was set
-// (would be, in a dry run), what a hold kept, what waits for its Node.
-func (r NodeWrite) Lines(dryRun bool) []string {
+// Plan is the outcome as the plan writes it.
+func (r NodeWrite) Plan() plan.NodeKeys {
+	k := r.Change.Plan()
+	k.Machine = r.Machine
 	switch {
 	case r.Err != nil:
-		return []string{fmt.Sprintf("%s: Node labels and taints not set through the Kubernetes API: %v", r.Machine, r.Err)}
+		k.Error = r.Err.Error()
 	case r.Pending:
-		return []string{r.Machine + ": no Node registered yet: its viaKubernetes labels and taints are pending (the next devata apply, or the reconcile loop, sets them)"}
+		k.Pending = true
 	case r.Held != nil:
-		var would []string
-		for _, l := range r.Change.Lines(true) {
-			would = append(would, strings.TrimPrefix(l, r.Machine+": Node "))
-		}
-		return []string{fmt.Sprintf("%s: held (%s): its Node's viaKubernetes labels and taints are left alone (%s)", r.Machine, r.Held.Reason, strings.Join(would, "; "))}
+		k.Held = r.Held.Reason
 	}
-	return r.Change.Lines(dryRun)
+	return k
+}
+
+// Lines are the outcome as apply and the loop print it: what was set
+// (would be, in a dry run), what a hold kept, what waits for its Node.
+func (r NodeWrite) Lines(dryRun bool) []string { return r.Plan().Lines(dryRun) }
+
+// NodeKeysPlan are the outcomes as the plan writes them.
+func NodeKeysPlan(ws []NodeWrite) []plan.NodeKeys {
+	out := make([]plan.NodeKeys, len(ws))
+	for i, w := range ws {
+		out[i] = w.Plan()
+	}
+	return out
 }
 
 // listNodes reads every Node with a paginated LIST.

@@ -23,6 +23,11 @@ type NodeFacts struct {
 	// Taints are the Node's taints as Talos writes them: key to value:Effect,
 	// or Effect alone when the value is empty.
 	Taints map[string]string
+	// OwnedLabels and OwnedTaints are the Node's annotations
+	// OwnedLabelsAnnotation and OwnedTaintsAnnotation as it has them ("" when
+	// absent), unread: OwnedKeys reads them, and the check says when one
+	// cannot be.
+	OwnedLabels, OwnedTaints string
 }
 
 // Nodes is one observation of every Node in the cluster, read with a single
@@ -79,7 +84,8 @@ func kubeconfigRules(kubeconfig string) *clientcmd.ClientConfigLoadingRules {
 
 // NodeFactsOf reads the facts from a Node.
 func NodeFactsOf(n *corev1.Node) NodeFacts {
-	f := NodeFacts{KubeletVersion: n.Status.NodeInfo.KubeletVersion, Labels: n.Labels, ReadyReason: "no Ready condition"}
+	f := NodeFacts{KubeletVersion: n.Status.NodeInfo.KubeletVersion, Labels: n.Labels, ReadyReason: "no Ready condition",
+		OwnedLabels: n.Annotations[OwnedLabelsAnnotation], OwnedTaints: n.Annotations[OwnedTaintsAnnotation]}
 	for _, tn := range n.Spec.Taints {
 		if f.Taints == nil {
 			f.Taints = map[string]string{}

@@ -188,7 +188,8 @@ owns only the keys it set (the annotations devata.dev/owned-labels and
 owned-taints), so labels and taints Talos or kubectl set stay, and removes
 those the inventory dropped. A held machine's Node is left alone; a Node not
 registered yet waits for the next apply or the reconcile loop. Nothing of
-this goes to Talos; --dry-run says what it would set.
+this goes to Talos; --dry-run says what it would set, take over and remove
+(with -o json, as the document's nodeKeys).
 
 A change that reboots a machine (a join too) is confirmed at the terminal
 unless --yes; with no terminal apply refuses rather than guess.
@@ -348,13 +349,17 @@ func (a *app) apply(ctx context.Context, flags applyFlags) error {
 		if err != nil {
 			return exitWith(exitTrouble, fmt.Errorf("planning interrupted: %w; nothing was changed", err))
 		}
-		if err := writePlanJSON(out, flags.verb(), s.inv, a.inventoryProvenance(ctx, s.inv.Path), a.settings.Simulated, plan); err != nil {
+		nk := a.runNodeKeys(ctx, flags, s, only, ignoreHold, true)
+		if err := writePlanJSON(out, flags.verb(), s.inv, a.inventoryProvenance(ctx, s.inv.Path), a.settings.Simulated, plan, nk); err != nil {
 			return exitWith(exitTrouble, err)
 		}
 		if err := plan.Refusal(); err != nil {
 			return exitWith(exitTrouble, err)
 		}
-		return planExit(plan.Pending(), plan.Skipped())
+		if err := planExit(plan.Pending(), plan.Skipped()); err != nil {
+			return err
+		}
+		return nk.exit
 	}
 	if line := a.inventoryProvenance(ctx, s.inv.Path).Line(s.inv.Path); line != "" {
 		fmt.Fprintln(out, line)

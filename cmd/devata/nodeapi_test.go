@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -13,6 +15,7 @@ import (
 
 	"devata.dev/devata/examples"
 	"devata.dev/devata/internal/simtest"
+	"devata.dev/devata/plan"
 	"devata.dev/devata/sim"
 )
 
@@ -187,16 +190,52 @@ func testViaKubernetes(t *testing.T, talosVersion, kubeVersion string) {
 	}
 	k.hasTaint(t, "worker-2", "example.com/dedicated", "batch", true)
 
-	// dropped from worker-1: gone from its Node, Talos' and kubectl's stay
+	// dropped from worker-1 (another label declared instead): drift names
+	// the keys devata still owns there and the commands that remove them;
+	// the dry run's JSON and devata plan show the label to set and the keys
+	// to remove; apply removes them, Talos' and kubectl's stay, and drift
+	// is clean again
 	if raw, err = os.ReadFile(sf.Inventory.Path); err != nil {
 		t.Fatal(err)
 	}
-	dropped := strings.Replace(string(raw), "  - name: worker-1\n"+viaKubernetes, "  - name: worker-1\n", 1)
+	dropped := strings.Replace(string(raw), "  - name: worker-1\n"+viaKubernetes, "  - name: worker-1\n    viaKubernetes: {labels: {example.com/pool: gpu}}\n", 1)
 	if dropped == string(raw) {
 		t.Fatal("worker-1's viaKubernetes not found in the inventory")
 	}
 	if err := os.WriteFile(sf.Inventory.Path, []byte(dropped), 0o644); err != nil {
 		t.Fatal(err)
+	}
+	r = devata(t, nil, "drift", "--config", sf.settings, kubeconfig, "--checks", "kubelet", "--machines", "worker-1", "-o", "json")
+	lacks(t, "drift after the drop", r.stdout,
+		"Node carries viaKubernetes labels node-role.kubernetes.io/worker that devata set and the inventory no longer declares",
+		"Node carries viaKubernetes taints example.com/dedicated that devata set and the inventory no longer declares",
+		"kubectl label node worker-1 node-role.kubernetes.io/worker-",
+		"kubectl taint node worker-1 example.com/dedicated:NoSchedule-")
+	if r.code != 1 {
+		t.Errorf("drift after the drop: exit %d, want 1\n%s%s", r.code, r.stdout, r.err)
+	}
+	r = devata(t, nil, "apply", "--dry-run", "-o", "json", "--config", sf.settings, kubeconfig, "--machines", "worker-1")
+	var doc plan.Rollout
+	if err := json.Unmarshal([]byte(r.stdout), &doc); err != nil {
+		t.Fatalf("apply --dry-run -o json: %v\n%s%s", err, r.stdout, r.err)
+	}
+	want := []plan.NodeKeys{{Machine: "worker-1",
+		Labels: plan.NodeKeyChanges{Set: []string{"example.com/pool=gpu"}, Removed: []string{"node-role.kubernetes.io/worker"}},
+		Taints: plan.NodeKeyChanges{Removed: []string{"example.com/dedicated"}}}}
+	if r.code != 1 || doc.Summary.ExitCode != 1 || !reflect.DeepEqual(doc.NodeKeys, want) || doc.NodeKeysProblem != "" {
+		t.Errorf("apply --dry-run -o json after the drop: exit %d (summary %d), nodeKeys %+v %q, want %+v\n%s%s", r.code, doc.Summary.ExitCode, doc.NodeKeys, doc.NodeKeysProblem, want, r.stdout, r.err)
+	}
+	r = devata(t, nil, "plan", "--config", sf.settings, kubeconfig)
+	lacks(t, "plan after the drop", r.stdout,
+		"node labels and taints (viaKubernetes), by devata apply through the Kubernetes API after its rollout:",
+		"     worker-1: Node labels example.com/pool=gpu would be set through the Kubernetes API",
+		"     worker-1: Node labels node-role.kubernetes.io/worker would be removed: devata set them and the inventory no longer declares them",
+		"     worker-1: Node taints example.com/dedicated would be removed")
+	if r.code != 1 {
+		t.Errorf("plan after the drop: exit %d, want 1\n%s%s", r.code, r.stdout, r.err)
+	}
+	if _, ok := k.node(t, "worker-1").Labels["example.com/pool"]; ok {
+		t.Fatal("a dry run or plan labelled worker-1's Node")
 	}
 	r = devata(t, nil, "apply", "--yes", "--config", sf.settings, kubeconfig)
 	show(t, r)
@@ -204,8 +243,16 @@ func testViaKubernetes(t *testing.T, talosVersion, kubeVersion string) {
 		t.Fatalf("apply after the drop: exit %d\n%s%s", r.code, r.stdout, r.err)
 	}
 	lacks(t, "apply after the drop", r.stdout,
+		"worker-1: Node labels example.com/pool=gpu set through the Kubernetes API",
 		"worker-1: Node labels node-role.kubernetes.io/worker removed: devata set them and the inventory no longer declares them",
 		"worker-1: Node taints example.com/dedicated removed")
+	if errs := sf.Sim.SyncKubelets(ctx, k.kc); len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	r = devata(t, nil, "drift", "--config", sf.settings, kubeconfig, "--checks", "kubelet", "--machines", "worker-1")
+	if r.code != 0 {
+		t.Errorf("drift after apply removed the dropped keys: exit %d\n%s%s", r.code, r.stdout, r.err)
+	}
 	n = k.node(t, "worker-1")
 	if _, ok := n.Labels["node-role.kubernetes.io/worker"]; ok {
 		t.Errorf("worker-1's Node keeps the dropped label")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/kubernetes"
@@ -55,6 +56,10 @@ Once the cluster answers, plan also lists orphans: etcd members and Nodes
 that no machine of the inventory has (a machine deleted from it). Nothing
 touches them; devata remove NAME takes each out.
 
+With viaKubernetes labels or taints in the inventory (or ones devata set
+still on a Node), plan shows per Node what devata apply would set, take over
+or remove through the Kubernetes API (a dry run: nothing is written).
+
 Exit 0 nothing to do, 1 actions pending, 2 error or a blocked action.`
 
 func (a *app) newPlanCommand() *cobra.Command {
@@ -95,6 +100,7 @@ func (a *app) newPlanCommand() *cobra.Command {
 			}
 			doc.Orphans = a.planOrphans(cmd.Context(), seq.Inventory(), seq.Dialer(), kube)
 			doc.Kubernetes = a.planKubernetes(cmd.Context(), seq, doc, kube)
+			doc.NodeKeys, doc.NodeKeysProblem = planNodeKeys(cmd.Context(), seq.Inventory(), kube, a.settings.Timeout)
 			if inv := seq.Inventory(); inv != nil && len(inv.Groups) > 0 {
 				doc.Patches = plan.PatchOrders(inv)
 				doc.RolloutOrders = plan.RolloutOrders(inv)
@@ -105,7 +111,7 @@ func (a *app) newPlanCommand() *cobra.Command {
 			if blocked := doc.Blocked(); len(blocked) > 0 {
 				return exitWith(exitTrouble, fmt.Errorf("%d %s blocked: see the reasons above", len(blocked), plural(len(blocked), "step is", "steps are")))
 			}
-			if len(doc.Pending()) > 0 {
+			if len(doc.Pending()) > 0 || slices.ContainsFunc(doc.NodeKeys, func(k plan.NodeKeys) bool { return k.Pending || k.Changed() && k.Held == "" }) {
 				return exitWith(exitFailed, nil)
 			}
 			return nil
@@ -149,4 +155,30 @@ func (a *app) planKubernetes(ctx context.Context, seq *bootstrap.Sequence, doc *
 		return nil
 	}
 	return rp.KubernetesChange(seq.Inventory())
+}
+
+// planNodeKeys are the Node writes devata apply would make for the
+// inventory's viaKubernetes labels and taints (a dry run of its
+// reconcile.NodeWriter: nothing is written), or why they could not be
+// planned; none when nothing is declared or set. timeout bounds the
+// reads: before the cluster exists its API does not answer.
+func planNodeKeys(ctx context.Context, inv *inventory.Inventory, kube kubernetes.Interface, timeout time.Duration) ([]plan.NodeKeys, string) {
+	if inv == nil {
+		return nil, ""
+	}
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	machines := make([]*inventory.Machine, len(inv.Machines))
+	for i := range inv.Machines {
+		machines[i] = &inv.Machines[i]
+	}
+	res, err := reconcile.NodeWriter{Kube: kube, DryRun: true}.Run(ctx, machines)
+	problem := ""
+	if err != nil && len(res) == 0 {
+		problem = "viaKubernetes labels and taints not planned: " + err.Error()
+	}
+	return reconcile.NodeKeysPlan(res), problem
 }

@@ -57,6 +57,8 @@ func TestPlanJSONMatchesItsDocs(t *testing.T) {
 		"### Recover source":   fieldsOf(reflect.TypeFor[plan.RecoverSource]()),
 		"### Recover proof":    fieldsOf(reflect.TypeFor[plan.RecoverProof]()),
 		"### Patch order":      fieldsOf(reflect.TypeFor[plan.MachinePatches]()),
+		"### Node keys":        fieldsOf(reflect.TypeFor[plan.NodeKeys]()),
+		"### Node key changes": fieldsOf(reflect.TypeFor[plan.NodeKeyChanges]()),
 	} {
 		if docs := table(heading); !reflect.DeepEqual(docs, code) {
 			t.Errorf("%s: docs %v, code %v (field: omitempty)", heading, docs, code)

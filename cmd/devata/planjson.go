@@ -20,12 +20,12 @@ import (
 // in the text plan: diff and changes are of redacted configs, a changed
 // secret is named by its path only.
 
-// writePlanJSON writes p as an ApplyPlan document, with the dry run's
-// exit code in its summary.
-func writePlanJSON(w io.Writer, verb string, inv *inventory.Inventory, prov provenance.Info, simulated bool, p *reconcile.Plan) error {
+// writePlanJSON writes p and the Node label and taint writes after it (nk)
+// as an ApplyPlan document, with the dry run's exit code in its summary.
+func writePlanJSON(w io.Writer, verb string, inv *inventory.Inventory, prov provenance.Info, simulated bool, p *reconcile.Plan, nk nodeKeys) error {
 	doc := plan.Rollout{
 		Command: verb, Inventory: inv.Path, Provenance: prov, Cluster: inv.Cluster.Name, Simulated: simulated,
-		Steps: p.Steps(verb), Kubernetes: p.KubernetesChange(inv),
+		Steps: p.Steps(verb), Kubernetes: p.KubernetesChange(inv), NodeKeys: nk.nodes, NodeKeysProblem: nk.problem,
 	}
 	pending, skipped := p.Pending(), p.Skipped()
 	doc.Summary = plan.RolloutSummary{Pending: len(pending), Skipped: len(skipped), Held: len(p.Held()), Machines: len(p.Actions), ExitCode: exitOK}
@@ -33,7 +33,11 @@ func writePlanJSON(w io.Writer, verb string, inv *inventory.Inventory, prov prov
 		doc.Refused = err.Error()
 	}
 	var ee *exitError
-	switch err := planExit(pending, skipped); {
+	err := planExit(pending, skipped)
+	if err == nil {
+		err = nk.exit
+	}
+	switch {
 	case doc.Refused != "":
 		doc.Summary.ExitCode = exitTrouble
 	case errors.As(err, &ee):
