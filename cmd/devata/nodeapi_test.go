@@ -264,6 +264,38 @@ func testViaKubernetes(t *testing.T, talosVersion, kubeVersion string) {
 	if slices.ContainsFunc(n.Spec.Taints, func(tn corev1.Taint) bool { return tn.Key == "example.com/dedicated" }) {
 		t.Errorf("worker-1's Node keeps the dropped taint")
 	}
+
+	// dropped from worker-2 too: the loop removes them (the kubelet
+	// check's drift is what its own Node write fixes), audited, and the
+	// pass ends in sync
+	if raw, err = os.ReadFile(sf.Inventory.Path); err != nil {
+		t.Fatal(err)
+	}
+	dropped = strings.Replace(string(raw), "  - name: worker-2\n"+viaKubernetes, "  - name: worker-2\n", 1)
+	if dropped == string(raw) {
+		t.Fatal("worker-2's viaKubernetes not found in the inventory")
+	}
+	if err := os.WriteFile(sf.Inventory.Path, []byte(dropped), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r = devata(t, nil, loop...)
+	show(t, r)
+	if r.code != 0 {
+		t.Errorf("reconcile --once after worker-2's keys were dropped: exit %d, want 0\n%s%s", r.code, r.stdout, r.err)
+	}
+	lacks(t, "reconcile --once after the drop", r.stdout,
+		"worker-2: Node labels node-role.kubernetes.io/worker removed: devata set them and the inventory no longer declares them",
+		"worker-2: Node taints example.com/dedicated removed")
+	if _, ok := k.node(t, "worker-2").Labels["node-role.kubernetes.io/worker"]; ok {
+		t.Errorf("the loop left the dropped label on worker-2's Node")
+	}
+	k.hasTaint(t, "worker-2", "example.com/dedicated", "batch", false)
+	if rec, err = os.ReadFile(audit); err != nil {
+		t.Fatal(err)
+	}
+	if want := `"machine":"worker-2","action":"node-labels-taints","reason":"worker-2: Node labels node-role.kubernetes.io/worker removed`; !strings.Contains(string(rec), want) {
+		t.Errorf("audit log lacks %s:\n%s", want, rec)
+	}
 }
 
 // node reads Node name.
