@@ -355,9 +355,16 @@ func (v *validator) taintSource(i int, m *Machine, k string) string {
 	return fmt.Sprintf("machines[%d]", i)
 }
 
-// kubectlTaint is a taint as kubectl taint takes it: key=value:Effect or key:Effect.
+// kubectlTaint is a taint as kubectl taint takes it, from its key and
+// its value as the inventory writes it.
 func kubectlTaint(key, talos string) string {
 	value, effect := ParseTaint(talos)
+	return KubectlTaint(key, value, effect)
+}
+
+// KubectlTaint is a taint as kubectl taint takes it: key=value:Effect, or
+// key:Effect when its value is empty.
+func KubectlTaint(key, value, effect string) string {
 	if value == "" {
 		return key + ":" + effect
 	}

@@ -215,10 +215,11 @@ func missingTaints(want, got map[string]string) (string, []string) {
 	var missing, fix []string
 	for k, w := range want {
 		value, effect := inventory.ParseTaint(w)
-		canonical, desc := effect, k+":"+effect // as NodeFactsOf writes it; as kubectl taint takes it
+		canonical := effect // as NodeFactsOf writes it
 		if value != "" {
-			canonical, desc = value+":"+effect, k+"="+value+":"+effect
+			canonical = value + ":" + effect
 		}
+		desc := inventory.KubectlTaint(k, value, effect)
 		if !slices.Contains(strings.Split(got[k], ","), canonical) {
 			fix = append(fix, desc)
 			if _, ok := got[k]; ok {

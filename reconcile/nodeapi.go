@@ -193,7 +193,7 @@ func applyTaints(n *corev1.Node, owned map[string]bool, want map[string]string, 
 		}
 		n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == k })
 		n.Spec.Taints = append(n.Spec.Taints, desired)
-		c.Taints.Set = append(c.Taints.Set, kubectlTaint(desired))
+		c.Taints.Set = append(c.Taints.Set, inventory.KubectlTaint(desired.Key, desired.Value, string(desired.Effect)))
 	}
 	for _, k := range slices.Sorted(maps.Keys(owned)) {
 		if _, ok := want[k]; ok {
@@ -215,13 +215,6 @@ func labelEntry(k, v string) string {
 		return k
 	}
 	return k + "=" + v
-}
-
-func kubectlTaint(t corev1.Taint) string {
-	if t.Value == "" {
-		return t.Key + ":" + string(t.Effect)
-	}
-	return t.Key + "=" + t.Value + ":" + string(t.Effect)
 }
 
 // ownedKeys reads an owned-keys annotation.
