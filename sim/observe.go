@@ -8,8 +8,10 @@ import "time"
 // fault). It changes nothing.
 type Observation struct {
 	// Down: a reboot or crash has the machine away (its reboot delay has
-	// not passed). The Unreachable fault is not down: the machine runs,
-	// only its connections are dropped.
+	// not passed), or it is up but its API does not serve yet (boot opens
+	// it last, once the boot's state is in place: machine.go boot). Once
+	// Down is false a new connection is served. The Unreachable fault is
+	// not down: the machine runs, only its connections are dropped.
 	Down bool
 	// Reboots counts the reboots and crashes begun since Start; it grows
 	// when the machine goes down, so a reboot shorter than a test's polling
@@ -46,7 +48,8 @@ func (m *Machine) Observe() Observation {
 	defer m.mu.Unlock()
 
 	o := Observation{
-		Down: m.down, Reboots: m.bootGen, Booted: m.booted,
+		Down:    m.down || (m.session == nil && !m.faults.Unreachable && !m.closed),
+		Reboots: m.bootGen, Booted: m.booted,
 		TalosVersion: m.version, InstallImage: m.installImage, Upgrading: m.upgrading,
 	}
 
