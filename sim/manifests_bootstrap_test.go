@@ -65,6 +65,21 @@ machine:
 func manifestObjects(t *testing.T, c *client.Client) (map[string][]*unstructured.Unstructured, []string) {
 	t.Helper()
 
+	out := manifestItems(t, c)
+
+	st, err := safe.StateGetByID[*k8s.ManifestStatus](t.Context(), c.COSI, k8s.ManifestStatusID)
+	if err != nil {
+		t.Fatalf("manifest status: %v", err)
+	}
+
+	return out, st.TypedSpec().ManifestsApplied
+}
+
+// manifestItems reads every Manifest resource the machine serves, its
+// objects by manifest ID in the order the resource holds them.
+func manifestItems(t *testing.T, c *client.Client) map[string][]*unstructured.Unstructured {
+	t.Helper()
+
 	list, err := safe.StateList[*k8s.Manifest](t.Context(), c.COSI, resource.NewMetadata(k8s.ControlPlaneNamespaceName, k8s.ManifestType, "", resource.VersionUndefined))
 	if err != nil {
 		t.Fatalf("list manifests: %v", err)
@@ -77,12 +92,7 @@ func manifestObjects(t *testing.T, c *client.Client) (map[string][]*unstructured
 		}
 	}
 
-	st, err := safe.StateGetByID[*k8s.ManifestStatus](t.Context(), c.COSI, k8s.ManifestStatusID)
-	if err != nil {
-		t.Fatalf("manifest status: %v", err)
-	}
-
-	return out, st.TypedSpec().ManifestsApplied
+	return out
 }
 
 func objectNames(objs []*unstructured.Unstructured) []string {

@@ -5,10 +5,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cosi-project/runtime/pkg/resource"
-	"github.com/cosi-project/runtime/pkg/safe"
-	"github.com/siderolabs/talos/pkg/machinery/client"
-	"github.com/siderolabs/talos/pkg/machinery/resources/k8s"
 	"github.com/siderolabs/talos/pkg/machinery/role"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
@@ -36,23 +32,6 @@ func TestBootstrapManifestResources(t *testing.T) {
 		sim.MachineSpec{Name: "w-1", Role: "worker", Config: worker},
 	)
 
-	read := func(c *client.Client) map[string][]*unstructured.Unstructured {
-		t.Helper()
-
-		list, err := safe.StateList[*k8s.Manifest](t.Context(), c.COSI, resource.NewMetadata(k8s.ControlPlaneNamespaceName, k8s.ManifestType, "", resource.VersionUndefined))
-		if err != nil {
-			t.Fatalf("list manifests: %v", err)
-		}
-
-		out := map[string][]*unstructured.Unstructured{}
-		for m := range list.All() {
-			for _, item := range m.TypedSpec().Items {
-				out[m.Metadata().ID()] = append(out[m.Metadata().ID()], &unstructured.Unstructured{Object: item.Object})
-			}
-		}
-
-		return out
-	}
 	find := func(objs []*unstructured.Unstructured, kind string) *unstructured.Unstructured {
 		t.Helper()
 
@@ -77,7 +56,7 @@ func TestBootstrapManifestResources(t *testing.T) {
 		return img
 	}
 
-	ms := read(dial(t, role.MakeSet(role.Reader), f.Machine("cp-1").Addr()))
+	ms := manifestItems(t, dial(t, role.MakeSet(role.Reader), f.Machine("cp-1").Addr()))
 	if got := slices.Sorted(func(yield func(string) bool) {
 		for id := range ms {
 			if !yield(id) {
@@ -126,7 +105,7 @@ func TestBootstrapManifestResources(t *testing.T) {
 		t.Errorf("kube-proxy command %v", c)
 	}
 
-	ms2 := read(admin(t, f.Machine("cp-2").Addr()))
+	ms2 := manifestItems(t, admin(t, f.Machine("cp-2").Addr()))
 	if _, ok := ms2["10-kube-proxy"]; ok {
 		t.Error("cp-2 renders kube-proxy though its config disables it")
 	}
@@ -135,7 +114,7 @@ func TestBootstrapManifestResources(t *testing.T) {
 		t.Errorf("CoreDNS on Talos v1.14.1: %s, want coredns v1.14.7", img)
 	}
 
-	if wm := read(admin(t, f.Machine("w-1").Addr())); len(wm) != 0 {
+	if wm := manifestItems(t, admin(t, f.Machine("w-1").Addr())); len(wm) != 0 {
 		t.Errorf("a worker serves manifests: %v", wm)
 	}
 }
