@@ -67,6 +67,9 @@ func (s *Sequence) Plan(ctx context.Context) (*plan.Plan, error) {
 				n := talosapi.ObserveNodes(nctx, kube)
 				cancel()
 				in.nodes = &n
+				if n.Err == nil && s.CNINone() {
+					in.ciliumAgent = ciliumAgent(ctx, kube, min(s.opts.Timeout, 5*time.Second))
+				}
 			}
 		}
 	}
@@ -91,6 +94,9 @@ type planInput struct {
 	kubeconfig     kubeconfigState
 	nodes          *talosapi.Nodes
 	skipNodes      bool
+	// ciliumAgent names Cilium's agent DaemonSet when the glance found one
+	// (cluster.network.cni none only)
+	ciliumAgent string
 	// recover is the snapshot etcd is rebuilt from (nil: bootstrap an
 	// empty one); recoverRunning the control planes still running the
 	// cluster it was taken of.

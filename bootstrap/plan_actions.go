@@ -284,6 +284,8 @@ func planWaitNodes(in planInput) plan.Step {
 		switch {
 		case len(missing) > 0:
 			na.Status, na.Reason = plan.StatusPending, "not registered or not Ready: "+strings.Join(missing, ", ")
+		case noCNI > 0 && in.ciliumAgent != "":
+			na.Status, na.Reason = plan.StatusPending, fmt.Sprintf("all %d Nodes registered; %d NotReady until Cilium's agent (DaemonSet %s) runs on them", len(inv.Machines), noCNI, in.ciliumAgent)
 		case noCNI > 0:
 			na.Status, na.Reason = plan.StatusDone, fmt.Sprintf("all %d Nodes registered; %d NotReady until a CNI runs (cluster.network.cni: none): install Cilium next", len(inv.Machines), noCNI)
 		default:

@@ -6,14 +6,19 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/client-go/kubernetes"
+
 	"devata.dev/devata/internal/heartbeat"
+	"devata.dev/devata/netcheck"
 	"devata.dev/devata/talosapi"
 )
 
 // waitNodes waits until every machine's Node is registered and Ready. With
 // cluster.network.cni none no Node can be Ready before the operator installs
 // Cilium, which needs the API server this step waits for: then every Node
-// registered and NotReady only for want of a CNI is enough. Besides a line for
+// registered and NotReady only for want of a CNI is enough, unless Cilium's
+// agent DaemonSet is there already (a rebuild from a snapshot): then the
+// agents make them Ready and it waits for that. Besides a line for
 // each new state, every heartbeat.Every it says what it waits for.
 func (s *Sequence) waitNodes(ctx context.Context) (string, error) {
 	if s.opts.SkipNodes {
@@ -51,6 +56,19 @@ func (s *Sequence) waitNodes(ctx context.Context) (string, error) {
 			}
 		}
 		if len(waiting) == 0 && noCNI > 0 {
+			// A cluster rebuilt from a snapshot (or one whose operator
+			// installed Cilium before this run) has its agent DaemonSet
+			// already: the Nodes become Ready without the operator, so
+			// wait for them as for any other, and say for what.
+			if agent := ciliumAgent(ctx, kube, s.opts.Timeout); agent != "" {
+				for i := range s.inv.Machines {
+					if n := nodes.ByName[s.inv.Machines[i].Name]; !n.Ready {
+						waiting = append(waiting, s.inv.Machines[i].Name+" not Ready until Cilium's agent (DaemonSet "+agent+") runs there")
+					}
+				}
+			}
+		}
+		if len(waiting) == 0 && noCNI > 0 {
 			return fmt.Sprintf("%d Nodes registered; %d NotReady until a CNI runs (cluster.network.cni: none): install Cilium next", len(s.inv.Machines), noCNI), nil
 		}
 		if len(waiting) == 0 {
@@ -68,4 +86,17 @@ func (s *Sequence) waitNodes(ctx context.Context) (string, error) {
 			return "", err
 		}
 	}
+}
+
+// ciliumAgent names Cilium's agent DaemonSet ("kube-system/cilium") when
+// the cluster has one, else "": also when it could not be listed, so a
+// credential that may not list DaemonSets keeps the advice to install one.
+func ciliumAgent(ctx context.Context, kube kubernetes.Interface, timeout time.Duration) string {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	a, err := netcheck.FindAgent(ctx, kube)
+	if err != nil || a == nil {
+		return ""
+	}
+	return a.Namespace + "/" + a.Name
 }

@@ -160,8 +160,9 @@ func (f *Fleet) syncAgentPods(ctx context.Context, kc kubernetes.Interface, post
 
 // syncAgentPod creates the agent pod when it is missing (created) and
 // keeps its status: after a reboot its container runs again but is not
-// Ready until the agent is up, delay after the boot; a CiliumAgentNotReady
-// fault keeps it not Ready. running says the agent runs (whatever the fault).
+// Ready until the agent is up, delay after the boot (or while a
+// CiliumAgentStarting fault holds it); a CiliumAgentNotReady fault keeps
+// it not Ready. running says the agent runs (whatever the fault).
 func syncAgentPod(ctx context.Context, kc kubernetes.Interface, ds *appsv1.DaemonSet, p *agentPod, node string, s snapshot, delay time.Duration) (created, running bool, _ error) {
 	pods := kc.CoreV1().Pods(p.namespace)
 
@@ -201,7 +202,7 @@ func syncAgentPod(ctx context.Context, kc kubernetes.Interface, ds *appsv1.Daemo
 	}
 
 	ready, reason, message := corev1.ConditionTrue, "", ""
-	starting := !created && !p.fresh && time.Since(s.booted) < delay
+	starting := s.faults.CiliumAgentStarting || (!created && !p.fresh && time.Since(s.booted) < delay)
 
 	if s.faults.CiliumAgentNotReady || starting {
 		ready, reason, message = corev1.ConditionFalse, "ContainersNotReady", "containers with unready status: [cilium-agent]"

@@ -1112,7 +1112,7 @@
 // cilium_agent.go, cilium_dbg.go: cilium-dbg replies from Cilium's models
 // and tables, derived from cilium-config, CiliumNodeConfigs, Services and
 // EndpointSlices), and runs devata's probe pods (probe.go). The
-// Cilium faults (CiliumAgentNotReady, CiliumStatusReply,
+// Cilium faults (CiliumAgentNotReady, CiliumAgentStarting, CiliumStatusReply,
 // CiliumControllersFailing, CiliumBackendsMissing, CiliumFrontendsStuck,
 // CiliumNoShell, CiliumPodNetworkBroken) bend that.
 //

@@ -118,6 +118,12 @@ type Faults struct {
 	// CiliumAgentNotReady keeps the node's cilium agent pod Running but not
 	// Ready (ContainersNotReady).
 	CiliumAgentNotReady bool
+	// CiliumAgentStarting keeps the node's cilium agent starting, as after
+	// a boot for CNIStartDelay, until lifted: its pod Running but not Ready
+	// and no CNI config written yet, so the kubelet reports the Node
+	// NotReady for want of a network (a cluster rebuilt from a snapshot
+	// whose agents still pull their image).
+	CiliumAgentStarting bool
 	// CiliumStatusReply replaces the agent's `cilium-dbg status -o json`
 	// reply verbatim, e.g. with an older Cilium's shape.
 	CiliumStatusReply string

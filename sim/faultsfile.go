@@ -51,6 +51,7 @@ type FaultSpec struct {
 
 	// cilium agent faults (see Faults)
 	CiliumAgentNotReady      bool              `yaml:"ciliumAgentNotReady"`
+	CiliumAgentStarting      bool              `yaml:"ciliumAgentStarting"`
 	CiliumStatusReply        string            `yaml:"ciliumStatusReply"`
 	CiliumControllersFailing []string          `yaml:"ciliumControllersFailing"`
 	CiliumBackendsMissing    []string          `yaml:"ciliumBackendsMissing"`
@@ -87,7 +88,7 @@ func LoadFaultsFile(path string) (map[string]Faults, error) {
 			VolumeFilesystem:   s.VolumeFilesystem, DisksMissing: s.DisksMissing, DiskSignatures: s.DiskSignatures,
 			MountMissing: s.MountMissing, PartitionMissing: s.PartitionMissing,
 			KubeletMountMissing: s.KubeletMountMissing, KubeletMountOptions: s.KubeletMountOptions,
-			CiliumAgentNotReady: s.CiliumAgentNotReady, CiliumStatusReply: s.CiliumStatusReply,
+			CiliumAgentNotReady: s.CiliumAgentNotReady, CiliumAgentStarting: s.CiliumAgentStarting, CiliumStatusReply: s.CiliumStatusReply,
 			CiliumControllersFailing: s.CiliumControllersFailing, CiliumBackendsMissing: s.CiliumBackendsMissing,
 			CiliumFrontendsStuck: s.CiliumFrontendsStuck, CiliumNoShell: s.CiliumNoShell,
 			CiliumPodNetworkBroken: s.CiliumPodNetworkBroken, CoreDNSNotAnswering: s.CoreDNSNotAnswering,

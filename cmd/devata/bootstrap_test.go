@@ -210,6 +210,35 @@ func TestBootstrapFromMaintenance(t *testing.T) {
 	if r.code != 0 || !strings.Contains(r.stdout, "0 pending, 0 blocked") {
 		t.Errorf("plan after bootstrap: exit %d\n%s%s", r.code, r.stdout, r.err)
 	}
+
+	// With Cilium installed (as in a cluster rebuilt from a snapshot), a
+	// Node NotReady for want of its agent is waited for, not sent to
+	// install a CNI: the plan says what it waits for, bootstrap waits until
+	// the agent runs and closes with every Node Ready. (The demo's rebuild
+	// once printed "install Cilium" at a high load: the agents had not
+	// started yet.)
+	sf.Sim.Machine("worker-1").SetFaults(sim.Faults{CiliumAgentStarting: true})
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if n := talosapi.ObserveNodes(t.Context(), k.kc).ByName["worker-1"]; !n.Ready && talosapi.NetworkNotReady(n.ReadyReason) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("Node worker-1 still Ready 15s after its Cilium agent was held starting")
+		}
+	}
+	r = devata(t, nil, "plan", "--config", sf.settings, "--kubeconfig", k.env.Kubeconfig)
+	lacks(t, "plan while worker-1 waits for its Cilium agent", r.stdout,
+		"1 NotReady until Cilium's agent (DaemonSet kube-system/cilium) runs on them", "1 pending")
+	waits := "worker-1 not Ready until Cilium's agent (DaemonSet kube-system/cilium) runs there"
+	out := &simtest.Output{On: waits, Then: func() { sf.Sim.Machine("worker-1").SetFaults(sim.Faults{}) }}
+	r = devataCtx(t, t.Context(), out, bootstrapArgs(sf, k)...)
+	if r.code != 0 || !out.Fired() {
+		t.Fatalf("bootstrap while worker-1 waits for its Cilium agent: exit %d, waited %t\n%s%s", r.code, out.Fired(), r.stdout, r.err)
+	}
+	lacks(t, "bootstrap while worker-1 waits for its Cilium agent", r.stdout, "5 Nodes registered and Ready", "next: every Node is Ready")
+	if strings.Contains(r.stdout, "install Cilium") {
+		t.Errorf("bootstrap with Cilium installed advises installing it:\n%s", r.stdout)
+	}
 }
 
 // Interrupted at each step in turn, a rerun ends in the same healthy state
