@@ -68,7 +68,7 @@ func (s *Sequence) Plan(ctx context.Context) (*plan.Plan, error) {
 				cancel()
 				in.nodes = &n
 				if n.Err == nil && s.CNINone() {
-					in.ciliumAgent = ciliumAgent(ctx, kube, min(s.opts.Timeout, 5*time.Second))
+					in.ciliumAgent = CiliumAgent(ctx, kube, min(s.opts.Timeout, 5*time.Second))
 				}
 			}
 		}

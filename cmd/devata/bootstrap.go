@@ -177,7 +177,12 @@ func (a *app) bootstrap(ctx context.Context, flags bootstrapFlags) error {
 	case drift.ExitInSync:
 		fmt.Fprintf(out, "bootstrap complete: cluster %s is ready and in sync\n", seq.Inventory().Cluster.Name)
 		if seq.CNINone() {
-			fmt.Fprintln(out, cniNext(nodesReady(ctx, kube)))
+			ready, known := nodesReady(ctx, kube)
+			agent := ""
+			if known && !ready {
+				agent = bootstrap.CiliumAgent(ctx, kube, a.settings.Timeout)
+			}
+			fmt.Fprintln(out, cniNext(ready, known, agent))
 		}
 		return nil
 	case drift.ExitDrifted:
@@ -190,11 +195,16 @@ func (a *app) bootstrap(ctx context.Context, flags bootstrapFlags) error {
 // cluster.network.cni none, true to what the Nodes say: install Cilium while
 // they wait for a CNI, not once they are Ready (issue 33: a rebuild whose
 // Nodes were Ready still said "install Cilium").
-func cniNext(ready, known bool) string {
+//
+// agent names Cilium's agent DaemonSet when one is installed: Nodes not
+// Ready then wait for its agents, not for the operator.
+func cniNext(ready, known bool, agent string) string {
 	const install = "install Cilium (kube-proxy replacement, k8sServiceHost localhost, k8sServicePort from cluster.cilium)"
 	switch {
 	case known && ready:
 		return "next: every Node is Ready, so a CNI runs: devata drift with the kubelet and cilium checks"
+	case known && agent != "":
+		return "next: Cilium is installed (DaemonSet " + agent + ") but not every Node is Ready yet: once its agents run there, devata drift with the kubelet and cilium checks"
 	case known:
 		return "next: cluster.network.cni is none, so the Nodes become Ready once a CNI runs: " + install + ", then devata drift (the kubelet and cilium checks)"
 	}

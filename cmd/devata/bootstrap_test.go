@@ -217,15 +217,19 @@ func TestBootstrapFromMaintenance(t *testing.T) {
 	// the agent runs and closes with every Node Ready. (The demo's rebuild
 	// once printed "install Cilium" at a high load: the agents had not
 	// started yet.)
-	sf.Sim.Machine("worker-1").SetFaults(sim.Faults{CiliumAgentStarting: true})
-	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if n := talosapi.ObserveNodes(t.Context(), k.kc).ByName["worker-1"]; !n.Ready && talosapi.NetworkNotReady(n.ReadyReason) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("Node worker-1 still Ready 15s after its Cilium agent was held starting")
+	holdAgent := func() {
+		t.Helper()
+		sf.Sim.Machine("worker-1").SetFaults(sim.Faults{CiliumAgentStarting: true})
+		for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			if n := talosapi.ObserveNodes(t.Context(), k.kc).ByName["worker-1"]; !n.Ready && talosapi.NetworkNotReady(n.ReadyReason) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("Node worker-1 still Ready 15s after its Cilium agent was held starting")
+			}
 		}
 	}
+	holdAgent()
 	r = devata(t, nil, "plan", "--config", sf.settings, "--kubeconfig", k.env.Kubeconfig)
 	lacks(t, "plan while worker-1 waits for its Cilium agent", r.stdout,
 		"1 NotReady until Cilium's agent (DaemonSet kube-system/cilium) runs on them", "1 pending")
@@ -239,6 +243,15 @@ func TestBootstrapFromMaintenance(t *testing.T) {
 	if strings.Contains(r.stdout, "install Cilium") {
 		t.Errorf("bootstrap with Cilium installed advises installing it:\n%s", r.stdout)
 	}
+
+	// An agent that never starts fails the wait, and the error says where to look.
+	holdAgent()
+	defer sf.Sim.Machine("worker-1").SetFaults(sim.Faults{})
+	r = devata(t, nil, bootstrapArgs(sf, k, "--wait", "1s")...)
+	if r.code != exitTrouble {
+		t.Errorf("bootstrap while worker-1's Cilium agent never starts: exit %d, want %d\n%s%s", r.code, exitTrouble, r.stdout, r.err)
+	}
+	lacks(t, "bootstrap while worker-1's Cilium agent never starts", r.err, waits, "rollout status daemonset/cilium")
 }
 
 // Interrupted at each step in turn, a rerun ends in the same healthy state
@@ -351,4 +364,24 @@ func TestBootstrapAsksBeforeRebootingARunningControlPlane(t *testing.T) {
 		t.Fatalf("--yes: exit %d\n%s%s", r.code, r.stdout, r.err)
 	}
 	assertBuilt(t, sf, nil)
+}
+
+// bootstrap's closing advice for cni none follows the Nodes and the
+// agent DaemonSet: install Cilium only when none is installed.
+func TestCNINextFollowsTheNodes(t *testing.T) {
+	for _, tc := range []struct {
+		ready, known bool
+		agent        string
+		want, not    string
+	}{
+		{true, true, "", "every Node is Ready", "install Cilium"},
+		{false, true, "", "install Cilium", "is installed"},
+		{false, true, "kube-system/cilium", "Cilium is installed (DaemonSet kube-system/cilium) but not every Node is Ready yet", "install Cilium"},
+		{false, false, "", "were not looked at (--skip-nodes)", "every Node is Ready"},
+	} {
+		got := cniNext(tc.ready, tc.known, tc.agent)
+		if !strings.Contains(got, tc.want) || strings.Contains(got, tc.not) {
+			t.Errorf("cniNext(%t, %t, %q) = %q, want %q and not %q", tc.ready, tc.known, tc.agent, got, tc.want, tc.not)
+		}
+	}
 }
