@@ -104,19 +104,53 @@ func BootstrapManifests(ctx context.Context, c *client.Client) ([]*unstructured.
 }
 
 // SyncManifests server-side applies objects (a dry run when dryRun) with
-// field manager "talos" and reports each one's change; the first object
-// that fails stops it, after the changes made so far.
+// field manager "talos", in talosctl's stages and order
+// (kubemanifests_order.go), and reports each one's change in the order
+// applied; the first object that fails stops it, after the changes made
+// so far, with a *ManifestError naming the object. A dry run does not
+// wait between stages: an object whose CRD or Namespace the same sync
+// would create first is reported created.
 func SyncManifests(ctx context.Context, kube kubernetes.Interface, objects []*unstructured.Unstructured, dryRun bool) ([]ManifestChange, error) {
 	s := &ssa{kube: kube, resources: map[schema.GroupVersion][]metav1.APIResource{}}
 	var out []ManifestChange
-	for _, obj := range objects {
-		ch, err := s.apply(ctx, obj, dryRun)
-		if err != nil {
-			return out, err
+	for _, stage := range manifestStages(slices.Clone(objects)) {
+		for _, obj := range stage.objects {
+			ch, err := s.apply(ctx, obj, dryRun)
+			if err != nil && dryRun && definedLater(obj, objects) {
+				ch.Action, err = "created", nil
+			}
+			if err != nil {
+				return out, &ManifestError{Object: obj, Err: err}
+			}
+			out = append(out, ch)
 		}
-		out = append(out, ch)
+		if stage.ready && !dryRun {
+			if err := s.waitReady(ctx, stage.objects); err != nil {
+				return out, err
+			}
+		}
 	}
 	return out, nil
+}
+
+// ManifestError is a sync that failed at one object.
+type ManifestError struct {
+	Object *unstructured.Unstructured
+	Err    error
+}
+
+func (e *ManifestError) Error() string { return e.Err.Error() }
+func (e *ManifestError) Unwrap() error { return e.Err }
+
+// failedAt is the object a sync failed at, else the first one.
+func failedAt(err error, objs []*unstructured.Unstructured) *unstructured.Unstructured {
+	if me, ok := errors.AsType[*ManifestError](err); ok {
+		return me.Object
+	}
+	if len(objs) == 0 {
+		return &unstructured.Unstructured{Object: map[string]any{}}
+	}
+	return objs[0]
 }
 
 // ssa applies objects through the API server's REST paths: devata holds a
@@ -409,7 +443,7 @@ func (r *Rollout) syncBootstrapManifests(ctx context.Context, to string) ([]Mani
 	if err != nil {
 		// by the object and the API server's reason: a refused apply's
 		// message may quote the object's fields
-		return changes, &safeErr{msg: "syncing the bootstrap manifests: " + applyFailure("server-side apply", objs[len(changes)], err) + "; " + retry, err: err}
+		return changes, &safeErr{msg: "syncing the bootstrap manifests: " + applyFailure("server-side apply", failedAt(err, objs), err) + "; " + retry, err: err}
 	}
 	for _, c := range changes {
 		if c.Action == "unchanged" || c.gvk.Group != "apps" || c.gvk.Kind != "Deployment" && c.gvk.Kind != "DaemonSet" {
@@ -532,7 +566,7 @@ func (p *Planner) manifestsDryRun(ctx context.Context) []string {
 		}
 	}
 	if err != nil {
-		out = append(out, applyFailure("the dry run", objs[len(changes)], err)+" (talosctl upgrade-k8s --dry-run against a control plane shows its message)")
+		out = append(out, applyFailure("the dry run", failedAt(err, objs), err)+" (talosctl upgrade-k8s --dry-run against a control plane shows its message)")
 	}
 	return append(out, fmt.Sprintf("%d of %d objects of %s's manifests unchanged", n, len(objs), from))
 }

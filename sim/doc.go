@@ -621,7 +621,9 @@
 // v1.12.4, v1.14.6 in v1.13.9, v1.14.7 in v1.14.1); kube-proxy's follows
 // the config's cluster.proxy.image, so it moves with a Kubernetes version
 // change. With an API server the sim plays ManifestApplyController
-// (controllers/k8s/manifest_apply.go apply, manifests_apply.go): every
+// (controllers/k8s/manifest_apply.go apply, manifests_apply.go): in
+// Talos' order (the manifests by ID, then Namespaces first and CRDs
+// next, each by name, the rest as listed: its sort.SliceStable), every
 // object the inventory ConfigMap kube-system/talos-bootstrap-manifests-
 // inventory does not list is created with server-side apply, field
 // manager "talos", annotation config.k8s.io/owning-inventory, and listed

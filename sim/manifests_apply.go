@@ -1,10 +1,12 @@
 package sim
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/siderolabs/talos/pkg/machinery/constants"
@@ -124,6 +126,8 @@ func applyBootstrapManifests(ctx context.Context, kc kubernetes.Interface, s sna
 
 	changed := false
 
+	var objs []*unstructured.Unstructured
+
 	for _, rm := range renderManifests(s) {
 		for _, obj := range rm.objs {
 			u, err := toUnstructured(obj)
@@ -132,31 +136,45 @@ func applyBootstrapManifests(ctx context.Context, kc kubernetes.Interface, s sna
 				continue
 			}
 
-			key := inventoryKey(u)
-			if _, ok := inv.Data[key]; ok {
-				continue
-			}
-
-			ann := u.GetAnnotations()
-			if ann == nil {
-				ann = map[string]string{}
-			}
-
-			ann[owningInventoryAnnotation] = constants.KubernetesBootstrapManifestsInventoryName
-			u.SetAnnotations(ann)
-
-			if err := createIfMissing(ctx, kc, u); err != nil {
-				gvk := u.GroupVersionKind()
-				errs = append(errs, fmt.Errorf("error creating %s/%s/%s/%s: %w", gvk.Group, gvk.Version, gvk.Kind, u.GetName(), err))
-				continue
-			}
-
-			if inv.Data == nil {
-				inv.Data = map[string]string{}
-			}
-
-			inv.Data[key], changed = "", true
+			objs = append(objs, u)
 		}
+	}
+
+	// Namespaces first, then CRDs, each by name, the rest as listed
+	// (manifest_apply.go apply: sort.SliceStable).
+	slices.SortStableFunc(objs, func(a, b *unstructured.Unstructured) int {
+		if c := cmp.Compare(bootApplyRank(a), bootApplyRank(b)); c != 0 || bootApplyRank(a) == 2 {
+			return c
+		}
+
+		return cmp.Compare(a.GetName(), b.GetName())
+	})
+
+	for _, u := range objs {
+		key := inventoryKey(u)
+		if _, ok := inv.Data[key]; ok {
+			continue
+		}
+
+		ann := u.GetAnnotations()
+		if ann == nil {
+			ann = map[string]string{}
+		}
+
+		ann[owningInventoryAnnotation] = constants.KubernetesBootstrapManifestsInventoryName
+		u.SetAnnotations(ann)
+
+		if err := createIfMissing(ctx, kc, u); err != nil {
+			gvk := u.GroupVersionKind()
+			errs = append(errs, fmt.Errorf("error creating %s/%s/%s/%s: %w", gvk.Group, gvk.Version, gvk.Kind, u.GetName(), err))
+			continue
+		}
+
+		if inv.Data == nil {
+			inv.Data = map[string]string{}
+		}
+
+		inv.Data[key], changed = "", true
 	}
 
 	if changed {
@@ -166,6 +184,21 @@ func applyBootstrapManifests(ctx context.Context, kc kubernetes.Interface, s sna
 	}
 
 	return errors.Join(errs...)
+}
+
+// bootApplyRank is where ManifestApplyController puts an object: a
+// Namespace (0), a CRD (1), anything else (2).
+func bootApplyRank(u *unstructured.Unstructured) int {
+	gvk := u.GroupVersionKind()
+
+	switch {
+	case gvk.Group == "" && gvk.Kind == "Namespace":
+		return 0
+	case gvk.Group == "apiextensions.k8s.io" && gvk.Kind == "CustomResourceDefinition":
+		return 1
+	}
+
+	return 2
 }
 
 // createIfMissing applies u with field manager "talos" unless an object of

@@ -51,6 +51,17 @@ const (
             metadata:
               name: inline-two
               namespace: default
+        ---
+        apiVersion: v1
+        kind: ServiceAccount
+        metadata:
+          name: inline-three
+          namespace: extras
+        ---
+        apiVersion: v1
+        kind: Namespace
+        metadata:
+          name: extras
 machine:
   features:
     kubernetesTalosAPIAccess:
@@ -182,7 +193,7 @@ func TestBootstrapManifestsOfEveryControlPlane(t *testing.T) {
 		t.Errorf("cp-2 13-talos-service-account-crd holds %q", got)
 	}
 
-	if got := objectNames(ms2["99-extras"]); !slices.Equal(got, []string{"ConfigMap default/inline-one", "ServiceAccount default/inline-two"}) {
+	if got := objectNames(ms2["99-extras"]); !slices.Equal(got, []string{"ConfigMap default/inline-one", "ServiceAccount default/inline-two", "ServiceAccount extras/inline-three", "Namespace extras"}) {
 		t.Errorf("cp-2 99-extras holds %q", got)
 	}
 
@@ -263,6 +274,11 @@ func TestBootApplyCreatesEveryBootstrapObject(t *testing.T) {
 		},
 		func() error {
 			_, err := kc.CoreV1().ServiceAccounts("default").Get(ctx, "inline-two", metav1.GetOptions{})
+			return err
+		},
+		// listed before its Namespace: Talos creates Namespaces first
+		func() error {
+			_, err := kc.CoreV1().ServiceAccounts("extras").Get(ctx, "inline-three", metav1.GetOptions{})
 			return err
 		},
 	} {
