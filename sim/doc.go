@@ -643,9 +643,12 @@
 // distinct error), applies again every kubelet round, and serves no
 // ManifestStatus on any control plane while the apply fails and none
 // succeeded before (Talos keeps what an earlier successful run wrote, per
-// node). Approximations: extraManifests and the
-// external cloud provider's manifests (URLs Talos downloads, 99-<name>
-// and 30-<url>) are not served; an inline manifest that is not valid YAML
+// node). cluster.extraManifests are downloaded with
+// cluster.extraManifestHeaders as ExtraManifestController does
+// (manifests_extra.go): the Manifest "99-<URL>" once the GET answered 2xx,
+// none while it fails (tried again a second later), fetched once per boot
+// and config. Approximations: the external cloud provider's manifests
+// (30-<url>) are not served; an inline manifest that is not valid YAML
 // is left out where Talos' controller fails and serves none; the sim
 // runs no flannel pods and sets no status on its DaemonSet (a sync that
 // changed it would wait for a rollout the sim never plays); the objects

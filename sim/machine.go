@@ -47,6 +47,8 @@ type Machine struct {
 
 	syncMu sync.Mutex // serialises writes of derived resources
 
+	extra extraManifests // cluster.extraManifests downloaded (manifests_extra.go)
+
 	mu        sync.Mutex
 	addr      string
 	host      string

@@ -122,6 +122,22 @@ func optionalManifests(s snapshot) []renderedManifest {
 		out = append(out, renderedManifest{manifestTalosSACRD, []kruntime.Object{talosServiceAccountCRD()}})
 	}
 
+	// extra manifests (manifests_extra.go), then inline ones, as
+	// ExtraManifestsConfig lists them
+	for _, em := range s.active.K8sExternalManifestConfigs() {
+		body, ok := s.extraManifests[em.URL()]
+		if !ok {
+			continue // not downloaded (yet): no Manifest resource
+		}
+
+		objs, err := inlineObjects(body)
+		if err != nil {
+			continue
+		}
+
+		out = append(out, renderedManifest{manifestInlinePriority + em.Name(), objs})
+	}
+
 	for _, im := range s.active.K8sInlineManifestConfigs() {
 		objs, err := inlineObjects(im.Contents())
 		if err != nil {

@@ -241,6 +241,7 @@ func (m *Machine) sync() {
 
 	s.apiUp = m.fleet.hasEtcd()
 	s.manifestsFailing = m.fleet.manifestApplyFailing()
+	m.fetchExtraManifests(s)
 
 	managed, err := put(context.Background(), m.st, m.managed, desiredResources(s))
 	m.managed = managed

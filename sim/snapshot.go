@@ -50,6 +50,9 @@ type snapshot struct {
 	etcdPrepare time.Duration
 	// boot: what the installer of the booted partition put there
 	boot bootImage
+	// extraManifests: the bodies of the config's cluster.extraManifests
+	// this boot downloaded, by URL (manifests_extra.go)
+	extraManifests map[string]string
 }
 
 func (m *Machine) snap() snapshot {
@@ -91,6 +94,8 @@ func (m *Machine) snap() snapshot {
 	if s.faults.TalosVersion != "" {
 		s.version = s.faults.TalosVersion
 	}
+
+	s.extraManifests = m.downloaded(s)
 
 	return s
 }
