@@ -116,7 +116,7 @@ func SyncManifests(ctx context.Context, kube kubernetes.Interface, objects []*un
 	for _, stage := range manifestStages(slices.Clone(objects)) {
 		for _, obj := range stage.objects {
 			ch, err := s.apply(ctx, obj, dryRun)
-			if err != nil && dryRun && definedLater(obj, objects) {
+			if err != nil && dryRun && (isNotServed(err) || apierrors.IsNotFound(err)) && definedLater(obj, objects) {
 				ch.Action, err = "created", nil
 			}
 			if err != nil {
@@ -131,6 +131,17 @@ func SyncManifests(ctx context.Context, kube kubernetes.Interface, objects []*un
 		}
 	}
 	return out, nil
+}
+
+// notServedError: discovery does not know the object's kind (yet).
+type notServedError struct{ err error }
+
+func (e *notServedError) Error() string { return e.err.Error() }
+func (e *notServedError) Unwrap() error { return e.err }
+
+func isNotServed(err error) bool {
+	_, ok := errors.AsType[*notServedError](err)
+	return ok
 }
 
 // ManifestError is a sync that failed at one object.
@@ -167,14 +178,14 @@ func (s *ssa) path(gvk schema.GroupVersionKind, namespace, name string) (string,
 	if !ok {
 		list, err := s.kube.Discovery().ServerResourcesForGroupVersion(gv.String())
 		if err != nil {
-			return "", fmt.Errorf("the API server does not serve %s: %w", gv, err)
+			return "", &notServedError{fmt.Errorf("the API server does not serve %s: %w", gv, err)}
 		}
 		rs = list.APIResources
 		s.resources[gv] = rs
 	}
 	i := slices.IndexFunc(rs, func(r metav1.APIResource) bool { return r.Kind == gvk.Kind && !strings.Contains(r.Name, "/") })
 	if i < 0 {
-		return "", fmt.Errorf("the API server serves no %s in %s", gvk.Kind, gv)
+		return "", &notServedError{fmt.Errorf("the API server serves no %s in %s", gvk.Kind, gv)}
 	}
 	p := "/apis/" + gv.Group + "/" + gv.Version
 	if gv.Group == "" {

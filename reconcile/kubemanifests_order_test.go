@@ -67,6 +67,12 @@ func TestSyncManifestsAppliesInTalosctlsStages(t *testing.T) {
 		t.Errorf("dry run: %v, want %v", got, want)
 	}
 
+	// a Namespace the set does not create is still an error in a dry run
+	stray := objs("gadgets")[2] // the ConfigMap in shop-gadgets
+	if _, err := reconcile.SyncManifests(t.Context(), kube, []*unstructured.Unstructured{stray}, true); err == nil {
+		t.Error("the dry run of an object in a Namespace nothing creates passed")
+	}
+
 	changes, err = reconcile.SyncManifests(t.Context(), kube, objs("widgets"), false)
 	if err != nil {
 		t.Fatalf("sync: %v", err)
