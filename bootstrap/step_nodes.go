@@ -9,7 +9,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"devata.dev/devata/internal/heartbeat"
-	"devata.dev/devata/netcheck"
 	"devata.dev/devata/talosapi"
 )
 
@@ -109,9 +108,9 @@ func CiliumAgent(ctx context.Context, kube kubernetes.Interface, timeout time.Du
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
-	a, err := netcheck.FindAgent(ctx, kube)
-	if err != nil || a == nil {
+	agent, err := talosapi.CiliumAgentDaemonSet(ctx, kube)
+	if err != nil {
 		return ""
 	}
-	return a.Namespace + "/" + a.Name
+	return agent
 }

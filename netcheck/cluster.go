@@ -319,20 +319,6 @@ func L3n4(ip string, port int, proto string) string {
 	return net.JoinHostPort(ip, strconv.Itoa(port)) + "/" + strings.ToUpper(proto)
 }
 
-// FindAgent looks for Cilium's agent DaemonSet as ObserveCluster does
-// (kube-system/cilium, else a "cilium" DaemonSet in another namespace),
-// listing only DaemonSets of that name; nil, nil when there is none.
-func FindAgent(ctx context.Context, kube kubernetes.Interface) (*Agent, error) {
-	if kube == nil {
-		return nil, ErrNoKubeconfig
-	}
-	list, err := kube.AppsV1().DaemonSets(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + AgentDaemonSet})
-	if err != nil {
-		return nil, fmt.Errorf("list DaemonSets: %w", err)
-	}
-	return agentOf(list.Items), nil
-}
-
 // agentOf finds the agent DaemonSet: kube-system/cilium as Helm installs it,
 // else a "cilium" DaemonSet in another namespace (a chart installed elsewhere).
 func agentOf(dss []appsv1.DaemonSet) *Agent {

@@ -136,3 +136,24 @@ func ObserveNodes(ctx context.Context, kc kubernetes.Interface) Nodes {
 		opts.Continue = list.Continue
 	}
 }
+
+// CiliumAgentDaemonSet names Cilium's agent DaemonSet as "namespace/name":
+// kube-system/cilium as Helm installs it, else a "cilium" DaemonSet in
+// another namespace (as the cilium checks find it); "" when the cluster
+// has none. It lists only DaemonSets of that name.
+func CiliumAgentDaemonSet(ctx context.Context, kube kubernetes.Interface) (string, error) {
+	if kube == nil {
+		return "", ErrNoKubernetes
+	}
+	list, err := kube.AppsV1().DaemonSets(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=cilium"})
+	if err != nil {
+		return "", fmt.Errorf("list DaemonSets: %w", err)
+	}
+	found := ""
+	for _, ds := range list.Items {
+		if found == "" || ds.Namespace == metav1.NamespaceSystem {
+			found = ds.Namespace + "/" + ds.Name
+		}
+	}
+	return found, nil
+}
