@@ -649,7 +649,10 @@
 // none while it fails (tried again a second later), fetched once per boot
 // and config. Approximations: the external cloud provider's manifests
 // (30-<url>) are not served; an inline manifest that is not valid YAML
-// is left out where Talos' controller fails and serves none; the sim
+// is left out, as Talos leaves it out (extra_manifest.go: SetYAML fails,
+// the resource is not written, the others are, and the controller fails
+// and runs again), except that Talos keeps the Manifest an earlier valid
+// version wrote where the sim drops it; the sim
 // runs no flannel pods and sets no status on its DaemonSet (a sync that
 // changed it would wait for a rollout the sim never plays); the objects
 // take v1.14.1's shape whatever the machine's release (v1.11.0 renders the

@@ -141,7 +141,7 @@ func optionalManifests(s snapshot) []renderedManifest {
 	for _, im := range s.active.K8sInlineManifestConfigs() {
 		objs, err := inlineObjects(im.Contents())
 		if err != nil {
-			continue // Talos' controller fails on it and serves none of the others; the sim leaves this one out
+			continue // as Talos: SetYAML fails, this Manifest is not written, the others are (extra_manifest.go)
 		}
 
 		out = append(out, renderedManifest{manifestInlinePriority + im.Name(), objs})
