@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -135,5 +136,55 @@ func TestFaultsFileCiliumFaults(t *testing.T) {
 		got.CiliumFrontendsStuck["default/kubernetes"] != "map is full" ||
 		got.CiliumStatusReply != `{"kube-proxy-replacement": {"mode": "Strict"}}` {
 		t.Errorf("cilium faults not read: %+v", got)
+	}
+}
+
+// Every switch a faults file can turn on reaches the machine's Faults: a
+// file that sets each bool of FaultSpec true loads as Faults with the
+// field of the same name true (a key added to FaultSpec but not to
+// LoadFaultsFile's mapping fails here), and every Faults field is in
+// FaultSpec unless it is one of the few only Go sets.
+func TestFaultsFileReachesEveryFault(t *testing.T) {
+	goOnly := map[string]string{
+		"DriftedConfig":        "the file names a config file instead (driftedConfigFile)",
+		"EtcdSnapshotData":     "bytes to stream in place of a snapshot: the file has the corrupting switches instead",
+		"UpgradeImagesMissing": "not in the file yet: only Go tests set it",
+		"UpgradeBootFails":     "not in the file yet: only Go tests set it",
+	}
+	spec, faults := reflect.TypeFor[sim.FaultSpec](), reflect.TypeFor[sim.Faults]()
+	for i := range faults.NumField() {
+		name := faults.Field(i).Name
+		if _, ok := spec.FieldByName(name); !ok && goOnly[name] == "" {
+			t.Errorf("Faults.%s has no faults-file key (FaultSpec): add one, or say why only Go sets it", name)
+		}
+	}
+
+	var doc strings.Builder
+	doc.WriteString("m:\n")
+	var bools []string
+	for i := range spec.NumField() {
+		f := spec.Field(i)
+		if f.Type.Kind() != reflect.Bool {
+			continue
+		}
+		bools = append(bools, f.Name)
+		doc.WriteString("  " + f.Tag.Get("yaml") + ": true\n")
+	}
+	path := filepath.Join(t.TempDir(), "faults.yaml")
+	if err := os.WriteFile(path, []byte(doc.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got, err := sim.LoadFaultsFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := reflect.ValueOf(got["m"])
+	for _, name := range bools {
+		if f := v.FieldByName(name); !f.IsValid() || !f.Bool() {
+			t.Errorf("%s: true in the faults file, not in the machine's Faults", name)
+		}
+	}
+	if len(bools) < 10 {
+		t.Errorf("only %d bool keys found in FaultSpec: the test reads the wrong type", len(bools))
 	}
 }
