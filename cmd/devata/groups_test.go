@@ -97,14 +97,9 @@ func TestStorageGroupRendersAppliesAndTaints(t *testing.T) {
 	}
 
 	// kubectl taint node worker-2 storage.example.com/dedicated-
-	n, err := k.kc.CoreV1().Nodes().Get(ctx, "worker-2", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(tn corev1.Taint) bool { return tn.Key == "storage.example.com/dedicated" })
-	if _, err := k.kc.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	k.editNode(t, "worker-2", func(n *corev1.Node) {
+		n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(tn corev1.Taint) bool { return tn.Key == "storage.example.com/dedicated" })
+	})
 	if errs := sf.Sim.SyncKubelets(ctx, k.kc); len(errs) > 0 {
 		t.Fatal(errs)
 	}

@@ -12,6 +12,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/strategicpatch"
 
 	"devata.dev/devata/examples"
 	"devata.dev/devata/internal/simtest"
@@ -59,11 +61,7 @@ func testViaKubernetes(t *testing.T, talosVersion, kubeVersion string) {
 		k.waitNode(t, w, true)
 	}
 	// kubectl label node worker-1 example.com/by-kubectl=yes
-	n := k.node(t, "worker-1")
-	n.Labels["example.com/by-kubectl"] = "yes"
-	if _, err := k.kc.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	k.editNode(t, "worker-1", func(n *corev1.Node) { n.Labels["example.com/by-kubectl"] = "yes" })
 	kubeconfig := "--kubeconfig=" + k.env.Kubeconfig
 
 	if r := devata(t, nil, "validate", "--config", sf.settings); r.code != 0 {
@@ -95,7 +93,7 @@ func testViaKubernetes(t *testing.T, talosVersion, kubeVersion string) {
 			t.Errorf("%s: %d ApplyConfiguration calls; the Node labels and taints go to no machine", name, calls)
 		}
 	}
-	n = k.node(t, "worker-1")
+	n := k.node(t, "worker-1")
 	for key, want := range map[string]string{"node-role.kubernetes.io/worker": "", "example.com/by-kubectl": "yes", "topology.kubernetes.io/zone": "rack-a"} {
 		if got, ok := n.Labels[key]; !ok || got != want {
 			t.Errorf("worker-1's Node: label %s=%q (present %t), want %q", key, got, ok, want)
@@ -139,11 +137,7 @@ func testViaKubernetes(t *testing.T, talosVersion, kubeVersion string) {
 	// the loop puts back what someone took off (kubectl label node
 	// worker-1 node-role.kubernetes.io/worker-), a Node write recorded in
 	// the audit log; the held worker's Node stays unwritten, its drift too
-	n = k.node(t, "worker-1")
-	delete(n.Labels, "node-role.kubernetes.io/worker")
-	if _, err := k.kc.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	k.editNode(t, "worker-1", func(n *corev1.Node) { delete(n.Labels, "node-role.kubernetes.io/worker") })
 	audit := filepath.Join(t.TempDir(), "audit.jsonl")
 	loop := []string{"reconcile", "--once", "--config", sf.settings, kubeconfig, "--checks=config,kubelet", "--audit-log", audit}
 	r = devata(t, nil, loop...)
@@ -306,4 +300,30 @@ func (k *kube) node(t *testing.T, name string) *corev1.Node {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// editNode changes a Node as kubectl label and kubectl taint do: a
+// two-way strategic merge patch from the Node read to the Node edited,
+// with no resourceVersion, so the sim's kubelets posting meanwhile do not
+// make it a Conflict (an Update did, once, in CI).
+func (k *kube) editNode(t *testing.T, name string, edit func(*corev1.Node)) {
+	t.Helper()
+	was := k.node(t, name)
+	is := was.DeepCopy()
+	edit(is)
+	before, err := json.Marshal(was)
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, err := json.Marshal(is)
+	if err != nil {
+		t.Fatal(err)
+	}
+	patch, err := strategicpatch.CreateTwoWayMergePatch(before, after, corev1.Node{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := k.kc.CoreV1().Nodes().Patch(context.Background(), name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatalf("patch Node %s: %v", name, err)
+	}
 }
