@@ -302,10 +302,11 @@ func (k *kube) node(t *testing.T, name string) *corev1.Node {
 	return n
 }
 
-// editNode changes a Node as kubectl label and kubectl taint do: a
-// two-way strategic merge patch from the Node read to the Node edited,
-// with no resourceVersion, so the sim's kubelets posting meanwhile do not
-// make it a Conflict (an Update did, once, in CI).
+// editNode changes a Node with a patch, as kubectl label and kubectl
+// taint do (taint sends this two-way strategic merge patch from the Node
+// read to the Node edited; label a JSON merge patch of the same change):
+// no resourceVersion, so the sim's kubelets posting meanwhile do not make
+// it a Conflict (an Update did, once, in CI).
 func (k *kube) editNode(t *testing.T, name string, edit func(*corev1.Node)) {
 	t.Helper()
 	was := k.node(t, name)
